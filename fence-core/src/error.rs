@@ -1,0 +1,308 @@
+//! Typed errors: every failure a fenced operation can report.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use crate::{Domain, FencingToken, Revision, WriteCondition};
+
+/// A boxed error kept as the `source` of backend and ambiguous failures.
+pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
+
+/// The operation a failure or a metric refers to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// A fenced write of a value.
+    Write,
+    /// A fenced delete (leaves a tombstone that keeps the high-water mark).
+    Delete,
+    /// Raising the high-water mark without writing data.
+    Claim,
+    /// Reading the current value with its token and revision.
+    Read,
+    /// Querying the high-water mark.
+    HighWaterMark,
+    /// A fenced append of a batch of records to a log.
+    Append,
+    /// Reading a domain's committed log records.
+    ReadLog,
+    /// Issuing a fencing token.
+    Issue,
+    /// Acquiring, renewing or releasing a lease.
+    Lease,
+}
+
+impl Operation {
+    /// The lowercase name used in messages, spans and metric labels.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Operation::Write => "write",
+            Operation::Delete => "delete",
+            Operation::Claim => "claim",
+            Operation::Read => "read",
+            Operation::HighWaterMark => "high_water_mark",
+            Operation::Append => "append",
+            Operation::ReadLog => "read_log",
+            Operation::Issue => "issue",
+            Operation::Lease => "lease",
+        }
+    }
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Input that is invalid on its face: rejected before any I/O.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidInput {
+    /// A fencing token of zero (tokens start at 1).
+    #[error("fencing token must be greater than zero")]
+    ZeroToken,
+    /// A token string that is not a canonical decimal `u64`.
+    #[error("unparsable fencing token `{input}`: {reason}")]
+    UnparsableToken {
+        /// The offending input, shortened to 40 characters.
+        input: String,
+        /// Why it was refused.
+        reason: &'static str,
+    },
+    /// An empty domain name.
+    #[error("domain must not be empty")]
+    EmptyDomain,
+    /// A domain name over the length limit.
+    #[error("domain is {len} bytes long, the limit is {max}")]
+    DomainTooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// A domain name holding a control character.
+    #[error("domain holds a control character at byte {position}")]
+    DomainControlCharacter {
+        /// Byte offset of the character.
+        position: usize,
+    },
+    /// An empty operation id (or lease owner id).
+    #[error("{what} must not be empty")]
+    EmptyIdentifier {
+        /// Which identifier: `operation id` or `lease owner`.
+        what: &'static str,
+    },
+    /// An operation id (or lease owner id) over the length limit.
+    #[error("{what} is {len} bytes long, the limit is {max}")]
+    IdentifierTooLong {
+        /// Which identifier.
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
+    /// An operation id (or lease owner id) holding a control character.
+    #[error("{what} holds a control character at byte {position}")]
+    IdentifierControlCharacter {
+        /// Which identifier.
+        what: &'static str,
+        /// Byte offset of the character.
+        position: usize,
+    },
+    /// A value larger than the resource accepts.
+    #[error("value of {size} bytes for domain `{domain}` exceeds the limit of {max} bytes")]
+    ValueTooLarge {
+        /// The domain written to.
+        domain: Domain,
+        /// The value's size in bytes.
+        size: usize,
+        /// The resource's limit in bytes.
+        max: usize,
+    },
+    /// A log append with no records.
+    #[error("append to domain `{domain}` holds no records")]
+    EmptyBatch {
+        /// The domain appended to.
+        domain: Domain,
+    },
+    /// A configuration value that cannot work.
+    #[error("invalid configuration: {0}")]
+    Configuration(String),
+}
+
+/// Every way a fenced operation can fail.
+///
+/// `Fenced` is terminal for the holder of the presented token: never retry it automatically.
+/// `Ambiguous` means the request was sent and its outcome is unknown: retry with the same
+/// operation id to learn it without applying twice.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FenceError {
+    /// The resource already accepted a newer token for the domain (or, under the strict policy,
+    /// the same token).
+    #[error("stale token {presented} for domain `{domain}`: resource already accepted {current}")]
+    Fenced {
+        /// The domain.
+        domain: Domain,
+        /// The token the request carried.
+        presented: FencingToken,
+        /// The domain's high-water mark at the resource.
+        current: FencingToken,
+    },
+    /// The write's condition on the data's own revision did not hold.
+    #[error("revision mismatch for domain `{domain}`: expected {expected}, found {}", DisplayRevision(*actual))]
+    RevisionMismatch {
+        /// The domain.
+        domain: Domain,
+        /// What the request expected.
+        expected: WriteCondition,
+        /// The revision found (`None`: nothing was ever written).
+        actual: Option<Revision>,
+    },
+    /// The request was sent but its outcome is unknown (timeout, connection cut).
+    #[error("outcome of {operation} on domain `{domain}` is unknown: {source}")]
+    Ambiguous {
+        /// The domain.
+        domain: Domain,
+        /// The operation.
+        operation: Operation,
+        /// What went wrong.
+        source: BoxError,
+    },
+    /// Input rejected before any I/O.
+    #[error(transparent)]
+    InvalidInput(#[from] InvalidInput),
+    /// The backend does not support this operation or option.
+    #[error("{backend} does not support {what}")]
+    Unsupported {
+        /// The backend's name.
+        backend: &'static str,
+        /// The operation or option.
+        what: String,
+    },
+    /// State at the resource that is not Fence's, or is damaged: the adapter fails closed.
+    #[error("{backend} holds foreign or corrupt fence state for domain `{domain}`: {detail}")]
+    CorruptState {
+        /// The backend's name.
+        backend: &'static str,
+        /// The domain.
+        domain: Domain,
+        /// What was found.
+        detail: String,
+    },
+    /// The token issuer has no token left for the domain (it never wraps around).
+    #[error("token issuer for domain `{domain}` is exhausted at u64::MAX")]
+    TokenExhausted {
+        /// The domain.
+        domain: Domain,
+    },
+    /// Another owner holds the domain's lease.
+    #[error("lease on domain `{domain}` is held by another owner")]
+    LeaseHeld {
+        /// The domain.
+        domain: Domain,
+    },
+    /// The lease expired or passed to another owner.
+    #[error("lease on domain `{domain}` with token {token} is no longer held")]
+    LeaseLost {
+        /// The domain.
+        domain: Domain,
+        /// The token of the lost lease.
+        token: FencingToken,
+    },
+    /// The backend failed; its own error is the source.
+    #[error("{backend} failed{}: {source}", DisplayDomain(domain.as_ref()))]
+    Backend {
+        /// The backend's name.
+        backend: &'static str,
+        /// The domain, when the failure concerns one.
+        domain: Option<Domain>,
+        /// The backend's error.
+        source: BoxError,
+    },
+}
+
+impl FenceError {
+    /// Builds a [`FenceError::Backend`].
+    pub fn backend(
+        backend: &'static str,
+        domain: Option<&Domain>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        FenceError::Backend {
+            backend,
+            domain: domain.cloned(),
+            source: source.into(),
+        }
+    }
+
+    /// Builds a [`FenceError::CorruptState`].
+    pub fn corrupt(backend: &'static str, domain: &Domain, detail: impl Into<String>) -> Self {
+        FenceError::CorruptState {
+            backend,
+            domain: domain.clone(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Builds a [`FenceError::Unsupported`].
+    pub fn unsupported(backend: &'static str, what: impl Into<String>) -> Self {
+        FenceError::Unsupported {
+            backend,
+            what: what.into(),
+        }
+    }
+
+    /// True for [`FenceError::Fenced`]: the presented token is stale.
+    pub fn is_fenced(&self) -> bool {
+        matches!(self, FenceError::Fenced { .. })
+    }
+
+    /// True when retrying the same request (same operation id) may succeed or reveal the outcome.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            FenceError::Ambiguous { .. } | FenceError::Backend { .. }
+        )
+    }
+
+    /// The outcome label used in metrics (`fenced`, `invalid_input`, …).
+    pub fn outcome_label(&self) -> &'static str {
+        match self {
+            FenceError::Fenced { .. } => "fenced",
+            FenceError::RevisionMismatch { .. } => "revision_mismatch",
+            FenceError::Ambiguous { .. } => "ambiguous",
+            FenceError::InvalidInput(_) => "invalid_input",
+            FenceError::Unsupported { .. } => "unsupported",
+            FenceError::CorruptState { .. } => "corrupt_state",
+            FenceError::TokenExhausted { .. } => "token_exhausted",
+            FenceError::LeaseHeld { .. } => "lease_held",
+            FenceError::LeaseLost { .. } => "lease_lost",
+            FenceError::Backend { .. } => "backend_error",
+        }
+    }
+}
+
+struct DisplayRevision(Option<Revision>);
+
+impl fmt::Display for DisplayRevision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(revision) => write!(f, "revision {revision}"),
+            None => f.write_str("nothing written"),
+        }
+    }
+}
+
+struct DisplayDomain<'a>(Option<&'a Domain>);
+
+impl fmt::Display for DisplayDomain<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(domain) => write!(f, " on domain `{domain}`"),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The traits adapters implement, and the conveniences users call.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::{
+    AppendOutcome, AppendRequest, Capabilities, Claimed, Domain, FenceError, FencingToken,
+    LogEntry, Snapshot, WriteOutcome, WriteRequest,
+};
+
+/// What every fenced resource offers: claims and the high-water mark.
+///
+/// Implementations hold the high-water mark (HWM) of each domain at the resource, persisted
+/// with the protected data in the same atomic step, and never delete it.
+#[async_trait]
+pub trait Fence: Send + Sync + fmt::Debug {
+    /// The backend's short name (`memory`, `redis`, `s3`, `kafka`), used in errors and metrics.
+    fn backend(&self) -> &'static str;
+
+    /// What this resource supports.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Raises the domain's HWM to `token` without writing data.
+    ///
+    /// A new owner claims right after acquiring its lease so that stale holders are fenced
+    /// before its first write. Without a claim, a fresh resource accepts an old token until a
+    /// newer one arrives.
+    ///
+    /// # Behavior
+    /// - `token` older than the HWM → [`FenceError::Fenced`]; nothing changes.
+    /// - `token` equal to the HWM → accepted (claims are idempotent); nothing changes.
+    /// - `token` newer, or no HWM yet → the HWM becomes `token`; stored data and its revision
+    ///   are left alone.
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError>;
+
+    /// The domain's HWM: the greatest token accepted by a write, delete, append or claim.
+    ///
+    /// # Behavior
+    /// - `None` for a domain that never accepted anything.
+    /// - Never decreases, also across deletes (tombstones keep it) and, where
+    ///   [`Capabilities::survives_restart`] holds, across backend restarts.
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError>;
+}
+
+/// A key-value or object resource: one value per domain, written and deleted under a token.
+#[async_trait]
+pub trait FencedStore: Fence {
+    /// Applies a fenced put or delete in one atomic step at the resource.
+    ///
+    /// # Behavior
+    /// Checks run in this order, and the mutation happens only if all pass:
+    /// 1. Input limits (e.g. [`Capabilities::max_value_bytes`]) → [`FenceError::InvalidInput`]
+    ///    before any I/O.
+    /// 2. Operation id: if `(domain, token, op_id)` was already applied and is still retained,
+    ///    returns [`WriteOutcome::Duplicate`] with the first outcome and applies nothing.
+    /// 3. Token: older than the HWM → [`FenceError::Fenced`]; equal → accepted under
+    ///    [`crate::EqualTokenPolicy::SameOwner`], fenced under `Strict`; newer or no HWM →
+    ///    accepted.
+    /// 4. Revision condition → [`FenceError::RevisionMismatch`] when it does not hold.
+    /// 5. The value is stored (or replaced by a tombstone for a delete), the revision grows by
+    ///    one, and the HWM becomes the token: [`WriteOutcome::Accepted`].
+    ///
+    /// A delete of an absent value is accepted and leaves a tombstone. A failure after the
+    /// request was sent whose outcome is unknown is [`FenceError::Ambiguous`], never a guess.
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError>;
+
+    /// Reads the domain's entry (value or tombstone, with the token that wrote it and its
+    /// revision) and its HWM.
+    ///
+    /// # Behavior
+    /// - A domain never written reads as [`crate::Entry::Absent`] (its HWM may be set by a claim).
+    /// - Foreign or corrupt state at the resource is [`FenceError::CorruptState`], never a value.
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError>;
+}
+
+/// A log resource: batches of records appended under a token, committed all-or-nothing.
+/// No read-by-key and no delete.
+#[async_trait]
+pub trait FencedLog: Fence {
+    /// Appends a batch of records in one atomic step (a transaction).
+    ///
+    /// # Behavior
+    /// - An empty batch or one above the size limit → [`FenceError::InvalidInput`], no I/O.
+    /// - A retained `(domain, token, op_id)` already committed → [`AppendOutcome::Duplicate`].
+    /// - The token rule as for [`FencedStore::write`]; a fenced batch leaves no record visible
+    ///   to read_committed consumers.
+    /// - Otherwise every record is committed, in order, and the HWM becomes the token.
+    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError>;
+
+    /// Reads the domain's committed records in log order, as a read_committed consumer sees
+    /// them.
+    ///
+    /// # Behavior
+    /// - Records of fenced or aborted batches never appear.
+    /// - Tokens never decrease along the returned sequence.
+    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError>;
+}
+
+/// Conveniences over [`FencedStore`], implemented for every store. Do not implement it yourself.
+///
+/// ```
+/// use fence_core::{Domain, FencedStore, FencedStoreExt, FencingToken, MemoryFence};
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), fence_core::FenceError> {
+/// let store = MemoryFence::new();
+/// let orders = Domain::new("orders")?;
+/// store.put(&orders, FencingToken::new(2)?, "v2").await?;
+/// let stale = store.put(&orders, FencingToken::new(1)?, "v1").await;
+/// assert!(stale.is_err_and(|e| e.is_fenced()));
+/// assert_eq!(store.read(&orders).await?.value().map(|v| &v[..]), Some(&b"v2"[..]));
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait FencedStoreExt: FencedStore {
+    /// A fenced put with the default options.
+    async fn put(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        value: impl Into<Bytes> + Send + 'async_trait,
+    ) -> Result<WriteOutcome, FenceError> {
+        self.write(&WriteRequest::put(domain.clone(), token, value))
+            .await
+    }
+
+    /// A fenced delete with the default options.
+    async fn delete(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+    ) -> Result<WriteOutcome, FenceError> {
+        self.write(&WriteRequest::delete(domain.clone(), token)).await
+    }
+}
+
+impl<T: FencedStore + ?Sized> FencedStoreExt for T {}

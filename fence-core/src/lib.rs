@@ -1,0 +1,28 @@
+#![doc = include_str!("../README.md")]
+
+mod capabilities;
+mod domain;
+mod error;
+mod fence;
+mod issuer;
+mod memory;
+mod outcome;
+mod request;
+pub mod rule;
+mod shards;
+pub mod telemetry;
+mod token;
+
+pub use bytes::Bytes;
+
+pub use capabilities::{Capabilities, OpIdRetention};
+pub use domain::{Domain, MAX_DOMAIN_BYTES};
+pub use error::{BoxError, FenceError, InvalidInput, Operation};
+pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};
+pub use issuer::{Lease, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};
+pub use memory::{MemoryFence, DEFAULT_OP_ID_RETENTION, DEFAULT_SHARDS};
+pub use outcome::{
+    Accepted, AppendOutcome, Appended, Claimed, Entry, LogEntry, Snapshot, WriteOutcome,
+};
+pub use request::{AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest};
+pub use token::{FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};

@@ -1,0 +1,276 @@
+//! What a fenced request carries: the token, the mutation, and its optional conditions.
+
+use std::fmt;
+
+use bytes::Bytes;
+
+use crate::{Domain, FencingToken, OperationId, Revision};
+
+/// What a resource does with a token equal to the domain's high-water mark.
+///
+/// Always chosen explicitly by the request; [`EqualTokenPolicy::SameOwner`] is the default.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum EqualTokenPolicy {
+    /// Accept `token == high-water mark`: the current owner writes many times during its lease.
+    #[default]
+    SameOwner,
+    /// Reject `token == high-water mark` as a replay: every write carries a fresh token.
+    Strict,
+}
+
+/// A compare-and-set condition on the data's own revision, independent of the token.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WriteCondition {
+    /// No condition.
+    #[default]
+    Any,
+    /// There is no live value: nothing was ever written, or it was deleted.
+    Absent,
+    /// The domain's current revision (of a value or a tombstone) equals this one.
+    Revision(Revision),
+}
+
+impl fmt::Display for WriteCondition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            WriteCondition::Any => f.write_str("any state"),
+            WriteCondition::Absent => f.write_str("no live value"),
+            WriteCondition::Revision(revision) => write!(f, "revision {revision}"),
+        }
+    }
+}
+
+/// The change a [`WriteRequest`] makes.
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mutation {
+    /// Store this value.
+    Put(Bytes),
+    /// Remove the value, leaving a tombstone that keeps the high-water mark.
+    Delete,
+}
+
+impl fmt::Debug for Mutation {
+    // Payloads may be secret: only their size is shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Mutation::Put(value) => write!(f, "Put({} bytes)", value.len()),
+            Mutation::Delete => f.write_str("Delete"),
+        }
+    }
+}
+
+/// A fenced write or delete of one domain's value.
+///
+/// ```
+/// use fence_core::{Domain, EqualTokenPolicy, FencingToken, OperationId, WriteRequest};
+/// let request = WriteRequest::put(Domain::new("orders")?, FencingToken::new(7)?, "paid")
+///     .with_op_id(OperationId::new("order-1/pay")?)
+///     .with_policy(EqualTokenPolicy::Strict);
+/// assert_eq!(request.token().get(), 7);
+/// assert_eq!(format!("{request:?}").contains("paid"), false); // payloads stay out of Debug
+/// # Ok::<(), fence_core::InvalidInput>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteRequest {
+    domain: Domain,
+    token: FencingToken,
+    mutation: Mutation,
+    op_id: Option<OperationId>,
+    condition: WriteCondition,
+    policy: EqualTokenPolicy,
+}
+
+impl WriteRequest {
+    /// A fenced write of `value`.
+    pub fn put(domain: Domain, token: FencingToken, value: impl Into<Bytes>) -> Self {
+        Self::new(domain, token, Mutation::Put(value.into()))
+    }
+
+    /// A fenced delete: the value goes, a tombstone keeps the high-water mark.
+    pub fn delete(domain: Domain, token: FencingToken) -> Self {
+        Self::new(domain, token, Mutation::Delete)
+    }
+
+    /// A fenced request with any mutation.
+    pub fn new(domain: Domain, token: FencingToken, mutation: Mutation) -> Self {
+        WriteRequest {
+            domain,
+            token,
+            mutation,
+            op_id: None,
+            condition: WriteCondition::Any,
+            policy: EqualTokenPolicy::SameOwner,
+        }
+    }
+
+    /// Sets the idempotency key of this logical operation.
+    pub fn with_op_id(mut self, op_id: OperationId) -> Self {
+        self.op_id = Some(op_id);
+        self
+    }
+
+    /// Sets a compare-and-set condition on the data's revision.
+    pub fn with_condition(mut self, condition: WriteCondition) -> Self {
+        self.condition = condition;
+        self
+    }
+
+    /// Sets the equal-token policy.
+    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// The fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The mutation.
+    pub fn mutation(&self) -> &Mutation {
+        &self.mutation
+    }
+
+    /// The value of a put, `None` for a delete.
+    pub fn value(&self) -> Option<&Bytes> {
+        match &self.mutation {
+            Mutation::Put(value) => Some(value),
+            Mutation::Delete => None,
+        }
+    }
+
+    /// The operation id, if any.
+    pub fn op_id(&self) -> Option<&OperationId> {
+        self.op_id.as_ref()
+    }
+
+    /// The revision condition.
+    pub fn condition(&self) -> WriteCondition {
+        self.condition
+    }
+
+    /// The equal-token policy.
+    pub fn policy(&self) -> EqualTokenPolicy {
+        self.policy
+    }
+
+    /// [`crate::Operation::Write`] or [`crate::Operation::Delete`].
+    pub fn operation(&self) -> crate::Operation {
+        match self.mutation {
+            Mutation::Put(_) => crate::Operation::Write,
+            Mutation::Delete => crate::Operation::Delete,
+        }
+    }
+}
+
+/// One record of a log append.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The record's key (Kafka partitioning key), if any.
+    pub key: Option<Bytes>,
+    /// The payload.
+    pub value: Bytes,
+    /// User headers; adapters add their own (token, operation id) beside them.
+    pub headers: Vec<(String, Bytes)>,
+}
+
+impl Record {
+    /// A record with a payload and nothing else.
+    pub fn new(value: impl Into<Bytes>) -> Self {
+        Record {
+            key: None,
+            value: value.into(),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Sets the key.
+    pub fn with_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Adds a header.
+    pub fn with_header(mut self, name: impl Into<String>, value: impl Into<Bytes>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+impl fmt::Debug for Record {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Record")
+            .field("key_bytes", &self.key.as_ref().map(Bytes::len))
+            .field("value_bytes", &self.value.len())
+            .field("headers", &self.headers.len())
+            .finish()
+    }
+}
+
+/// A fenced, all-or-nothing append of a batch of records to one domain's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AppendRequest {
+    domain: Domain,
+    token: FencingToken,
+    records: Vec<Record>,
+    op_id: Option<OperationId>,
+    policy: EqualTokenPolicy,
+}
+
+impl AppendRequest {
+    /// A fenced append of `records` (committed together or not at all).
+    pub fn new(domain: Domain, token: FencingToken, records: Vec<Record>) -> Self {
+        AppendRequest {
+            domain,
+            token,
+            records,
+            op_id: None,
+            policy: EqualTokenPolicy::SameOwner,
+        }
+    }
+
+    /// Sets the idempotency key of this logical append.
+    pub fn with_op_id(mut self, op_id: OperationId) -> Self {
+        self.op_id = Some(op_id);
+        self
+    }
+
+    /// Sets the equal-token policy.
+    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// The fencing token.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The records.
+    pub fn records(&self) -> &[Record] {
+        &self.records
+    }
+
+    /// The operation id, if any.
+    pub fn op_id(&self) -> Option<&OperationId> {
+        self.op_id.as_ref()
+    }
+
+    /// The equal-token policy.
+    pub fn policy(&self) -> EqualTokenPolicy {
+        self.policy
+    }
+}

@@ -1,0 +1,84 @@
+//! The acceptance rule of the contract, as pure functions.
+//!
+//! A resource must run these checks and its mutation in ONE atomic step (a Lua script, a
+//! conditional request, a transaction, a lock held across both). Adapters whose atomic step is a
+//! compare-and-set on state they read first (S3's `If-Match`) call these between the read and the
+//! conditional write; adapters that check inside the server (Redis Lua) mirror them there.
+
+use crate::{Domain, EqualTokenPolicy, FenceError, FencingToken, Revision, WriteCondition};
+
+/// Checks a write's token against the domain's high-water mark.
+///
+/// - `presented < hwm` → [`FenceError::Fenced`];
+/// - `presented == hwm` → accepted under [`EqualTokenPolicy::SameOwner`], fenced under
+///   [`EqualTokenPolicy::Strict`];
+/// - `presented > hwm`, or no high-water mark yet → accepted.
+///
+/// ```
+/// use fence_core::{rule, Domain, EqualTokenPolicy, FencingToken};
+/// let d = Domain::new("orders")?;
+/// let (t41, t42) = (FencingToken::new(41)?, FencingToken::new(42)?);
+/// assert!(rule::check_token(&d, Some(t42), t41, EqualTokenPolicy::SameOwner).is_err());
+/// assert!(rule::check_token(&d, Some(t42), t42, EqualTokenPolicy::SameOwner).is_ok());
+/// assert!(rule::check_token(&d, Some(t42), t42, EqualTokenPolicy::Strict).is_err());
+/// assert!(rule::check_token(&d, None, t41, EqualTokenPolicy::Strict).is_ok());
+/// # Ok::<(), fence_core::InvalidInput>(())
+/// ```
+pub fn check_token(
+    domain: &Domain,
+    high_water_mark: Option<FencingToken>,
+    presented: FencingToken,
+    policy: EqualTokenPolicy,
+) -> Result<(), FenceError> {
+    let Some(current) = high_water_mark else {
+        return Ok(());
+    };
+    let stale = match policy {
+        EqualTokenPolicy::SameOwner => presented < current,
+        EqualTokenPolicy::Strict => presented <= current,
+    };
+    if stale {
+        return Err(FenceError::Fenced {
+            domain: domain.clone(),
+            presented,
+            current,
+        });
+    }
+    Ok(())
+}
+
+/// Checks a claim: refused only when the presented token is older than the high-water mark.
+/// Claiming the current mark again is accepted (claims are idempotent).
+pub fn check_claim(
+    domain: &Domain,
+    high_water_mark: Option<FencingToken>,
+    presented: FencingToken,
+) -> Result<(), FenceError> {
+    check_token(domain, high_water_mark, presented, EqualTokenPolicy::SameOwner)
+}
+
+/// Checks a revision condition against the stored entry.
+///
+/// `live` says whether a live value exists; `revision` is the revision of the value or
+/// tombstone (`None`: nothing was ever written).
+pub fn check_condition(
+    domain: &Domain,
+    condition: WriteCondition,
+    live: bool,
+    revision: Option<Revision>,
+) -> Result<(), FenceError> {
+    let holds = match condition {
+        WriteCondition::Any => true,
+        WriteCondition::Absent => !live,
+        WriteCondition::Revision(expected) => revision == Some(expected),
+    };
+    if holds {
+        Ok(())
+    } else {
+        Err(FenceError::RevisionMismatch {
+            domain: domain.clone(),
+            expected: condition,
+            actual: revision,
+        })
+    }
+}
