@@ -131,7 +131,8 @@ pub trait FencedStoreExt: FencedStore {
         domain: &Domain,
         token: FencingToken,
     ) -> Result<WriteOutcome, FenceError> {
-        self.write(&WriteRequest::delete(domain.clone(), token)).await
+        self.write(&WriteRequest::delete(domain.clone(), token))
+            .await
     }
 }
 

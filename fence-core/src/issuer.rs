@@ -170,7 +170,9 @@ impl MemoryLeases {
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Domain, Held>> {
         // A panic elsewhere cannot leave a half-updated entry: every update is one insert/remove.
-        self.held.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.held
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -188,7 +190,9 @@ impl fmt::Debug for MemoryLeases {
 
 fn check_ttl(ttl: Duration) -> Result<(), FenceError> {
     if ttl.is_zero() {
-        return Err(InvalidInput::Configuration("lease ttl must be greater than zero".into()).into());
+        return Err(
+            InvalidInput::Configuration("lease ttl must be greater than zero".into()).into(),
+        );
     }
     Ok(())
 }
@@ -268,7 +272,9 @@ impl LeaseManager for MemoryLeases {
             || {
                 let mut held = self.held();
                 match held.get(&lease.domain) {
-                    Some(current) if current.token == lease.token && current.owner == lease.owner => {
+                    Some(current)
+                        if current.token == lease.token && current.owner == lease.owner =>
+                    {
                         held.remove(&lease.domain);
                         Ok(())
                     }
@@ -313,9 +319,13 @@ mod tests {
     async fn lease_lifecycle() -> Result<(), FenceError> {
         let leases = MemoryLeases::new();
         let d = domain();
-        let a = leases.acquire(&d, &owner("a"), Duration::from_millis(40)).await?;
+        let a = leases
+            .acquire(&d, &owner("a"), Duration::from_millis(40))
+            .await?;
         assert!(matches!(
-            leases.acquire(&d, &owner("b"), Duration::from_secs(1)).await,
+            leases
+                .acquire(&d, &owner("b"), Duration::from_secs(1))
+                .await,
             Err(FenceError::LeaseHeld { .. })
         ));
         let a = leases.renew(&a, Duration::from_millis(40)).await?;
@@ -325,14 +335,18 @@ mod tests {
             leases.renew(&a, Duration::from_secs(1)).await,
             Err(FenceError::LeaseLost { .. })
         ));
-        let b = leases.acquire(&d, &owner("b"), Duration::from_secs(1)).await?;
+        let b = leases
+            .acquire(&d, &owner("b"), Duration::from_secs(1))
+            .await?;
         assert!(b.token > a.token);
         assert!(matches!(
             leases.release(&a).await,
             Err(FenceError::LeaseLost { .. })
         ));
         leases.release(&b).await?;
-        let c = leases.acquire(&d, &owner("a"), Duration::from_secs(1)).await?;
+        let c = leases
+            .acquire(&d, &owner("a"), Duration::from_secs(1))
+            .await?;
         assert!(c.token > b.token, "release never resets the counter");
         assert!(matches!(
             leases.acquire(&d, &owner("a"), Duration::ZERO).await,

@@ -24,5 +24,7 @@ pub use memory::{MemoryFence, DEFAULT_OP_ID_RETENTION, DEFAULT_SHARDS};
 pub use outcome::{
     Accepted, AppendOutcome, Appended, Claimed, Entry, LogEntry, Snapshot, WriteOutcome,
 };
-pub use request::{AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest};
+pub use request::{
+    AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest,
+};
 pub use token::{FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};

@@ -95,7 +95,9 @@ impl MemoryFence {
 
     fn with_state<R>(&self, domain: &Domain, f: impl FnOnce(&mut DomainState) -> R) -> R {
         self.domains.with(domain, |map| {
-            f(map.entry(domain.clone()).or_insert_with(DomainState::default))
+            f(map
+                .entry(domain.clone())
+                .or_insert_with(DomainState::default))
         })
     }
 

@@ -54,7 +54,12 @@ pub fn check_claim(
     high_water_mark: Option<FencingToken>,
     presented: FencingToken,
 ) -> Result<(), FenceError> {
-    check_token(domain, high_water_mark, presented, EqualTokenPolicy::SameOwner)
+    check_token(
+        domain,
+        high_water_mark,
+        presented,
+        EqualTokenPolicy::SameOwner,
+    )
 }
 
 /// Checks a revision condition against the stored entry.

@@ -38,7 +38,9 @@ impl<T> Shards<T> {
     /// Every shard, one at a time (never all locked together).
     pub(crate) fn each(&self, mut f: impl FnMut(&T)) {
         for shard in self.shards.iter() {
-            f(&shard.lock().unwrap_or_else(|poisoned| poisoned.into_inner()));
+            f(&shard
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()));
         }
     }
 }

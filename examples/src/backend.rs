@@ -1,0 +1,103 @@
+//! Which resource and lease manager a demo runs on, chosen with `--backend NAME`.
+
+use std::sync::Arc;
+
+use fence_core::{FencedStore, LeaseManager, MemoryFence, MemoryLeases};
+
+/// A backend the demos can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Backend {
+    /// The embedded in-memory resource and leases: no servers needed.
+    Memory,
+}
+
+impl Backend {
+    /// Every backend, in the order `--help` lists them.
+    pub const ALL: &'static [(&'static str, Backend)] = &[("memory", Backend::Memory)];
+
+    /// Reads `--backend NAME` (or `--backend=NAME`) from the arguments; memory by default.
+    pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Backend, String> {
+        let mut args = args.into_iter();
+        let mut chosen = None;
+        while let Some(arg) = args.next() {
+            let name = match arg.strip_prefix("--backend=") {
+                Some(name) => name.to_owned(),
+                None if arg == "--backend" => args
+                    .next()
+                    .ok_or_else(|| "--backend needs a name".to_owned())?,
+                None => return Err(format!("unknown argument `{arg}`")),
+            };
+            chosen = Some(Self::named(&name)?);
+        }
+        Ok(chosen.unwrap_or(Backend::Memory))
+    }
+
+    fn named(name: &str) -> Result<Backend, String> {
+        Self::ALL
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, b)| *b)
+            .ok_or_else(|| {
+                let known: Vec<&str> = Self::ALL.iter().map(|(n, _)| *n).collect();
+                format!(
+                    "unknown backend `{name}`; choose one of: {}",
+                    known.join(", ")
+                )
+            })
+    }
+
+    /// Connects to the backend and returns its store and lease manager.
+    pub async fn open(self) -> Result<DemoBackend, Box<dyn std::error::Error>> {
+        match self {
+            Backend::Memory => Ok(DemoBackend {
+                description: "memory (embedded, no servers)".into(),
+                store: Arc::new(MemoryFence::new()),
+                leases: Arc::new(MemoryLeases::new()),
+            }),
+        }
+    }
+}
+
+/// An opened backend.
+#[derive(Debug)]
+pub struct DemoBackend {
+    /// What is running, for the demo's header.
+    pub description: String,
+    /// The fenced resource.
+    pub store: Arc<dyn FencedStore>,
+    /// Where leases and their tokens come from.
+    pub leases: Arc<dyn LeaseManager>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn backend_defaults_to_memory_and_parses_both_spellings() {
+        assert_eq!(Backend::from_args(args(&[])), Ok(Backend::Memory));
+        assert_eq!(
+            Backend::from_args(args(&["--backend", "memory"])),
+            Ok(Backend::Memory)
+        );
+        assert_eq!(
+            Backend::from_args(args(&["--backend=memory"])),
+            Ok(Backend::Memory)
+        );
+    }
+
+    #[test]
+    fn unknown_backends_and_arguments_are_refused() {
+        let unknown = Backend::from_args(args(&["--backend", "etcd"]));
+        assert!(
+            unknown.is_err_and(|e| e.contains("unknown backend `etcd`") && e.contains("memory"))
+        );
+        assert!(Backend::from_args(args(&["--backend"])).is_err());
+        assert!(Backend::from_args(args(&["--verbose"])).is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! Shared pieces of the Fence examples: choosing a backend and printing a timeline.
+
+mod backend;
+mod timeline;
+
+pub use backend::{Backend, DemoBackend};
+pub use timeline::Timeline;

@@ -1,0 +1,195 @@
+//! The stale-writer story: worker A holds a lease, pauses past its expiry, and wakes up to write
+//! after worker B took over. The resource rejects A's write because B's token is newer.
+//!
+//! `cargo run --example stale_writer [-- --backend memory]`
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fence_core::{
+    Domain, FenceError, FencedStore, LeaseManager, OwnerId, Snapshot, WriteOutcome, WriteRequest,
+};
+use fence_examples::{Backend, Timeline};
+
+const LEASE: Duration = Duration::from_millis(200);
+const PAUSE: Duration = Duration::from_millis(450);
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+fn describe(result: &Result<WriteOutcome, FenceError>) -> String {
+    match result {
+        Ok(outcome) => format!("accepted at revision {}", outcome.accepted().revision),
+        Err(error) if error.is_fenced() => format!("REJECTED: {error}"),
+        Err(error) => format!("failed: {error}"),
+    }
+}
+
+/// Worker A: acquires, writes, pauses past its lease, then writes again as if nothing happened.
+async fn worker_a(
+    store: Arc<dyn FencedStore>,
+    leases: Arc<dyn LeaseManager>,
+    domain: Domain,
+    clock: Timeline,
+) -> Result<Result<WriteOutcome, FenceError>, Error> {
+    let lease = leases
+        .acquire(&domain, &OwnerId::new("worker-a")?, LEASE)
+        .await?;
+    clock.say(
+        "A",
+        format!(
+            "acquired the lease ({}ms) with fencing token {}",
+            LEASE.as_millis(),
+            lease.token
+        ),
+    );
+    let draft = WriteRequest::put(domain.clone(), lease.token, "total=100 (by A)");
+    clock.say(
+        "A",
+        format!(
+            "wrote \"total=100 (by A)\" -> {}",
+            describe(&store.write(&draft).await)
+        ),
+    );
+    clock.say(
+        "A",
+        format!(
+            "pauses (GC, scheduler, network) for {}ms",
+            PAUSE.as_millis()
+        ),
+    );
+    tokio::time::sleep(PAUSE).await;
+    clock.say(
+        "A",
+        "resumes, unaware that its lease expired, and writes again",
+    );
+    let stale = store
+        .write(&WriteRequest::put(
+            domain,
+            lease.token,
+            "total=100 (by A, stale)",
+        ))
+        .await;
+    clock.say(
+        "A",
+        format!("wrote \"total=100 (by A, stale)\" -> {}", describe(&stale)),
+    );
+    Ok(stale)
+}
+
+/// Worker B: waits for A's lease to expire, acquires, claims, writes.
+async fn worker_b(
+    store: Arc<dyn FencedStore>,
+    leases: Arc<dyn LeaseManager>,
+    domain: Domain,
+    clock: Timeline,
+) -> Result<(), Error> {
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let owner = OwnerId::new("worker-b")?;
+    let mut announced = false;
+    let lease = loop {
+        match leases
+            .acquire(&domain, &owner, Duration::from_secs(10))
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(FenceError::LeaseHeld { .. }) => {
+                if !announced {
+                    clock.say("B", "lease is held by A; waiting for it to expire");
+                    announced = true;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
+    clock.say(
+        "B",
+        format!("acquired the lease with fencing token {}", lease.token),
+    );
+    let claimed = store.claim(&domain, lease.token).await?;
+    let before = claimed
+        .previous_high_water_mark
+        .map_or("none".into(), |t| t.to_string());
+    clock.say(
+        "B",
+        format!(
+            "claimed the domain: high-water mark {before} -> {}",
+            claimed.token
+        ),
+    );
+    let write = store
+        .write(&WriteRequest::put(domain, lease.token, "total=120 (by B)"))
+        .await;
+    clock.say(
+        "B",
+        format!("wrote \"total=120 (by B)\" -> {}", describe(&write)),
+    );
+    write?;
+    leases.release(&lease).await?;
+    Ok(())
+}
+
+fn summary(snapshot: &Snapshot) -> String {
+    let value = snapshot
+        .value()
+        .map(|v| String::from_utf8_lossy(v).into_owned());
+    format!(
+        "final value: {:?} written with token {} at revision {}; high-water mark {}",
+        value.unwrap_or_default(),
+        snapshot.written_by().map_or("-".into(), |t| t.to_string()),
+        snapshot.revision().map_or("-".into(), |r| r.to_string()),
+        snapshot
+            .high_water_mark
+            .map_or("-".into(), |t| t.to_string()),
+    )
+}
+
+async fn run() -> Result<bool, Error> {
+    let backend = Backend::from_args(std::env::args().skip(1))?;
+    let opened = backend.open().await.map_err(|e| e.to_string())?;
+    // A fresh domain per run, so a shared server never sees a previous run's mark.
+    let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let domain = Domain::new(format!("invoice-42/run-{run_id}"))?;
+    println!("Fence demo: a paused worker wakes up after its lease expired");
+    println!("backend: {}; domain `{domain}`", opened.description);
+    let clock = Timeline::start();
+    let a = tokio::spawn(worker_a(
+        opened.store.clone(),
+        opened.leases.clone(),
+        domain.clone(),
+        clock,
+    ));
+    let b = tokio::spawn(worker_b(
+        opened.store.clone(),
+        opened.leases.clone(),
+        domain.clone(),
+        clock,
+    ));
+    b.await??;
+    let stale = a.await??;
+    let snapshot = opened.store.read(&domain).await?;
+    println!("{}", summary(&snapshot));
+    let b_won = snapshot
+        .value()
+        .is_some_and(|v| &v[..] == b"total=120 (by B)");
+    Ok(stale.is_err_and(|e| e.is_fenced()) && b_won)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run().await {
+        Ok(true) => {
+            println!("the stale write was rejected by the resource: B's data is intact");
+            ExitCode::SUCCESS
+        }
+        Ok(false) => {
+            eprintln!("the stale write was NOT rejected: fencing failed");
+            ExitCode::FAILURE
+        }
+        Err(error) => {
+            eprintln!("demo failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,63 @@
+//! What an adapter provides so the suite can drive its real backend.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fence_core::{BoxError, FencedLog, FencedStore};
+
+/// A store under test, plus the hooks some scenarios need.
+#[async_trait]
+pub trait StoreHarness: Send + Sync {
+    /// The store under test. Called again after [`StoreHarness::restart`].
+    fn store(&self) -> Arc<dyn FencedStore>;
+
+    /// Restarts the backend server, keeping its data; `Ok(false)` if this harness cannot.
+    async fn restart(&self) -> Result<bool, BoxError> {
+        Ok(false)
+    }
+
+    /// A store configured like [`StoreHarness::store`] but pointing at an address where no
+    /// server listens, so that scenarios can prove invalid input is refused before any I/O.
+    fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
+        None
+    }
+
+    /// Concurrent writers in the race scenarios (at least 8 unless the backend slows losers
+    /// heavily, as SeaweedFS does).
+    fn race_writers(&self) -> usize {
+        10
+    }
+
+    /// Operations per writer in the race scenarios.
+    fn race_rounds(&self) -> usize {
+        25
+    }
+}
+
+/// A log under test, plus the hooks some scenarios need.
+#[async_trait]
+pub trait LogHarness: Send + Sync {
+    /// The log under test. Called again after [`LogHarness::restart`].
+    fn log(&self) -> Arc<dyn FencedLog>;
+
+    /// Restarts the backend server, keeping its data; `Ok(false)` if this harness cannot.
+    async fn restart(&self) -> Result<bool, BoxError> {
+        Ok(false)
+    }
+
+    /// A log pointing at an address where no server listens (see
+    /// [`StoreHarness::unreachable_store`]).
+    fn unreachable_log(&self) -> Option<Arc<dyn FencedLog>> {
+        None
+    }
+
+    /// Concurrent appenders in the race scenario.
+    fn race_writers(&self) -> usize {
+        8
+    }
+
+    /// Batches per appender in the race scenario.
+    fn race_rounds(&self) -> usize {
+        10
+    }
+}

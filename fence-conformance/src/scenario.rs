@@ -1,0 +1,142 @@
+//! Scenario results and the assertions scenarios use.
+
+use std::fmt;
+
+use fence_core::{
+    Accepted, AppendOutcome, Appended, BoxError, Claimed, FenceError, FencingToken, InvalidInput,
+    WriteOutcome,
+};
+
+use crate::Namespace;
+
+/// How a scenario ended when it did not fail.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every check held.
+    Passed,
+    /// The backend declares it lacks what the scenario needs; nothing was checked.
+    NotApplicable(String),
+}
+
+/// A failed check, with what was expected and what happened.
+#[derive(Debug)]
+pub struct Failure(String);
+
+impl Failure {
+    /// A failure with a message.
+    pub fn new(message: impl Into<String>) -> Self {
+        Failure(message.into())
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+impl From<FenceError> for Failure {
+    fn from(error: FenceError) -> Self {
+        Failure(format!("unexpected error: {error} ({error:?})"))
+    }
+}
+
+impl From<InvalidInput> for Failure {
+    fn from(error: InvalidInput) -> Self {
+        Failure(format!("unexpected invalid input: {error}"))
+    }
+}
+
+/// What every scenario returns.
+pub type ScenarioResult = Result<Verdict, Failure>;
+
+/// Prints the verdict and panics on failure, so the generated test fails with the message.
+pub fn report(scenario: &str, namespace: &Namespace, result: ScenarioResult) {
+    match result {
+        Ok(Verdict::Passed) => {}
+        Ok(Verdict::NotApplicable(why)) => {
+            eprintln!("conformance scenario `{scenario}`: not applicable to this backend: {why}");
+        }
+        Err(failure) => panic!(
+            "conformance scenario `{scenario}` failed (namespace {}): {failure}",
+            namespace.prefix()
+        ),
+    }
+}
+
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err($crate::Failure::new(format!($($arg)+)));
+        }
+    };
+}
+pub(crate) use ensure;
+
+/// A token from a literal.
+pub(crate) fn t(value: u64) -> Result<FencingToken, Failure> {
+    Ok(FencingToken::new(value)?)
+}
+
+/// Expects a write applied now.
+pub(crate) fn accepted(
+    what: &str,
+    result: Result<WriteOutcome, FenceError>,
+) -> Result<Accepted, Failure> {
+    match result {
+        Ok(WriteOutcome::Accepted(accepted)) => Ok(accepted),
+        other => Err(Failure::new(format!(
+            "{what}: expected accepted, got {other:?}"
+        ))),
+    }
+}
+
+/// Expects an append committed now.
+pub(crate) fn appended(
+    what: &str,
+    result: Result<AppendOutcome, FenceError>,
+) -> Result<Appended, Failure> {
+    match result {
+        Ok(AppendOutcome::Appended(appended)) => Ok(appended),
+        other => Err(Failure::new(format!(
+            "{what}: expected appended, got {other:?}"
+        ))),
+    }
+}
+
+/// Expects a claim accepted.
+pub(crate) fn claimed(what: &str, result: Result<Claimed, FenceError>) -> Result<Claimed, Failure> {
+    result.map_err(|e| Failure::new(format!("{what}: expected claimed, got {e:?}")))
+}
+
+/// Expects `Fenced` with exactly these tokens.
+pub(crate) fn fenced<T: fmt::Debug>(
+    what: &str,
+    result: Result<T, FenceError>,
+    presented: u64,
+    current: u64,
+) -> Result<(), Failure> {
+    match result {
+        Err(FenceError::Fenced {
+            presented: p,
+            current: c,
+            ..
+        }) if p.get() == presented && c.get() == current => Ok(()),
+        other => Err(Failure::new(format!(
+            "{what}: expected fenced (presented {presented}, current {current}), got {other:?}"
+        ))),
+    }
+}
+
+/// Expects the harness to have restarted its backend.
+pub(crate) fn restarted(result: Result<bool, BoxError>) -> Result<(), Failure> {
+    match result {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Failure::new(
+            "backend declares survives_restart but its harness cannot restart it",
+        )),
+        Err(error) => Err(Failure::new(format!("restart failed: {error}"))),
+    }
+}

@@ -1,0 +1,35 @@
+//! The conformance suite against `MemoryFence`, the reference resource: as a store and as a log.
+
+use std::sync::Arc;
+
+use fence_conformance::{LogHarness, StoreHarness};
+use fence_core::{FencedLog, FencedStore, MemoryFence};
+
+/// A fresh in-memory resource per scenario, with a value limit so the size checks run.
+struct Memory(Arc<MemoryFence>);
+
+impl StoreHarness for Memory {
+    fn store(&self) -> Arc<dyn FencedStore> {
+        self.0.clone()
+    }
+}
+
+impl LogHarness for Memory {
+    fn log(&self) -> Arc<dyn FencedLog> {
+        self.0.clone()
+    }
+}
+
+async fn memory() -> Option<Memory> {
+    Some(Memory(Arc::new(
+        MemoryFence::new().with_max_value_bytes(64 * 1024),
+    )))
+}
+
+mod store {
+    fence_conformance::store_conformance!(super::memory);
+}
+
+mod log {
+    fence_conformance::log_conformance!(super::memory);
+}
