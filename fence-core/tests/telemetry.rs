@@ -1,0 +1,103 @@
+//! Every operation is counted with its outcome through the `metrics` facade.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use fence_core::{Domain, Fence, FenceError, FencedStore, FencingToken, MemoryFence, WriteRequest};
+use metrics::{
+    Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
+};
+
+#[derive(Default)]
+struct Counting {
+    counters: Mutex<BTreeMap<String, Arc<Count>>>,
+}
+
+#[derive(Default)]
+struct Count(AtomicU64);
+
+impl CounterFn for Count {
+    fn increment(&self, value: u64) {
+        self.0.fetch_add(value, Ordering::Relaxed);
+    }
+
+    fn absolute(&self, value: u64) {
+        self.0.store(value, Ordering::Relaxed);
+    }
+}
+
+impl Counting {
+    fn get(&self, key: &str) -> u64 {
+        let counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        counters.get(key).map_or(0, |c| c.0.load(Ordering::Relaxed))
+    }
+}
+
+impl Recorder for Counting {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        let name = format!("{}{{{}}}", key.name(), labels.join(","));
+        let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
+        Counter::from_arc(counters.entry(name).or_default().clone())
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+#[test]
+fn operations_are_counted_by_outcome() -> Result<(), FenceError> {
+    let recorder = Counting::default();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| FenceError::backend("test", None, e))?;
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            let store = MemoryFence::new();
+            let d = Domain::new("metrics")?;
+            let (t1, t2) = (FencingToken::new(1)?, FencingToken::new(2)?);
+            store
+                .write(&WriteRequest::put(d.clone(), t2, "new"))
+                .await?;
+            let stale = store.write(&WriteRequest::put(d.clone(), t1, "old")).await;
+            assert!(stale.is_err_and(|e| e.is_fenced()));
+            store.write(&WriteRequest::delete(d.clone(), t2)).await?;
+            store.claim(&d, t2).await?;
+            Ok::<_, FenceError>(())
+        })
+    })?;
+    assert_eq!(
+        recorder.get("fence_writes_total{backend=memory,outcome=accepted}"),
+        2
+    );
+    assert_eq!(
+        recorder.get("fence_writes_total{backend=memory,outcome=fenced}"),
+        1
+    );
+    assert_eq!(
+        recorder.get("fence_operations_total{backend=memory,operation=delete,outcome=accepted}"),
+        1
+    );
+    assert_eq!(
+        recorder.get("fence_operations_total{backend=memory,operation=claim,outcome=accepted}"),
+        1
+    );
+    assert_eq!(
+        recorder.get("fence_operations_total{backend=memory,operation=write,outcome=fenced}"),
+        1
+    );
+    Ok(())
+}
