@@ -60,19 +60,25 @@ impl Domain {
     /// # Ok::<(), fence_core::InvalidInput>(())
     /// ```
     pub fn escaped(&self) -> String {
-        const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut out = String::with_capacity(self.0.len());
-        for &byte in self.0.as_bytes() {
-            if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
-                out.push(char::from(byte));
-            } else {
-                out.push('%');
-                out.push(char::from(HEX[usize::from(byte >> 4)]));
-                out.push(char::from(HEX[usize::from(byte & 0x0f)]));
-            }
-        }
-        out
+        escape(&self.0)
     }
+}
+
+/// Percent-encodes every byte outside `[A-Za-z0-9._-]`: injective, and safe in keys, object
+/// names and identifiers of every backend.
+pub(crate) fn escape(text: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-') {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        }
+    }
+    out
 }
 
 impl fmt::Display for Domain {

@@ -152,6 +152,11 @@ macro_rules! identifier {
             pub fn as_str(&self) -> &str {
                 &self.0
             }
+
+            #[doc = concat!("An injective, backend-safe spelling of the ", $what, " (see [`crate::Domain::escaped`]).")]
+            pub fn escaped(&self) -> String {
+                crate::domain::escape(&self.0)
+            }
         }
 
         impl fmt::Display for $name {

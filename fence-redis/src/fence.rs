@@ -1,0 +1,380 @@
+//! `RedisFence`: the fenced store on Redis.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fence_core::telemetry::observe;
+use fence_core::{
+    Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
+    FencedStore, FencingToken, InvalidInput, Mutation, OpIdRetention, Operation, Snapshot,
+    WriteCondition, WriteOutcome, WriteRequest,
+};
+use redis::cluster::ClusterClient;
+use tokio::sync::OnceCell;
+
+use crate::config::RedisFenceBuilder;
+use crate::connection::Connection;
+use crate::error::{map_error, unexpected, RedisFenceError, BACKEND};
+use crate::keys::Keys;
+use crate::reply::{parse_revision, parse_token, Reply};
+use crate::scripts::{LuaScript, CLAIM, READ, WRITE};
+
+/// Shared state of a fence and the leases and issuers made from it.
+pub(crate) struct Inner {
+    pub(crate) description: String,
+    pub(crate) connection: OnceCell<Connection>,
+    pub(crate) cluster_client: Option<ClusterClient>,
+    pub(crate) keys: Keys,
+    pub(crate) max_value_bytes: usize,
+    pub(crate) op_id_retention: Duration,
+    pub(crate) wait: Option<(u32, Duration)>,
+    pub(crate) durable: bool,
+}
+
+/// A fenced store on standalone Redis or Redis Cluster: every operation is one Lua script that
+/// checks the token against the domain's high-water mark and mutates in the same atomic step.
+///
+/// Cheap to clone; clones share one multiplexed connection.
+#[derive(Clone)]
+pub struct RedisFence {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl RedisFence {
+    /// A builder.
+    pub fn builder() -> RedisFenceBuilder {
+        RedisFenceBuilder::default()
+    }
+
+    pub(crate) fn from_inner(inner: Inner) -> Self {
+        RedisFence {
+            inner: Arc::new(inner),
+        }
+    }
+
+    pub(crate) async fn connection(
+        &self,
+        domain: Option<&Domain>,
+    ) -> Result<Connection, FenceError> {
+        let inner = &self.inner;
+        inner
+            .connection
+            .get_or_try_init(|| async {
+                match &inner.cluster_client {
+                    Some(client) => client
+                        .get_async_connection()
+                        .await
+                        .map(Connection::Cluster)
+                        .map_err(|e| {
+                            FenceError::backend(BACKEND, domain, RedisFenceError::Redis(e))
+                        }),
+                    None => Err(FenceError::backend(
+                        BACKEND,
+                        domain,
+                        RedisFenceError::UnexpectedReply {
+                            script: "connect",
+                            detail: "no connection configured".into(),
+                        },
+                    )),
+                }
+            })
+            .await
+            .cloned()
+    }
+
+    /// Checks that the server answers (used by `connect`).
+    pub async fn ping(&self) -> Result<(), FenceError> {
+        let connection = self.connection(None).await?;
+        connection
+            .query(&redis::cmd("PING"))
+            .await
+            .map(|_| ())
+            .map_err(|e| FenceError::backend(BACKEND, None, RedisFenceError::Redis(e)))
+    }
+
+    /// Runs a script for `domain`, mapping transport errors.
+    pub(crate) async fn eval(
+        &self,
+        script: &LuaScript,
+        domain: &Domain,
+        operation: Operation,
+        mutating: bool,
+        keys: &[String],
+        args: &[&[u8]],
+    ) -> Result<Reply, FenceError> {
+        let connection = self.connection(Some(domain)).await?;
+        let value = connection
+            .eval(script, keys, args)
+            .await
+            .map_err(|e| map_error(e, domain, operation, mutating))?;
+        Reply::parse(script.name, domain, value)
+    }
+
+    /// `WAIT` after a write when configured; a failure leaves the outcome unknown.
+    pub(crate) async fn replicate(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+        key: &str,
+    ) -> Result<Option<u32>, FenceError> {
+        let Some((replicas, timeout)) = self.inner.wait else {
+            return Ok(None);
+        };
+        let connection = self.connection(Some(domain)).await?;
+        connection
+            .wait_for_replicas(key, replicas, timeout)
+            .await
+            .map(Some)
+            .map_err(|e| map_error(e, domain, operation, true))
+    }
+
+    pub(crate) fn check_size(&self, domain: &Domain, size: usize) -> Result<(), FenceError> {
+        if size > self.inner.max_value_bytes {
+            return Err(InvalidInput::ValueTooLarge {
+                domain: domain.clone(),
+                size,
+                max: self.inner.max_value_bytes,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn retention_ms(&self) -> String {
+        self.inner.op_id_retention.as_millis().max(1).to_string()
+    }
+
+    async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        let domain = request.domain();
+        let operation = request.operation();
+        let (mutation, value): (&[u8], &[u8]) = match request.mutation() {
+            Mutation::Put(value) => {
+                self.check_size(domain, value.len())?;
+                (b"put", value)
+            }
+            Mutation::Delete => (b"del", b""),
+            _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
+        };
+        let (condition, expected) = match request.condition() {
+            WriteCondition::Any => ("any", String::new()),
+            WriteCondition::Absent => ("absent", String::new()),
+            WriteCondition::Revision(revision) => ("rev", revision.to_string()),
+            _ => return Err(FenceError::unsupported(BACKEND, "this write condition")),
+        };
+        let token = request.token();
+        let keys = [
+            self.inner.keys.state(domain),
+            self.inner.keys.op(domain, token, request.op_id()),
+        ];
+        let token_text = token.to_string();
+        let retention = self.retention_ms();
+        let args: [&[u8]; 8] = [
+            token_text.as_bytes(),
+            strict_flag(request.policy()),
+            condition.as_bytes(),
+            expected.as_bytes(),
+            mutation,
+            value,
+            retention.as_bytes(),
+            if request.op_id().is_some() {
+                b"1"
+            } else {
+                b"0"
+            },
+        ];
+        let reply = self
+            .eval(&WRITE, domain, operation, true, &keys, &args)
+            .await?;
+        let outcome = match reply.tag.as_str() {
+            "ok" => {
+                let revision = reply
+                    .revision(0)?
+                    .ok_or_else(|| unexpected("write", domain, "no revision"))?;
+                WriteOutcome::Accepted(Accepted::new(token, revision, reply.token(1)?))
+            }
+            "dup" => {
+                let first = reply.text(0)?;
+                let (revision, previous) = first.split_once(':').ok_or_else(|| {
+                    FenceError::corrupt(BACKEND, domain, "operation id record has no separator")
+                })?;
+                let revision = parse_revision(domain, revision)?.ok_or_else(|| {
+                    FenceError::corrupt(BACKEND, domain, "operation id record has no revision")
+                })?;
+                WriteOutcome::Duplicate(Accepted::new(
+                    token,
+                    revision,
+                    parse_token(domain, previous)?,
+                ))
+            }
+            "fenced" => return Err(fenced(domain, token, &reply)?),
+            "mismatch" => {
+                return Err(FenceError::RevisionMismatch {
+                    domain: domain.clone(),
+                    expected: request.condition(),
+                    actual: reply.revision(0)?,
+                })
+            }
+            _ => return Err(reply.into_error()),
+        };
+        match self.replicate(domain, operation, &keys[0]).await? {
+            Some(replicas) => Ok(match outcome {
+                WriteOutcome::Accepted(a) => {
+                    WriteOutcome::Accepted(a.with_replicas_acknowledged(replicas))
+                }
+                WriteOutcome::Duplicate(a) => {
+                    WriteOutcome::Duplicate(a.with_replicas_acknowledged(replicas))
+                }
+                other => other,
+            }),
+            None => Ok(outcome),
+        }
+    }
+
+    async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        let keys = [self.inner.keys.state(domain)];
+        let token_text = token.to_string();
+        let reply = self
+            .eval(
+                &CLAIM,
+                domain,
+                Operation::Claim,
+                true,
+                &keys,
+                &[token_text.as_bytes()],
+            )
+            .await?;
+        match reply.tag.as_str() {
+            "ok" => {
+                self.replicate(domain, Operation::Claim, &keys[0]).await?;
+                Ok(Claimed::new(token, reply.token(0)?))
+            }
+            "fenced" => Err(fenced(domain, token, &reply)?),
+            _ => Err(reply.into_error()),
+        }
+    }
+
+    async fn read_now(&self, domain: &Domain, with_value: bool) -> Result<Snapshot, FenceError> {
+        let keys = [self.inner.keys.state(domain)];
+        let flag: &[u8] = if with_value { b"1" } else { b"0" };
+        let reply = self
+            .eval(&READ, domain, Operation::Read, false, &keys, &[flag])
+            .await?;
+        if reply.tag != "ok" {
+            return Err(reply.into_error());
+        }
+        let hwm = reply.token(0)?;
+        let state = reply.text(1)?;
+        let entry = if state.is_empty() {
+            Entry::Absent
+        } else {
+            let token = reply.token(2)?.ok_or_else(|| {
+                FenceError::corrupt(BACKEND, domain, "entry without a writer token")
+            })?;
+            let revision = reply
+                .revision(3)?
+                .ok_or_else(|| FenceError::corrupt(BACKEND, domain, "entry without a revision"))?;
+            match state.as_str() {
+                "v" => Entry::Value {
+                    value: reply.bytes(4)?.into(),
+                    token,
+                    revision,
+                },
+                _ => Entry::Tombstone { token, revision },
+            }
+        };
+        Ok(Snapshot::new(hwm, entry))
+    }
+}
+
+pub(crate) fn strict_flag(policy: EqualTokenPolicy) -> &'static [u8] {
+    match policy {
+        EqualTokenPolicy::Strict => b"1",
+        _ => b"0",
+    }
+}
+
+/// The `Fenced` error from a `{'fenced', current}` reply.
+pub(crate) fn fenced(
+    domain: &Domain,
+    presented: FencingToken,
+    reply: &Reply,
+) -> Result<FenceError, FenceError> {
+    let current = reply
+        .token(0)?
+        .ok_or_else(|| FenceError::corrupt(BACKEND, domain, "fenced without a mark"))?;
+    Ok(FenceError::Fenced {
+        domain: domain.clone(),
+        presented,
+        current,
+    })
+}
+
+impl fmt::Debug for RedisFence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisFence")
+            .field("target", &self.inner.description)
+            .field("keys", &self.inner.keys)
+            .field("max_value_bytes", &self.inner.max_value_bytes)
+            .field("wait", &self.inner.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Fence for RedisFence {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::store()
+            .with_op_id_retention(OpIdRetention::Window(self.inner.op_id_retention))
+            .with_max_value_bytes(Some(self.inner.max_value_bytes))
+            .with_survives_restart(self.inner.durable)
+    }
+
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Claim,
+            domain,
+            Some(token),
+            self.claim_now(domain, token),
+        )
+        .await
+    }
+
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
+        observe(BACKEND, Operation::HighWaterMark, domain, None, async {
+            Ok(self.read_now(domain, false).await?.high_water_mark)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl FencedStore for RedisFence {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        observe(
+            BACKEND,
+            request.operation(),
+            request.domain(),
+            Some(request.token()),
+            self.write_now(request),
+        )
+        .await
+    }
+
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Read,
+            domain,
+            None,
+            self.read_now(domain, true),
+        )
+        .await
+    }
+}

@@ -1,0 +1,74 @@
+-- fence-redis prelude: shared by every script. Tokens are canonical decimal strings compared by
+-- length, then byte by byte: Lua numbers are doubles (exact only below 2^53), and string '<'
+-- goes through the locale's collation.
+local U64_MAX = '18446744073709551615'
+
+local function cmp(a, b)
+  if #a ~= #b then return #a < #b and -1 or 1 end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y and -1 or 1 end
+  end
+  return 0
+end
+
+local function is_token(s)
+  if type(s) ~= 'string' or #s == 0 or #s > 20 or not string.match(s, '^[1-9][0-9]*$') then
+    return false
+  end
+  return #s < 20 or cmp(s, U64_MAX) <= 0
+end
+
+-- Revisions stay far below 2^53, so they are exact as Lua numbers.
+local function is_revision(s)
+  return type(s) == 'string' and #s <= 15 and string.match(s, '^[1-9][0-9]*$') ~= nil
+end
+
+local function field(v)
+  if v == false then return nil end
+  return v
+end
+
+-- Loads and validates a domain's state hash; returns nil and a reason for foreign or corrupt state.
+local function load_state(key, with_value)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'none' then return {} end
+  if kind ~= 'hash' then return nil, 'key ' .. key .. ' holds a ' .. kind .. ', not fence state' end
+  local f = redis.call('HMGET', key, 'fence', 'hwm', 'rev', 'tok', 'state')
+  if field(f[1]) ~= '1' then return nil, 'hash ' .. key .. ' has no fence format marker' end
+  local s = { hwm = field(f[2]), rev = field(f[3]), tok = field(f[4]), state = field(f[5]) }
+  if not is_token(s.hwm) then return nil, 'high-water mark is not a canonical u64 token' end
+  if s.state ~= nil then
+    if s.state ~= 'v' and s.state ~= 't' then return nil, 'unknown entry state' end
+    if not is_revision(s.rev) then return nil, 'revision is not a canonical number' end
+    if not is_token(s.tok) then return nil, 'writer token is not a canonical u64 token' end
+    if cmp(s.tok, s.hwm) > 0 then return nil, 'writer token above the high-water mark' end
+  elseif s.rev ~= nil or s.tok ~= nil then
+    return nil, 'revision or writer token without an entry'
+  end
+  if with_value and s.state == 'v' then
+    s.val = field(redis.call('HGET', key, 'val'))
+    if s.val == nil then return nil, 'live entry without a value' end
+  end
+  return s
+end
+
+-- The token rule: returns the current mark when the presented token is stale.
+local function stale(s, token, strict)
+  if s.hwm == nil then return nil end
+  local c = cmp(token, s.hwm)
+  if c < 0 or (c == 0 and strict) then return s.hwm end
+  return nil
+end
+
+-- Increments a canonical decimal string; nil at u64::MAX.
+local function increment(s)
+  if s == nil then return '1' end
+  if s == U64_MAX then return nil end
+  local digits = { string.byte(s, 1, -1) }
+  local i = #digits
+  while i >= 1 and digits[i] == 57 do digits[i] = 48; i = i - 1 end
+  if i == 0 then return '1' .. string.char(unpack(digits)) end
+  digits[i] = digits[i] + 1
+  return string.char(unpack(digits))
+end

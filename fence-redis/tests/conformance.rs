@@ -1,0 +1,104 @@
+//! The whole conformance suite against real Redis: a dedicated standalone server and a
+//! dedicated 3-master cluster per scenario (AOF, `appendfsync always`), so the restart scenario
+//! can SIGKILL and restart them without disturbing other tests.
+#![allow(clippy::expect_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use fence_conformance::StoreHarness;
+use fence_core::{BoxError, FencedStore};
+use fence_redis::RedisFence;
+use support::{RedisCluster, RedisServer};
+
+/// Races of 10 workers × 200 operations on every backend shape.
+const RACE_ROUNDS: usize = 200;
+
+fn fence(build: fence_redis::RedisFenceBuilder) -> RedisFence {
+    build
+        .prefix("conformance")
+        .durable(true)
+        .max_value_bytes(64 * 1024)
+        .build()
+        .expect("valid configuration")
+}
+
+fn unreachable() -> Arc<dyn FencedStore> {
+    // Port 1: nothing listens; a request that reached I/O would fail with a backend error.
+    Arc::new(fence(RedisFence::builder().url("redis://127.0.0.1:1")))
+}
+
+struct Standalone {
+    server: RedisServer,
+    fence: Mutex<RedisFence>,
+}
+
+#[async_trait]
+impl StoreHarness for Standalone {
+    fn store(&self) -> Arc<dyn FencedStore> {
+        Arc::new(self.fence.lock().expect("lock").clone())
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        self.server.kill_and_restart();
+        *self.fence.lock().expect("lock") = fence(RedisFence::builder().url(self.server.url()));
+        Ok(true)
+    }
+
+    fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
+        Some(unreachable())
+    }
+
+    fn race_rounds(&self) -> usize {
+        RACE_ROUNDS
+    }
+}
+
+async fn standalone() -> Option<Standalone> {
+    let server = RedisServer::start("conformance", &[])?;
+    let fence = Mutex::new(fence(RedisFence::builder().url(server.url())));
+    Some(Standalone { server, fence })
+}
+
+struct Cluster {
+    cluster: RedisCluster,
+    fence: Mutex<RedisFence>,
+}
+
+#[async_trait]
+impl StoreHarness for Cluster {
+    fn store(&self) -> Arc<dyn FencedStore> {
+        Arc::new(self.fence.lock().expect("lock").clone())
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        self.cluster.kill_and_restart();
+        *self.fence.lock().expect("lock") =
+            fence(RedisFence::builder().cluster(self.cluster.urls()));
+        Ok(true)
+    }
+
+    fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
+        Some(unreachable())
+    }
+
+    fn race_rounds(&self) -> usize {
+        RACE_ROUNDS
+    }
+}
+
+async fn cluster() -> Option<Cluster> {
+    let cluster = RedisCluster::start("conformance-cluster")?;
+    let fence = Mutex::new(fence(RedisFence::builder().cluster(cluster.urls())));
+    Some(Cluster { cluster, fence })
+}
+
+mod standalone {
+    fence_conformance::store_conformance!(super::standalone);
+}
+
+mod cluster {
+    fence_conformance::store_conformance!(super::cluster);
+}

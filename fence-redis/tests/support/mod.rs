@@ -1,0 +1,320 @@
+//! Test support: dedicated redis-server processes this test owns (so it can kill, pause and
+//! restart them), and the shared servers that `scripts/test` starts.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fence_redis::RedisFence;
+
+/// Under the project's test command a missing server is a failure, never a skip.
+pub fn required() -> bool {
+    std::env::var("FENCE_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
+}
+
+/// Skips (with a loud notice) or, under the test command, fails.
+pub fn unavailable(what: &str) -> Option<std::convert::Infallible> {
+    if required() {
+        panic!("{what} is unavailable, and FENCE_REQUIRE_SERVICES=1 (scripts/test) requires it");
+    }
+    eprintln!(
+        "\n*** SKIPPED: {what} is unavailable. Run scripts/test to start the real servers. ***\n"
+    );
+    None
+}
+
+fn answers(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+fn port_of(url: &str) -> Option<u16> {
+    url.rsplit(':').next()?.trim_end_matches('/').parse().ok()
+}
+
+/// The shared standalone server's URL, if it answers.
+pub fn shared_url() -> Option<String> {
+    let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
+    if port_of(&url).is_some_and(answers) {
+        Some(url)
+    } else {
+        unavailable(&format!("the shared Redis at {url}")).map(|_| String::new())
+    }
+}
+
+/// The shared cluster's seed URLs, if they answer.
+pub fn shared_cluster() -> Option<Vec<String>> {
+    let nodes = std::env::var("FENCE_REDIS_CLUSTER").unwrap_or_else(|_| {
+        "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".into()
+    });
+    let nodes: Vec<String> = nodes.split(',').map(String::from).collect();
+    if nodes.iter().all(|n| port_of(n).is_some_and(answers)) {
+        Some(nodes)
+    } else {
+        unavailable(&format!("the shared Redis Cluster at {nodes:?}")).map(|_| Vec::new())
+    }
+}
+
+/// A unique key prefix per test run.
+pub fn unique_prefix(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "fence-test:{test}:{}.{nanos}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+fn data_root() -> PathBuf {
+    let root = std::env::var("FENCE_SERVICES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services"));
+    root.join("redis-tests")
+}
+
+fn have_redis_server() -> bool {
+    Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// One redis-server process owned by the test, on its own port and data dir (AOF on,
+/// `appendfsync always`), killed when dropped.
+pub struct RedisServer {
+    pub port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+    child: Mutex<Option<Child>>,
+}
+
+impl RedisServer {
+    /// Starts a dedicated server, or skips/fails if redis-server is not installed.
+    pub fn start(name: &str, extra: &[&str]) -> Option<Self> {
+        if !have_redis_server() {
+            unavailable("the redis-server binary")?;
+        }
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = data_root().join(format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("test data dir");
+        let server = RedisServer {
+            port: free_port(),
+            dir,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+            child: Mutex::new(None),
+        };
+        server.spawn();
+        Some(server)
+    }
+
+    fn spawn(&self) {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--logfile")
+            .arg(self.dir.join("redis.log"))
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        *self.child.lock().unwrap() = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !answers(self.port) {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(Child::id)
+            .expect("running")
+    }
+
+    /// SIGKILL (no shutdown, no final fsync) and start again on the same port and data dir.
+    pub fn kill_and_restart(&self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn kill(&self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOP or SIGCONT the server, to make requests hang.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
+    }
+
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A dedicated 3-master Redis Cluster owned by the test.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(name: &str) -> Option<Self> {
+        let mut nodes = Vec::new();
+        for i in 0..3 {
+            let bus = free_port().to_string();
+            let node = RedisServer::start(
+                &format!("{name}-node{i}"),
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-port",
+                    &bus,
+                    "--cluster-node-timeout",
+                    "3000",
+                ],
+            )?;
+            nodes.push(node);
+        }
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = RedisCluster { nodes };
+        cluster.wait_ok();
+        Some(cluster)
+    }
+
+    fn wait_ok(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self
+            .nodes
+            .iter()
+            .all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "cluster did not reach cluster_state:ok"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// SIGKILL every node, start them again from their data dirs, wait for the cluster.
+    pub fn kill_and_restart(&self) {
+        for node in &self.nodes {
+            node.kill();
+        }
+        for node in &self.nodes {
+            node.spawn();
+        }
+        self.wait_ok();
+    }
+}
+
+/// A fence on the shared standalone server with a unique prefix.
+pub async fn shared_fence(test: &str) -> Option<RedisFence> {
+    let url = shared_url()?;
+    Some(
+        RedisFence::builder()
+            .url(url)
+            .prefix(unique_prefix(test))
+            .connect()
+            .await
+            .expect("connect to the shared Redis"),
+    )
+}
+
+/// A fence on the shared cluster with a unique prefix.
+pub async fn shared_cluster_fence(test: &str) -> Option<RedisFence> {
+    let nodes = shared_cluster()?;
+    Some(
+        RedisFence::builder()
+            .cluster(nodes)
+            .prefix(unique_prefix(test))
+            .connect()
+            .await
+            .expect("connect to the shared cluster"),
+    )
+}
