@@ -11,6 +11,7 @@ use fence_core::{
     Domain, FenceError, FencedStore, LeaseManager, OwnerId, Snapshot, WriteOutcome, WriteRequest,
 };
 use fence_examples::{Backend, Timeline};
+use tokio::sync::oneshot;
 
 const LEASE: Duration = Duration::from_millis(200);
 const PAUSE: Duration = Duration::from_millis(450);
@@ -31,10 +32,12 @@ async fn worker_a(
     leases: Arc<dyn LeaseManager>,
     domain: Domain,
     clock: Timeline,
+    acquired: oneshot::Sender<()>,
 ) -> Result<Result<WriteOutcome, FenceError>, Error> {
     let lease = leases
         .acquire(&domain, &OwnerId::new("worker-a")?, LEASE)
         .await?;
+    let _ = acquired.send(());
     clock.say(
         "A",
         format!(
@@ -83,8 +86,10 @@ async fn worker_b(
     leases: Arc<dyn LeaseManager>,
     domain: Domain,
     clock: Timeline,
+    a_acquired: oneshot::Receiver<()>,
 ) -> Result<(), Error> {
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // The story starts with A holding the lease.
+    a_acquired.await?;
     let owner = OwnerId::new("worker-b")?;
     let mut announced = false;
     let lease = loop {
@@ -154,17 +159,20 @@ async fn run() -> Result<bool, Error> {
     println!("Fence demo: a paused worker wakes up after its lease expired");
     println!("backend: {}; domain `{domain}`", opened.description);
     let clock = Timeline::start();
+    let (acquired, a_acquired) = oneshot::channel();
     let a = tokio::spawn(worker_a(
         opened.store.clone(),
         opened.leases.clone(),
         domain.clone(),
         clock,
+        acquired,
     ));
     let b = tokio::spawn(worker_b(
         opened.store.clone(),
         opened.leases.clone(),
         domain.clone(),
         clock,
+        a_acquired,
     ));
     b.await??;
     let stale = a.await??;

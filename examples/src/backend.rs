@@ -10,11 +10,14 @@ use fence_core::{FencedStore, LeaseManager, MemoryFence, MemoryLeases};
 pub enum Backend {
     /// The embedded in-memory resource and leases: no servers needed.
     Memory,
+    /// Redis: `FENCE_REDIS_URL` or `FENCE_REDIS_CLUSTER`, else `redis://127.0.0.1:6379`.
+    Redis,
 }
 
 impl Backend {
     /// Every backend, in the order `--help` lists them.
-    pub const ALL: &'static [(&'static str, Backend)] = &[("memory", Backend::Memory)];
+    pub const ALL: &'static [(&'static str, Backend)] =
+        &[("memory", Backend::Memory), ("redis", Backend::Redis)];
 
     /// Reads `--backend NAME` (or `--backend=NAME`) from the arguments; memory by default.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Backend, String> {
@@ -55,7 +58,26 @@ impl Backend {
                 store: Arc::new(MemoryFence::new()),
                 leases: Arc::new(MemoryLeases::new()),
             }),
+            Backend::Redis => {
+                let fence = redis_builder()?.connect().await?;
+                Ok(DemoBackend {
+                    description: format!("redis at {}", fence.target()),
+                    leases: Arc::new(fence.leases()),
+                    store: Arc::new(fence),
+                })
+            }
         }
+    }
+}
+
+/// A Redis fence builder from the environment, or for `redis://127.0.0.1:6379`.
+pub fn redis_builder() -> Result<fence_redis::RedisFenceBuilder, fence_core::FenceError> {
+    if std::env::var_os("FENCE_REDIS_URL").is_some()
+        || std::env::var_os("FENCE_REDIS_CLUSTER").is_some()
+    {
+        fence_redis::RedisFenceBuilder::from_env()
+    } else {
+        Ok(fence_redis::RedisFence::builder().url("redis://127.0.0.1:6379"))
     }
 }
 

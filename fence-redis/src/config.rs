@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 
 use crate::connection::Connection;
 use crate::error::{RedisFenceError, BACKEND};
+use crate::fence::Connector;
 use crate::keys::Keys;
 use crate::{Inner, RedisFence};
 
@@ -209,8 +210,8 @@ impl RedisFenceBuilder {
                     .set_response_timeout(Some(self.response_timeout))
                     .set_connection_timeout(Some(self.connection_timeout))
                     .set_number_of_retries(2);
-                let manager = ConnectionManager::new_lazy_with_config(client, config).map_err(config_error)?;
-                (redact(&url), OnceCell::new_with(Some(Connection::Standalone(manager))), None)
+                // The manager spawns a task, so it is made on first use, inside the runtime.
+                (redact(&url), OnceCell::new(), Some(Connector::Standalone(client, config)))
             }
             Some(Target::Cluster(nodes)) => {
                 if nodes.is_empty() {
@@ -222,7 +223,7 @@ impl RedisFenceBuilder {
                     .connection_timeout(self.connection_timeout)
                     .build()
                     .map_err(config_error)?;
-                (format!("cluster {description}"), OnceCell::new(), Some(client))
+                (format!("cluster {description}"), OnceCell::new(), Some(Connector::Cluster(client)))
             }
             Some(Target::Manager(manager)) => (
                 "existing connection".to_owned(),
@@ -238,7 +239,7 @@ impl RedisFenceBuilder {
         Ok(RedisFence::from_inner(Inner {
             description,
             connection,
-            cluster_client: source,
+            connector: source,
             keys,
             max_value_bytes: self.max_value_bytes,
             op_id_retention: self.op_id_retention,

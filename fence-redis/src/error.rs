@@ -50,9 +50,9 @@ pub(crate) fn map_error(
             format!("a key of the domain holds another Redis type: {error}"),
         );
     }
-    let maybe_sent = error.is_timeout()
-        || error.is_connection_dropped()
-        || (error.is_io_error() && !error.is_connection_refusal());
+    // A refused connection sent nothing (redis-rs also counts it as "dropped", so test it first).
+    let maybe_sent = !error.is_connection_refusal()
+        && (error.is_timeout() || error.is_connection_dropped() || error.is_io_error());
     if mutating && maybe_sent {
         return FenceError::Ambiguous {
             domain: domain.clone(),

@@ -11,6 +11,7 @@ use fence_core::{
     FencedStore, FencingToken, InvalidInput, Mutation, OpIdRetention, Operation, Snapshot,
     WriteCondition, WriteOutcome, WriteRequest,
 };
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use tokio::sync::OnceCell;
 
@@ -21,11 +22,17 @@ use crate::keys::Keys;
 use crate::reply::{parse_revision, parse_token, Reply};
 use crate::scripts::{LuaScript, CLAIM, READ, WRITE};
 
+/// How a connection is opened on first use.
+pub(crate) enum Connector {
+    Standalone(redis::Client, ConnectionManagerConfig),
+    Cluster(ClusterClient),
+}
+
 /// Shared state of a fence and the leases and issuers made from it.
 pub(crate) struct Inner {
     pub(crate) description: String,
     pub(crate) connection: OnceCell<Connection>,
-    pub(crate) cluster_client: Option<ClusterClient>,
+    pub(crate) connector: Option<Connector>,
     pub(crate) keys: Keys,
     pub(crate) max_value_bytes: usize,
     pub(crate) op_id_retention: Duration,
@@ -62,14 +69,19 @@ impl RedisFence {
         inner
             .connection
             .get_or_try_init(|| async {
-                match &inner.cluster_client {
-                    Some(client) => client
+                let backend_error =
+                    |e| FenceError::backend(BACKEND, domain, RedisFenceError::Redis(e));
+                match &inner.connector {
+                    Some(Connector::Standalone(client, config)) => {
+                        ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                            .map(Connection::Standalone)
+                            .map_err(backend_error)
+                    }
+                    Some(Connector::Cluster(client)) => client
                         .get_async_connection()
                         .await
                         .map(Connection::Cluster)
-                        .map_err(|e| {
-                            FenceError::backend(BACKEND, domain, RedisFenceError::Redis(e))
-                        }),
+                        .map_err(backend_error),
                     None => Err(FenceError::backend(
                         BACKEND,
                         domain,
@@ -82,6 +94,11 @@ impl RedisFence {
             })
             .await
             .cloned()
+    }
+
+    /// Where this fence connects, with any password redacted.
+    pub fn target(&self) -> &str {
+        &self.inner.description
     }
 
     /// Checks that the server answers (used by `connect`).

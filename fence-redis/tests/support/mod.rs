@@ -1,6 +1,12 @@
 //! Test support: dedicated redis-server processes this test owns (so it can kill, pause and
 //! restart them), and the shared servers that `scripts/test` starts.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

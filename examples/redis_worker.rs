@@ -1,0 +1,95 @@
+//! A worker that takes a Redis lease, gets its fencing token, and fences its own Lua mutation
+//! (a balance in a hash, an entry in a stream, a counter) with it.
+//!
+//! `cargo run --example redis_worker` (Redis at `FENCE_REDIS_URL`, else `redis://127.0.0.1:6379`)
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fence_core::{Domain, Fence, FenceError, LeaseManager, OwnerId};
+use fence_examples::{redis_builder, Timeline};
+use fence_redis::{FencedScript, RedisFence, ScriptCall};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// Credits an account: balance, ledger stream and operation count change together, or not at all.
+const CREDIT: &str = r#"
+    local balance = redis.call('HINCRBY', KEYS[1], 'balance', ARGV[1])
+    redis.call('XADD', KEYS[2], '*', 'amount', ARGV[1], 'by', ARGV[2])
+    redis.call('INCR', KEYS[3])
+    return balance
+"#;
+
+async fn credit(
+    fence: &RedisFence,
+    script: &FencedScript,
+    domain: &Domain,
+    token: fence_core::FencingToken,
+    amount: i64,
+    by: &str,
+) -> Result<i64, FenceError> {
+    let call = ScriptCall::new(domain.clone(), token)
+        .key("account")
+        .key("ledger")
+        .key("operations")
+        .arg(amount.to_string())
+        .arg(by);
+    let outcome = fence.run_script(script, &call).await?;
+    Ok(fence_redis::redis::from_redis_value(outcome.result).unwrap_or_default())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let fence = redis_builder()?.connect().await?;
+    let leases = fence.leases();
+    let script = FencedScript::new(CREDIT);
+    let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let domain = Domain::new(format!("account-7/run-{run}"))?;
+    let clock = Timeline::start();
+
+    let lease = leases
+        .acquire(
+            &domain,
+            &OwnerId::new("worker-1")?,
+            Duration::from_millis(300),
+        )
+        .await?;
+    fence.claim(&domain, lease.token).await?;
+    clock.say("w1", format!("holds the lease with token {}", lease.token));
+    let balance = credit(&fence, &script, &domain, lease.token, 100, "worker-1").await?;
+    clock.say(
+        "w1",
+        format!("credited 100 under the fence: balance {balance}"),
+    );
+
+    // The lease is renewed while work goes on...
+    let lease = leases.renew(&lease, Duration::from_millis(300)).await?;
+    // ...until worker 1 stalls past it.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let next = leases
+        .acquire(&domain, &OwnerId::new("worker-2")?, Duration::from_secs(5))
+        .await?;
+    fence.claim(&domain, next.token).await?;
+    clock.say("w2", format!("took over with token {}", next.token));
+    let balance = credit(&fence, &script, &domain, next.token, 50, "worker-2").await?;
+    clock.say("w2", format!("credited 50: balance {balance}"));
+
+    match credit(
+        &fence,
+        &script,
+        &domain,
+        lease.token,
+        100,
+        "worker-1 (stale)",
+    )
+    .await
+    {
+        Err(error) if error.is_fenced() => {
+            clock.say("w1", format!("wakes up and retries its credit: {error}"))
+        }
+        other => return Err(format!("the stale credit was not fenced: {other:?}").into()),
+    }
+    leases.release(&next).await?;
+    let final_balance = credit(&fence, &script, &domain, next.token, 0, "audit").await?;
+    println!("final balance {final_balance}: the stale worker's credit never ran");
+    Ok(())
+}

@@ -1,0 +1,414 @@
+//! Redis-specific behaviour against real servers: script cache loss, exact 64-bit tokens,
+//! fenced user scripts, replica acknowledgements, ambiguous timeouts and kill -9 restarts.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use fence_core::{
+    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, FencingToken, OperationId, Revision,
+    WriteOutcome, WriteRequest,
+};
+use fence_redis::redis::{self, AsyncCommands};
+use fence_redis::{FencedScript, RedisFence, ScriptCall};
+use support::{shared_cluster, shared_cluster_fence, shared_fence, RedisServer};
+
+fn t(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+fn d(name: &str) -> Domain {
+    Domain::new(name).unwrap()
+}
+
+async fn put(
+    fence: &RedisFence,
+    domain: &Domain,
+    token: u64,
+    value: &str,
+) -> Result<WriteOutcome, FenceError> {
+    fence
+        .write(&WriteRequest::put(
+            domain.clone(),
+            t(token),
+            value.to_owned(),
+        ))
+        .await
+}
+
+fn assert_fenced<T: std::fmt::Debug>(result: Result<T, FenceError>, presented: u64, current: u64) {
+    match result {
+        Err(FenceError::Fenced {
+            presented: p,
+            current: c,
+            ..
+        }) => assert_eq!((p.get(), c.get()), (presented, current)),
+        other => panic!("expected fenced {presented} < {current}, got {other:?}"),
+    }
+}
+
+async fn flush_scripts(urls: &[String]) {
+    for url in urls {
+        let mut conn = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+}
+
+async fn script_flush_case(fence: RedisFence, urls: Vec<String>) {
+    let domain = d("flush");
+    put(&fence, &domain, 1, "one").await.unwrap();
+    flush_scripts(&urls).await;
+    put(&fence, &domain, 2, "two")
+        .await
+        .expect("write after SCRIPT FLUSH");
+    flush_scripts(&urls).await;
+    fence
+        .claim(&domain, t(3))
+        .await
+        .expect("claim after SCRIPT FLUSH");
+    flush_scripts(&urls).await;
+    assert_fenced(put(&fence, &domain, 2, "stale").await, 2, 3);
+    flush_scripts(&urls).await;
+    let snapshot = fence.read(&domain).await.expect("read after SCRIPT FLUSH");
+    assert_eq!(snapshot.value().map(|v| v.to_vec()), Some(b"two".to_vec()));
+    assert_eq!(snapshot.high_water_mark, Some(t(3)));
+    flush_scripts(&urls).await;
+    let script = FencedScript::new("return redis.call('INCR', KEYS[1])");
+    let outcome = fence
+        .run_script(&script, &ScriptCall::new(domain, t(3)).key("n"))
+        .await
+        .expect("user script after flush");
+    assert_eq!(outcome.result, redis::Value::Int(1));
+}
+
+#[tokio::test]
+async fn script_flush_between_operations_still_works() {
+    let Some(fence) = shared_fence("flush").await else {
+        return;
+    };
+    let url = support::shared_url().unwrap();
+    script_flush_case(fence, vec![url]).await;
+}
+
+#[tokio::test]
+async fn script_flush_on_every_cluster_node_still_works() {
+    let Some(fence) = shared_cluster_fence("flush").await else {
+        return;
+    };
+    script_flush_case(fence, shared_cluster().unwrap()).await;
+}
+
+async fn exact_tokens_case(fence: RedisFence) {
+    let domain = d("exact");
+    let p53 = 1u64 << 53;
+    for token in [p53 - 1, p53, p53 + 1] {
+        put(&fence, &domain, token, &token.to_string())
+            .await
+            .unwrap_or_else(|e| panic!("token {token}: {e}"));
+    }
+    // As Lua doubles 2^53 and 2^53 + 1 are the same number: an inexact comparison accepts this.
+    assert_fenced(put(&fence, &domain, p53, "stale").await, p53, p53 + 1);
+    let strict = WriteRequest::put(domain.clone(), t(p53 + 1), "replay")
+        .with_policy(EqualTokenPolicy::Strict);
+    assert_fenced(fence.write(&strict).await, p53 + 1, p53 + 1);
+    put(&fence, &domain, u64::MAX - 1, "max-1").await.unwrap();
+    put(&fence, &domain, u64::MAX, "max").await.unwrap();
+    assert_fenced(
+        put(&fence, &domain, u64::MAX - 1, "stale").await,
+        u64::MAX - 1,
+        u64::MAX,
+    );
+    fence
+        .claim(&domain, FencingToken::MAX)
+        .await
+        .expect("claiming the current mark again");
+    let snapshot = fence.read(&domain).await.unwrap();
+    assert_eq!(snapshot.high_water_mark, Some(FencingToken::MAX));
+    assert_eq!(snapshot.written_by(), Some(FencingToken::MAX));
+    assert_eq!(snapshot.value().map(|v| v.to_vec()), Some(b"max".to_vec()));
+}
+
+#[tokio::test]
+async fn tokens_around_2_pow_53_and_u64_max_compare_exactly() {
+    let Some(fence) = shared_fence("exact").await else {
+        return;
+    };
+    exact_tokens_case(fence).await;
+}
+
+#[tokio::test]
+async fn tokens_around_2_pow_53_and_u64_max_compare_exactly_on_cluster() {
+    let Some(fence) = shared_cluster_fence("exact").await else {
+        return;
+    };
+    exact_tokens_case(fence).await;
+}
+
+const ADD_ITEM: &str = r#"
+    redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+    redis.call('XADD', KEYS[3], '*', 'sku', ARGV[1])
+    return redis.call('INCRBY', KEYS[2], ARGV[3])
+"#;
+
+async fn user_script_case(fence: RedisFence, raw_url: Option<String>) {
+    let domain = d("cart-42");
+    let script = FencedScript::new(ADD_ITEM);
+    let call = |token: u64, sku: &str, cents: &str| {
+        ScriptCall::new(domain.clone(), t(token))
+            .key("items")
+            .key("total")
+            .key("events")
+            .arg(sku)
+            .arg("1")
+            .arg(cents)
+    };
+    let first = fence
+        .run_script(&script, &call(5, "sku-1", "1000"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            first.result.clone(),
+            first.previous_high_water_mark,
+            first.duplicate
+        ),
+        (redis::Value::Int(1000), None, false)
+    );
+    let second = fence
+        .run_script(&script, &call(6, "sku-2", "250"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (second.result.clone(), second.previous_high_water_mark),
+        (redis::Value::Int(1250), Some(t(5)))
+    );
+    assert_eq!(
+        fence.high_water_mark(&domain).await.unwrap(),
+        Some(t(6)),
+        "the mark advances exactly as for a plain write"
+    );
+
+    // A stale holder's script does not run at all.
+    assert_fenced(
+        fence
+            .run_script(&script, &call(5, "zombie", "999999"))
+            .await,
+        5,
+        6,
+    );
+    // And a plain write with the stale token is fenced by the same mark.
+    assert_fenced(put(&fence, &domain, 5, "zombie").await, 5, 6);
+
+    // Replays of an operation id run nothing twice.
+    let op = OperationId::new("add-sku-3").unwrap();
+    let once = fence
+        .run_script(&script, &call(6, "sku-3", "5").with_op_id(op.clone()))
+        .await
+        .unwrap();
+    let again = fence
+        .run_script(&script, &call(6, "sku-3", "5").with_op_id(op))
+        .await
+        .unwrap();
+    assert_eq!(
+        (once.result, once.duplicate),
+        (redis::Value::Int(1255), false)
+    );
+    assert!(
+        again.duplicate && again.result == redis::Value::Nil,
+        "{again:?}"
+    );
+
+    if let Some(url) = raw_url {
+        let mut conn = redis::Client::open(url)
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let total: i64 = conn
+            .get(fence.user_key(&domain, "total").unwrap())
+            .await
+            .unwrap();
+        let items: Vec<String> = conn
+            .hkeys(fence.user_key(&domain, "items").unwrap())
+            .await
+            .unwrap();
+        let events: usize = redis::cmd("XLEN")
+            .arg(fence.user_key(&domain, "events").unwrap())
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        assert_eq!(total, 1255, "the replay and the stale call changed nothing");
+        assert_eq!(items.len(), 3);
+        assert!(!items.contains(&"zombie".to_owned()));
+        assert_eq!(events, 3);
+    }
+}
+
+#[tokio::test]
+async fn fenced_user_script_mutates_several_keys_under_the_fence() {
+    let Some(fence) = shared_fence("script").await else {
+        return;
+    };
+    user_script_case(fence, support::shared_url()).await;
+}
+
+#[tokio::test]
+async fn fenced_user_script_runs_single_slot_on_cluster() {
+    let Some(fence) = shared_cluster_fence("script").await else {
+        return;
+    };
+    user_script_case(fence, None).await;
+}
+
+#[tokio::test]
+async fn wait_reports_how_many_replicas_acknowledged() {
+    let Some(url) = support::shared_url() else {
+        return;
+    };
+    let prefix = support::unique_prefix("wait");
+    let fence = RedisFence::builder()
+        .url(&url)
+        .prefix(&prefix)
+        .wait_for_replicas(1, Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("replicated");
+    let outcome = put(&fence, &domain, 1, "v").await.unwrap();
+    assert_eq!(
+        outcome.accepted().replicas_acknowledged,
+        Some(1),
+        "the test replica acknowledges"
+    );
+
+    // Asking for more replicas than exist is reported, not hidden and not an error.
+    let greedy = RedisFence::builder()
+        .url(&url)
+        .prefix(&prefix)
+        .wait_for_replicas(2, Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let outcome = put(&greedy, &domain, 2, "v2").await.unwrap();
+    assert_eq!(outcome.accepted().replicas_acknowledged, Some(1));
+
+    let replica_url = std::env::var("FENCE_REDIS_REPLICA_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6391".into());
+    let mut replica = redis::Client::open(replica_url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let state_key = format!("{prefix}:{{replicated}}:state");
+    let hwm: String = replica.hget(&state_key, "hwm").await.unwrap();
+    assert_eq!(hwm, "2", "the mark reached the replica with the data");
+}
+
+#[tokio::test]
+async fn timeout_after_send_is_ambiguous_and_a_retry_never_applies_twice() {
+    let Some(server) = RedisServer::start("ambiguous", &[]) else {
+        return;
+    };
+    let fence = RedisFence::builder()
+        .url(server.url())
+        .response_timeout(Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("ambiguous");
+    let request = WriteRequest::put(domain.clone(), t(1), "once")
+        .with_op_id(OperationId::new("op-1").unwrap());
+    server.signal("STOP");
+    let paused = fence.write(&request).await;
+    server.signal("CONT");
+    match &paused {
+        Err(e @ FenceError::Ambiguous { .. }) => assert!(e.is_retryable()),
+        other => panic!("a write whose reply never came must be ambiguous, got {other:?}"),
+    }
+    let mut retry = fence.write(&request).await;
+    for _ in 0..20 {
+        if retry.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        retry = fence.write(&request).await;
+    }
+    let retry = retry.expect("the retry learns the outcome");
+    assert_eq!(
+        retry.accepted().revision,
+        Revision::new(1),
+        "applied exactly once: {retry:?}"
+    );
+    assert_eq!(
+        fence.read(&domain).await.unwrap().revision(),
+        Some(Revision::new(1))
+    );
+}
+
+#[tokio::test]
+async fn stale_write_after_a_kill_9_restart_is_still_rejected() {
+    let Some(server) = RedisServer::start("restart", &[]) else {
+        return;
+    };
+    let fence = RedisFence::builder()
+        .url(server.url())
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("invoice-7");
+    put(&fence, &domain, 7, "draft by A").await.unwrap();
+    fence.claim(&domain, t(8)).await.unwrap();
+    put(&fence, &domain, 8, "final by B").await.unwrap();
+    println!(
+        "restart: A wrote with 7, B claimed and wrote with 8 (pid {})",
+        server.pid()
+    );
+    server.kill_and_restart();
+    println!(
+        "restart: redis-server killed with SIGKILL and started again (pid {})",
+        server.pid()
+    );
+    let fence = RedisFence::builder()
+        .url(server.url())
+        .connect()
+        .await
+        .unwrap();
+    let stale = put(&fence, &domain, 7, "zombie by A").await;
+    println!(
+        "restart: A's stale write with 7 -> {}",
+        stale
+            .as_ref()
+            .map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
+    );
+    assert_fenced(stale, 7, 8);
+    let snapshot = fence.read(&domain).await.unwrap();
+    println!(
+        "restart: value {:?} by token {:?}, revision {:?}, high-water mark {:?}",
+        snapshot
+            .value()
+            .map(|v| String::from_utf8_lossy(v).into_owned()),
+        snapshot.written_by().map(FencingToken::get),
+        snapshot.revision().map(Revision::get),
+        snapshot.high_water_mark.map(FencingToken::get)
+    );
+    assert_eq!(
+        snapshot.value().map(|v| v.to_vec()),
+        Some(b"final by B".to_vec())
+    );
+    assert_eq!(
+        (
+            snapshot.written_by(),
+            snapshot.revision(),
+            snapshot.high_water_mark
+        ),
+        (Some(t(8)), Some(Revision::new(2)), Some(t(8)))
+    );
+}

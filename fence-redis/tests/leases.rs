@@ -1,0 +1,181 @@
+//! Redis leases and the token issuer, end to end against real servers.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fence_core::{
+    Domain, Fence, FenceError, FencedStore, LeaseManager, OwnerId, TokenIssuer, WriteRequest,
+};
+use fence_redis::redis::{self, AsyncCommands};
+use fence_redis::RedisFence;
+use support::{shared_cluster_fence, shared_fence};
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId::new(name).unwrap()
+}
+
+async fn lease_story(fence: RedisFence) {
+    let leases = fence.leases();
+    let domain = Domain::new("shard-7").unwrap();
+    let a = leases
+        .acquire(&domain, &owner("worker-a"), Duration::from_millis(300))
+        .await
+        .unwrap();
+    fence.claim(&domain, a.token).await.unwrap();
+    fence
+        .write(&WriteRequest::put(domain.clone(), a.token, "by A"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        leases
+            .acquire(&domain, &owner("worker-b"), Duration::from_secs(5))
+            .await,
+        Err(FenceError::LeaseHeld { .. })
+    ));
+
+    tokio::time::sleep(Duration::from_millis(450)).await; // A pauses past its lease
+    let b = leases
+        .acquire(&domain, &owner("worker-b"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(b.token > a.token, "a new owner gets a greater token");
+    fence.claim(&domain, b.token).await.unwrap();
+    fence
+        .write(&WriteRequest::put(domain.clone(), b.token, "by B"))
+        .await
+        .unwrap();
+
+    // A wakes up: its lease is gone and its writes are fenced.
+    assert!(matches!(
+        leases.renew(&a, Duration::from_secs(5)).await,
+        Err(FenceError::LeaseLost { .. })
+    ));
+    match fence
+        .write(&WriteRequest::put(domain.clone(), a.token, "zombie"))
+        .await
+    {
+        Err(FenceError::Fenced {
+            presented, current, ..
+        }) => assert_eq!((presented, current), (a.token, b.token)),
+        other => panic!("stale owner's write: {other:?}"),
+    }
+    assert!(matches!(
+        leases.release(&a).await,
+        Err(FenceError::LeaseLost { .. })
+    ));
+    assert_eq!(
+        fence
+            .read(&domain)
+            .await
+            .unwrap()
+            .value()
+            .map(|v| v.to_vec()),
+        Some(b"by B".to_vec())
+    );
+
+    let b = leases.renew(&b, Duration::from_secs(5)).await.unwrap();
+    leases.release(&b).await.unwrap();
+    let c = leases
+        .acquire(&domain, &owner("worker-a"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(c.token > b.token, "release never resets the token sequence");
+    let issued = fence.issuer().issue(&domain).await.unwrap();
+    assert!(
+        issued > c.token,
+        "the issuer and the leases share one sequence"
+    );
+}
+
+#[tokio::test]
+async fn lease_expiry_new_owner_stale_owner_rejected() {
+    let Some(fence) = shared_fence("lease").await else {
+        return;
+    };
+    lease_story(fence).await;
+}
+
+#[tokio::test]
+async fn lease_expiry_new_owner_stale_owner_rejected_on_cluster() {
+    let Some(fence) = shared_cluster_fence("lease").await else {
+        return;
+    };
+    lease_story(fence).await;
+}
+
+#[tokio::test]
+async fn concurrent_acquires_have_exactly_one_winner() {
+    let Some(fence) = shared_fence("lease-race").await else {
+        return;
+    };
+    let leases = Arc::new(fence.leases());
+    let domain = Domain::new("contended").unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let (leases, domain) = (leases.clone(), domain.clone());
+        tasks.spawn(async move {
+            leases
+                .acquire(&domain, &owner(&format!("w{i}")), Duration::from_secs(5))
+                .await
+        });
+    }
+    let mut winners = 0;
+    while let Some(result) = tasks.join_next().await {
+        match result.unwrap() {
+            Ok(_) => winners += 1,
+            Err(FenceError::LeaseHeld { .. }) => {}
+            Err(other) => panic!("{other}"),
+        }
+    }
+    assert_eq!(winners, 1);
+}
+
+#[tokio::test]
+async fn issuer_is_strictly_increasing_and_refuses_to_wrap_or_read_garbage() {
+    let Some(fence) = shared_fence("issuer").await else {
+        return;
+    };
+    let issuer = fence.issuer();
+    let domain = Domain::new("issued").unwrap();
+    let mut last = issuer.issue(&domain).await.unwrap();
+    for _ in 0..50 {
+        let next = issuer.issue(&domain).await.unwrap();
+        assert!(next > last);
+        last = next;
+    }
+    let url = support::shared_url().unwrap();
+    let mut raw = redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let prefix = fence_redis_prefix(&fence);
+    let seq = format!("{prefix}:{{issued}}:seq");
+    let _: () = raw.set(&seq, "18446744073709551614").await.unwrap();
+    assert_eq!(issuer.issue(&domain).await.unwrap().get(), u64::MAX);
+    assert!(matches!(
+        issuer.issue(&domain).await,
+        Err(FenceError::TokenExhausted { .. })
+    ));
+    let _: () = raw.set(&seq, "12abc").await.unwrap();
+    assert!(matches!(
+        issuer.issue(&domain).await,
+        Err(FenceError::CorruptState { .. })
+    ));
+    let leases = fence.leases();
+    assert!(matches!(
+        leases
+            .acquire(&domain, &owner("x"), Duration::from_secs(1))
+            .await,
+        Err(FenceError::CorruptState { .. })
+    ));
+}
+
+/// The prefix a fence was built with, read back from a key it names.
+fn fence_redis_prefix(fence: &RedisFence) -> String {
+    let key = fence.user_key(&Domain::new("x").unwrap(), "k").unwrap();
+    key.split(":{").next().unwrap().to_owned()
+}
