@@ -3,14 +3,8 @@
 local state_key, op_key = KEYS[1], KEYS[2]
 local token, strict, has_op = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 
-local s, reason = load_state(state_key, false)
-if not s then return { 'corrupt', reason } end
-if has_op then
-  local first = redis.call('GET', op_key)
-  if first then return { 'dup', first } end
-end
-local current = stale(s, token, strict)
-if current then return { 'fenced', current } end
+local s, refusal = admit(state_key, op_key, token, strict, has_op)
+if not s then return refusal end
 -- The mark advances before the user's code runs: Redis does not roll back a script that fails
 -- midway, and a failure must never leave the user's writes behind an unadvanced mark.
 redis.call('HSET', state_key, 'fence', '1', 'hwm', token)

@@ -72,3 +72,34 @@ local function increment(s)
   digits[i] = digits[i] + 1
   return string.char(unpack(digits))
 end
+
+-- What every fenced mutation checks first: state integrity, operation-id replay, the token rule.
+-- Returns the state, or nil and the reply to return as is.
+local function admit(state_key, op_key, token, strict, has_op)
+  local s, reason = load_state(state_key, false)
+  if not s then return nil, { 'corrupt', reason } end
+  if has_op then
+    local first = redis.call('GET', op_key)
+    if first then return nil, { 'dup', first } end
+  end
+  local current = stale(s, token, strict)
+  if current then return nil, { 'fenced', current } end
+  return s
+end
+
+-- Issues the next token from a domain's sequence key.
+-- Returns the token, or nil and the reply to return as is.
+local function next_token(seq_key)
+  local kind = redis.call('TYPE', seq_key)['ok']
+  if kind ~= 'none' and kind ~= 'string' then
+    return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' holds a ' .. kind }
+  end
+  local last = field(redis.call('GET', seq_key))
+  if last ~= nil and not is_token(last) then
+    return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' is not a canonical u64 token' }
+  end
+  local token = increment(last)
+  if token == nil then return nil, { 'exhausted' } end
+  redis.call('SET', seq_key, token)
+  return token
+end

@@ -5,14 +5,8 @@ local state_key, op_key = KEYS[1], KEYS[2]
 local token, strict, condition, expected = ARGV[1], ARGV[2] == '1', ARGV[3], ARGV[4]
 local has_op = ARGV[8] == '1'
 
-local s, reason = load_state(state_key, false)
-if not s then return { 'corrupt', reason } end
-if has_op then
-  local first = redis.call('GET', op_key)
-  if first then return { 'dup', first } end
-end
-local current = stale(s, token, strict)
-if current then return { 'fenced', current } end
+local s, refusal = admit(state_key, op_key, token, strict, has_op)
+if not s then return refusal end
 if (condition == 'absent' and s.state == 'v') or (condition == 'rev' and s.rev ~= expected) then
   return { 'mismatch', s.rev or '' }
 end
