@@ -5,7 +5,7 @@
 mod harness;
 pub mod log;
 mod namespace;
-mod race;
+pub mod race;
 mod scenario;
 pub mod store;
 

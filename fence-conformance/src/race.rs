@@ -1,5 +1,6 @@
 //! Concurrent scenarios: many tasks race on one domain and every outcome is checked against
-//! what the acceptance rule allows under ANY interleaving.
+//! what the acceptance rule allows under ANY interleaving. Adapters reuse [`store_race`] for
+//! their own races (many domains at once, other writer counts).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use crate::scenario::{ensure, t};
 use crate::{Failure, ScenarioResult, Verdict};
 
 /// Mixed tokens for `writers` racers; for ten: 1,8,7,6,5,4,3,2,1,8 (the greatest shared by two).
-pub(crate) fn mixed_tokens(writers: usize) -> Vec<u64> {
+pub fn mixed_tokens(writers: usize) -> Vec<u64> {
     let spread = (writers.saturating_sub(2)).max(1) as u64;
     (0..writers as u64).map(|i| 1 + (i * 7) % spread).collect()
 }
@@ -138,7 +139,9 @@ async fn check_final_value(
     Ok(())
 }
 
-pub(crate) async fn store_race(
+/// Writers with the given tokens race `rounds` writes each on one fresh domain; every outcome and
+/// the final state are checked against what the acceptance rule allows under any interleaving.
+pub async fn store_race(
     store: Arc<dyn FencedStore>,
     domain: &Domain,
     tokens: &[u64],

@@ -30,6 +30,7 @@ macro_rules! accepted_label {
 }
 
 accepted_label!(
+    crate::Accepted,
     crate::Claimed,
     crate::Snapshot,
     Option<FencingToken>,

@@ -1,0 +1,211 @@
+//! Configuration of an [`S3Fence`]: the client, the bucket and key prefix, and the limits.
+
+use std::fmt;
+use std::sync::Arc;
+
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::Client;
+use fence_core::{FenceError, InvalidInput};
+use tokio::sync::OnceCell;
+
+use crate::cache::EtagCache;
+use crate::{Inner, S3Fence};
+
+/// Default key prefix of fenced objects.
+pub const DEFAULT_PREFIX: &str = "fence/";
+/// Default greatest payload.
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 512 * 1024 * 1024;
+/// Default size above which objects are written with a multipart upload.
+pub const DEFAULT_MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
+/// Default multipart part size (S3's minimum is 5 MiB).
+pub const DEFAULT_PART_SIZE: usize = 8 * 1024 * 1024;
+/// Default number of objects whose last ETag and header are cached.
+pub const DEFAULT_CACHE_CAPACITY: usize = 10_000;
+/// Default number of operation ids remembered per object.
+pub const DEFAULT_OP_ID_RETENTION: usize = 16;
+/// The most operation ids an envelope may remember (bounded header size).
+pub const MAX_OP_ID_RETENTION: usize = 32;
+
+/// Builds an [`S3Fence`]. `build` does no I/O; `connect` also runs the capability probe.
+///
+/// ```
+/// use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+/// let config = aws_sdk_s3::Config::builder()
+///     .behavior_version(BehaviorVersion::latest())
+///     .region(Region::new("us-east-1"))
+///     .endpoint_url("http://127.0.0.1:8333") // an S3-compatible server; omit for AWS
+///     .force_path_style(true)
+///     .credentials_provider(Credentials::new("access", "secret", None, None, "example"))
+///     .build();
+/// let fence = fence_s3::S3Fence::builder()
+///     .client(aws_sdk_s3::Client::from_conf(config))
+///     .bucket("reports")
+///     .prefix("fenced/")
+///     .build()?;
+/// assert_eq!(fence.object_key(&fence_core::Domain::new("q3 report")?), "fenced/q3%20report");
+/// # Ok::<(), fence_core::FenceError>(())
+/// ```
+pub struct S3FenceBuilder {
+    client: Option<Client>,
+    bucket: Option<String>,
+    prefix: String,
+    max_value_bytes: usize,
+    multipart_threshold: usize,
+    part_size: usize,
+    cache_capacity: usize,
+    op_id_retention: usize,
+    max_attempts: usize,
+}
+
+impl Default for S3FenceBuilder {
+    fn default() -> Self {
+        S3FenceBuilder {
+            client: None,
+            bucket: None,
+            prefix: DEFAULT_PREFIX.to_owned(),
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            multipart_threshold: DEFAULT_MULTIPART_THRESHOLD,
+            part_size: DEFAULT_PART_SIZE,
+            cache_capacity: DEFAULT_CACHE_CAPACITY,
+            op_id_retention: DEFAULT_OP_ID_RETENTION,
+            max_attempts: 20,
+        }
+    }
+}
+
+impl S3FenceBuilder {
+    /// The S3 client. Its automatic retries are turned off for Fence's requests: a conditional
+    /// write resent after a timeout could apply twice, so Fence retries itself, and reports an
+    /// unknown outcome as ambiguous.
+    pub fn client(mut self, client: Client) -> Self {
+        self.client = Some(client);
+        self
+    }
+
+    /// A client from an `SdkConfig` (your usual AWS configuration chain).
+    pub fn sdk_config(self, config: &aws_types::SdkConfig) -> Self {
+        self.client(Client::new(config))
+    }
+
+    /// The bucket holding fenced objects.
+    pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.bucket = Some(bucket.into());
+        self
+    }
+
+    /// The key prefix of fenced objects (default [`DEFAULT_PREFIX`]).
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Refuses larger payloads before any I/O.
+    pub fn max_value_bytes(mut self, max: usize) -> Self {
+        self.max_value_bytes = max;
+        self
+    }
+
+    /// Objects above this size are written with a multipart upload.
+    pub fn multipart_threshold(mut self, bytes: usize) -> Self {
+        self.multipart_threshold = bytes;
+        self
+    }
+
+    /// The multipart part size (at least 5 MiB).
+    pub fn part_size(mut self, bytes: usize) -> Self {
+        self.part_size = bytes;
+        self
+    }
+
+    /// How many objects' last ETag and header are cached (0 turns the cache off: every write
+    /// then reads first).
+    pub fn cache_capacity(mut self, objects: usize) -> Self {
+        self.cache_capacity = objects;
+        self
+    }
+
+    /// How many operation ids each object remembers (at most [`MAX_OP_ID_RETENTION`]).
+    pub fn op_id_retention(mut self, count: usize) -> Self {
+        self.op_id_retention = count;
+        self
+    }
+
+    /// Validates the configuration and builds the fence with no I/O. The capability probe runs
+    /// before the first write (or in [`S3FenceBuilder::connect`]).
+    pub fn build(self) -> Result<S3Fence, FenceError> {
+        let invalid = |why: String| -> FenceError { InvalidInput::Configuration(why).into() };
+        let client = self
+            .client
+            .ok_or_else(|| invalid("no S3 client: call client() or sdk_config()".into()))?;
+        let bucket = self
+            .bucket
+            .ok_or_else(|| invalid("no bucket: call bucket()".into()))?;
+        if bucket.is_empty() || bucket.len() > 63 {
+            return Err(invalid(format!(
+                "bucket name `{bucket}` must be 1 to 63 characters"
+            )));
+        }
+        if self.prefix.len() > 512 || self.prefix.chars().any(char::is_control) {
+            return Err(invalid(
+                "key prefix must be at most 512 bytes without control characters".into(),
+            ));
+        }
+        if self.part_size < 5 * 1024 * 1024 {
+            return Err(invalid(format!(
+                "part size {} is below S3's 5 MiB minimum",
+                self.part_size
+            )));
+        }
+        if self.multipart_threshold < self.part_size {
+            return Err(invalid(
+                "multipart threshold must be at least the part size".into(),
+            ));
+        }
+        if self.max_value_bytes == 0 || self.op_id_retention > MAX_OP_ID_RETENTION {
+            return Err(invalid(format!(
+                "max_value_bytes must be positive and op_id_retention at most {MAX_OP_ID_RETENTION}"
+            )));
+        }
+        let client = Client::from_conf(
+            client
+                .config()
+                .to_builder()
+                .retry_config(RetryConfig::disabled())
+                .build(),
+        );
+        Ok(S3Fence {
+            inner: Arc::new(Inner {
+                client,
+                bucket,
+                prefix: self.prefix,
+                max_value_bytes: self.max_value_bytes,
+                multipart_threshold: self.multipart_threshold,
+                part_size: self.part_size,
+                op_id_retention: self.op_id_retention,
+                max_attempts: self.max_attempts,
+                cache: EtagCache::new(self.cache_capacity),
+                probed: OnceCell::new(),
+            }),
+        })
+    }
+
+    /// Builds the fence and runs the capability probe, so that an endpoint that ignores
+    /// conditional writes, a missing bucket or bad credentials fail here.
+    pub async fn connect(self) -> Result<S3Fence, FenceError> {
+        let fence = self.build()?;
+        fence.probe().await?;
+        Ok(fence)
+    }
+}
+
+impl fmt::Debug for S3FenceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3FenceBuilder")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("max_value_bytes", &self.max_value_bytes)
+            .field("multipart_threshold", &self.multipart_threshold)
+            .field("cache_capacity", &self.cache_capacity)
+            .finish_non_exhaustive()
+    }
+}

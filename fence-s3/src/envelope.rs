@@ -1,0 +1,287 @@
+//! The fence envelope stored at the head of every fenced object's body.
+//!
+//! ```text
+//! FENCE-S3/1
+//! hwm 42
+//! entry value 42 7          (or `entry tombstone 42 7`, or `entry none` after a claim alone)
+//! nonce 9f2c4e1a0b3d5c7e
+//! op 42 7 41 order-7%2Fpay  (token, revision, previous mark or `-`, escaped op id), newest last
+//!
+//! <payload bytes>
+//! ```
+//!
+//! The header is text, bounded by [`MAX_HEADER_BYTES`], and parsed strictly: anything else at a
+//! fenced key is foreign or corrupt and fails closed. The nonce makes every write's bytes, and so
+//! its ETag, unique even when the payload repeats (ETag ABA).
+
+use std::collections::VecDeque;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use fence_core::{FencingToken, Revision};
+
+/// The first line of every envelope.
+pub(crate) const MAGIC: &[u8] = b"FENCE-S3/1\n";
+/// The greatest header size; a cache miss reads this many bytes with a ranged GET.
+pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// The stored entry, without its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Head {
+    None,
+    Value {
+        token: FencingToken,
+        revision: Revision,
+    },
+    Tombstone {
+        token: FencingToken,
+        revision: Revision,
+    },
+}
+
+impl Head {
+    pub(crate) fn revision(self) -> Option<Revision> {
+        match self {
+            Head::Value { revision, .. } | Head::Tombstone { revision, .. } => Some(revision),
+            Head::None => None,
+        }
+    }
+}
+
+/// A remembered operation id and its first outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct OpRecord {
+    pub(crate) token: FencingToken,
+    pub(crate) revision: Revision,
+    pub(crate) previous: Option<FencingToken>,
+    pub(crate) op: String,
+}
+
+/// The parsed header of a fenced object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub(crate) hwm: FencingToken,
+    pub(crate) head: Head,
+    pub(crate) nonce: u64,
+    pub(crate) ops: VecDeque<OpRecord>,
+}
+
+/// Why bytes at a fenced key are not a valid envelope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Invalid {
+    /// No envelope at all: an object written by another tool.
+    Foreign,
+    /// An envelope that does not parse.
+    Corrupt(String),
+}
+
+/// A nonce that differs between any two writes of any process.
+pub(crate) fn fresh_nonce() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mixed = nanos
+        ^ (u64::from(std::process::id()) << 40)
+        ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(17);
+    // splitmix64 finaliser: spreads the bits so nearby inputs give unrelated nonces.
+    let mut z = mixed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+impl Header {
+    /// Encodes the header followed by the blank line that ends it.
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut text = String::from_utf8_lossy(MAGIC).into_owned();
+        let _ = writeln!(text, "hwm {}", self.hwm);
+        match self.head {
+            Head::None => text.push_str("entry none\n"),
+            Head::Value { token, revision } => {
+                let _ = writeln!(text, "entry value {token} {revision}");
+            }
+            Head::Tombstone { token, revision } => {
+                let _ = writeln!(text, "entry tombstone {token} {revision}");
+            }
+        }
+        let _ = writeln!(text, "nonce {:016x}", self.nonce);
+        for op in &self.ops {
+            let previous = op
+                .previous
+                .map_or_else(|| "-".to_owned(), |t| t.to_string());
+            let _ = writeln!(text, "op {} {} {previous} {}", op.token, op.revision, op.op);
+        }
+        text.push('\n');
+        text.into_bytes()
+    }
+
+    /// Parses the header at the start of `bytes`; returns it and where the payload starts.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<(Header, usize), Invalid> {
+        if !bytes.starts_with(MAGIC) {
+            return Err(Invalid::Foreign);
+        }
+        let corrupt = |why: &str| Invalid::Corrupt(why.to_owned());
+        let limit = bytes.len().min(MAX_HEADER_BYTES);
+        let end = bytes[..limit]
+            .windows(2)
+            .position(|w| w == b"\n\n")
+            .ok_or_else(|| corrupt("header has no end within its size limit"))?;
+        let text = std::str::from_utf8(&bytes[MAGIC.len()..end + 1])
+            .map_err(|_| corrupt("header is not UTF-8"))?;
+        let token = |s: &str| {
+            s.parse::<FencingToken>()
+                .map_err(|e| Invalid::Corrupt(format!("token `{s}`: {e}")))
+        };
+        let revision = |s: &str| match s.parse::<u64>() {
+            Ok(r) if r > 0 && !s.starts_with('0') => Ok(Revision::new(r)),
+            _ => Err(Invalid::Corrupt(format!("revision `{s}` is not canonical"))),
+        };
+        let mut lines = text.lines();
+        let mut next = |what: &str| {
+            lines
+                .next()
+                .ok_or_else(|| Invalid::Corrupt(format!("missing `{what}` line")))
+        };
+        let hwm = match next("hwm")?.split(' ').collect::<Vec<_>>()[..] {
+            ["hwm", t] => token(t)?,
+            _ => return Err(corrupt("malformed `hwm` line")),
+        };
+        let head = match next("entry")?.split(' ').collect::<Vec<_>>()[..] {
+            ["entry", "none"] => Head::None,
+            ["entry", "value", t, r] => Head::Value {
+                token: token(t)?,
+                revision: revision(r)?,
+            },
+            ["entry", "tombstone", t, r] => Head::Tombstone {
+                token: token(t)?,
+                revision: revision(r)?,
+            },
+            _ => return Err(corrupt("malformed `entry` line")),
+        };
+        let nonce = match next("nonce")?.split(' ').collect::<Vec<_>>()[..] {
+            ["nonce", n] if n.len() == 16 => {
+                u64::from_str_radix(n, 16).map_err(|_| corrupt("malformed nonce"))?
+            }
+            _ => return Err(corrupt("malformed `nonce` line")),
+        };
+        let mut ops = VecDeque::new();
+        for line in lines {
+            match line.split(' ').collect::<Vec<_>>()[..] {
+                ["op", t, r, p, op]
+                    if !op.is_empty()
+                        && op
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-%".contains(&b)) =>
+                {
+                    ops.push_back(OpRecord {
+                        token: token(t)?,
+                        revision: revision(r)?,
+                        previous: if p == "-" { None } else { Some(token(p)?) },
+                        op: op.to_owned(),
+                    })
+                }
+                _ => {
+                    return Err(Invalid::Corrupt(format!(
+                        "unknown header line `{}`",
+                        line.chars().take(60).collect::<String>()
+                    )))
+                }
+            }
+        }
+        if let Head::Value { token, .. } | Head::Tombstone { token, .. } = head {
+            if token > hwm {
+                return Err(corrupt("writer token above the high-water mark"));
+            }
+        }
+        Ok((
+            Header {
+                hwm,
+                head,
+                nonce,
+                ops,
+            },
+            end + 2,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap_or(FencingToken::MAX)
+    }
+
+    fn sample() -> Header {
+        Header {
+            hwm: t(u64::MAX),
+            head: Head::Value {
+                token: t(41),
+                revision: Revision::new(7),
+            },
+            nonce: 0x0123_4567_89ab_cdef,
+            ops: VecDeque::from([OpRecord {
+                token: t(41),
+                revision: Revision::new(7),
+                previous: None,
+                op: "order-7%2Fpay".into(),
+            }]),
+        }
+    }
+
+    #[test]
+    fn round_trips_and_finds_the_payload() {
+        let mut bytes = sample().encode();
+        bytes.extend_from_slice(b"payload\n\nwith blank lines");
+        let (header, offset) = Header::decode(&bytes)
+            .map_err(|e| format!("{e:?}"))
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(header, sample());
+        assert_eq!(&bytes[offset..], b"payload\n\nwith blank lines");
+    }
+
+    #[test]
+    fn foreign_and_corrupt_headers_are_refused() {
+        assert_eq!(Header::decode(b"just some file"), Err(Invalid::Foreign));
+        let good = String::from_utf8(sample().encode()).unwrap_or_default();
+        for (from, to) in [
+            ("hwm 18446744073709551615", "hwm 18446744073709551616"),
+            ("hwm 18446744073709551615", "hwm 007"),
+            (
+                "hwm 18446744073709551615",
+                "hwm 1234567890123456789012345678",
+            ),
+            ("hwm 18446744073709551615", "hwm -1"),
+            ("entry value 41 7", "entry value 41 07"),
+            ("entry value 41 7", "entry maybe 41 7"),
+            ("nonce 0123456789abcdef", "nonce xyz"),
+            ("op 41 7 - order-7%2Fpay", "op 41 7 - order 7"),
+            ("op 41 7 - order-7%2Fpay", "extra line"),
+        ] {
+            let bad = good.replace(from, to);
+            assert!(
+                matches!(Header::decode(bad.as_bytes()), Err(Invalid::Corrupt(_))),
+                "{to}"
+            );
+        }
+        let above = good.replace("hwm 18446744073709551615", "hwm 40");
+        assert!(
+            matches!(Header::decode(above.as_bytes()), Err(Invalid::Corrupt(_))),
+            "writer above mark"
+        );
+        let unterminated = good.trim_end_matches('\n').to_owned() + "\n";
+        assert!(matches!(
+            Header::decode(unterminated.as_bytes()),
+            Err(Invalid::Corrupt(_))
+        ));
+    }
+
+    #[test]
+    fn nonces_differ() {
+        let nonces: std::collections::HashSet<u64> = (0..10_000).map(|_| fresh_nonce()).collect();
+        assert_eq!(nonces.len(), 10_000);
+    }
+}

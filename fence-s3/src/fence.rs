@@ -1,0 +1,455 @@
+//! `S3Fence`: the fenced object store.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_s3::Client;
+use bytes::{Bytes, BytesMut};
+use fence_core::telemetry::observe;
+use fence_core::{
+    rule, Accepted, Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore,
+    FencingToken, InvalidInput, Mutation, OpIdRetention, Operation, Revision, Snapshot,
+    WriteOutcome, WriteRequest,
+};
+use tokio::sync::OnceCell;
+
+use crate::cache::{EtagCache, Known};
+use crate::config::S3FenceBuilder;
+use crate::envelope::{fresh_nonce, Head, Header, OpRecord};
+use crate::error::{Failure, S3FenceError, BACKEND};
+use crate::requests::{decode, Expect};
+
+pub(crate) struct Inner {
+    pub(crate) client: Client,
+    pub(crate) bucket: String,
+    pub(crate) prefix: String,
+    pub(crate) max_value_bytes: usize,
+    pub(crate) multipart_threshold: usize,
+    pub(crate) part_size: usize,
+    pub(crate) op_id_retention: usize,
+    pub(crate) max_attempts: usize,
+    pub(crate) cache: EtagCache,
+    pub(crate) probed: OnceCell<()>,
+}
+
+/// A fenced object store on S3: one object per domain, whose body starts with a small envelope
+/// holding the domain's high-water mark; every write is a compare-and-set (`If-Match` on the
+/// ETag read, `If-None-Match: *` when absent), so the token check and the write are atomic.
+///
+/// In steady state a write is ONE request: the last ETag and envelope seen per object are
+/// cached, and a stale cache costs one extra read when S3 answers 412. Cheap to clone.
+#[derive(Clone)]
+pub struct S3Fence {
+    pub(crate) inner: Arc<Inner>,
+}
+
+/// The decided next version of an object.
+struct Plan {
+    header: Header,
+    payload: Bytes,
+}
+
+impl S3Fence {
+    /// A builder.
+    pub fn builder() -> S3FenceBuilder {
+        S3FenceBuilder::default()
+    }
+
+    /// The object key of a domain: the prefix plus the domain's injective escaped form.
+    pub fn object_key(&self, domain: &Domain) -> String {
+        format!("{}{}", self.inner.prefix, domain.escaped())
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.inner.bucket
+    }
+
+    /// Objects currently in the ETag cache, and its bound.
+    pub fn cache_usage(&self) -> (usize, usize) {
+        (self.inner.cache.len(), self.inner.cache.capacity())
+    }
+
+    pub(crate) async fn backoff(&self, attempt: usize) {
+        // Exponential with jitter from the nonce source: 10 ms, 20 ms, … capped at 1 s.
+        let base = 10u64 << attempt.min(7);
+        let jitter = crate::envelope::fresh_nonce() % base.max(1);
+        tokio::time::sleep(Duration::from_millis((base + jitter).min(1000))).await;
+    }
+
+    fn check_size(&self, domain: &Domain, size: usize) -> Result<(), FenceError> {
+        if size > self.inner.max_value_bytes {
+            return Err(InvalidInput::ValueTooLarge {
+                domain: domain.clone(),
+                size,
+                max: self.inner.max_value_bytes,
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Writes the next version under a compare-and-set on `current`, the loop every mutation
+    /// shares: `decide` applies the rules to the current state and returns the plan, an early
+    /// outcome, or an error; a lost race re-reads and decides again.
+    async fn conditional_update<T>(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+        mut decide: impl FnMut(Option<&Header>, bool) -> Result<Step<T>, FenceError>,
+        mut payload_of: impl FnMut(&Header) -> Option<Bytes>,
+        finish: impl Fn(&Header) -> T,
+    ) -> Result<T, FenceError> {
+        self.probe().await?;
+        let key = self.object_key(domain);
+        let mut use_cache = true;
+        for attempt in 0..self.inner.max_attempts {
+            let cached = if use_cache {
+                self.inner.cache.get(&key)
+            } else {
+                None
+            };
+            let from_cache = cached.is_some();
+            let current = match cached {
+                Some(known) => Some((known.etag, known.header)),
+                None => self.load_header(&key, domain, operation).await?,
+            };
+            let plan = match decide(current.as_ref().map(|(_, h)| h), from_cache) {
+                Ok(Step::Write(plan)) => plan,
+                Ok(Step::Done(outcome)) => return Ok(outcome),
+                Ok(Step::Reload) => {
+                    use_cache = false;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            // A claim on a live value rewrites the value: fetch it at exactly this version.
+            let payload = match (&current, payload_of(&plan.header)) {
+                (_, Some(payload)) => payload,
+                (Some((etag, header)), None) => match self
+                    .payload_at(&key, domain, operation, etag, header)
+                    .await?
+                {
+                    Some(payload) => payload,
+                    None => {
+                        use_cache = false;
+                        continue;
+                    }
+                },
+                (None, None) => plan.payload,
+            };
+            let mut body = BytesMut::from(&plan.header.encode()[..]);
+            body.extend_from_slice(&payload);
+            let expect = match &current {
+                Some((etag, _)) => Expect::Etag(etag.clone()),
+                None => Expect::Absent,
+            };
+            match self.put_conditional(&key, body.freeze(), &expect).await {
+                Ok(etag) => {
+                    let outcome = finish(&plan.header);
+                    self.inner.cache.insert(
+                        &key,
+                        Known {
+                            etag,
+                            header: plan.header,
+                        },
+                    );
+                    return Ok(outcome);
+                }
+                Err(Failure::Precondition | Failure::NotFound) => {
+                    self.inner.cache.remove(&key);
+                    use_cache = false;
+                }
+                Err(Failure::Conflict | Failure::Throttled) => {
+                    self.inner.cache.remove(&key);
+                    use_cache = false;
+                    self.backoff(attempt).await;
+                }
+                Err(failure) => {
+                    self.inner.cache.remove(&key);
+                    return Err(failure.into_fence_error(domain, operation, true));
+                }
+            }
+        }
+        Err(FenceError::backend(
+            BACKEND,
+            Some(domain),
+            S3FenceError::TooManyConflicts {
+                attempts: self.inner.max_attempts,
+            },
+        ))
+    }
+
+    /// The payload of the version `etag`, or `None` if the object moved on.
+    async fn payload_at(
+        &self,
+        key: &str,
+        domain: &Domain,
+        operation: Operation,
+        etag: &str,
+        header: &Header,
+    ) -> Result<Option<Bytes>, FenceError> {
+        if !matches!(header.head, Head::Value { .. }) {
+            return Ok(Some(Bytes::new()));
+        }
+        let Some(fetched) = self.fetch(key, domain, operation, None).await? else {
+            return Ok(None);
+        };
+        if fetched.etag != etag {
+            return Ok(None);
+        }
+        let (_, offset) = decode(domain, key, &fetched.bytes)?;
+        Ok(Some(fetched.bytes.slice(offset..)))
+    }
+
+    async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        let domain = request.domain();
+        let token = request.token();
+        let value = match request.mutation() {
+            Mutation::Put(value) => {
+                self.check_size(domain, value.len())?;
+                Some(value.clone())
+            }
+            Mutation::Delete => None,
+            _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
+        };
+        let op = request.op_id().map(|op| op.escaped());
+        let retention = self.inner.op_id_retention;
+        let decide = |current: Option<&Header>,
+                      from_cache: bool|
+         -> Result<Step<WriteOutcome>, FenceError> {
+            if let (Some(op), Some(header)) = (&op, current) {
+                if let Some(first) = header.ops.iter().find(|r| r.token == token && r.op == *op) {
+                    return Ok(Step::Done(WriteOutcome::Duplicate(Accepted::new(
+                        token,
+                        first.revision,
+                        first.previous,
+                    ))));
+                }
+            }
+            // Safe from the cache: a cached mark is never above the real one.
+            rule::check_token(domain, current.map(|h| h.hwm), token, request.policy())?;
+            let head = current.map_or(Head::None, |h| h.head);
+            if let Err(mismatch) = rule::check_condition(
+                domain,
+                request.condition(),
+                matches!(head, Head::Value { .. }),
+                head.revision(),
+            ) {
+                // The cached revision may be behind: confirm with a fresh read.
+                return if from_cache {
+                    Ok(Step::Reload)
+                } else {
+                    Err(mismatch)
+                };
+            }
+            let revision = head.revision().map_or(Revision::new(1), Revision::next);
+            let mut ops = current.map(|h| h.ops.clone()).unwrap_or_default();
+            if let Some(op) = &op {
+                ops.push_back(OpRecord {
+                    token,
+                    revision,
+                    previous: current.map(|h| h.hwm),
+                    op: op.clone(),
+                });
+                while ops.len() > retention {
+                    ops.pop_front();
+                }
+            }
+            let head = match value {
+                Some(_) => Head::Value { token, revision },
+                None => Head::Tombstone { token, revision },
+            };
+            Ok(Step::Write(Plan {
+                header: Header {
+                    hwm: token,
+                    head,
+                    nonce: fresh_nonce(),
+                    ops,
+                },
+                payload: Bytes::new(),
+            }))
+        };
+        let previous = std::sync::Mutex::new(None);
+        let decide_and_note = |current: Option<&Header>, from_cache: bool| {
+            *previous.lock().unwrap_or_else(|p| p.into_inner()) = current.map(|h| h.hwm);
+            decide(current, from_cache)
+        };
+        let payload = value.clone().unwrap_or_default();
+        self.conditional_update(
+            domain,
+            request.operation(),
+            decide_and_note,
+            |_| Some(payload.clone()),
+            |header| {
+                let revision = header.head.revision().unwrap_or(Revision::new(1));
+                WriteOutcome::Accepted(Accepted::new(
+                    token,
+                    revision,
+                    *previous.lock().unwrap_or_else(|p| p.into_inner()),
+                ))
+            },
+        )
+        .await
+    }
+
+    async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        let previous = std::sync::Mutex::new(None);
+        self.conditional_update(
+            domain,
+            Operation::Claim,
+            |current, _| {
+                *previous.lock().unwrap_or_else(|p| p.into_inner()) = current.map(|h| h.hwm);
+                rule::check_claim(domain, current.map(|h| h.hwm), token)?;
+                match current {
+                    Some(header) if header.hwm == token => {
+                        Ok(Step::Done(Claimed::new(token, Some(token))))
+                    }
+                    Some(header) => Ok(Step::Write(Plan {
+                        header: Header {
+                            hwm: token,
+                            nonce: fresh_nonce(),
+                            ..header.clone()
+                        },
+                        payload: Bytes::new(),
+                    })),
+                    None => Ok(Step::Write(Plan {
+                        header: Header {
+                            hwm: token,
+                            head: Head::None,
+                            nonce: fresh_nonce(),
+                            ops: Default::default(),
+                        },
+                        payload: Bytes::new(),
+                    })),
+                }
+            },
+            |_| None,
+            |_| Claimed::new(token, *previous.lock().unwrap_or_else(|p| p.into_inner())),
+        )
+        .await
+    }
+
+    async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        let key = self.object_key(domain);
+        let Some(fetched) = self.fetch(&key, domain, Operation::Read, None).await? else {
+            return Ok(Snapshot::new(None, Entry::Absent));
+        };
+        let (header, offset) = decode(domain, &key, &fetched.bytes)?;
+        let entry = match header.head {
+            Head::None => Entry::Absent,
+            Head::Value { token, revision } => Entry::Value {
+                value: fetched.bytes.slice(offset..),
+                token,
+                revision,
+            },
+            Head::Tombstone { token, revision } => Entry::Tombstone { token, revision },
+        };
+        let snapshot = Snapshot::new(Some(header.hwm), entry);
+        self.inner.cache.insert(
+            &key,
+            Known {
+                etag: fetched.etag,
+                header,
+            },
+        );
+        Ok(snapshot)
+    }
+
+    async fn hwm_now(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
+        let key = self.object_key(domain);
+        let loaded = self
+            .load_header(&key, domain, Operation::HighWaterMark)
+            .await?;
+        Ok(loaded.map(|(etag, header)| {
+            let hwm = header.hwm;
+            self.inner.cache.insert(&key, Known { etag, header });
+            hwm
+        }))
+    }
+}
+
+/// What a decision step asks the update loop to do.
+enum Step<T> {
+    Write(Plan),
+    Done(T),
+    Reload,
+}
+
+impl fmt::Debug for S3Fence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("S3Fence")
+            .field("bucket", &self.inner.bucket)
+            .field("prefix", &self.inner.prefix)
+            .field("max_value_bytes", &self.inner.max_value_bytes)
+            .field("cache", &self.cache_usage())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Fence for S3Fence {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let retention = match self.inner.op_id_retention {
+            0 => OpIdRetention::None,
+            n => OpIdRetention::PerDomain(n),
+        };
+        Capabilities::store()
+            .with_op_id_retention(retention)
+            .with_max_value_bytes(Some(self.inner.max_value_bytes))
+            .with_survives_restart(true)
+    }
+
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Claim,
+            domain,
+            Some(token),
+            self.claim_now(domain, token),
+        )
+        .await
+    }
+
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
+        observe(
+            BACKEND,
+            Operation::HighWaterMark,
+            domain,
+            None,
+            self.hwm_now(domain),
+        )
+        .await
+    }
+}
+
+#[async_trait]
+impl FencedStore for S3Fence {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        observe(
+            BACKEND,
+            request.operation(),
+            request.domain(),
+            Some(request.token()),
+            self.write_now(request),
+        )
+        .await
+    }
+
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Read,
+            domain,
+            None,
+            self.read_now(domain),
+        )
+        .await
+    }
+}

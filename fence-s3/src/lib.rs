@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+
+mod cache;
+mod config;
+mod envelope;
+mod error;
+mod fence;
+mod pointer;
+mod probe;
+mod requests;
+
+pub use aws_sdk_s3;
+
+pub use config::{
+    S3FenceBuilder, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_VALUE_BYTES, DEFAULT_MULTIPART_THRESHOLD,
+    DEFAULT_OP_ID_RETENTION, DEFAULT_PART_SIZE, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
+};
+pub use error::S3FenceError;
+pub(crate) use fence::Inner;
+pub use fence::S3Fence;
+pub use pointer::Immutable;

@@ -1,0 +1,147 @@
+//! Foreign objects brought under fencing, and the commit-pointer pattern for multi-object state.
+//!
+//! S3 cannot update two objects atomically, so Fence fences per object. State spread over many
+//! objects is written as immutable data objects (create-only, `If-None-Match: *`, never
+//! overwritten) plus ONE fenced manifest, the domain's object, that points at them. A stale
+//! writer can still create data objects, but no manifest will ever point at them: only the
+//! manifest write is fenced, and readers follow the manifest.
+
+use bytes::{Bytes, BytesMut};
+use fence_core::telemetry::observe;
+use fence_core::{Accepted, Domain, FenceError, FencingToken, Operation, Revision};
+
+use crate::cache::Known;
+use crate::envelope::{fresh_nonce, Head, Header, Invalid};
+use crate::error::{Failure, S3FenceError, BACKEND};
+use crate::requests::Expect;
+use crate::S3Fence;
+
+/// How [`S3Fence::put_immutable`] ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Immutable {
+    /// Created now, at this key.
+    Created(String),
+    /// An object already exists at this key and was left alone.
+    AlreadyExists(String),
+}
+
+impl fence_core::telemetry::OutcomeLabel for Immutable {
+    fn outcome_label(&self) -> &'static str {
+        match self {
+            Immutable::Created(_) => "accepted",
+            Immutable::AlreadyExists(_) => "duplicate",
+        }
+    }
+}
+
+impl S3Fence {
+    /// The key of an immutable data object `name` of `domain`.
+    pub fn immutable_key(&self, domain: &Domain, name: &str) -> String {
+        let name = Domain::new(name)
+            .map(|n| n.escaped())
+            .unwrap_or_else(|_| String::from("%00"));
+        format!("{}.data/{}/{name}", self.inner.prefix, domain.escaped())
+    }
+
+    /// Creates an immutable data object (create-only: an existing one is never overwritten).
+    /// Point at it from the domain's fenced manifest.
+    pub async fn put_immutable(
+        &self,
+        domain: &Domain,
+        name: &str,
+        bytes: Bytes,
+    ) -> Result<Immutable, FenceError> {
+        observe(BACKEND, Operation::Write, domain, None, async {
+            Domain::new(name)?; // the same rules as a domain name
+            let key = self.immutable_key(domain, name);
+            if bytes.len() > self.inner.max_value_bytes {
+                return Err(fence_core::InvalidInput::ValueTooLarge {
+                    domain: domain.clone(),
+                    size: bytes.len(),
+                    max: self.inner.max_value_bytes,
+                }
+                .into());
+            }
+            match self.put_conditional(&key, bytes, &Expect::Absent).await {
+                Ok(_) => Ok(Immutable::Created(key)),
+                Err(Failure::Precondition | Failure::Conflict) => Ok(Immutable::AlreadyExists(key)),
+                Err(failure) => Err(failure.into_fence_error(domain, Operation::Write, true)),
+            }
+        })
+        .await
+    }
+
+    /// Reads an immutable data object.
+    pub async fn get_immutable(
+        &self,
+        domain: &Domain,
+        name: &str,
+    ) -> Result<Option<Bytes>, FenceError> {
+        let key = self.immutable_key(domain, name);
+        Ok(self
+            .fetch(&key, domain, Operation::Read, None)
+            .await?
+            .map(|f| f.bytes))
+    }
+
+    /// Brings an object written by another tool (no fence envelope) under fencing with `token`:
+    /// its bytes become the value at revision 1, and the domain's mark becomes `token`. The
+    /// rewrite is conditional on the object not changing meanwhile.
+    pub async fn adopt(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+    ) -> Result<Accepted, FenceError> {
+        observe(BACKEND, Operation::Write, domain, Some(token), async {
+            self.probe().await?;
+            let key = self.object_key(domain);
+            let Some(fetched) = self.fetch(&key, domain, Operation::Write, None).await? else {
+                return Err(FenceError::corrupt(
+                    BACKEND,
+                    domain,
+                    format!("no object at `{key}` to adopt"),
+                ));
+            };
+            match Header::decode(&fetched.bytes) {
+                Err(Invalid::Foreign) => {}
+                Ok(_) => {
+                    return Err(FenceError::backend(
+                        BACKEND,
+                        Some(domain),
+                        S3FenceError::AlreadyFenced,
+                    ))
+                }
+                Err(Invalid::Corrupt(why)) => return Err(FenceError::corrupt(
+                    BACKEND,
+                    domain,
+                    format!(
+                        "object `{key}` has a damaged fence envelope ({why}); it is not adopted"
+                    ),
+                )),
+            }
+            let header = Header {
+                hwm: token,
+                head: Head::Value {
+                    token,
+                    revision: Revision::new(1),
+                },
+                nonce: fresh_nonce(),
+                ops: Default::default(),
+            };
+            let mut body = BytesMut::from(&header.encode()[..]);
+            body.extend_from_slice(&fetched.bytes);
+            match self
+                .put_conditional(&key, body.freeze(), &Expect::Etag(fetched.etag))
+                .await
+            {
+                Ok(etag) => {
+                    self.inner.cache.insert(&key, Known { etag, header });
+                    Ok(Accepted::new(token, Revision::new(1), None))
+                }
+                Err(failure) => Err(failure.into_fence_error(domain, Operation::Write, true)),
+            }
+        })
+        .await
+    }
+}

@@ -1,0 +1,81 @@
+//! The capability probe: an endpoint that ignores conditional writes cannot fence anything.
+
+use fence_core::{Domain, FenceError, Operation};
+
+use crate::envelope::fresh_nonce;
+use crate::error::{Failure, S3FenceError, BACKEND};
+use crate::requests::Expect;
+use crate::S3Fence;
+
+/// An ETag no object has.
+const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
+
+impl S3Fence {
+    /// Checks once that the endpoint enforces `If-None-Match: *` and `If-Match`, by writing a
+    /// probe object under the prefix (`<prefix>.fence-probe/<nonce>`, deleted afterwards).
+    /// Runs before the first write, or in [`crate::S3FenceBuilder::connect`]; an endpoint that
+    /// accepts a false condition is refused with [`S3FenceError::ConditionsIgnored`].
+    pub async fn probe(&self) -> Result<(), FenceError> {
+        self.inner
+            .probed
+            .get_or_try_init(|| self.run_probe())
+            .await
+            .map(|_| ())
+    }
+
+    async fn run_probe(&self) -> Result<(), FenceError> {
+        let key = format!("{}.fence-probe/{:016x}", self.inner.prefix, fresh_nonce());
+        let domain = Domain::new("fence-capability-probe")?;
+        let fail = |failure: Failure| failure.into_fence_error(&domain, Operation::Write, false);
+        let ignored = |detail: &str| {
+            FenceError::backend(
+                BACKEND,
+                None,
+                S3FenceError::ConditionsIgnored {
+                    detail: detail.to_owned(),
+                },
+            )
+        };
+        self.put_conditional(&key, "probe".into(), &Expect::Absent)
+            .await
+            .map_err(fail)?;
+        let result = match self
+            .put_conditional(&key, "create again".into(), &Expect::Absent)
+            .await
+        {
+            Ok(_) => Err(ignored(
+                "it overwrote an existing object despite If-None-Match: *",
+            )),
+            Err(Failure::Precondition | Failure::Conflict) => {
+                match self
+                    .put_conditional(
+                        &key,
+                        "wrong version".into(),
+                        &Expect::Etag(WRONG_ETAG.into()),
+                    )
+                    .await
+                {
+                    Ok(_) => Err(ignored(
+                        "it accepted a write whose If-Match named an ETag the object never had",
+                    )),
+                    Err(Failure::Precondition | Failure::Conflict) => Ok(()),
+                    Err(other) => Err(fail(other)),
+                }
+            }
+            Err(other) => Err(fail(other)),
+        };
+        // The probe object is ours alone; failing to delete it only leaves a few bytes behind.
+        let _ = self
+            .inner
+            .client
+            .delete_object()
+            .bucket(&self.inner.bucket)
+            .key(&key)
+            .send()
+            .await;
+        if result.is_ok() {
+            tracing::debug!(bucket = %self.inner.bucket, "S3 endpoint enforces conditional writes");
+        }
+        result
+    }
+}

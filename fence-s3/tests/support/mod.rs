@@ -1,0 +1,285 @@
+//! Test support: the shared SeaweedFS that `scripts/test` starts, dedicated `weed mini`
+//! processes a test owns (to kill, pause and restart), a request counter, and a fake endpoint
+//! that ignores conditional headers.
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
+use aws_sdk_s3::config::{
+    BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
+};
+use fence_s3::S3Fence;
+
+pub const ACCESS_KEY: &str = "fence-test-access";
+pub const SECRET_KEY: &str = "fence-test-secret";
+pub const BUCKET: &str = "fence-test";
+
+/// Under the project's test command a missing server is a failure, never a skip.
+pub fn required() -> bool {
+    std::env::var("FENCE_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
+}
+
+pub fn unavailable(what: &str) -> Option<std::convert::Infallible> {
+    if required() {
+        panic!("{what} is unavailable, and FENCE_REQUIRE_SERVICES=1 (scripts/test) requires it");
+    }
+    eprintln!(
+        "\n*** SKIPPED: {what} is unavailable. Run scripts/test to start the real servers. ***\n"
+    );
+    None
+}
+
+/// Counts every HTTP request the client sends.
+#[derive(Clone, Debug, Default)]
+pub struct RequestCounter(Arc<AtomicUsize>);
+
+impl RequestCounter {
+    pub fn take(&self) -> usize {
+        self.0.swap(0, Ordering::SeqCst)
+    }
+}
+
+impl Intercept for RequestCounter {
+    fn name(&self) -> &'static str {
+        "RequestCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), aws_sdk_s3::error::BoxError> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A client config for `endpoint` with the test credentials.
+pub fn config(endpoint: &str, access: &str, secret: &str) -> aws_sdk_s3::config::Builder {
+    aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .credentials_provider(Credentials::new(access, secret, None, None, "fence-tests"))
+}
+
+pub fn client(endpoint: &str) -> aws_sdk_s3::Client {
+    aws_sdk_s3::Client::from_conf(config(endpoint, ACCESS_KEY, SECRET_KEY).build())
+}
+
+/// A unique key prefix per test run.
+pub fn unique_prefix(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "fence-test/{test}/{}.{nanos}.{}/",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn listens(port: u16) -> bool {
+    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).is_ok()
+}
+
+/// The shared SeaweedFS endpoint, if it listens.
+pub fn shared_endpoint() -> Option<String> {
+    let endpoint =
+        std::env::var("FENCE_S3_ENDPOINT").unwrap_or_else(|_| "http://127.0.0.1:8333".into());
+    let port = endpoint
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.trim_end_matches('/').parse().ok())
+        .unwrap_or(8333);
+    if listens(port) {
+        Some(endpoint)
+    } else {
+        unavailable(&format!("the shared SeaweedFS S3 endpoint at {endpoint}"))
+            .map(|_| String::new())
+    }
+}
+
+/// A fence on the shared server with a unique prefix, counting requests.
+pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
+    let endpoint = shared_endpoint()?;
+    let counter = RequestCounter::default();
+    let client = aws_sdk_s3::Client::from_conf(
+        config(&endpoint, ACCESS_KEY, SECRET_KEY)
+            .interceptor(counter.clone())
+            .build(),
+    );
+    let fence = S3Fence::builder()
+        .client(client)
+        .bucket(BUCKET)
+        .prefix(unique_prefix(test))
+        .connect()
+        .await
+        .expect("probe the shared SeaweedFS");
+    counter.take();
+    Some((fence, counter))
+}
+
+fn weed_binary() -> Option<PathBuf> {
+    let path = std::env::var("FENCE_WEED_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services/seaweedfs-venv/bin/weed")
+        });
+    path.exists().then_some(path)
+}
+
+/// Four base ports whose gRPC twins (+10000) are free too.
+fn free_ports() -> [u16; 4] {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    loop {
+        let pick = 20_000
+            + ((u64::from(std::process::id()) * 97 + NEXT.fetch_add(7, Ordering::Relaxed) * 13)
+                % 9_000) as u16;
+        let ports = [pick, pick + 1, pick + 2, pick + 3];
+        let free = ports.iter().all(|&p| {
+            TcpListener::bind(("127.0.0.1", p)).is_ok()
+                && TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok()
+        });
+        if free {
+            return ports;
+        }
+    }
+}
+
+/// A `weed mini` owned by the test (its own ports and data dir), killed when dropped.
+pub struct WeedServer {
+    binary: PathBuf,
+    ports: [u16; 4],
+    dir: PathBuf,
+    child: Mutex<Option<Child>>,
+}
+
+impl WeedServer {
+    pub async fn start(name: &str) -> Option<Self> {
+        let Some(binary) = weed_binary() else {
+            unavailable("the SeaweedFS `weed` binary (set FENCE_WEED_BIN or run scripts/test)")?;
+            return None;
+        };
+        static N: AtomicU64 = AtomicU64::new(0);
+        let root = std::env::var("FENCE_SERVICES_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services"));
+        let dir = root.join("seaweedfs-tests").join(format!(
+            "{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("test data dir");
+        let server = WeedServer {
+            binary,
+            ports: free_ports(),
+            dir,
+            child: Mutex::new(None),
+        };
+        server.spawn().await;
+        Some(server)
+    }
+
+    async fn spawn(&self) {
+        let [s3, master, volume, filer] = self.ports;
+        let log = std::fs::File::create(self.dir.join("weed.log")).expect("log file");
+        let child = Command::new(&self.binary)
+            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+            .arg("mini")
+            .arg(format!("-dir={}", self.dir.join("data").display()))
+            .args([
+                "-ip=127.0.0.1",
+                "-ip.bind=127.0.0.1",
+                "-webdav=false",
+                "-admin.ui=false",
+            ])
+            .args([
+                "-s3.port.iceberg=0",
+                "-s3.port.lance=0",
+                "-master.telemetry=false",
+            ])
+            .arg(format!("-s3.port={s3}"))
+            .arg(format!("-master.port={master}"))
+            .arg(format!("-volume.port={volume}"))
+            .arg(format!("-filer.port={filer}"))
+            .arg(format!("-bucket={BUCKET}"))
+            .stdout(Stdio::from(log.try_clone().expect("log file")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("weed mini starts");
+        *self.child.lock().unwrap() = Some(child);
+        let client = client(&self.endpoint());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if client.head_bucket().bucket(BUCKET).send().await.is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "weed mini did not become ready; see {}",
+                self.dir.join("weed.log").display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.ports[0])
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(Child::id)
+            .expect("running")
+    }
+
+    fn kill(&self) {
+        if let Some(mut child) = self.child.lock().unwrap().take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGKILL and start again on the same ports and data.
+    pub async fn kill_and_restart(&self) {
+        self.kill();
+        self.spawn().await;
+    }
+
+    /// SIGSTOP or SIGCONT the server.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
+    }
+}
+
+impl Drop for WeedServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
