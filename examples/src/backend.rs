@@ -12,12 +12,18 @@ pub enum Backend {
     Memory,
     /// Redis: `FENCE_REDIS_URL` or `FENCE_REDIS_CLUSTER`, else `redis://127.0.0.1:6379`.
     Redis,
+    /// S3: `FENCE_S3_ENDPOINT` / `FENCE_S3_BUCKET` / `FENCE_S3_ACCESS_KEY` / `FENCE_S3_SECRET_KEY`.
+    /// Leases come from memory: S3 has none, and the object fences on its own.
+    S3,
 }
 
 impl Backend {
     /// Every backend, in the order `--help` lists them.
-    pub const ALL: &'static [(&'static str, Backend)] =
-        &[("memory", Backend::Memory), ("redis", Backend::Redis)];
+    pub const ALL: &'static [(&'static str, Backend)] = &[
+        ("memory", Backend::Memory),
+        ("redis", Backend::Redis),
+        ("s3", Backend::S3),
+    ];
 
     /// Reads `--backend NAME` (or `--backend=NAME`) from the arguments; memory by default.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Backend, String> {
@@ -66,6 +72,14 @@ impl Backend {
                     store: Arc::new(fence),
                 })
             }
+            Backend::S3 => {
+                let fence = s3_fence_from_env()?.connect().await?;
+                Ok(DemoBackend {
+                    description: format!("s3 bucket `{}` (leases in memory)", fence.bucket()),
+                    store: Arc::new(fence),
+                    leases: Arc::new(MemoryLeases::new()),
+                })
+            }
         }
     }
 }
@@ -79,6 +93,34 @@ pub fn redis_builder() -> Result<fence_redis::RedisFenceBuilder, fence_core::Fen
     } else {
         Ok(fence_redis::RedisFence::builder().url("redis://127.0.0.1:6379"))
     }
+}
+
+/// An S3 fence builder from `FENCE_S3_ENDPOINT` (path-style, for S3-compatible servers),
+/// `FENCE_S3_BUCKET`, `FENCE_S3_ACCESS_KEY`, `FENCE_S3_SECRET_KEY` and `FENCE_S3_REGION`.
+pub fn s3_fence_from_env() -> Result<fence_s3::S3FenceBuilder, fence_core::FenceError> {
+    use fence_s3::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+    let var = |name: &str| {
+        std::env::var(name)
+            .map_err(|_| fence_core::InvalidInput::Configuration(format!("set {name}")))
+    };
+    let region = std::env::var("FENCE_S3_REGION").unwrap_or_else(|_| "us-east-1".into());
+    let mut config = fence_s3::aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(region))
+        .credentials_provider(Credentials::new(
+            var("FENCE_S3_ACCESS_KEY")?,
+            var("FENCE_S3_SECRET_KEY")?,
+            None,
+            None,
+            "env",
+        ));
+    if let Ok(endpoint) = std::env::var("FENCE_S3_ENDPOINT") {
+        config = config.endpoint_url(endpoint).force_path_style(true);
+    }
+    let client = fence_s3::aws_sdk_s3::Client::from_conf(config.build());
+    Ok(fence_s3::S3Fence::builder()
+        .client(client)
+        .bucket(var("FENCE_S3_BUCKET")?))
 }
 
 /// An opened backend.

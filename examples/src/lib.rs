@@ -3,5 +3,5 @@
 mod backend;
 mod timeline;
 
-pub use backend::{redis_builder, Backend, DemoBackend};
+pub use backend::{redis_builder, s3_fence_from_env, Backend, DemoBackend};
 pub use timeline::Timeline;

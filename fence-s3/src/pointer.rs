@@ -112,13 +112,15 @@ impl S3Fence {
                         S3FenceError::AlreadyFenced,
                     ))
                 }
-                Err(Invalid::Corrupt(why)) => return Err(FenceError::corrupt(
-                    BACKEND,
-                    domain,
-                    format!(
+                Err(Invalid::Corrupt(why)) => {
+                    return Err(FenceError::corrupt(
+                        BACKEND,
+                        domain,
+                        format!(
                         "object `{key}` has a damaged fence envelope ({why}); it is not adopted"
                     ),
-                )),
+                    ))
+                }
             }
             let header = Header {
                 hwm: token,

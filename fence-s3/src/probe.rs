@@ -3,7 +3,7 @@
 use fence_core::{Domain, FenceError, Operation};
 
 use crate::envelope::fresh_nonce;
-use crate::error::{Failure, S3FenceError, BACKEND};
+use crate::error::{classify, Failure, S3FenceError, BACKEND};
 use crate::requests::Expect;
 use crate::S3Fence;
 
@@ -36,6 +36,26 @@ impl S3Fence {
                 },
             )
         };
+        // Some servers create a missing bucket on the first write: ask for it explicitly.
+        if let Err(error) = self
+            .inner
+            .client
+            .head_bucket()
+            .bucket(&self.inner.bucket)
+            .send()
+            .await
+        {
+            return Err(match classify(error, &self.inner.bucket) {
+                Failure::NotFound => FenceError::backend(
+                    BACKEND,
+                    None,
+                    S3FenceError::NoSuchBucket {
+                        bucket: self.inner.bucket.clone(),
+                    },
+                ),
+                failure => fail(failure),
+            });
+        }
         self.put_conditional(&key, "probe".into(), &Expect::Absent)
             .await
             .map_err(fail)?;

@@ -1,0 +1,389 @@
+//! S3-specific behaviour against SeaweedFS: one request per steady-state write, ETag ABA,
+//! restarts, races over many keys, multipart with the condition, ambiguous timeouts, and the
+//! commit-pointer pattern.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use fence_conformance::race;
+use fence_core::{
+    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, FencingToken, OperationId, Revision,
+    WriteOutcome, WriteRequest,
+};
+use fence_s3::{Immutable, S3Fence};
+use support::{shared_fence, WeedServer};
+
+fn t(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+fn d(name: &str) -> Domain {
+    Domain::new(name).unwrap()
+}
+
+async fn put(
+    fence: &S3Fence,
+    domain: &Domain,
+    token: u64,
+    value: &str,
+) -> Result<WriteOutcome, FenceError> {
+    fence
+        .write(&WriteRequest::put(
+            domain.clone(),
+            t(token),
+            value.to_owned(),
+        ))
+        .await
+}
+
+fn assert_fenced<T: std::fmt::Debug>(result: Result<T, FenceError>, presented: u64, current: u64) {
+    match result {
+        Err(FenceError::Fenced {
+            presented: p,
+            current: c,
+            ..
+        }) => assert_eq!((p.get(), c.get()), (presented, current)),
+        other => panic!("expected fenced {presented} < {current}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_steady_state_write_is_one_request() {
+    let Some((fence, requests)) = shared_fence("requests").await else {
+        return;
+    };
+    let domain = d("report");
+    put(&fence, &domain, 1, "v0").await.unwrap();
+    assert_eq!(
+        requests.take(),
+        2,
+        "the first write reads (404) then creates"
+    );
+    for i in 1..=10 {
+        put(&fence, &domain, 1, &format!("v{i}")).await.unwrap();
+        assert_eq!(requests.take(), 1, "steady-state write {i}");
+    }
+    // A stale token the cache already shows as stale costs no request at all.
+    fence.claim(&domain, t(2)).await.unwrap();
+    requests.take();
+    assert_fenced(put(&fence, &domain, 1, "stale").await, 1, 2);
+    assert_eq!(requests.take(), 0);
+
+    // A cold fence (empty cache) on an existing object: one ranged read, one conditional write.
+    let cold = S3Fence::builder()
+        .client(aws_sdk_s3::Client::from_conf(
+            support::config(
+                &support::shared_endpoint().unwrap(),
+                support::ACCESS_KEY,
+                support::SECRET_KEY,
+            )
+            .interceptor(requests.clone())
+            .build(),
+        ))
+        .bucket(support::BUCKET)
+        .prefix(fence.object_key(&d("x")).trim_end_matches('x'))
+        .connect()
+        .await
+        .unwrap();
+    requests.take();
+    put(&cold, &domain, 2, "from a cold cache").await.unwrap();
+    assert_eq!(requests.take(), 2);
+    let (used, bound) = cold.cache_usage();
+    assert_eq!((used, bound), (1, fence_s3::DEFAULT_CACHE_CAPACITY));
+}
+
+#[tokio::test]
+async fn identical_payloads_never_share_an_etag_so_a_stale_cas_fails() {
+    let Some((stale, requests)) = shared_fence("aba").await else {
+        return;
+    };
+    let newer = S3Fence::builder()
+        .client(support::client(&support::shared_endpoint().unwrap()))
+        .bucket(support::BUCKET)
+        .prefix(stale.object_key(&d("x")).trim_end_matches('x'))
+        .build()
+        .unwrap();
+    let domain = d("report");
+    put(&stale, &domain, 41, "identical bytes").await.unwrap();
+    let etag_41 = head_etag(&stale, &domain).await;
+    // The newer owner reads, then writes the SAME payload with 42.
+    put(&newer, &domain, 42, "identical bytes").await.unwrap();
+    let etag_42 = head_etag(&stale, &domain).await;
+    assert_ne!(
+        etag_41, etag_42,
+        "same payload, different write: the ETags must differ"
+    );
+    // The stale writer still caches 41's ETag; its If-Match must fail, then it learns it is fenced.
+    requests.take();
+    assert_fenced(put(&stale, &domain, 41, "identical bytes").await, 41, 42);
+    assert_eq!(
+        requests.take(),
+        2,
+        "one refused conditional PUT, one re-read"
+    );
+    let snapshot = newer.read(&domain).await.unwrap();
+    assert_eq!(
+        (snapshot.written_by(), snapshot.revision()),
+        (Some(t(42)), Some(Revision::new(2)))
+    );
+}
+
+async fn head_etag(fence: &S3Fence, domain: &Domain) -> String {
+    let client = support::client(&support::shared_endpoint().unwrap());
+    let head = client
+        .head_object()
+        .bucket(support::BUCKET)
+        .key(fence.object_key(domain))
+        .send()
+        .await
+        .unwrap();
+    head.e_tag().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn deleted_objects_keep_the_mark_so_a_stale_recreate_fails() {
+    let Some((fence, _)) = shared_fence("delete").await else {
+        return;
+    };
+    let domain = d("invoice");
+    put(&fence, &domain, 3, "v").await.unwrap();
+    fence
+        .write(&WriteRequest::delete(domain.clone(), t(4)))
+        .await
+        .unwrap();
+    // A different process with an empty cache tries to recreate with the old token.
+    let zombie = S3Fence::builder()
+        .client(support::client(&support::shared_endpoint().unwrap()))
+        .bucket(support::BUCKET)
+        .prefix(fence.object_key(&d("x")).trim_end_matches('x'))
+        .build()
+        .unwrap();
+    assert_fenced(put(&zombie, &domain, 3, "zombie").await, 3, 4);
+    let snapshot = zombie.read(&domain).await.unwrap();
+    assert!(snapshot.value().is_none());
+    assert_eq!(snapshot.high_water_mark, Some(t(4)));
+}
+
+#[tokio::test]
+async fn races_on_many_keys_keep_every_final_state_exact() {
+    let Some((fence, _)) = shared_fence("race-many").await else {
+        return;
+    };
+    let store: Arc<dyn FencedStore> = Arc::new(fence);
+    let mut races = tokio::task::JoinSet::new();
+    for key in 0..6 {
+        let store = store.clone();
+        races.spawn(async move {
+            let domain = Domain::new(format!("key-{key}")).unwrap();
+            race::store_race(
+                store,
+                &domain,
+                &race::mixed_tokens(3),
+                5,
+                EqualTokenPolicy::SameOwner,
+            )
+            .await
+        });
+    }
+    while let Some(result) = races.join_next().await {
+        result
+            .unwrap()
+            .unwrap_or_else(|failure| panic!("{failure}"));
+    }
+}
+
+#[tokio::test]
+async fn multipart_writes_complete_with_the_same_condition() {
+    let Some((fence, _)) = shared_fence("multipart").await else {
+        return;
+    };
+    let endpoint = support::shared_endpoint().unwrap();
+    let prefix = fence.object_key(&d("x")).trim_end_matches('x').to_owned();
+    let small_parts = |client| {
+        S3Fence::builder()
+            .client(client)
+            .bucket(support::BUCKET)
+            .prefix(&prefix)
+            .part_size(5 << 20)
+            .multipart_threshold(5 << 20)
+            .build()
+            .unwrap()
+    };
+    let writer = small_parts(support::client(&endpoint));
+    let other = small_parts(support::client(&endpoint));
+    let domain = d("big");
+    let big = |fill: u8| vec![fill; (11 << 20) + 123];
+
+    writer
+        .write(&WriteRequest::put(domain.clone(), t(1), big(b'a')))
+        .await
+        .unwrap();
+    let read = other.read(&domain).await.unwrap();
+    assert_eq!(read.value().map(|v| v.len()), Some((11 << 20) + 123));
+    assert!(read.value().unwrap().iter().all(|&b| b == b'a'));
+
+    // Another owner writes in between; the writer's cached ETag is now stale. Its next multipart
+    // write must not complete over the newer version: CompleteMultipartUpload carries If-Match.
+    other
+        .write(&WriteRequest::put(domain.clone(), t(2), "small"))
+        .await
+        .unwrap();
+    let outcome = writer
+        .write(&WriteRequest::put(domain.clone(), t(3), big(b'c')))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.accepted().revision,
+        Revision::new(3),
+        "the lost race was re-read, not overwritten"
+    );
+    assert_eq!(outcome.accepted().previous_high_water_mark, Some(t(2)));
+
+    // A stale multipart write is fenced.
+    assert_fenced(
+        other
+            .write(&WriteRequest::put(domain.clone(), t(2), big(b'z')))
+            .await,
+        2,
+        3,
+    );
+    let read = other.read(&domain).await.unwrap();
+    assert!(read.value().unwrap().iter().all(|&b| b == b'c'));
+}
+
+#[tokio::test]
+async fn commit_pointer_fences_multi_object_state() {
+    let Some((fence, _)) = shared_fence("pointer").await else {
+        return;
+    };
+    let domain = d("dataset");
+    // The owner writes immutable parts, then the fenced manifest pointing at them.
+    for part in ["part-1", "part-2"] {
+        let created = fence
+            .put_immutable(&domain, part, format!("{part} by owner 8").into())
+            .await
+            .unwrap();
+        assert!(matches!(created, Immutable::Created(_)));
+    }
+    put(&fence, &domain, 8, "part-1,part-2").await.unwrap();
+    // A stale writer can add data objects, never move the manifest to them, nor overwrite a part.
+    let zombie_part = fence
+        .put_immutable(&domain, "part-z", "zombie".into())
+        .await
+        .unwrap();
+    assert!(matches!(zombie_part, Immutable::Created(_)));
+    let again = fence
+        .put_immutable(&domain, "part-1", "overwrite?".into())
+        .await
+        .unwrap();
+    assert!(matches!(again, Immutable::AlreadyExists(_)));
+    assert_fenced(put(&fence, &domain, 7, "part-z").await, 7, 8);
+    let manifest = fence.read(&domain).await.unwrap();
+    assert_eq!(
+        manifest.value().map(|v| v.to_vec()),
+        Some(b"part-1,part-2".to_vec())
+    );
+    let part = fence.get_immutable(&domain, "part-1").await.unwrap();
+    assert_eq!(
+        part.map(|b| b.to_vec()),
+        Some(b"part-1 by owner 8".to_vec())
+    );
+}
+
+#[tokio::test]
+async fn stale_write_after_a_restart_is_still_rejected() {
+    let Some(server) = WeedServer::start("restart").await else {
+        return;
+    };
+    let make = |endpoint: &str| {
+        S3Fence::builder()
+            .client(support::client(endpoint))
+            .bucket(support::BUCKET)
+            .build()
+            .unwrap()
+    };
+    let fence = make(&server.endpoint());
+    let domain = d("report-q3");
+    put(&fence, &domain, 7, "draft by A").await.unwrap();
+    fence.claim(&domain, t(8)).await.unwrap();
+    put(&fence, &domain, 8, "final by B").await.unwrap();
+    println!(
+        "restart: A wrote with 7, B claimed and wrote with 8 (weed pid {})",
+        server.pid()
+    );
+    server.kill_and_restart().await;
+    println!(
+        "restart: SeaweedFS killed with SIGKILL and started again (pid {})",
+        server.pid()
+    );
+    let fence = make(&server.endpoint()); // a fresh process: nothing cached
+    let stale = put(&fence, &domain, 7, "zombie by A").await;
+    println!(
+        "restart: A's stale write with 7 -> {}",
+        stale
+            .as_ref()
+            .map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
+    );
+    assert_fenced(stale, 7, 8);
+    let snapshot = fence.read(&domain).await.unwrap();
+    assert_eq!(
+        snapshot.value().map(|v| v.to_vec()),
+        Some(b"final by B".to_vec())
+    );
+    assert_eq!(
+        (snapshot.written_by(), snapshot.high_water_mark),
+        (Some(t(8)), Some(t(8)))
+    );
+}
+
+#[tokio::test]
+async fn a_timeout_after_send_is_ambiguous_and_a_retry_never_applies_twice() {
+    let Some(server) = WeedServer::start("ambiguous").await else {
+        return;
+    };
+    let config = support::config(&server.endpoint(), support::ACCESS_KEY, support::SECRET_KEY)
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_attempt_timeout(Duration::from_millis(700))
+                .build(),
+        );
+    let fence = S3Fence::builder()
+        .client(aws_sdk_s3::Client::from_conf(config.build()))
+        .bucket(support::BUCKET)
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("ambiguous");
+    put(&fence, &domain, 1, "before").await.unwrap();
+    let request = WriteRequest::put(domain.clone(), t(1), "once")
+        .with_op_id(OperationId::new("op-1").unwrap());
+    server.signal("STOP");
+    let paused = fence.write(&request).await;
+    server.signal("CONT");
+    assert!(
+        matches!(paused, Err(FenceError::Ambiguous { .. })),
+        "{paused:?}"
+    );
+    let mut retry = fence.write(&request).await;
+    for _ in 0..30 {
+        if retry.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        retry = fence.write(&request).await;
+    }
+    let retry = retry.expect("the retry learns the outcome");
+    assert_eq!(
+        retry.accepted().revision,
+        Revision::new(2),
+        "applied exactly once: {retry:?}"
+    );
+    assert_eq!(
+        fence.read(&domain).await.unwrap().revision(),
+        Some(Revision::new(2))
+    );
+}
