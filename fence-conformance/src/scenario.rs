@@ -130,13 +130,14 @@ pub(crate) fn fenced<T: fmt::Debug>(
     }
 }
 
-/// Expects the harness to have restarted its backend.
-pub(crate) fn restarted(result: Result<bool, BoxError>) -> Result<(), Failure> {
+/// Whether the harness restarted its backend: `Ok(Some(verdict))` ends the scenario as not
+/// applicable (a cluster the harness does not own, such as a user's production cluster).
+pub(crate) fn restarted(result: Result<bool, BoxError>) -> Result<Option<Verdict>, Failure> {
     match result {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Failure::new(
-            "backend declares survives_restart but its harness cannot restart it",
-        )),
+        Ok(true) => Ok(None),
+        Ok(false) => Ok(Some(Verdict::NotApplicable(
+            "the harness cannot restart this backend (not a server it owns)".into(),
+        ))),
         Err(error) => Err(Failure::new(format!("restart failed: {error}"))),
     }
 }

@@ -1,0 +1,159 @@
+//! Blocking librdkafka calls, run on tokio's blocking pool so the async runtime never stalls.
+
+use std::time::{Duration, Instant};
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{BorrowedMessage, Message, OwnedMessage};
+use rdkafka::producer::{DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::{Offset, TopicPartitionList};
+
+use crate::error::KafkaFenceError;
+
+/// A transactional producer for one domain's transactional id.
+pub(crate) type TxnProducer = ThreadedProducer<DefaultProducerContext>;
+
+/// Runs a blocking librdkafka call on the blocking pool.
+pub(crate) async fn blocking<T, F>(call: F) -> Result<T, KafkaFenceError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|e| KafkaFenceError::Worker(e.to_string()))
+}
+
+/// A transactional producer with `transactional_id`, initialised (which fences every earlier
+/// producer of that id and aborts its open transaction).
+pub(crate) fn transactional_producer(
+    base: &ClientConfig,
+    transactional_id: &str,
+    transaction_timeout: Duration,
+) -> Result<TxnProducer, KafkaError> {
+    let producer: TxnProducer = base
+        .clone()
+        .set("transactional.id", transactional_id)
+        .set(
+            "transaction.timeout.ms",
+            transaction_timeout.as_millis().to_string(),
+        )
+        .set(
+            "message.timeout.ms",
+            transaction_timeout.as_millis().to_string(),
+        )
+        .set("linger.ms", "2")
+        .create()?;
+    producer.init_transactions(transaction_timeout)?;
+    Ok(producer)
+}
+
+/// Every committed message of one partition, as a read_committed consumer sees it, read up to
+/// the high watermark taken at the start (which counts transaction markers, so the end is a
+/// position, not a record).
+pub(crate) fn read_partition(
+    base: &ClientConfig,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<Vec<OwnedMessage>, KafkaError> {
+    let consumer: BaseConsumer = base
+        .clone()
+        .set("group.id", "fence-reader")
+        .set("enable.auto.commit", "false")
+        .set("isolation.level", "read_committed")
+        .set("enable.partition.eof", "true")
+        .create()?;
+    let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
+    if high <= low {
+        return Ok(Vec::new());
+    }
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
+    consumer.assign(&assignment)?;
+    let deadline = Instant::now() + timeout;
+    let mut messages = Vec::new();
+    loop {
+        match consumer.poll(Duration::from_millis(50)) {
+            Some(Ok(message)) => messages.push(owned(&message)),
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
+            Some(Err(error)) => return Err(error),
+        }
+        let position = consumer
+            .position()?
+            .find_partition(topic, partition)
+            .and_then(|p| match p.offset() {
+                Offset::Offset(o) => Some(o),
+                _ => None,
+            })
+            .unwrap_or(low);
+        if position >= high {
+            return Ok(messages);
+        }
+        if Instant::now() > deadline {
+            return Err(KafkaError::MessageConsumption(
+                RDKafkaErrorCode::OperationTimedOut,
+            ));
+        }
+    }
+}
+
+fn owned(message: &BorrowedMessage<'_>) -> OwnedMessage {
+    message.detach()
+}
+
+/// The number of partitions of `topic`.
+pub(crate) fn partition_count(
+    base: &ClientConfig,
+    topic: &str,
+    timeout: Duration,
+) -> Result<i32, KafkaFenceError> {
+    let consumer: BaseConsumer = base.clone().create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
+    let partitions = metadata
+        .topics()
+        .iter()
+        .find(|t| t.name() == topic && t.error().is_none())
+        .map_or(0, |t| t.partitions().len());
+    match i32::try_from(partitions) {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(KafkaFenceError::NoSuchTopic(topic.to_owned())),
+    }
+}
+
+/// Creates `topic` if it is missing; an existing topic is left as it is.
+pub(crate) async fn ensure_topic(
+    base: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+    replication: i32,
+    compacted: bool,
+    timeout: Duration,
+) -> Result<(), KafkaFenceError> {
+    let admin: AdminClient<DefaultClientContext> = base.clone().create()?;
+    let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
+    if compacted {
+        new_topic = new_topic.set("cleanup.policy", "compact");
+    }
+    let results = admin
+        .create_topics(
+            &[new_topic],
+            &AdminOptions::new().operation_timeout(Some(timeout)),
+        )
+        .await?;
+    for result in results {
+        match result {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((_, code)) => return Err(KafkaError::AdminOp(code).into()),
+        }
+    }
+    Ok(())
+}
+
+/// The message's value, or an empty slice.
+pub(crate) fn payload(message: &OwnedMessage) -> &[u8] {
+    message.payload().unwrap_or_default()
+}

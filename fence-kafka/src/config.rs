@@ -1,0 +1,228 @@
+//! Configuration of a [`KafkaFence`].
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fence_core::{FenceError, InvalidInput};
+use rdkafka::config::ClientConfig;
+use tokio::sync::OnceCell;
+
+use crate::client::ensure_topic;
+use crate::error::backend;
+use crate::{Inner, KafkaFence};
+
+/// Default name of the fence-ledger topic.
+pub const DEFAULT_LEDGER_TOPIC: &str = "fence-ledger";
+/// Default prefix of the per-domain transactional ids.
+pub const DEFAULT_TRANSACTIONAL_ID_PREFIX: &str = "fence-";
+/// Default greatest size of one append (sum of record values).
+pub const DEFAULT_MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// Default number of operation ids the ledger remembers per domain.
+pub const DEFAULT_OP_ID_RETENTION: usize = 64;
+
+/// Builds a [`KafkaFence`] from your `ClientConfig` (bootstrap servers, SASL/TLS settings).
+///
+/// ```
+/// use rdkafka::config::ClientConfig;
+/// let mut config = ClientConfig::new();
+/// config.set("bootstrap.servers", "127.0.0.1:9092");
+/// let fence = fence_kafka::KafkaFence::builder(config)
+///     .data_topic("payments")
+///     .ledger_topic("payments-fence-ledger")
+///     .build()?;
+/// assert_eq!(fence.transactional_id(&fence_core::Domain::new("partition 7")?), "fence-partition%207");
+/// # Ok::<(), fence_core::FenceError>(())
+/// ```
+pub struct KafkaFenceBuilder {
+    config: ClientConfig,
+    data_topic: Option<String>,
+    ledger_topic: String,
+    transactional_id_prefix: String,
+    ledger_partitions: i32,
+    ledger_replication: i32,
+    timeout: Duration,
+    transaction_timeout: Duration,
+    max_batch_bytes: usize,
+    op_id_retention: usize,
+    aborted_retries: usize,
+}
+
+impl KafkaFenceBuilder {
+    pub(crate) fn new(config: ClientConfig) -> Self {
+        KafkaFenceBuilder {
+            config,
+            data_topic: None,
+            ledger_topic: DEFAULT_LEDGER_TOPIC.to_owned(),
+            transactional_id_prefix: DEFAULT_TRANSACTIONAL_ID_PREFIX.to_owned(),
+            ledger_partitions: 1,
+            ledger_replication: 1,
+            timeout: Duration::from_secs(30),
+            transaction_timeout: Duration::from_secs(10),
+            max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
+            op_id_retention: DEFAULT_OP_ID_RETENTION,
+            aborted_retries: 8,
+        }
+    }
+
+    /// The topic fenced records are appended to (each domain's records go to one partition).
+    pub fn data_topic(mut self, topic: impl Into<String>) -> Self {
+        self.data_topic = Some(topic.into());
+        self
+    }
+
+    /// The compacted fence-ledger topic (default [`DEFAULT_LEDGER_TOPIC`]); created by
+    /// [`KafkaFenceBuilder::connect`] when missing.
+    pub fn ledger_topic(mut self, topic: impl Into<String>) -> Self {
+        self.ledger_topic = topic.into();
+        self
+    }
+
+    /// Partitions and replication factor used when creating the ledger topic (default 1 and 1;
+    /// use 3 replicas in production).
+    pub fn ledger_layout(mut self, partitions: i32, replication: i32) -> Self {
+        self.ledger_partitions = partitions;
+        self.ledger_replication = replication;
+        self
+    }
+
+    /// The prefix of the per-domain transactional ids (default
+    /// [`DEFAULT_TRANSACTIONAL_ID_PREFIX`]).
+    pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.transactional_id_prefix = prefix.into();
+        self
+    }
+
+    /// Timeout of a claim, a ledger read or a commit.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// `transaction.timeout.ms`: how long the broker lets an open transaction of a stalled
+    /// holder block read_committed readers before aborting it.
+    pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
+        self.transaction_timeout = timeout;
+        self
+    }
+
+    /// Refuses appends whose values add up to more, before any I/O.
+    pub fn max_batch_bytes(mut self, max: usize) -> Self {
+        self.max_batch_bytes = max;
+        self
+    }
+
+    /// How many operation ids the ledger keeps per domain.
+    pub fn op_id_retention(mut self, count: usize) -> Self {
+        self.op_id_retention = count;
+        self
+    }
+
+    /// How often an append whose transaction was aborted (its producer fenced by a zombie's
+    /// re-initialisation while this holder is still the domain's owner) is retried after the
+    /// automatic re-claim, with jittered exponential backoff, before it is reported (default 8).
+    pub fn aborted_retries(mut self, retries: usize) -> Self {
+        self.aborted_retries = retries;
+        self
+    }
+
+    /// Validates and builds with no I/O.
+    pub fn build(self) -> Result<KafkaFence, FenceError> {
+        let invalid = |why: String| -> FenceError { InvalidInput::Configuration(why).into() };
+        let data_topic = self
+            .data_topic
+            .ok_or_else(|| invalid("no data topic: call data_topic()".into()))?;
+        for (what, topic) in [
+            ("data topic", &data_topic),
+            ("ledger topic", &self.ledger_topic),
+        ] {
+            let valid = !topic.is_empty()
+                && topic.len() <= 249
+                && topic
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+            if !valid {
+                return Err(invalid(format!(
+                    "{what} `{}` is not a valid Kafka topic name",
+                    topic.escape_debug()
+                )));
+            }
+        }
+        if self
+            .config
+            .get("bootstrap.servers")
+            .is_none_or(str::is_empty)
+        {
+            return Err(invalid("the client config has no bootstrap.servers".into()));
+        }
+        if self.config.get("transactional.id").is_some() {
+            return Err(invalid(
+                "do not set transactional.id: fence-kafka derives one per domain".into(),
+            ));
+        }
+        if self.ledger_partitions < 1
+            || self.max_batch_bytes == 0
+            || self.timeout.is_zero()
+            || self.transaction_timeout.is_zero()
+        {
+            return Err(invalid(
+                "ledger partitions, batch limit and timeouts must be positive".into(),
+            ));
+        }
+        if self.transactional_id_prefix.chars().any(char::is_control) {
+            return Err(invalid(
+                "the transactional id prefix holds a control character".into(),
+            ));
+        }
+        Ok(KafkaFence {
+            inner: Arc::new(Inner {
+                config: self.config,
+                data_topic,
+                ledger_topic: self.ledger_topic,
+                transactional_id_prefix: self.transactional_id_prefix,
+                ledger_partitions_on_create: self.ledger_partitions,
+                ledger_replication: self.ledger_replication,
+                ledger_partitions: OnceCell::new(),
+                data_partitions: OnceCell::new(),
+                timeout: self.timeout,
+                transaction_timeout: self.transaction_timeout,
+                max_batch_bytes: self.max_batch_bytes,
+                op_id_retention: self.op_id_retention,
+                aborted_retries: self.aborted_retries,
+                holders: Mutex::new(HashMap::new()),
+                known_marks: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Builds, creates the ledger topic if missing, and checks that both topics exist.
+    pub async fn connect(self) -> Result<KafkaFence, FenceError> {
+        let fence = self.build()?;
+        let inner = &fence.inner;
+        ensure_topic(
+            &inner.config,
+            &inner.ledger_topic,
+            inner.ledger_partitions_on_create,
+            inner.ledger_replication,
+            true,
+            inner.timeout,
+        )
+        .await
+        .map_err(|e| backend(None, e))?;
+        fence.ledger_partitions().await?;
+        fence.data_partitions().await?;
+        Ok(fence)
+    }
+}
+
+impl fmt::Debug for KafkaFenceBuilder {
+    // The client config may hold SASL passwords: only the bootstrap servers are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaFenceBuilder")
+            .field("bootstrap.servers", &self.config.get("bootstrap.servers"))
+            .field("data_topic", &self.data_topic)
+            .field("ledger_topic", &self.ledger_topic)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,646 @@
+//! `KafkaFence`: fenced, transactional appends on Kafka.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use fence_core::telemetry::observe;
+use fence_core::{
+    rule, AppendOutcome, AppendRequest, Appended, Capabilities, Claimed, Domain, EqualTokenPolicy,
+    Fence, FenceError, FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Operation,
+    Record,
+};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, Producer};
+use tokio::sync::OnceCell;
+
+use crate::client::{
+    blocking, partition_count, payload, read_partition, transactional_producer, TxnProducer,
+};
+use crate::config::KafkaFenceBuilder;
+use crate::error::{backend, classify, KafkaFenceError, TxnFailure, BACKEND};
+use crate::ledger::{partition_for, LedgerState, OpRecord};
+
+/// Header carrying the domain on every fenced record.
+pub const DOMAIN_HEADER: &str = "fence-domain";
+/// Header carrying the fencing token on every fenced record.
+pub const TOKEN_HEADER: &str = "fence-token";
+/// Header carrying the operation id, when the append has one.
+pub const OP_HEADER: &str = "fence-op";
+
+/// How often a claim whose own transaction was fenced by a concurrent claimer starts over.
+const CLAIM_ATTEMPTS: usize = 8;
+
+pub(crate) struct Inner {
+    pub(crate) config: ClientConfig,
+    pub(crate) data_topic: String,
+    pub(crate) ledger_topic: String,
+    pub(crate) transactional_id_prefix: String,
+    pub(crate) ledger_partitions_on_create: i32,
+    pub(crate) ledger_replication: i32,
+    pub(crate) ledger_partitions: OnceCell<i32>,
+    pub(crate) data_partitions: OnceCell<i32>,
+    pub(crate) timeout: Duration,
+    pub(crate) transaction_timeout: Duration,
+    pub(crate) max_batch_bytes: usize,
+    pub(crate) op_id_retention: usize,
+    pub(crate) aborted_retries: usize,
+    pub(crate) holders: Mutex<HashMap<(Domain, FencingToken), Slot>>,
+    /// The greatest mark seen per domain. Marks never decrease, so a token below it is stale
+    /// for certain and is refused without initialising a producer, which would abort the
+    /// owner's open transaction.
+    pub(crate) known_marks: Mutex<HashMap<Domain, FencingToken>>,
+}
+
+/// One holder (domain, token): its initialised producer and the ledger state it wrote last.
+pub(crate) struct Holder {
+    producer: Arc<TxnProducer>,
+    state: LedgerState,
+}
+
+pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Holder>>>;
+
+/// A record ready to send inside a transaction.
+struct Outgoing {
+    topic: String,
+    partition: i32,
+    key: Option<Bytes>,
+    value: Bytes,
+    headers: Vec<(String, Bytes)>,
+}
+
+/// Fenced appends on Kafka, safe against zombie producers.
+///
+/// Kafka fences by producer epoch per `transactional.id`, and the LATEST `init_transactions`
+/// wins, not the highest lease token. So each domain has one transactional id, and each holder
+/// (domain, token) claims through the fence ledger after `init_transactions`: it reads the
+/// domain's committed high-water mark and refuses with [`FenceError::Fenced`] if its token is
+/// older, else commits its token to the ledger. A producer fenced by someone else's
+/// `init_transactions` is never reused: the holder claims again with a new producer, which
+/// keeps a zombie's re-initialisation from evicting the rightful owner.
+#[derive(Clone)]
+pub struct KafkaFence {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl KafkaFence {
+    /// A builder from your client configuration.
+    pub fn builder(config: ClientConfig) -> KafkaFenceBuilder {
+        KafkaFenceBuilder::new(config)
+    }
+
+    /// The transactional id of a domain: the prefix plus the domain's injective escaped form.
+    pub fn transactional_id(&self, domain: &Domain) -> String {
+        format!("{}{}", self.inner.transactional_id_prefix, domain.escaped())
+    }
+
+    /// The data topic.
+    pub fn data_topic(&self) -> &str {
+        &self.inner.data_topic
+    }
+
+    /// The partition of the data topic that holds `domain`'s records.
+    pub async fn data_partition(&self, domain: &Domain) -> Result<i32, FenceError> {
+        Ok(partition_for(
+            domain.as_str(),
+            self.data_partitions().await?,
+        ))
+    }
+
+    pub(crate) async fn ledger_partitions(&self) -> Result<i32, FenceError> {
+        self.partitions(&self.inner.ledger_partitions, &self.inner.ledger_topic)
+            .await
+    }
+
+    pub(crate) async fn data_partitions(&self) -> Result<i32, FenceError> {
+        self.partitions(&self.inner.data_partitions, &self.inner.data_topic)
+            .await
+    }
+
+    async fn partitions(&self, cell: &OnceCell<i32>, topic: &str) -> Result<i32, FenceError> {
+        cell.get_or_try_init(|| async {
+            let (config, topic, timeout) = (
+                self.inner.config.clone(),
+                topic.to_owned(),
+                self.inner.timeout,
+            );
+            blocking(move || partition_count(&config, &topic, timeout))
+                .await
+                .and_then(|r| r)
+                .map_err(|e| backend(None, e))
+        })
+        .await
+        .copied()
+    }
+
+    fn slot(&self, domain: &Domain, token: FencingToken) -> Slot {
+        let mut holders = self.inner.holders.lock().unwrap_or_else(|p| p.into_inner());
+        holders.entry((domain.clone(), token)).or_default().clone()
+    }
+
+    fn note_mark(&self, domain: &Domain, mark: Option<FencingToken>) {
+        let Some(mark) = mark else { return };
+        let mut marks = self
+            .inner
+            .known_marks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let known = marks.entry(domain.clone()).or_insert(mark);
+        *known = (*known).max(mark);
+    }
+
+    /// Refuses a token already known to be stale, with no I/O.
+    fn check_known(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        policy: EqualTokenPolicy,
+    ) -> Result<(), FenceError> {
+        let known = self
+            .inner
+            .known_marks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(domain)
+            .copied();
+        match known {
+            // Under the same-owner policy an equal mark may be this holder's own claim.
+            Some(mark) if token < mark => rule::check_token(domain, Some(mark), token, policy),
+            _ => Ok(()),
+        }
+    }
+
+    fn forget(&self, domain: &Domain, token: FencingToken) {
+        let mut holders = self.inner.holders.lock().unwrap_or_else(|p| p.into_inner());
+        holders.remove(&(domain.clone(), token));
+    }
+
+    /// Reads the domain's committed ledger state.
+    async fn read_ledger(&self, domain: &Domain) -> Result<LedgerState, FenceError> {
+        let partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
+        let (config, topic, timeout) = (
+            self.inner.config.clone(),
+            self.inner.ledger_topic.clone(),
+            self.inner.timeout,
+        );
+        let messages = blocking(move || read_partition(&config, &topic, partition, timeout))
+            .await
+            .map_err(|e| backend(Some(domain), e))?
+            .map_err(|e| backend(Some(domain), e))?;
+        let key = domain.as_str().as_bytes();
+        let state = match messages.iter().rev().find(|m| m.key() == Some(key)) {
+            None => LedgerState::default(),
+            Some(message) => LedgerState::decode(payload(message)).map_err(|why| {
+                FenceError::corrupt(BACKEND, domain, format!("fence ledger: {why}"))
+            })?,
+        };
+        self.note_mark(domain, state.hwm);
+        Ok(state)
+    }
+
+    /// A new producer for the domain's transactional id (fencing every older one), with the
+    /// ledger state read after its initialisation.
+    async fn open(&self, domain: &Domain) -> Result<Holder, FenceError> {
+        let (config, id, timeout) = (
+            self.inner.config.clone(),
+            self.transactional_id(domain),
+            self.inner.transaction_timeout,
+        );
+        let producer = blocking(move || transactional_producer(&config, &id, timeout))
+            .await
+            .map_err(|e| backend(Some(domain), e))?
+            .map_err(|e| backend(Some(domain), e))?;
+        let state = self.read_ledger(domain).await?;
+        Ok(Holder {
+            producer: Arc::new(producer),
+            state,
+        })
+    }
+
+    fn ledger_record(&self, domain: &Domain, partition: i32, state: &LedgerState) -> Outgoing {
+        Outgoing {
+            topic: self.inner.ledger_topic.clone(),
+            partition,
+            key: Some(Bytes::copy_from_slice(domain.as_str().as_bytes())),
+            value: Bytes::from(state.encode()),
+            headers: Vec::new(),
+        }
+    }
+
+    /// Sends `records` in one transaction on `producer`.
+    async fn transact(
+        &self,
+        producer: &Arc<TxnProducer>,
+        records: Vec<Outgoing>,
+    ) -> Result<(), TxnFailure> {
+        let (producer, timeout) = (producer.clone(), self.inner.timeout);
+        match blocking(move || run_transaction(&producer, records, timeout)).await {
+            Ok(result) => result,
+            Err(worker) => Err(TxnFailure::Failed(KafkaError::Canceled))
+                .inspect_err(|_| tracing::error!(%worker, "transaction worker failed")),
+        }
+    }
+
+    fn txn_error(&self, domain: &Domain, operation: Operation, failure: TxnFailure) -> FenceError {
+        match failure {
+            TxnFailure::Ambiguous(error) => FenceError::Ambiguous {
+                domain: domain.clone(),
+                operation,
+                source: Box::new(KafkaFenceError::Kafka(error)),
+            },
+            TxnFailure::Fenced(error) | TxnFailure::Aborted(error) | TxnFailure::Failed(error) => {
+                backend(Some(domain), error)
+            }
+        }
+    }
+
+    async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.check_known(domain, token, EqualTokenPolicy::SameOwner)?;
+        let slot = self.slot(domain, token);
+        let mut guard = slot.lock().await;
+        let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
+        for attempt in 0..CLAIM_ATTEMPTS {
+            *guard = None;
+            let mut holder = self.open(domain).await?;
+            let previous = holder.state.hwm;
+            if let Err(fenced) = rule::check_claim(domain, previous, token) {
+                drop(guard);
+                self.forget(domain, token);
+                return Err(fenced);
+            }
+            if previous != Some(token) {
+                let mut next = holder.state.clone();
+                next.hwm = Some(token);
+                match self
+                    .transact(
+                        &holder.producer,
+                        vec![self.ledger_record(domain, ledger_partition, &next)],
+                    )
+                    .await
+                {
+                    Ok(()) => {
+                        holder.state = next;
+                        self.note_mark(domain, Some(token));
+                    }
+                    Err(TxnFailure::Fenced(_) | TxnFailure::Aborted(_)) => {
+                        // Another claimer initialised in between: start over, after a pause.
+                        backoff(attempt).await;
+                        continue;
+                    }
+                    Err(failure) => return Err(self.txn_error(domain, Operation::Claim, failure)),
+                }
+            }
+            *guard = Some(holder);
+            return Ok(Claimed::new(token, previous));
+        }
+        Err(backend(
+            Some(domain),
+            KafkaFenceError::Aborted {
+                attempts: CLAIM_ATTEMPTS,
+            },
+        ))
+    }
+
+    async fn append_now(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+        let domain = request.domain();
+        let token = request.token();
+        if request.records().is_empty() {
+            return Err(InvalidInput::EmptyBatch {
+                domain: domain.clone(),
+            }
+            .into());
+        }
+        let size: usize = request.records().iter().map(|r| r.value.len()).sum();
+        if size > self.inner.max_batch_bytes {
+            return Err(InvalidInput::ValueTooLarge {
+                domain: domain.clone(),
+                size,
+                max: self.inner.max_batch_bytes,
+            }
+            .into());
+        }
+        let strict = request.policy() == EqualTokenPolicy::Strict;
+        let op = request.op_id().map(|op| op.escaped());
+        let data_partition = partition_for(domain.as_str(), self.data_partitions().await?);
+        let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
+        let slot = self.slot(domain, token);
+        let mut guard = slot.lock().await;
+        for attempt in 0..=self.inner.aborted_retries {
+            // Strict appends need a fresh look at the ledger every time.
+            let fresh = strict || guard.is_none();
+            if fresh {
+                if let Err(fenced) = self.check_known(domain, token, request.policy()) {
+                    *guard = None;
+                    drop(guard);
+                    self.forget(domain, token);
+                    return Err(fenced);
+                }
+                *guard = None;
+                *guard = Some(self.open(domain).await?);
+            }
+            let Some(holder) = guard.as_mut() else {
+                continue;
+            };
+            if let Some(first) = op.as_deref().and_then(|op| holder.state.find(token, op)) {
+                return Ok(AppendOutcome::Duplicate(Appended::new(
+                    token,
+                    first.records,
+                    first.previous,
+                )));
+            }
+            let previous = holder.state.hwm;
+            if let Err(fenced) = rule::check_token(domain, previous, token, request.policy()) {
+                *guard = None;
+                drop(guard);
+                self.forget(domain, token);
+                return Err(fenced);
+            }
+            let mut next = holder.state.clone();
+            next.hwm = Some(token);
+            if let Some(op) = &op {
+                next.remember(
+                    OpRecord {
+                        token,
+                        records: request.records().len(),
+                        previous,
+                        op: op.clone(),
+                    },
+                    self.inner.op_id_retention,
+                );
+            }
+            let mut records: Vec<Outgoing> = request
+                .records()
+                .iter()
+                .map(|record| {
+                    self.data_record(
+                        domain,
+                        data_partition,
+                        token,
+                        request.op_id().map(|o| o.as_str()),
+                        record,
+                    )
+                })
+                .collect();
+            // The ledger moves with the data when the mark or the remembered op ids change.
+            if next != holder.state {
+                records.push(self.ledger_record(domain, ledger_partition, &next));
+            }
+            match self.transact(&holder.producer, records).await {
+                Ok(()) => {
+                    holder.state = next;
+                    self.note_mark(domain, Some(token));
+                    return Ok(AppendOutcome::Appended(Appended::new(
+                        token,
+                        request.records().len(),
+                        previous,
+                    )));
+                }
+                Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error)) => {
+                    // Nothing was written. Claim again with a new producer: a stale holder is
+                    // refused there; the owner retries.
+                    tracing::info!(domain = domain.as_str(), token = token.get(), attempt, %error, "transaction fenced or aborted; re-claiming");
+                    *guard = None;
+                    backoff(attempt).await;
+                }
+                Err(failure) => {
+                    *guard = None;
+                    return Err(self.txn_error(domain, Operation::Append, failure));
+                }
+            }
+        }
+        Err(backend(
+            Some(domain),
+            KafkaFenceError::Aborted {
+                attempts: self.inner.aborted_retries + 1,
+            },
+        ))
+    }
+
+    fn data_record(
+        &self,
+        domain: &Domain,
+        partition: i32,
+        token: FencingToken,
+        op: Option<&str>,
+        record: &Record,
+    ) -> Outgoing {
+        let mut headers = record.headers.clone();
+        headers.push((
+            DOMAIN_HEADER.to_owned(),
+            Bytes::copy_from_slice(domain.as_str().as_bytes()),
+        ));
+        headers.push((TOKEN_HEADER.to_owned(), Bytes::from(token.to_string())));
+        if let Some(op) = op {
+            headers.push((OP_HEADER.to_owned(), Bytes::copy_from_slice(op.as_bytes())));
+        }
+        Outgoing {
+            topic: self.inner.data_topic.clone(),
+            partition,
+            key: record.key.clone(),
+            value: record.value.clone(),
+            headers,
+        }
+    }
+
+    async fn read_log_now(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+        let partition = self.data_partition(domain).await?;
+        let (config, topic, timeout) = (
+            self.inner.config.clone(),
+            self.inner.data_topic.clone(),
+            self.inner.timeout,
+        );
+        let messages = blocking(move || read_partition(&config, &topic, partition, timeout))
+            .await
+            .map_err(|e| backend(Some(domain), e))?
+            .map_err(|e| backend(Some(domain), e))?;
+        let mut entries = Vec::new();
+        for message in &messages {
+            let Some(headers) = message.headers() else {
+                continue;
+            };
+            let mut fence = (None, None, None);
+            let mut user = Vec::new();
+            for header in headers.iter() {
+                let value = header.value.unwrap_or_default();
+                match header.key {
+                    DOMAIN_HEADER => fence.0 = Some(value),
+                    TOKEN_HEADER => fence.1 = Some(value),
+                    OP_HEADER => fence.2 = Some(value),
+                    name => user.push((name.to_owned(), Bytes::copy_from_slice(value))),
+                }
+            }
+            if fence.0 != Some(domain.as_str().as_bytes()) {
+                continue; // another domain's record, or not a fenced one
+            }
+            let token = std::str::from_utf8(fence.1.unwrap_or_default())
+                .ok()
+                .and_then(|t| t.parse::<FencingToken>().ok())
+                .ok_or_else(|| {
+                    FenceError::corrupt(
+                        BACKEND,
+                        domain,
+                        format!(
+                            "record at offset {} has no valid token header",
+                            message.offset()
+                        ),
+                    )
+                })?;
+            let op_id = fence
+                .2
+                .and_then(|op| std::str::from_utf8(op).ok())
+                .and_then(|op| fence_core::OperationId::new(op).ok());
+            let record = Record {
+                key: message.key().map(Bytes::copy_from_slice),
+                value: Bytes::copy_from_slice(payload(message)),
+                headers: user,
+            };
+            entries.push(LogEntry::new(token, op_id, record));
+        }
+        Ok(entries)
+    }
+}
+
+/// One transaction: begin, send every record, commit. Blocking.
+fn run_transaction(
+    producer: &TxnProducer,
+    records: Vec<Outgoing>,
+    timeout: Duration,
+) -> Result<(), TxnFailure> {
+    producer
+        .begin_transaction()
+        .map_err(|e| classify(e, false))?;
+    for outgoing in &records {
+        let mut headers = OwnedHeaders::new_with_capacity(outgoing.headers.len());
+        for (name, value) in &outgoing.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(&value[..]),
+            });
+        }
+        let mut record = BaseRecord::<[u8], [u8]>::to(&outgoing.topic)
+            .partition(outgoing.partition)
+            .payload(&outgoing.value[..])
+            .headers(headers);
+        if let Some(key) = &outgoing.key {
+            record = record.key(&key[..]);
+        }
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
+                    record = returned;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err((error, _)) => {
+                    let _ = producer.abort_transaction(timeout);
+                    return Err(match classify(error, false) {
+                        TxnFailure::Failed(error) => TxnFailure::Aborted(error),
+                        other => other,
+                    });
+                }
+            }
+        }
+    }
+    match producer.commit_transaction(timeout) {
+        Ok(()) => Ok(()),
+        Err(error) => match classify(error, true) {
+            TxnFailure::Aborted(error) => {
+                let _ = producer.abort_transaction(timeout);
+                Err(TxnFailure::Aborted(error))
+            }
+            other => Err(other),
+        },
+    }
+}
+
+/// Exponential backoff with jitter (20 ms doubling, capped near 1.3 s), so that holders that
+/// keep fencing each other spread out.
+async fn backoff(attempt: usize) {
+    let base = 20u64 << attempt.min(6);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let jitter =
+        (u64::from(nanos) ^ u64::from(std::process::id()).wrapping_mul(2_654_435_761)) % base;
+    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+}
+
+impl fmt::Debug for KafkaFence {
+    // The client config may hold SASL passwords: only the bootstrap servers are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaFence")
+            .field(
+                "bootstrap.servers",
+                &self.inner.config.get("bootstrap.servers"),
+            )
+            .field("data_topic", &self.inner.data_topic)
+            .field("ledger_topic", &self.inner.ledger_topic)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Fence for KafkaFence {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let retention = match self.inner.op_id_retention {
+            0 => OpIdRetention::None,
+            n => OpIdRetention::PerDomain(n),
+        };
+        Capabilities::log()
+            .with_op_id_retention(retention)
+            .with_max_value_bytes(Some(self.inner.max_batch_bytes))
+            .with_survives_restart(true)
+    }
+
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Claim,
+            domain,
+            Some(token),
+            self.claim_now(domain, token),
+        )
+        .await
+    }
+
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
+        observe(BACKEND, Operation::HighWaterMark, domain, None, async {
+            Ok(self.read_ledger(domain).await?.hwm)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl FencedLog for KafkaFence {
+    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Append,
+            request.domain(),
+            Some(request.token()),
+            self.append_now(request),
+        )
+        .await
+    }
+
+    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+        observe(
+            BACKEND,
+            Operation::ReadLog,
+            domain,
+            None,
+            self.read_log_now(domain),
+        )
+        .await
+    }
+}

@@ -1,0 +1,19 @@
+#![doc = include_str!("../README.md")]
+
+mod client;
+mod config;
+mod consumer;
+mod error;
+mod fence;
+mod ledger;
+
+pub use rdkafka;
+
+pub use config::{
+    KafkaFenceBuilder, DEFAULT_LEDGER_TOPIC, DEFAULT_MAX_BATCH_BYTES, DEFAULT_OP_ID_RETENTION,
+    DEFAULT_TRANSACTIONAL_ID_PREFIX,
+};
+pub use consumer::{Admission, FencedConsumer, TokenFilter};
+pub use error::KafkaFenceError;
+pub(crate) use fence::Inner;
+pub use fence::{KafkaFence, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};

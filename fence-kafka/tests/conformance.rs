@@ -1,0 +1,60 @@
+//! The log conformance suite on a Kafka-protocol broker: a dedicated noida-db per scenario under
+//! scripts/test, or YOUR cluster: `FENCE_KAFKA_BOOTSTRAP=host:9092 [FENCE_KAFKA_PROPERTIES='security.protocol=SASL_SSL;...'] cargo test -p fence-kafka --test conformance`.
+#![allow(clippy::expect_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use fence_conformance::LogHarness;
+use fence_core::{BoxError, FencedLog};
+use fence_kafka::KafkaFence;
+use support::NoidaServer;
+
+struct Kafka {
+    server: Option<NoidaServer>,
+    fence: Mutex<KafkaFence>,
+}
+
+#[async_trait]
+impl LogHarness for Kafka {
+    fn log(&self) -> Arc<dyn FencedLog> {
+        Arc::new(self.fence.lock().expect("lock").clone())
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        let Some(server) = &self.server else {
+            return Ok(false); // your own cluster: not ours to restart
+        };
+        server.restart();
+        let fence = self.fence.lock().expect("lock").clone();
+        // A new process after the restart: same topics, nothing cached.
+        let rebuilt = KafkaFence::builder(support::client_config(&server.bootstrap()))
+            .data_topic(fence.data_topic())
+            .ledger_topic(format!("{}-ledger", fence.data_topic()))
+            .transactional_id_prefix(format!("{}-", fence.data_topic()))
+            .connect()
+            .await?;
+        *self.fence.lock().expect("lock") = rebuilt;
+        Ok(true)
+    }
+}
+
+async fn kafka() -> Option<Kafka> {
+    if let Some(bootstrap) = support::external_cluster() {
+        let fence = support::fence_on(&bootstrap, "conformance").await;
+        return Some(Kafka {
+            server: None,
+            fence: Mutex::new(fence),
+        });
+    }
+    let server = NoidaServer::start("conformance")?;
+    let fence = support::fence_on(&server.bootstrap(), "conformance").await;
+    Some(Kafka {
+        server: Some(server),
+        fence: Mutex::new(fence),
+    })
+}
+
+fence_conformance::log_conformance!(kafka);
