@@ -1,26 +1,25 @@
 //! The stale-writer story: worker A holds a lease, pauses past its expiry, and wakes up to write
 //! after worker B took over. The resource rejects A's write because B's token is newer.
 //!
-//! `cargo run --example stale_writer [-- --backend memory]`
+//! `cargo run --example stale_writer [-- --backend memory|redis|s3|kafka]`
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fence_core::{
-    Domain, FenceError, FencedStore, LeaseManager, OwnerId, Snapshot, WriteOutcome, WriteRequest,
-};
-use fence_examples::{Backend, Timeline};
+use fence_core::{Domain, FenceError, LeaseManager, OwnerId};
+use fence_examples::{Backend, Resource, Timeline};
 use tokio::sync::oneshot;
 
 const LEASE: Duration = Duration::from_millis(200);
 const PAUSE: Duration = Duration::from_millis(450);
+const B_VALUE: &str = "total=120 (by B)";
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
-fn describe(result: &Result<WriteOutcome, FenceError>) -> String {
+fn describe(result: &Result<String, FenceError>) -> String {
     match result {
-        Ok(outcome) => format!("accepted at revision {}", outcome.accepted().revision),
+        Ok(outcome) => outcome.clone(),
         Err(error) if error.is_fenced() => format!("REJECTED: {error}"),
         Err(error) => format!("failed: {error}"),
     }
@@ -28,16 +27,15 @@ fn describe(result: &Result<WriteOutcome, FenceError>) -> String {
 
 /// Worker A: acquires, writes, pauses past its lease, then writes again as if nothing happened.
 async fn worker_a(
-    store: Arc<dyn FencedStore>,
+    resource: Resource,
     leases: Arc<dyn LeaseManager>,
     domain: Domain,
     clock: Timeline,
     acquired: oneshot::Sender<()>,
-) -> Result<Result<WriteOutcome, FenceError>, Error> {
+) -> Result<Result<String, FenceError>, Error> {
     let lease = leases
         .acquire(&domain, &OwnerId::new("worker-a")?, LEASE)
         .await?;
-    let _ = acquired.send(());
     clock.say(
         "A",
         format!(
@@ -46,14 +44,17 @@ async fn worker_a(
             lease.token
         ),
     );
-    let draft = WriteRequest::put(domain.clone(), lease.token, "total=100 (by A)");
+    let first = resource
+        .write(&domain, lease.token, "total=100 (by A)")
+        .await;
     clock.say(
         "A",
-        format!(
-            "wrote \"total=100 (by A)\" -> {}",
-            describe(&store.write(&draft).await)
-        ),
+        format!("wrote \"total=100 (by A)\" -> {}", describe(&first)),
     );
+    first?;
+    // B moves only once A's first write landed (on Kafka the first append also initialises a
+    // transactional producer, which can take longer than A's short lease).
+    let _ = acquired.send(());
     clock.say(
         "A",
         format!(
@@ -66,12 +67,8 @@ async fn worker_a(
         "A",
         "resumes, unaware that its lease expired, and writes again",
     );
-    let stale = store
-        .write(&WriteRequest::put(
-            domain,
-            lease.token,
-            "total=100 (by A, stale)",
-        ))
+    let stale = resource
+        .write(&domain, lease.token, "total=100 (by A, stale)")
         .await;
     clock.say(
         "A",
@@ -82,13 +79,13 @@ async fn worker_a(
 
 /// Worker B: waits for A's lease to expire, acquires, claims, writes.
 async fn worker_b(
-    store: Arc<dyn FencedStore>,
+    resource: Resource,
     leases: Arc<dyn LeaseManager>,
     domain: Domain,
     clock: Timeline,
     a_acquired: oneshot::Receiver<()>,
 ) -> Result<(), Error> {
-    // The story starts with A holding the lease.
+    // The story starts with A holding the lease and having written once.
     a_acquired.await?;
     let owner = OwnerId::new("worker-b")?;
     let mut announced = false;
@@ -112,7 +109,7 @@ async fn worker_b(
         "B",
         format!("acquired the lease with fencing token {}", lease.token),
     );
-    let claimed = store.claim(&domain, lease.token).await?;
+    let claimed = resource.fence().claim(&domain, lease.token).await?;
     let before = claimed
         .previous_high_water_mark
         .map_or("none".into(), |t| t.to_string());
@@ -123,31 +120,11 @@ async fn worker_b(
             claimed.token
         ),
     );
-    let write = store
-        .write(&WriteRequest::put(domain, lease.token, "total=120 (by B)"))
-        .await;
-    clock.say(
-        "B",
-        format!("wrote \"total=120 (by B)\" -> {}", describe(&write)),
-    );
+    let write = resource.write(&domain, lease.token, B_VALUE).await;
+    clock.say("B", format!("wrote \"{B_VALUE}\" -> {}", describe(&write)));
     write?;
     leases.release(&lease).await?;
     Ok(())
-}
-
-fn summary(snapshot: &Snapshot) -> String {
-    let value = snapshot
-        .value()
-        .map(|v| String::from_utf8_lossy(v).into_owned());
-    format!(
-        "final value: {:?} written with token {} at revision {}; high-water mark {}",
-        value.unwrap_or_default(),
-        snapshot.written_by().map_or("-".into(), |t| t.to_string()),
-        snapshot.revision().map_or("-".into(), |r| r.to_string()),
-        snapshot
-            .high_water_mark
-            .map_or("-".into(), |t| t.to_string()),
-    )
 }
 
 async fn run() -> Result<bool, Error> {
@@ -161,14 +138,14 @@ async fn run() -> Result<bool, Error> {
     let clock = Timeline::start();
     let (acquired, a_acquired) = oneshot::channel();
     let a = tokio::spawn(worker_a(
-        opened.store.clone(),
+        opened.resource.clone(),
         opened.leases.clone(),
         domain.clone(),
         clock,
         acquired,
     ));
     let b = tokio::spawn(worker_b(
-        opened.store.clone(),
+        opened.resource.clone(),
         opened.leases.clone(),
         domain.clone(),
         clock,
@@ -176,12 +153,9 @@ async fn run() -> Result<bool, Error> {
     ));
     b.await??;
     let stale = a.await??;
-    let snapshot = opened.store.read(&domain).await?;
-    println!("{}", summary(&snapshot));
-    let b_won = snapshot
-        .value()
-        .is_some_and(|v| &v[..] == b"total=120 (by B)");
-    Ok(stale.is_err_and(|e| e.is_fenced()) && b_won)
+    let (latest, summary) = opened.resource.summary(&domain).await?;
+    println!("{summary}");
+    Ok(stale.is_err_and(|e| e.is_fenced()) && latest.as_deref() == Some(B_VALUE))
 }
 
 #[tokio::main]

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use fence_core::{FencedStore, LeaseManager, MemoryFence, MemoryLeases};
+use fence_core::{LeaseManager, MemoryFence, MemoryLeases};
+
+use crate::Resource;
 
 /// A backend the demos can run on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -15,6 +17,9 @@ pub enum Backend {
     /// S3: `FENCE_S3_ENDPOINT` / `FENCE_S3_BUCKET` / `FENCE_S3_ACCESS_KEY` / `FENCE_S3_SECRET_KEY`.
     /// Leases come from memory: S3 has none, and the object fences on its own.
     S3,
+    /// Kafka: `FENCE_KAFKA_BOOTSTRAP` (default `127.0.0.1:9092`); topics created per run.
+    /// Leases come from memory; the broker and the fence ledger enforce the token.
+    Kafka,
 }
 
 impl Backend {
@@ -23,6 +28,7 @@ impl Backend {
         ("memory", Backend::Memory),
         ("redis", Backend::Redis),
         ("s3", Backend::S3),
+        ("kafka", Backend::Kafka),
     ];
 
     /// Reads `--backend NAME` (or `--backend=NAME`) from the arguments; memory by default.
@@ -61,7 +67,7 @@ impl Backend {
         match self {
             Backend::Memory => Ok(DemoBackend {
                 description: "memory (embedded, no servers)".into(),
-                store: Arc::new(MemoryFence::new()),
+                resource: Resource::Store(Arc::new(MemoryFence::new())),
                 leases: Arc::new(MemoryLeases::new()),
             }),
             Backend::Redis => {
@@ -69,14 +75,22 @@ impl Backend {
                 Ok(DemoBackend {
                     description: format!("redis at {}", fence.target()),
                     leases: Arc::new(fence.leases()),
-                    store: Arc::new(fence),
+                    resource: Resource::Store(Arc::new(fence)),
                 })
             }
             Backend::S3 => {
                 let fence = s3_fence_from_env()?.connect().await?;
                 Ok(DemoBackend {
                     description: format!("s3 bucket `{}` (leases in memory)", fence.bucket()),
-                    store: Arc::new(fence),
+                    resource: Resource::Store(Arc::new(fence)),
+                    leases: Arc::new(MemoryLeases::new()),
+                })
+            }
+            Backend::Kafka => {
+                let fence = kafka_fence_for_run("demo").await?;
+                Ok(DemoBackend {
+                    description: format!("kafka topic `{}` (leases in memory)", fence.data_topic()),
+                    resource: Resource::Log(Arc::new(fence)),
                     leases: Arc::new(MemoryLeases::new()),
                 })
             }
@@ -123,13 +137,44 @@ pub fn s3_fence_from_env() -> Result<fence_s3::S3FenceBuilder, fence_core::Fence
         .bucket(var("FENCE_S3_BUCKET")?))
 }
 
+/// A Kafka fence on fresh topics (`<name>-<time>` and its ledger) of `FENCE_KAFKA_BOOTSTRAP`.
+pub async fn kafka_fence_for_run(
+    name: &str,
+) -> Result<fence_kafka::KafkaFence, Box<dyn std::error::Error>> {
+    use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use fence_kafka::rdkafka::client::DefaultClientContext;
+    let bootstrap =
+        std::env::var("FENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:9092".into());
+    let mut config = fence_kafka::rdkafka::config::ClientConfig::new();
+    config.set("bootstrap.servers", &bootstrap);
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_millis();
+    let topic = format!("{name}-{run}");
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
+    for result in admin
+        .create_topics(
+            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await?
+    {
+        result.map_err(|(topic, code)| format!("creating topic {topic}: {code}"))?;
+    }
+    Ok(fence_kafka::KafkaFence::builder(config)
+        .data_topic(&topic)
+        .ledger_topic(format!("{topic}-ledger"))
+        .connect()
+        .await?)
+}
+
 /// An opened backend.
 #[derive(Debug)]
 pub struct DemoBackend {
     /// What is running, for the demo's header.
     pub description: String,
     /// The fenced resource.
-    pub store: Arc<dyn FencedStore>,
+    pub resource: Resource,
     /// Where leases and their tokens come from.
     pub leases: Arc<dyn LeaseManager>,
 }

@@ -138,12 +138,12 @@ pub(crate) async fn ensure_topic(
     if compacted {
         new_topic = new_topic.set("cleanup.policy", "compact");
     }
-    let results = admin
-        .create_topics(
-            &[new_topic],
-            &AdminOptions::new().operation_timeout(Some(timeout)),
-        )
-        .await?;
+    let options = AdminOptions::new()
+        .operation_timeout(Some(timeout))
+        .request_timeout(Some(timeout));
+    let results = tokio::time::timeout(timeout, admin.create_topics(&[new_topic], &options))
+        .await
+        .map_err(|_| KafkaError::AdminOp(RDKafkaErrorCode::OperationTimedOut))??;
     for result in results {
         match result {
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}

@@ -1,0 +1,106 @@
+//! Injected broker error codes, on librdkafka's mock cluster (it does no real fencing, so it
+//! serves only to provoke the error paths).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, FencingToken, Record};
+use fence_kafka::rdkafka::config::ClientConfig;
+use fence_kafka::rdkafka::mocking::MockCluster;
+use fence_kafka::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
+use fence_kafka::{KafkaFence, KafkaFenceError};
+
+async fn fence_on(
+    mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
+) -> KafkaFence {
+    mock.create_topic("events", 1, 1).unwrap();
+    mock.create_topic("fence-ledger", 1, 1).unwrap();
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", mock.bootstrap_servers());
+    KafkaFence::builder(config)
+        .data_topic("events")
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn batch(domain: &Domain, value: &str) -> AppendRequest {
+    AppendRequest::new(
+        domain.clone(),
+        FencingToken::new(3).unwrap(),
+        vec![Record::new(value.to_owned())],
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_fenced_by_epoch_is_reclaimed_and_retried() {
+    let mock = MockCluster::new(1).unwrap();
+    let fence = fence_on(&mock).await;
+    let domain = Domain::new("orders").unwrap();
+    fence.append(&batch(&domain, "first")).await.unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::EndTxn,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH],
+    );
+    // The producer is treated as fenced: a new one claims again and the append is retried.
+    // (What stays visible is checked on the real broker: this mock never aborts a fenced
+    // producer's transaction, so it would show both attempts.)
+    let outcome = fence
+        .append(&batch(&domain, "second"))
+        .await
+        .expect("re-claimed with a new producer, then committed");
+    assert_eq!(outcome.appended().records, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abortable_produce_error_aborts_and_retries_without_duplicates() {
+    let mock = MockCluster::new(1).unwrap();
+    let fence = fence_on(&mock).await;
+    let domain = Domain::new("orders").unwrap();
+    fence.append(&batch(&domain, "first")).await.unwrap();
+    mock.request_errors(
+        RDKafkaApiKey::Produce,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE],
+    );
+    fence
+        .append(&batch(&domain, "second"))
+        .await
+        .expect("aborted, then retried");
+    let values: Vec<_> = fence
+        .read_log(&domain)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.record.value)
+        .collect();
+    assert_eq!(
+        values,
+        [
+            fence_core::Bytes::from_static(b"first"),
+            fence_core::Bytes::from_static(b"second")
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthorised_transactional_id_is_a_backend_error_not_a_fence() {
+    let mock = MockCluster::new(1).unwrap();
+    let fence = fence_on(&mock).await;
+    mock.request_errors(
+        RDKafkaApiKey::InitProducerId,
+        &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED],
+    );
+    let result = fence
+        .claim(
+            &Domain::new("orders").unwrap(),
+            FencingToken::new(1).unwrap(),
+        )
+        .await;
+    match result {
+        Err(FenceError::Backend { source, .. }) => assert!(
+            source.downcast_ref::<KafkaFenceError>().is_some(),
+            "{source}"
+        ),
+        other => panic!("expected a backend error, got {other:?}"),
+    }
+}

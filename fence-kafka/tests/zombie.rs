@@ -1,0 +1,277 @@
+//! Kafka-specific behaviour on the broker: zombie re-initialisation, open transactions aborted
+//! by a newer claim, read_committed visibility, and the consumer-side filter.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::Duration;
+
+use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, FencingToken, Record};
+use fence_kafka::rdkafka::config::ClientConfig;
+use fence_kafka::rdkafka::message::{Header, OwnedHeaders};
+use fence_kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use fence_kafka::{
+    Admission, FencedConsumer, KafkaFence, TokenFilter, DOMAIN_HEADER, TOKEN_HEADER,
+};
+
+fn t(n: u64) -> FencingToken {
+    FencingToken::new(n).unwrap()
+}
+
+fn batch(domain: &Domain, token: u64, values: &[&str]) -> AppendRequest {
+    AppendRequest::new(
+        domain.clone(),
+        t(token),
+        values.iter().map(|v| Record::new(v.to_string())).collect(),
+    )
+}
+
+/// A second process's view of the same topics: its own producers, nothing shared.
+async fn other_process(fence: &KafkaFence, bootstrap: &str) -> KafkaFence {
+    KafkaFence::builder(support::client_config(bootstrap))
+        .data_topic(fence.data_topic())
+        .ledger_topic(format!("{}-ledger", fence.data_topic()))
+        .transactional_id_prefix(format!("{}-", fence.data_topic()))
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn values(fence: &KafkaFence, domain: &Domain) -> Vec<(String, u64)> {
+    fence
+        .read_log(domain)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                String::from_utf8_lossy(&e.record.value).into_owned(),
+                e.token.get(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_zombie_reinit_cannot_evict_the_owner() {
+    let Some(a) = support::shared_fence("zombie").await else {
+        return;
+    };
+    let bootstrap = support::shared_bootstrap().unwrap();
+    let b = other_process(&a, &bootstrap).await;
+    let domain = Domain::new("partition-7").unwrap();
+
+    a.claim(&domain, t(41)).await.unwrap();
+    a.append(&batch(&domain, 41, &["a1"])).await.unwrap();
+    // A pauses; B takes over with 42: its init_transactions fences A's producer.
+    b.claim(&domain, t(42)).await.unwrap();
+    b.append(&batch(&domain, 42, &["b1"])).await.unwrap();
+    // A wakes up: its producer is fenced, it re-initialises (fencing B's producer in turn),
+    // reads the ledger, and stops.
+    match a.append(&batch(&domain, 41, &["a2-zombie"])).await {
+        Err(FenceError::Fenced {
+            presented, current, ..
+        }) => assert_eq!((presented, current), (t(41), t(42))),
+        other => panic!("the zombie must be fenced, got {other:?}"),
+    }
+    // B's next append still succeeds: it re-claims automatically and continues.
+    b.append(&batch(&domain, 42, &["b2"]))
+        .await
+        .expect("the owner survives the zombie's re-init");
+    assert_eq!(
+        values(&b, &domain).await,
+        [
+            ("a1".to_owned(), 41),
+            ("b1".to_owned(), 42),
+            ("b2".to_owned(), 42)
+        ]
+    );
+    assert_eq!(b.high_water_mark(&domain).await.unwrap(), Some(t(42)));
+}
+
+#[tokio::test]
+async fn an_open_transaction_is_aborted_by_a_newer_claim() {
+    let Some(fence) = support::shared_fence("open-txn").await else {
+        return;
+    };
+    let bootstrap = support::shared_bootstrap().unwrap();
+    let domain = Domain::new("orders").unwrap();
+    fence.claim(&domain, t(1)).await.unwrap();
+
+    // A stalled holder with the domain's transactional id has an open transaction.
+    let stalled: BaseProducer = support::client_config(&bootstrap)
+        .set("transactional.id", fence.transactional_id(&domain))
+        .create()
+        .unwrap();
+    stalled.init_transactions(Duration::from_secs(10)).unwrap();
+    stalled.begin_transaction().unwrap();
+    let partition = fence.data_partition(&domain).await.unwrap();
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: DOMAIN_HEADER,
+            value: Some(domain.as_str()),
+        })
+        .insert(Header {
+            key: TOKEN_HEADER,
+            value: Some("1"),
+        });
+    stalled
+        .send(
+            BaseRecord::<[u8], [u8]>::to(fence.data_topic())
+                .partition(partition)
+                .payload(b"never visible")
+                .headers(headers),
+        )
+        .unwrap();
+    stalled.flush(Duration::from_secs(5)).unwrap();
+
+    // The new owner claims: its init_transactions aborts the open transaction.
+    let newer = other_process(&fence, &bootstrap).await;
+    newer.claim(&domain, t(2)).await.unwrap();
+    newer
+        .append(&batch(&domain, 2, &["visible"]))
+        .await
+        .unwrap();
+    assert!(
+        stalled.commit_transaction(Duration::from_secs(10)).is_err(),
+        "the stalled commit must fail"
+    );
+    assert_eq!(values(&newer, &domain).await, [("visible".to_owned(), 2)]);
+}
+
+#[tokio::test]
+async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
+    let Some(fence) = support::shared_fence("filter").await else {
+        return;
+    };
+    let bootstrap = support::shared_bootstrap().unwrap();
+    let domain = Domain::new("sensor-3").unwrap();
+    // Records written outside fence-kafka (a plain producer), stale one in the middle.
+    let plain: BaseProducer = support::client_config(&bootstrap).create().unwrap();
+    for (token, value) in [("7", "t7"), ("5", "t5-stale"), ("8", "t8")] {
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: DOMAIN_HEADER,
+                value: Some(domain.as_str()),
+            })
+            .insert(Header {
+                key: TOKEN_HEADER,
+                value: Some(token),
+            });
+        plain
+            .send(
+                BaseRecord::<[u8], [u8]>::to(fence.data_topic())
+                    .payload(value.as_bytes())
+                    .headers(headers),
+            )
+            .unwrap();
+    }
+    plain
+        .send(BaseRecord::<[u8], [u8]>::to(fence.data_topic()).payload(b"unfenced"))
+        .unwrap();
+    plain.flush(Duration::from_secs(5)).unwrap();
+
+    let mut config: ClientConfig = support::client_config(&bootstrap);
+    config
+        .set("group.id", support::unique("filter-group"))
+        .set("auto.offset.reset", "earliest");
+    let mut consumer = FencedConsumer::new(&config, &[fence.data_topic()]).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let message = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
+            .await
+            .expect("records arrive")
+            .unwrap();
+        seen.push(
+            String::from_utf8_lossy(
+                fence_kafka::rdkafka::Message::payload(&message).unwrap_or_default(),
+            )
+            .into_owned(),
+        );
+    }
+    assert_eq!(seen, ["t7", "t8", "unfenced"]);
+    assert_eq!(consumer.filter().dropped(), 1);
+
+    config.set("isolation.level", "read_uncommitted");
+    assert!(matches!(
+        FencedConsumer::new(&config, &["x"]),
+        Err(FenceError::InvalidInput(_))
+    ));
+    let mut filter = TokenFilter::new();
+    assert_eq!(
+        filter.admit(&fence_kafka::rdkafka::message::OwnedMessage::new(
+            None,
+            None,
+            "t".into(),
+            fence_kafka::rdkafka::Timestamp::NotAvailable,
+            0,
+            0,
+            None
+        )),
+        Admission::Unfenced
+    );
+}
+
+#[tokio::test]
+async fn separate_processes_race_with_mixed_tokens() {
+    let Some(first) = support::shared_fence("process-race").await else {
+        return;
+    };
+    let bootstrap = support::shared_bootstrap().unwrap();
+    let domain = Domain::new("contended").unwrap();
+    let mut tasks = tokio::task::JoinSet::new();
+    for token in [5u64, 6, 7] {
+        let fence = other_process(&first, &bootstrap).await;
+        let domain = domain.clone();
+        tasks.spawn(async move {
+            let mut outcomes = Vec::new();
+            for round in 0..4 {
+                let value = format!("token {token} round {round}");
+                let result = fence.append(&batch(&domain, token, &[&value])).await;
+                outcomes.push((token, value, result));
+            }
+            outcomes
+        });
+    }
+    let mut accepted = Vec::new();
+    let mut fenced = Vec::new();
+    while let Some(joined) = tasks.join_next().await {
+        for (token, value, result) in joined.unwrap() {
+            match result {
+                Ok(_) => accepted.push((value, token)),
+                Err(FenceError::Fenced { current, .. }) => {
+                    assert!(t(token) < current, "{value} fenced by {current}");
+                    fenced.push(value);
+                }
+                Err(other) => panic!("{value}: {other}"),
+            }
+        }
+    }
+    assert_eq!(
+        accepted.iter().filter(|(_, token)| *token == 7).count(),
+        4,
+        "every append of the greatest token lands"
+    );
+    let log = values(&first, &domain).await;
+    assert_eq!(
+        log.len(),
+        accepted.len(),
+        "read_committed shows exactly the accepted appends: {log:?}"
+    );
+    assert!(
+        log.windows(2).all(|w| w[0].1 <= w[1].1),
+        "tokens never go down along the log: {log:?}"
+    );
+    for (value, token) in &accepted {
+        assert!(
+            log.contains(&(value.clone(), *token)),
+            "{value} accepted but not visible"
+        );
+    }
+    for value in &fenced {
+        assert!(
+            !log.iter().any(|(v, _)| v == value),
+            "{value} was fenced but is visible"
+        );
+    }
+}
