@@ -7,6 +7,7 @@ pub mod log;
 mod namespace;
 pub mod race;
 mod scenario;
+pub mod services;
 pub mod store;
 
 pub use harness::{LogHarness, StoreHarness};

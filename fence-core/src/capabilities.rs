@@ -14,6 +14,16 @@ pub enum OpIdRetention {
     Window(Duration),
 }
 
+impl OpIdRetention {
+    /// The last `count` operation ids per domain; `None` when `count` is zero.
+    pub const fn per_domain(count: usize) -> Self {
+        match count {
+            0 => OpIdRetention::None,
+            n => OpIdRetention::PerDomain(n),
+        }
+    }
+}
+
 /// The operations and guarantees an adapter declares.
 ///
 /// ```

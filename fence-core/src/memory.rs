@@ -195,10 +195,7 @@ impl Fence for MemoryFence {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let retention = match self.op_id_retention {
-            0 => OpIdRetention::None,
-            n => OpIdRetention::PerDomain(n),
-        };
+        let retention = OpIdRetention::per_domain(self.op_id_retention);
         Capabilities::store()
             .with_append(true)
             .with_op_id_retention(retention)

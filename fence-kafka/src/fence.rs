@@ -591,10 +591,7 @@ impl Fence for KafkaFence {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let retention = match self.inner.op_id_retention {
-            0 => OpIdRetention::None,
-            n => OpIdRetention::PerDomain(n),
-        };
+        let retention = OpIdRetention::per_domain(self.inner.op_id_retention);
         Capabilities::log()
             .with_op_id_retention(retention)
             .with_max_value_bytes(Some(self.inner.max_batch_bytes))

@@ -4,19 +4,17 @@
 
 mod support;
 
+use fence_conformance::services::token as t;
+
 use std::time::Duration;
 
-use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, FencingToken, Record};
+use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, Record};
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::message::{Header, OwnedHeaders};
 use fence_kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use fence_kafka::{
     Admission, FencedConsumer, KafkaFence, TokenFilter, DOMAIN_HEADER, TOKEN_HEADER,
 };
-
-fn t(n: u64) -> FencingToken {
-    FencingToken::new(n).unwrap()
-}
 
 fn batch(domain: &Domain, token: u64, values: &[&str]) -> AppendRequest {
     AppendRequest::new(

@@ -4,6 +4,8 @@
 
 mod support;
 
+use fence_conformance::services::{assert_fenced, token as t};
+
 use std::time::Duration;
 
 use fence_core::{
@@ -13,10 +15,6 @@ use fence_core::{
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 use support::{shared_cluster, shared_cluster_fence, shared_fence, RedisServer};
-
-fn t(n: u64) -> FencingToken {
-    FencingToken::new(n).unwrap()
-}
 
 fn d(name: &str) -> Domain {
     Domain::new(name).unwrap()
@@ -35,17 +33,6 @@ async fn put(
             value.to_owned(),
         ))
         .await
-}
-
-fn assert_fenced<T: std::fmt::Debug>(result: Result<T, FenceError>, presented: u64, current: u64) {
-    match result {
-        Err(FenceError::Fenced {
-            presented: p,
-            current: c,
-            ..
-        }) => assert_eq!((p.get(), c.get()), (presented, current)),
-        other => panic!("expected fenced {presented} < {current}, got {other:?}"),
-    }
 }
 
 async fn flush_scripts(urls: &[String]) {

@@ -5,21 +5,19 @@
 
 mod support;
 
+use fence_conformance::services::{assert_fenced, token as t};
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use fence_conformance::race;
 use fence_core::{
-    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, FencingToken, OperationId, Revision,
-    WriteOutcome, WriteRequest,
+    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, OperationId, Revision, WriteOutcome,
+    WriteRequest,
 };
 use fence_s3::{Immutable, S3Fence};
 use support::{shared_fence, WeedServer};
-
-fn t(n: u64) -> FencingToken {
-    FencingToken::new(n).unwrap()
-}
 
 fn d(name: &str) -> Domain {
     Domain::new(name).unwrap()
@@ -38,17 +36,6 @@ async fn put(
             value.to_owned(),
         ))
         .await
-}
-
-fn assert_fenced<T: std::fmt::Debug>(result: Result<T, FenceError>, presented: u64, current: u64) {
-    match result {
-        Err(FenceError::Fenced {
-            presented: p,
-            current: c,
-            ..
-        }) => assert_eq!((p.get(), c.get()), (presented, current)),
-        other => panic!("expected fenced {presented} < {current}, got {other:?}"),
-    }
 }
 
 #[tokio::test]

@@ -20,17 +20,7 @@ use fence_kafka::rdkafka::client::DefaultClientContext;
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::KafkaFence;
 
-pub fn required() -> bool {
-    std::env::var("FENCE_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
-}
-
-pub fn unavailable(what: &str) -> Option<std::convert::Infallible> {
-    if required() {
-        panic!("{what} is unavailable, and FENCE_REQUIRE_SERVICES=1 (scripts/test) requires it");
-    }
-    eprintln!("\n*** SKIPPED: {what} is unavailable. Run scripts/test, or set FENCE_KAFKA_BOOTSTRAP. ***\n");
-    None
-}
+pub use fence_conformance::services::unavailable;
 
 /// A client config for `bootstrap`, plus `FENCE_KAFKA_PROPERTIES` (`key=value;key=value`: your
 /// security settings).

@@ -18,21 +18,7 @@ use std::time::{Duration, Instant};
 
 use fence_redis::RedisFence;
 
-/// Under the project's test command a missing server is a failure, never a skip.
-pub fn required() -> bool {
-    std::env::var("FENCE_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
-}
-
-/// Skips (with a loud notice) or, under the test command, fails.
-pub fn unavailable(what: &str) -> Option<std::convert::Infallible> {
-    if required() {
-        panic!("{what} is unavailable, and FENCE_REQUIRE_SERVICES=1 (scripts/test) requires it");
-    }
-    eprintln!(
-        "\n*** SKIPPED: {what} is unavailable. Run scripts/test to start the real servers. ***\n"
-    );
-    None
-}
+pub use fence_conformance::services::unavailable;
 
 fn answers(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {

@@ -26,20 +26,7 @@ pub const ACCESS_KEY: &str = "fence-test-access";
 pub const SECRET_KEY: &str = "fence-test-secret";
 pub const BUCKET: &str = "fence-test";
 
-/// Under the project's test command a missing server is a failure, never a skip.
-pub fn required() -> bool {
-    std::env::var("FENCE_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
-}
-
-pub fn unavailable(what: &str) -> Option<std::convert::Infallible> {
-    if required() {
-        panic!("{what} is unavailable, and FENCE_REQUIRE_SERVICES=1 (scripts/test) requires it");
-    }
-    eprintln!(
-        "\n*** SKIPPED: {what} is unavailable. Run scripts/test to start the real servers. ***\n"
-    );
-    None
-}
+pub use fence_conformance::services::unavailable;
 
 /// Counts every HTTP request the client sends.
 #[derive(Clone, Debug, Default)]

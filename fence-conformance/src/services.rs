@@ -1,0 +1,48 @@
+//! Helpers for adapter tests that need a real server.
+//!
+//! Under the project's test command (`FENCE_REQUIRE_SERVICES=1`) a missing server FAILS the
+//! test; in a bare `cargo test` it skips with a loud notice.
+
+use std::fmt::Debug;
+
+use fence_core::{FenceError, FencingToken};
+
+/// True under the project's test command.
+pub fn required() -> bool {
+    std::env::var("FENCE_REQUIRE_SERVICES").is_ok_and(|v| v == "1")
+}
+
+/// Reports that `what` is unavailable: panics under the test command, otherwise prints a loud
+/// notice and returns `None` so the caller can skip (`unavailable(..)?`).
+pub fn unavailable(what: &str) -> Option<std::convert::Infallible> {
+    if required() {
+        panic!("{what} is unavailable, and FENCE_REQUIRE_SERVICES=1 (scripts/test) requires it");
+    }
+    eprintln!(
+        "\n*** SKIPPED: {what} is unavailable. Run scripts/test to start the real servers. ***\n"
+    );
+    None
+}
+
+/// A token from a literal known to be non-zero.
+pub fn token(value: u64) -> FencingToken {
+    FencingToken::new(value).unwrap_or_else(|_| panic!("token literal {value} must be non-zero"))
+}
+
+/// Asserts that `result` is `Fenced` with exactly these tokens.
+pub fn assert_fenced<T: Debug>(result: Result<T, FenceError>, presented: u64, current: u64) {
+    match result {
+        Err(FenceError::Fenced {
+            presented: p,
+            current: c,
+            ..
+        }) => {
+            assert_eq!(
+                (p.get(), c.get()),
+                (presented, current),
+                "fenced with other tokens"
+            )
+        }
+        other => panic!("expected fenced {presented} < {current}, got {other:?}"),
+    }
+}
