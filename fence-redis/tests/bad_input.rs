@@ -11,13 +11,7 @@ use fence_redis::{RedisFence, RedisFenceError};
 
 async fn raw() -> Option<redis::aio::MultiplexedConnection> {
     let url = support::shared_url()?;
-    Some(
-        redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap(),
-    )
+    Some(support::raw(&url).await)
 }
 
 fn put(domain: &Domain, token: u64) -> WriteRequest {

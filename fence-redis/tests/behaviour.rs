@@ -37,11 +37,7 @@ async fn put(
 
 async fn flush_scripts(urls: &[String]) {
     for url in urls {
-        let mut conn = redis::Client::open(url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut conn = support::raw(url).await;
         let _: () = redis::cmd("SCRIPT")
             .arg("FLUSH")
             .query_async(&mut conn)
@@ -215,11 +211,7 @@ async fn user_script_case(fence: RedisFence, raw_url: Option<String>) {
     );
 
     if let Some(url) = raw_url {
-        let mut conn = redis::Client::open(url)
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap();
+        let mut conn = support::raw(&url).await;
         let total: i64 = conn
             .get(fence.user_key(&domain, "total").unwrap())
             .await
@@ -289,11 +281,7 @@ async fn wait_reports_how_many_replicas_acknowledged() {
 
     let replica_url = std::env::var("FENCE_REDIS_REPLICA_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6391".into());
-    let mut replica = redis::Client::open(replica_url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut replica = support::raw(&replica_url).await;
     let state_key = format!("{prefix}:{{replicated}}:state");
     let hwm: String = replica.hget(&state_key, "hwm").await.unwrap();
     assert_eq!(hwm, "2", "the mark reached the replica with the data");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use fence_core::{
     Domain, Fence, FenceError, FencedStore, LeaseManager, OwnerId, TokenIssuer, WriteRequest,
 };
-use fence_redis::redis::{self, AsyncCommands};
+use fence_redis::redis::AsyncCommands;
 use fence_redis::RedisFence;
 use support::{shared_cluster_fence, shared_fence};
 
@@ -147,11 +147,7 @@ async fn issuer_is_strictly_increasing_and_refuses_to_wrap_or_read_garbage() {
         last = next;
     }
     let url = support::shared_url().unwrap();
-    let mut raw = redis::Client::open(url)
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = support::raw(&url).await;
     let prefix = fence_redis_prefix(&fence);
     let seq = format!("{prefix}:{{issued}}:seq");
     let _: () = raw.set(&seq, "18446744073709551614").await.unwrap();

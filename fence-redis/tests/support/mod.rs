@@ -310,3 +310,15 @@ pub async fn shared_cluster_fence(test: &str) -> Option<RedisFence> {
             .expect("connect to the shared cluster"),
     )
 }
+
+/// A plain connection for the test's own checks, as patient as the fence (redis-rs defaults to
+/// 500 ms, which one `appendfsync always` fsync on a busy disk can exceed).
+pub async fn raw(url: &str) -> fence_redis::redis::aio::MultiplexedConnection {
+    let config = fence_redis::redis::AsyncConnectionConfig::new()
+        .set_response_timeout(Some(Duration::from_secs(10)));
+    fence_redis::redis::Client::open(url)
+        .expect("a valid URL")
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .expect("a test connection")
+}
