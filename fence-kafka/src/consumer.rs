@@ -73,7 +73,7 @@ impl TokenFilter {
         match self.highest.get(domain) {
             Some(&highest) if token < highest => {
                 self.dropped += 1;
-                metrics::counter!("fence_consumer_dropped_total", "topic" => message.topic().to_owned()).increment(1);
+                metrics::counter!("fence_consumer_dropped_total", "topic" => message.topic().to_owned(), "reason" => "stale").increment(1);
                 Admission::Stale {
                     domain: domain.to_owned(),
                     token,
@@ -93,10 +93,14 @@ impl TokenFilter {
     }
 }
 
-/// A read_committed consumer that drops stale fenced records (see the module docs).
+/// A read_committed consumer that drops stale fenced records (see the module docs), and, unless
+/// [`FencedConsumer::allow_unfenced`] is set, records without fence headers too: on a fenced
+/// topic they were not written through the fence.
 pub struct FencedConsumer {
     consumer: StreamConsumer,
     filter: TokenFilter,
+    allow_unfenced: bool,
+    unfenced_dropped: u64,
 }
 
 impl FencedConsumer {
@@ -121,10 +125,25 @@ impl FencedConsumer {
         Ok(FencedConsumer {
             consumer,
             filter: TokenFilter::new(),
+            allow_unfenced: false,
+            unfenced_dropped: 0,
         })
     }
 
-    /// The next admitted or unfenced record; stale ones are skipped and counted.
+    /// Passes records without fence headers through instead of dropping them (for topics that
+    /// mix fenced and plain producers).
+    pub fn allow_unfenced(mut self, allow: bool) -> Self {
+        self.allow_unfenced = allow;
+        self
+    }
+
+    /// How many records without fence headers were dropped.
+    pub fn unfenced_dropped(&self) -> u64 {
+        self.unfenced_dropped
+    }
+
+    /// The next admitted record; stale ones (and unfenced ones, unless allowed) are skipped and
+    /// counted.
     pub async fn recv(&mut self) -> Result<OwnedMessage, FenceError> {
         loop {
             let message = self.consumer.recv().await.map_err(|e| backend(None, e))?;
@@ -139,6 +158,15 @@ impl FencedConsumer {
                         token = token.get(),
                         highest = highest.get(),
                         "dropped a stale fenced record"
+                    );
+                }
+                Admission::Unfenced if !self.allow_unfenced => {
+                    self.unfenced_dropped += 1;
+                    metrics::counter!("fence_consumer_dropped_total", "topic" => message.topic().to_owned(), "reason" => "unfenced").increment(1);
+                    tracing::warn!(
+                        topic = message.topic(),
+                        offset = message.offset(),
+                        "dropped a record without fence headers"
                     );
                 }
                 _ => return Ok(message.detach()),

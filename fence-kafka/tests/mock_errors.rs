@@ -104,3 +104,42 @@ async fn an_unauthorised_transactional_id_is_a_backend_error_not_a_fence() {
         other => panic!("expected a backend error, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_without_transactions_is_a_backend_error() {
+    let mock = MockCluster::new(1).unwrap();
+    let fence = fence_on(&mock).await;
+    mock.apiversion(RDKafkaApiKey::InitProducerId, None, None)
+        .unwrap();
+    let domain = Domain::new("orders").unwrap();
+    let claim = fence.claim(&domain, FencingToken::new(1).unwrap()).await;
+    assert!(
+        matches!(claim, Err(FenceError::Backend { .. })),
+        "{claim:?}"
+    );
+    let append = fence.append(&batch(&domain, "x")).await;
+    assert!(
+        matches!(append, Err(FenceError::Backend { .. })),
+        "{append:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ledger_topic_that_cannot_be_created_fails_connect() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("events", 1, 1).unwrap();
+    mock.apiversion(RDKafkaApiKey::CreateTopics, None, None)
+        .unwrap();
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", mock.bootstrap_servers());
+    let result = KafkaFence::builder(config)
+        .data_topic("events")
+        .ledger_topic("missing-ledger")
+        .timeout(Duration::from_secs(3))
+        .connect()
+        .await;
+    assert!(
+        matches!(result, Err(FenceError::Backend { .. })),
+        "{result:?}"
+    );
+}

@@ -173,7 +173,9 @@ async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
     config
         .set("group.id", support::unique("filter-group"))
         .set("auto.offset.reset", "earliest");
-    let mut consumer = FencedConsumer::new(&config, &[fence.data_topic()]).unwrap();
+    let mut consumer = FencedConsumer::new(&config, &[fence.data_topic()])
+        .unwrap()
+        .allow_unfenced(true);
     let mut seen = Vec::new();
     for _ in 0..3 {
         let message = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
@@ -189,6 +191,31 @@ async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
     }
     assert_eq!(seen, ["t7", "t8", "unfenced"]);
     assert_eq!(consumer.filter().dropped(), 1);
+
+    // By default a record without fence headers is not silently accepted: it is dropped and
+    // counted. (A second group reads the same records.)
+    config.set("group.id", support::unique("strict-group"));
+    let mut strict = FencedConsumer::new(&config, &[fence.data_topic()]).unwrap();
+    let mut seen = Vec::new();
+    for _ in 0..2 {
+        let message = tokio::time::timeout(Duration::from_secs(20), strict.recv())
+            .await
+            .expect("records arrive")
+            .unwrap();
+        seen.push(
+            String::from_utf8_lossy(
+                fence_kafka::rdkafka::Message::payload(&message).unwrap_or_default(),
+            )
+            .into_owned(),
+        );
+    }
+    assert_eq!(seen, ["t7", "t8"]);
+    let late = tokio::time::timeout(Duration::from_secs(3), strict.recv()).await;
+    assert!(late.is_err(), "nothing else is delivered: {late:?}");
+    assert_eq!(
+        (strict.filter().dropped(), strict.unfenced_dropped()),
+        (1, 1)
+    );
 
     config.set("isolation.level", "read_uncommitted");
     assert!(matches!(
@@ -272,4 +299,34 @@ async fn separate_processes_race_with_mixed_tokens() {
             "{value} was fenced but is visible"
         );
     }
+}
+
+#[tokio::test]
+async fn a_fenced_record_without_a_token_header_is_corrupt_state() {
+    let Some(fence) = support::shared_fence("no-token").await else {
+        return;
+    };
+    let bootstrap = support::shared_bootstrap().unwrap();
+    let domain = Domain::new("orders").unwrap();
+    fence.append(&batch(&domain, 1, &["good"])).await.unwrap();
+    let plain: BaseProducer = support::client_config(&bootstrap).create().unwrap();
+    let partition = fence.data_partition(&domain).await.unwrap();
+    let headers = OwnedHeaders::new().insert(Header {
+        key: DOMAIN_HEADER,
+        value: Some(domain.as_str()),
+    });
+    plain
+        .send(
+            BaseRecord::<[u8], [u8]>::to(fence.data_topic())
+                .partition(partition)
+                .payload(b"no token")
+                .headers(headers),
+        )
+        .unwrap();
+    plain.flush(Duration::from_secs(5)).unwrap();
+    let read = fence.read_log(&domain).await;
+    assert!(
+        matches!(read, Err(FenceError::CorruptState { .. })),
+        "{read:?}"
+    );
 }

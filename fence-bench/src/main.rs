@@ -1,0 +1,59 @@
+//! `fence-bench`: the price of fencing, per backend, fenced and unfenced side by side in one run.
+//!
+//! `scripts/bench` starts the services and runs this in release mode; `--only memory,redis`
+//! limits the backends. Writes `target/fence-bench/report.json` and prints a table.
+
+mod kafka;
+mod measure;
+mod memory;
+mod redis;
+mod report;
+mod s3;
+
+use std::process::ExitCode;
+
+use report::Row;
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> ExitCode {
+    let only: Option<Vec<String>> = std::env::args()
+        .skip_while(|a| a != "--only")
+        .nth(1)
+        .map(|list| list.split(',').map(str::to_owned).collect());
+    let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|w| w == name));
+    let mut rows: Vec<Row> = Vec::new();
+    if wanted("memory") {
+        eprintln!("benchmarking memory…");
+        rows.extend(memory::run().await);
+    }
+    if wanted("redis") {
+        eprintln!("benchmarking redis…");
+        rows.extend(redis::run().await);
+    }
+    if wanted("s3") {
+        eprintln!("benchmarking s3…");
+        rows.extend(s3::run().await);
+    }
+    if wanted("kafka") {
+        eprintln!("benchmarking kafka…");
+        rows.extend(kafka::run().await);
+    }
+    if wanted("outbox") {
+        rows.push(Row::skipped(
+            "outbox",
+            "fenced transition with one effect vs without",
+            "fence-outbox is not built yet (issue 6)",
+        ));
+    }
+    let json = report::json(&rows);
+    let directory = std::path::Path::new("target/fence-bench");
+    if let Err(error) = std::fs::create_dir_all(directory)
+        .and_then(|()| std::fs::write(directory.join("report.json"), &json))
+    {
+        eprintln!("could not write target/fence-bench/report.json: {error}");
+        return ExitCode::FAILURE;
+    }
+    println!("{}", report::table(&rows));
+    println!("report: target/fence-bench/report.json");
+    ExitCode::SUCCESS
+}

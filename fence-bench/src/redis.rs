@@ -1,0 +1,134 @@
+//! Redis: fenced write vs SET, fenced user script vs the bare script.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fence_core::{Domain, FencedStore, FencingToken, WriteRequest};
+use fence_redis::redis::aio::ConnectionManager;
+use fence_redis::redis::{self, AsyncCommands};
+use fence_redis::{FencedScript, RedisFence, ScriptCall};
+
+use crate::measure::{compare, Plan};
+use crate::report::Row;
+
+const SCRIPT: &str = "redis.call('HSET', KEYS[1], 'field', ARGV[1]) return 1";
+
+pub(crate) async fn run() -> Vec<Row> {
+    match run_cases().await {
+        Ok(rows) => rows,
+        Err(error) => vec![Row::skipped("redis", "all cases", error)],
+    }
+}
+
+async fn run_cases() -> Result<Vec<Row>, String> {
+    let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_millis();
+    let fence = RedisFence::builder()
+        .url(&url)
+        .prefix(format!("bench-{run}"))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let raw = ConnectionManager::new(redis::Client::open(url.as_str()).map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let payload = Bytes::from(vec![b'x'; 1024]);
+    let domains: Arc<Vec<Domain>> = Arc::new(
+        (0..64)
+            .map(|i| Domain::new(format!("d{i}")))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+    );
+    let token = FencingToken::MIN;
+    let mut rows = Vec::new();
+    for concurrency in [1, 16] {
+        let plan = Plan {
+            rounds: 10,
+            batch: 400 * concurrency.min(4),
+            concurrency,
+            group: 1,
+        };
+        let (f, d, p) = (fence.clone(), domains.clone(), payload.clone());
+        let (conn, p2) = (raw.clone(), payload.clone());
+        let (fenced, unfenced) = compare(
+            plan,
+            move |i| {
+                let (fence, request) = (
+                    f.clone(),
+                    WriteRequest::put(d[i % d.len()].clone(), token, p.clone()),
+                );
+                async move {
+                    fence
+                        .write(&request)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+            },
+            move |i| {
+                let (mut conn, value, key) = (
+                    conn.clone(),
+                    p2.clone(),
+                    format!("bench-{run}-set-{}", i % 64),
+                );
+                async move {
+                    conn.set::<_, _, ()>(key, &value[..])
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
+        .await;
+        rows.push(Row::new(
+            "redis",
+            format!("write 1 KiB vs SET, concurrency {concurrency}"),
+            &fenced,
+            &unfenced,
+        ));
+
+        let script = Arc::new(FencedScript::new(SCRIPT));
+        let bare = Arc::new(redis::Script::new(SCRIPT));
+        let (f, d, p) = (fence.clone(), domains.clone(), payload.clone());
+        let (f2, d2, p2, conn) = (fence.clone(), domains.clone(), payload.clone(), raw.clone());
+        let (fenced, unfenced) = compare(
+            plan,
+            move |i| {
+                let (fence, script) = (f.clone(), script.clone());
+                let call = ScriptCall::new(d[i % d.len()].clone(), token)
+                    .key("h")
+                    .arg(&p[..]);
+                async move {
+                    fence
+                        .run_script(&script, &call)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+            },
+            move |i| {
+                let (bare, mut conn, value) = (bare.clone(), conn.clone(), p2.clone());
+                let key = f2.user_key(&d2[i % d2.len()], "h");
+                async move {
+                    let key = key.map_err(|e| e.to_string())?;
+                    bare.key(key)
+                        .arg(&value[..])
+                        .invoke_async::<i64>(&mut conn)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
+        .await;
+        rows.push(Row::new(
+            "redis",
+            format!("user script vs bare script, concurrency {concurrency}"),
+            &fenced,
+            &unfenced,
+        ));
+    }
+    Ok(rows)
+}
