@@ -113,7 +113,10 @@ impl MemoryFence {
         let retention = self.op_id_retention;
         self.with_state(domain, |state| {
             let op_key = request.op_id().map(|op| (request.token(), op.clone()));
-            if let Some(first) = op_key.as_ref().and_then(|key| state.write_ops.get(key)) {
+            let remembered = op_key
+                .as_ref()
+                .and_then(|key| state.extras.as_ref()?.write_ops.get(key));
+            if let Some(first) = remembered {
                 return Ok(WriteOutcome::Duplicate(first.clone()));
             }
             rule::check_token(domain, state.hwm, request.token(), request.policy())?;
@@ -133,7 +136,10 @@ impl MemoryFence {
             let accepted = Accepted::new(token, revision, state.hwm);
             state.hwm = Some(token);
             if let Some(key) = op_key {
-                state.write_ops.remember(key, accepted.clone(), retention);
+                state
+                    .extras()
+                    .write_ops
+                    .remember(key, accepted.clone(), retention);
             }
             Ok(WriteOutcome::Accepted(accepted))
         })
@@ -152,12 +158,15 @@ impl MemoryFence {
         let retention = self.op_id_retention;
         self.with_state(domain, |state| {
             let op_key = request.op_id().map(|op| (request.token(), op.clone()));
-            if let Some(first) = op_key.as_ref().and_then(|key| state.append_ops.get(key)) {
+            let remembered = op_key
+                .as_ref()
+                .and_then(|key| state.extras.as_ref()?.append_ops.get(key));
+            if let Some(first) = remembered {
                 return Ok(AppendOutcome::Duplicate(first.clone()));
             }
             rule::check_token(domain, state.hwm, request.token(), request.policy())?;
             let token = request.token();
-            state.log.extend(
+            state.extras().log.extend(
                 request
                     .records()
                     .iter()
@@ -166,7 +175,10 @@ impl MemoryFence {
             let appended = Appended::new(token, request.records().len(), state.hwm);
             state.hwm = Some(token);
             if let Some(key) = op_key {
-                state.append_ops.remember(key, appended.clone(), retention);
+                state
+                    .extras()
+                    .append_ops
+                    .remember(key, appended.clone(), retention);
             }
             Ok(AppendOutcome::Appended(appended))
         })
@@ -257,15 +269,25 @@ impl FencedLog for MemoryFence {
     async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         observe_sync(BACKEND, Operation::ReadLog, domain, None, || {
             Ok(self.peek_state(domain, |state| {
-                state.map(|s| s.log.clone()).unwrap_or_default()
+                state
+                    .and_then(|s| s.extras.as_ref())
+                    .map(|e| e.log.clone())
+                    .unwrap_or_default()
             }))
         })
     }
 }
 
+/// One domain's state. The log and the operation-id memories are rarely used, so they live
+/// behind one optional box: a plain fenced store costs a small fixed size per domain.
 struct DomainState {
     hwm: Option<FencingToken>,
     entry: Entry,
+    extras: Option<Box<Extras>>,
+}
+
+#[derive(Default)]
+struct Extras {
     log: Vec<LogEntry>,
     write_ops: OpMemory<Accepted>,
     append_ops: OpMemory<Appended>,
@@ -276,9 +298,7 @@ impl Default for DomainState {
         DomainState {
             hwm: None,
             entry: Entry::Absent,
-            log: Vec::new(),
-            write_ops: OpMemory::default(),
-            append_ops: OpMemory::default(),
+            extras: None,
         }
     }
 }
@@ -289,6 +309,10 @@ impl DomainState {
             Entry::Value { revision, .. } | Entry::Tombstone { revision, .. } => Some(revision),
             Entry::Absent => None,
         }
+    }
+
+    fn extras(&mut self) -> &mut Extras {
+        self.extras.get_or_insert_with(Box::default)
     }
 }
 

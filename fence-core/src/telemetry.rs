@@ -1,8 +1,10 @@
 //! Spans and counters shared by every adapter, so all backends report alike.
 //!
-//! Metrics (through the `metrics` facade; install any recorder to collect them):
-//! - `fence_writes_total{backend, outcome}` for writes, deletes and appends;
-//! - `fence_operations_total{backend, operation, outcome}` for every operation.
+//! Metrics (through the `metrics` facade; install any recorder to collect them), one increment
+//! per operation:
+//! - `fence_writes_total{backend, operation, outcome}` for writes, deletes and appends;
+//! - `fence_operations_total{backend, operation, outcome}` for every other operation (claims,
+//!   reads, mark queries, issues, leases).
 //!
 //! Spans carry backend, operation, domain, token and outcome; never payloads or secrets.
 //! Fenced outcomes are logged at `warn`: a rejection is evidence of two overlapping owners.
@@ -111,15 +113,16 @@ fn record<T: OutcomeLabel>(
         Err(error) => error.outcome_label(),
     };
     span.record("outcome", outcome);
-    if matches!(
+    let name = if matches!(
         operation,
         Operation::Write | Operation::Delete | Operation::Append
     ) {
-        metrics::counter!("fence_writes_total", "backend" => backend, "outcome" => outcome)
-            .increment(1);
-    }
+        "fence_writes_total"
+    } else {
+        "fence_operations_total"
+    };
     metrics::counter!(
-        "fence_operations_total",
+        name,
         "backend" => backend,
         "operation" => operation.as_str(),
         "outcome" => outcome

@@ -31,10 +31,16 @@ end
 
 -- Loads and validates a domain's state hash; returns nil and a reason for foreign or corrupt state.
 local function load_state(key, with_value)
-  local kind = redis.call('TYPE', key)['ok']
-  if kind == 'none' then return {} end
-  if kind ~= 'hash' then return nil, 'key ' .. key .. ' holds a ' .. kind .. ', not fence state' end
-  local f = redis.call('HMGET', key, 'fence', 'hwm', 'rev', 'tok', 'state')
+  -- HMGET answers for a missing key too, and refuses a key of another type: one command.
+  local f = redis.pcall('HMGET', key, 'fence', 'hwm', 'rev', 'tok', 'state')
+  if f['err'] then
+    return nil, 'key ' .. key .. ' holds a ' .. redis.call('TYPE', key)['ok'] .. ', not fence state'
+  end
+  if not f[1] and not f[2] and not f[3] and not f[4] and not f[5] then
+    -- No fence fields: a missing key, or someone else's hash.
+    if redis.call('EXISTS', key) == 0 then return {} end
+    return nil, 'hash ' .. key .. ' has no fence format marker'
+  end
   if field(f[1]) ~= '1' then return nil, 'hash ' .. key .. ' has no fence format marker' end
   local s = { hwm = field(f[2]), rev = field(f[3]), tok = field(f[4]), state = field(f[5]) }
   if not is_token(s.hwm) then return nil, 'high-water mark is not a canonical u64 token' end
