@@ -61,23 +61,38 @@ async fn a_zombie_reinit_cannot_evict_the_owner() {
 
     a.claim(&domain, t(41)).await.unwrap();
     a.append(&batch(&domain, 41, &["a1"])).await.unwrap();
+    println!("zombie: A claimed with 41 and appended a1");
     // A pauses; B takes over with 42: its init_transactions fences A's producer.
     b.claim(&domain, t(42)).await.unwrap();
     b.append(&batch(&domain, 42, &["b1"])).await.unwrap();
+    println!("zombie: B claimed with 42 (init_transactions fenced A's producer) and appended b1");
     // A wakes up: its producer is fenced, it re-initialises (fencing B's producer in turn),
     // reads the ledger, and stops.
-    match a.append(&batch(&domain, 41, &["a2-zombie"])).await {
+    let zombie = a.append(&batch(&domain, 41, &["a2-zombie"])).await;
+    println!(
+        "zombie: A wakes up, re-initialises and appends a2 -> {}",
+        zombie
+            .as_ref()
+            .map_or_else(|e| e.to_string(), |o| format!("{o:?}"))
+    );
+    match zombie {
         Err(FenceError::Fenced {
             presented, current, ..
         }) => assert_eq!((presented, current), (t(41), t(42))),
         other => panic!("the zombie must be fenced, got {other:?}"),
     }
     // B's next append still succeeds: it re-claims automatically and continues.
-    b.append(&batch(&domain, 42, &["b2"]))
+    let next = b
+        .append(&batch(&domain, 42, &["b2"]))
         .await
         .expect("the owner survives the zombie's re-init");
+    println!(
+        "zombie: B's producer was fenced by A's re-init; B re-claimed and appended b2 -> {next:?}"
+    );
+    let log = values(&b, &domain).await;
+    println!("zombie: read_committed log {log:?}");
     assert_eq!(
-        values(&b, &domain).await,
+        log,
         [
             ("a1".to_owned(), 41),
             ("b1".to_owned(), 42),

@@ -45,20 +45,24 @@ async fn a_steady_state_write_is_one_request() {
     };
     let domain = d("report");
     put(&fence, &domain, 1, "v0").await.unwrap();
-    assert_eq!(
-        requests.take(),
-        2,
-        "the first write reads (404) then creates"
+    let first = requests.take();
+    println!(
+        "requests: first write of a new object: {first} (a read answering 404, then the create)"
     );
+    assert_eq!(first, 2, "the first write reads (404) then creates");
     for i in 1..=10 {
         put(&fence, &domain, 1, &format!("v{i}")).await.unwrap();
-        assert_eq!(requests.take(), 1, "steady-state write {i}");
+        let count = requests.take();
+        println!("requests: steady-state write {i}: {count}");
+        assert_eq!(count, 1, "steady-state write {i}");
     }
     // A stale token the cache already shows as stale costs no request at all.
     fence.claim(&domain, t(2)).await.unwrap();
     requests.take();
     assert_fenced(put(&fence, &domain, 1, "stale").await, 1, 2);
-    assert_eq!(requests.take(), 0);
+    let stale = requests.take();
+    println!("requests: stale write refused from the cache: {stale}");
+    assert_eq!(stale, 0);
 
     // A cold fence (empty cache) on an existing object: one ranged read, one conditional write.
     let cold = S3Fence::builder()
@@ -78,7 +82,9 @@ async fn a_steady_state_write_is_one_request() {
         .unwrap();
     requests.take();
     put(&cold, &domain, 2, "from a cold cache").await.unwrap();
-    assert_eq!(requests.take(), 2);
+    let cold_count = requests.take();
+    println!("requests: write from a cold cache on an existing object: {cold_count}");
+    assert_eq!(cold_count, 2);
     let (used, bound) = cold.cache_usage();
     assert_eq!((used, bound), (1, fence_s3::DEFAULT_CACHE_CAPACITY));
 }
