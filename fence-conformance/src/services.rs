@@ -46,3 +46,24 @@ pub fn assert_fenced<T: Debug>(result: Result<T, FenceError>, presented: u64, cu
         other => panic!("expected fenced {presented} < {current}, got {other:?}"),
     }
 }
+
+/// A domain from a literal known to be valid.
+pub fn domain(name: &str) -> fence_core::Domain {
+    fence_core::Domain::new(name).unwrap_or_else(|e| panic!("domain literal {name:?}: {e}"))
+}
+
+/// A fenced put of `value` with the default options.
+pub async fn put(
+    store: &dyn fence_core::FencedStore,
+    domain: &fence_core::Domain,
+    token: u64,
+    value: &str,
+) -> Result<fence_core::WriteOutcome, FenceError> {
+    store
+        .write(&fence_core::WriteRequest::put(
+            domain.clone(),
+            self::token(token),
+            value.to_owned(),
+        ))
+        .await
+}

@@ -4,36 +4,17 @@
 
 mod support;
 
-use fence_conformance::services::{assert_fenced, token as t};
+use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 
 use std::time::Duration;
 
 use fence_core::{
-    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, FencingToken, OperationId, Revision,
-    WriteOutcome, WriteRequest,
+    EqualTokenPolicy, Fence, FenceError, FencedStore, FencingToken, OperationId, Revision,
+    WriteRequest,
 };
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 use support::{shared_cluster, shared_cluster_fence, shared_fence, RedisServer};
-
-fn d(name: &str) -> Domain {
-    Domain::new(name).unwrap()
-}
-
-async fn put(
-    fence: &RedisFence,
-    domain: &Domain,
-    token: u64,
-    value: &str,
-) -> Result<WriteOutcome, FenceError> {
-    fence
-        .write(&WriteRequest::put(
-            domain.clone(),
-            t(token),
-            value.to_owned(),
-        ))
-        .await
-}
 
 async fn flush_scripts(urls: &[String]) {
     for url in urls {

@@ -5,7 +5,7 @@
 
 mod support;
 
-use fence_conformance::services::{assert_fenced, token as t};
+use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,30 +13,10 @@ use std::time::Duration;
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use fence_conformance::race;
 use fence_core::{
-    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, OperationId, Revision, WriteOutcome,
-    WriteRequest,
+    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, OperationId, Revision, WriteRequest,
 };
 use fence_s3::{Immutable, S3Fence};
 use support::{shared_fence, WeedServer};
-
-fn d(name: &str) -> Domain {
-    Domain::new(name).unwrap()
-}
-
-async fn put(
-    fence: &S3Fence,
-    domain: &Domain,
-    token: u64,
-    value: &str,
-) -> Result<WriteOutcome, FenceError> {
-    fence
-        .write(&WriteRequest::put(
-            domain.clone(),
-            t(token),
-            value.to_owned(),
-        ))
-        .await
-}
 
 #[tokio::test]
 async fn a_steady_state_write_is_one_request() {
