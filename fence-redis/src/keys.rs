@@ -40,6 +40,10 @@ impl Keys {
         })
     }
 
+    pub(crate) fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
     fn tagged(&self, domain: &Domain, suffix: &str) -> String {
         format!("{}:{{{}}}:{suffix}", self.prefix, domain.escaped())
     }

@@ -3,6 +3,7 @@
 mod config;
 mod connection;
 mod error;
+mod extension;
 mod fence;
 mod keys;
 mod lease;
@@ -17,6 +18,7 @@ pub use config::{
     DEFAULT_RESPONSE_TIMEOUT, REDIS_MAX_VALUE_BYTES,
 };
 pub use error::RedisFenceError;
+pub use extension::RedisScript;
 pub(crate) use fence::Inner;
 pub use fence::RedisFence;
 pub use keys::{MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};

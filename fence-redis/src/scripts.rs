@@ -14,7 +14,7 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    fn new(name: &'static str, body: &str) -> Self {
+    pub(crate) fn with_prelude(name: &'static str, body: &str) -> Self {
         let code = format!("{PRELUDE}\n{body}");
         let sha = redis::Script::new(&code).get_hash().to_owned();
         LuaScript { name, code, sha }
@@ -23,7 +23,7 @@ impl LuaScript {
     /// The fenced wrapper around a user's Lua body.
     pub(crate) fn fenced_user_script(user_body: &str) -> Self {
         let body = include_str!("lua/fenced_script.lua").replacen(USER_MARKER, user_body, 1);
-        Self::new("fenced user script", &body)
+        Self::with_prelude("fenced user script", &body)
     }
 }
 
@@ -31,7 +31,7 @@ macro_rules! scripts {
     ($($name:ident => $file:literal),* $(,)?) => {
         $(
             pub(crate) static $name: LazyLock<LuaScript> =
-                LazyLock::new(|| LuaScript::new($file, include_str!(concat!("lua/", $file, ".lua"))));
+                LazyLock::new(|| LuaScript::with_prelude($file, include_str!(concat!("lua/", $file, ".lua"))));
         )*
     };
 }

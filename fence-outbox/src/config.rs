@@ -1,0 +1,65 @@
+//! Outbox limits and partitioning, shared by writers and relays.
+
+use fence_core::Domain;
+
+use crate::effect::EffectKinds;
+
+/// The default greatest payload size: 64 KiB.
+pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+/// The default greatest number of effects per transition.
+pub const DEFAULT_MAX_EFFECTS: usize = 16;
+
+/// What an outbox accepts and how its domains are split among relays. Writers and relays of
+/// one outbox must agree on `partitions`.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct OutboxConfig {
+    /// The accepted effect kinds.
+    pub kinds: EffectKinds,
+    /// The greatest payload size of one effect.
+    pub max_payload_bytes: usize,
+    /// The greatest number of effects in one transition.
+    pub max_effects: usize,
+    /// How many partitions (one relay each) the domains are spread over.
+    pub partitions: u16,
+}
+
+impl OutboxConfig {
+    /// Defaults: 64 KiB payloads, 16 effects per transition, one partition.
+    pub fn new(kinds: EffectKinds) -> Self {
+        OutboxConfig {
+            kinds,
+            max_payload_bytes: DEFAULT_MAX_PAYLOAD_BYTES,
+            max_effects: DEFAULT_MAX_EFFECTS,
+            partitions: 1,
+        }
+    }
+
+    /// Sets the greatest payload size.
+    pub fn max_payload_bytes(mut self, max: usize) -> Self {
+        self.max_payload_bytes = max;
+        self
+    }
+
+    /// Sets the greatest number of effects per transition.
+    pub fn max_effects(mut self, max: usize) -> Self {
+        self.max_effects = max;
+        self
+    }
+
+    /// Sets the number of partitions (at least 1).
+    pub fn partitions(mut self, partitions: u16) -> Self {
+        self.partitions = partitions.max(1);
+        self
+    }
+
+    /// The partition of `domain`: FNV-1a of its bytes, stable across versions and machines.
+    pub fn partition_of(&self, domain: &Domain) -> u16 {
+        let mut hash: u32 = 0x811c_9dc5;
+        for byte in domain.as_str().bytes() {
+            hash ^= u32::from(byte);
+            hash = hash.wrapping_mul(0x0100_0193);
+        }
+        (hash % u32::from(self.partitions.max(1))) as u16
+    }
+}

@@ -1,0 +1,62 @@
+//! Idempotency keys: one per effect, derived from where it was recorded.
+
+use std::fmt;
+
+use fence_core::{Domain, FencingToken, OperationId};
+
+/// The idempotency key of an effect: `<domain>:<token>:<op id>:<effect index>`, with domain and
+/// op id in their escaped form (`[A-Za-z0-9._-]` and `%XX`), so distinct effects never share a
+/// key and every key is a valid HTTP header value.
+///
+/// The same transition retried with the same op id yields the same keys, so a receiver that
+/// deduplicates by key (as payment APIs do) applies each effect once.
+///
+/// ```
+/// use fence_core::{Domain, FencingToken, OperationId};
+/// use fence_outbox::IdempotencyKey;
+/// let key = IdempotencyKey::new(
+///     &Domain::new("order/42")?,
+///     FencingToken::new(7)?,
+///     &OperationId::new("pay")?,
+///     0,
+/// );
+/// assert_eq!(key.as_str(), "order%2F42:7:pay:0");
+/// # Ok::<(), fence_core::InvalidInput>(())
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// The key of effect `index` of the transition (`domain`, `token`, `op_id`).
+    pub fn new(domain: &Domain, token: FencingToken, op_id: &OperationId, index: usize) -> Self {
+        IdempotencyKey(format!(
+            "{}:{}:{}:{}",
+            domain.escaped(),
+            token,
+            op_id.escaped(),
+            index
+        ))
+    }
+
+    /// A key read back from storage (not checked: it is whatever was recorded).
+    pub(crate) fn from_stored(text: String) -> Self {
+        IdempotencyKey(text)
+    }
+
+    /// The key's text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey({})", self.0)
+    }
+}

@@ -1,0 +1,29 @@
+#![doc = include_str!("../README.md")]
+
+mod config;
+mod effect;
+mod entry;
+mod error;
+mod key;
+#[cfg(feature = "redis")]
+pub mod redis;
+mod relay;
+mod retry;
+mod sink;
+mod store;
+#[cfg(feature = "webhook")]
+mod webhook;
+
+pub use config::{OutboxConfig, DEFAULT_MAX_EFFECTS, DEFAULT_MAX_PAYLOAD_BYTES};
+pub use effect::{
+    check_destination, DestinationRule, Effect, EffectKinds, MAX_DESTINATION_BYTES, MAX_KIND_BYTES,
+};
+pub use entry::{EntryStatus, OutboxEntry, Settlement};
+pub use error::OutboxError;
+pub use key::IdempotencyKey;
+pub use relay::{Relay, RelayConfig, RelayHandle, RelayReport};
+pub use retry::RetryPolicy;
+pub use sink::{Sink, SinkError};
+pub use store::{Candidate, OutboxStore, Purged};
+#[cfg(feature = "webhook")]
+pub use webhook::{ConflictRule, WebhookSink, EFFECT_KIND_HEADER, IDEMPOTENCY_KEY_HEADER};

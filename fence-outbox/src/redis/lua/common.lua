@@ -1,0 +1,54 @@
+-- fence-outbox helpers, after fence-redis's prelude. A domain's outbox is two hashes under the
+-- domain's hash tag: meta (outbox=1, domain, partition, last, done, purged, relay) and entries
+-- (<seq>:k key, :t kind, :d destination, :p payload, :c recorded ms, :tok token, :s status
+-- p|d|x, :a attempts, :e last error, :f settled ms, :by relay token).
+-- Sequence numbers stay far below 2^53, so they are exact as Lua numbers.
+
+local function seq_field(v)
+  if v == nil then return 0 end
+  if v == '0' then return 0 end
+  if is_revision(v) then return tonumber(v) end
+  return nil
+end
+
+local function fmt(n) return string.format('%.0f', n) end
+
+local function server_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Loads and validates a domain's outbox; returns nil and a reason when foreign or corrupt.
+local function load_outbox(meta_key, entries_key)
+  local m = redis.pcall('HMGET', meta_key, 'outbox', 'last', 'done', 'purged', 'relay')
+  if m['err'] then
+    return nil, 'key ' .. meta_key .. ' holds a ' .. redis.call('TYPE', meta_key)['ok'] .. ', not outbox state'
+  end
+  local kind = redis.call('TYPE', entries_key)['ok']
+  if kind ~= 'none' and kind ~= 'hash' then
+    return nil, 'key ' .. entries_key .. ' holds a ' .. kind .. ', not outbox entries'
+  end
+  if not m[1] then
+    if redis.call('EXISTS', meta_key) == 1 then
+      return nil, 'hash ' .. meta_key .. ' has no outbox format marker'
+    end
+    if kind ~= 'none' then return nil, 'outbox entries without outbox state' end
+    return { last = 0, done = 0, purged = 0 }
+  end
+  if m[1] ~= '1' then return nil, 'unknown outbox format `' .. m[1] .. '`' end
+  local o = { last = seq_field(field(m[2])), done = seq_field(field(m[3])),
+              purged = seq_field(field(m[4])), relay = field(m[5]) }
+  if o.last == nil or o.done == nil or o.purged == nil or o.done > o.last or o.purged > o.done then
+    return nil, 'outbox sequence fields are not consistent numbers'
+  end
+  if o.relay ~= nil and not is_token(o.relay) then
+    return nil, 'relay mark is not a canonical u64 token'
+  end
+  return o
+end
+
+-- The relay's fence: a relay token below the domain's relay mark is stale.
+local function relay_stale(o, relay)
+  if o.relay ~= nil and cmp(relay, o.relay) < 0 then return { 'fenced', o.relay } end
+  return nil
+end

@@ -1,0 +1,404 @@
+//! `RedisOutbox`: fenced transitions that record effects.
+
+use std::fmt;
+use std::sync::Arc;
+
+use fence_core::telemetry::observe;
+use fence_core::{
+    Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId,
+};
+use fence_redis::redis::{self, Value};
+use fence_redis::{RedisFence, RedisScript};
+
+use super::reply::{corrupt, parse, with_presented, Reply};
+use super::scripts;
+use crate::config::OutboxConfig;
+use crate::effect::{Effect, EffectKinds};
+use crate::error::OutboxError;
+use crate::key::IdempotencyKey;
+
+pub(crate) const BACKEND: &str = "redis";
+pub(crate) const META: &str = "ob:meta";
+pub(crate) const ENTRIES: &str = "ob:entries";
+
+/// A fenced outbox on Redis: [`RedisOutbox::transition`] runs your state change and records
+/// its effects in one Lua script, under the domain's fencing token. A stale token changes
+/// nothing and records nothing.
+///
+/// Cheap to clone. Key names `ob:*` of the domain are reserved for the outbox.
+#[derive(Clone)]
+pub struct RedisOutbox {
+    pub(crate) fence: RedisFence,
+    pub(crate) config: Arc<OutboxConfig>,
+}
+
+/// Your state change, as a Lua body run under the fence (see [`fence_redis::FencedScript`] for
+/// the rules: `KEYS` are the keys you name, `ARGV` your arguments). Build it once and reuse it.
+pub struct OutboxScript {
+    script: RedisScript,
+}
+
+impl OutboxScript {
+    /// Wraps a Lua body.
+    pub fn new(lua: &str) -> Self {
+        OutboxScript {
+            script: scripts::transition(lua),
+        }
+    }
+
+    /// `SET KEYS[1] ARGV[1]`: the state is one string value.
+    pub fn set() -> Self {
+        Self::new("return redis.call('SET', KEYS[1], ARGV[1])")
+    }
+
+    /// `HSET KEYS[1] ARGV[1] ARGV[2] ...`: the state is fields of one hash.
+    pub fn hset() -> Self {
+        Self::new("return redis.call('HSET', KEYS[1], unpack(ARGV))")
+    }
+}
+
+impl fmt::Debug for OutboxScript {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("OutboxScript")
+            .field("script", &self.script)
+            .finish()
+    }
+}
+
+/// One fenced transition: the domain, token and operation id, the keys and arguments of the
+/// state change, and the effects to record with it.
+///
+/// The operation id is required: it makes a retried transition a no-op (no second set of
+/// entries) and it is part of every effect's [`IdempotencyKey`].
+#[derive(Clone)]
+pub struct Transition {
+    domain: Domain,
+    token: FencingToken,
+    op_id: OperationId,
+    policy: EqualTokenPolicy,
+    keys: Vec<String>,
+    args: Vec<Vec<u8>>,
+    effects: Vec<Effect>,
+}
+
+impl Transition {
+    /// A transition of `domain` under `token`, identified by `op_id`.
+    pub fn new(domain: Domain, token: FencingToken, op_id: OperationId) -> Self {
+        Transition {
+            domain,
+            token,
+            op_id,
+            policy: EqualTokenPolicy::SameOwner,
+            keys: Vec::new(),
+            args: Vec::new(),
+            effects: Vec::new(),
+        }
+    }
+
+    /// Adds a key of the domain by name (the next `KEYS[i]` of the state change).
+    pub fn key(mut self, name: impl Into<String>) -> Self {
+        self.keys.push(name.into());
+        self
+    }
+
+    /// Adds an argument (the next `ARGV[i]` of the state change).
+    pub fn arg(mut self, value: impl AsRef<[u8]>) -> Self {
+        self.args.push(value.as_ref().to_vec());
+        self
+    }
+
+    /// Adds an effect, delivered after the transition commits, in order.
+    pub fn effect(mut self, effect: Effect) -> Self {
+        self.effects.push(effect);
+        self
+    }
+
+    /// Sets the equal-token policy.
+    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// The idempotency keys its effects get, in order.
+    pub fn keys_of_effects(&self) -> Vec<IdempotencyKey> {
+        (0..self.effects.len())
+            .map(|i| IdempotencyKey::new(&self.domain, self.token, &self.op_id, i))
+            .collect()
+    }
+}
+
+impl fmt::Debug for Transition {
+    // Arguments and payloads may be secret: only their counts are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Transition")
+            .field("domain", &self.domain)
+            .field("token", &self.token)
+            .field("op_id", &self.op_id)
+            .field("keys", &self.keys)
+            .field("args", &self.args.len())
+            .field("effects", &self.effects)
+            .finish()
+    }
+}
+
+/// What a transition recorded.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Recorded {
+    /// The token the transition carried (now the domain's high-water mark).
+    pub token: FencingToken,
+    /// The mark before the transition.
+    pub previous_high_water_mark: Option<FencingToken>,
+    /// The sequence numbers of the recorded entries (empty range when none).
+    pub seqs: std::ops::RangeInclusive<u64>,
+    /// Their idempotency keys, in order.
+    pub keys: Vec<IdempotencyKey>,
+    /// True when the op id had already run: nothing ran or was recorded again.
+    pub duplicate: bool,
+    /// What the state change returned (`Nil` for a duplicate).
+    pub result: Value,
+}
+
+impl fence_core::telemetry::OutcomeLabel for Recorded {
+    fn outcome_label(&self) -> &'static str {
+        if self.duplicate {
+            "duplicate"
+        } else {
+            "accepted"
+        }
+    }
+}
+
+impl RedisOutbox {
+    /// An outbox on `fence` accepting the effect kinds in `kinds`, with default limits.
+    pub fn new(fence: RedisFence, kinds: EffectKinds) -> Self {
+        Self::with_config(fence, OutboxConfig::new(kinds))
+    }
+
+    /// An outbox with explicit limits and partitioning.
+    pub fn with_config(fence: RedisFence, config: OutboxConfig) -> Self {
+        RedisOutbox {
+            fence,
+            config: Arc::new(config),
+        }
+    }
+
+    /// The fence underneath (for leases, claims and reads).
+    pub fn fence(&self) -> &RedisFence {
+        &self.fence
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OutboxConfig {
+        &self.config
+    }
+
+    /// Runs `script` under the fence and records the transition's effects in the same script.
+    ///
+    /// - A stale token: [`FenceError::Fenced`] inside [`OutboxError::Fence`]; nothing changed,
+    ///   nothing recorded.
+    /// - An op id that already ran: `duplicate`, with the first run's sequence numbers.
+    /// - A lost reply: [`FenceError::Ambiguous`]; retry with the same op id, which is safe.
+    /// - Unknown kinds, bad destinations, oversized payloads: refused before any I/O.
+    pub async fn transition(
+        &self,
+        script: &OutboxScript,
+        transition: &Transition,
+    ) -> Result<Recorded, OutboxError> {
+        self.check(transition)?;
+        let recorded = observe(
+            BACKEND,
+            Operation::Write,
+            &transition.domain,
+            Some(transition.token),
+            self.run(script, transition),
+        )
+        .await?;
+        if !recorded.duplicate && !recorded.seqs.is_empty() {
+            self.index(&transition.domain).await;
+        }
+        Ok(recorded)
+    }
+
+    fn check(&self, t: &Transition) -> Result<(), OutboxError> {
+        let config = &self.config;
+        if t.effects.len() > config.max_effects {
+            return Err(OutboxError::TooManyEffects {
+                domain: t.domain.clone(),
+                count: t.effects.len(),
+                max: config.max_effects,
+            });
+        }
+        if let Some(name) = t.keys.iter().find(|name| name.starts_with("ob:")) {
+            return Err(OutboxError::InvalidName {
+                what: "transition key",
+                value: name.clone(),
+                reason: "names starting with `ob:` are reserved for the outbox",
+            });
+        }
+        for (index, effect) in t.effects.iter().enumerate() {
+            config.kinds.check(&t.domain, effect)?;
+            if effect.payload().len() > config.max_payload_bytes {
+                return Err(OutboxError::PayloadTooLarge {
+                    domain: t.domain.clone(),
+                    index,
+                    size: effect.payload().len(),
+                    max: config.max_payload_bytes,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    async fn run(&self, script: &OutboxScript, t: &Transition) -> Result<Recorded, FenceError> {
+        let domain = &t.domain;
+        // The fence's own state and op-id keys, then the outbox's, then the user's.
+        let mut keys = vec![
+            self.fence.state_key(domain),
+            self.fence.op_key(domain, t.token, Some(&t.op_id)),
+            self.fence.user_key(domain, META)?,
+            self.fence.user_key(domain, ENTRIES)?,
+        ];
+        for name in &t.keys {
+            keys.push(self.fence.user_key(domain, name)?);
+        }
+        let effect_keys = t.keys_of_effects();
+        let token_text = t.token.to_string();
+        let retention = self.fence.op_id_retention().as_millis().max(1).to_string();
+        let partition = self.config.partition_of(domain).to_string();
+        let effects = t.effects.len().to_string();
+        let user_args = t.args.len().to_string();
+        let strict: &[u8] = if t.policy == EqualTokenPolicy::Strict {
+            b"1"
+        } else {
+            b"0"
+        };
+        let mut args: Vec<&[u8]> = vec![
+            token_text.as_bytes(),
+            strict,
+            b"1",
+            retention.as_bytes(),
+            partition.as_bytes(),
+            domain.as_str().as_bytes(),
+            effects.as_bytes(),
+            user_args.as_bytes(),
+        ];
+        args.extend(t.args.iter().map(Vec::as_slice));
+        for (effect, key) in t.effects.iter().zip(&effect_keys) {
+            args.push(key.as_str().as_bytes());
+            args.push(effect.kind().as_bytes());
+            args.push(effect.destination().as_bytes());
+            args.push(effect.payload());
+        }
+        let value = self
+            .fence
+            .eval_script(&script.script, domain, true, &keys, &args)
+            .await?;
+        let reply = parse(domain, value).map_err(|e| with_presented(e, t.token))?;
+        self.recorded(t, reply, effect_keys)
+    }
+
+    fn recorded(
+        &self,
+        t: &Transition,
+        reply: Reply,
+        effect_keys: Vec<IdempotencyKey>,
+    ) -> Result<Recorded, FenceError> {
+        let domain = &t.domain;
+        let duplicate = match reply.tag.as_str() {
+            "ok" => false,
+            "dup" => true,
+            other => {
+                return Err(corrupt(
+                    domain,
+                    format!("unexpected transition reply `{other}`"),
+                ))
+            }
+        };
+        // Both carry `previous|first|last`.
+        let outcome = reply.text(domain, 0)?;
+        let mut parts = outcome.split('|');
+        let (Some(previous), Some(first), Some(last), None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return Err(corrupt(
+                domain,
+                format!("operation id record `{outcome}` is malformed"),
+            ));
+        };
+        let number = |text: &str| {
+            text.parse::<u64>().map_err(|_| {
+                corrupt(domain, format!("`{text}` is not a sequence number"))
+            })
+        };
+        let previous = if previous.is_empty() {
+            None
+        } else {
+            Some(previous.parse::<FencingToken>().map_err(|_| {
+                corrupt(domain, "operation id record holds a bad mark")
+            })?)
+        };
+        Ok(Recorded {
+            token: t.token,
+            previous_high_water_mark: previous,
+            seqs: number(first)?..=number(last)?,
+            keys: effect_keys,
+            duplicate,
+            result: if duplicate {
+                Value::Nil
+            } else {
+                reply.fields.get(1).cloned().unwrap_or(Value::Nil)
+            },
+        })
+    }
+
+    /// Adds the domain to its partition index: a hint, retried briefly. If it is lost, the
+    /// relay's sweep finds the domain.
+    pub(crate) async fn index(&self, domain: &Domain) {
+        let key = self.index_key(self.config.partition_of(domain));
+        for attempt in 0..3u64 {
+            let mut cmd = redis::cmd("HINCRBY");
+            cmd.arg(&key).arg(domain.as_str()).arg(1);
+            match self.fence.query(&cmd).await {
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::warn!(domain = domain.as_str(), attempt, %error, "outbox index hint failed; the relay's sweep will find the domain");
+                    tokio::time::sleep(std::time::Duration::from_millis(20 << attempt)).await;
+                }
+            }
+        }
+    }
+
+    /// The partition index key.
+    pub(crate) fn index_key(&self, partition: u16) -> String {
+        format!("{}:outbox:{{p{partition}}}:index", self.fence.prefix())
+    }
+
+    /// Every entry of `domain` still kept: pending, delivered within the retention window,
+    /// and dead letters, in order.
+    pub async fn entries(&self, domain: &Domain) -> Result<Vec<crate::OutboxEntry>, OutboxError> {
+        let keys = [
+            self.fence.user_key(domain, META)?,
+            self.fence.user_key(domain, ENTRIES)?,
+        ];
+        let value = self
+            .fence
+            .eval_script(&scripts::LIST, domain, false, &keys, &[])
+            .await?;
+        Ok(parse(domain, value)?.entries(domain, 11)?)
+    }
+}
+
+impl fmt::Debug for RedisOutbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisOutbox")
+            .field("fence", &self.fence)
+            .field("config", &self.config)
+            .finish()
+    }
+}

@@ -1,0 +1,496 @@
+//! The relay: a lease holder that delivers each partition's entries to a sink, in order per
+//! domain, with bounded, jittered retries, and marks them done under its own fencing token.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fence_core::{Domain, FenceError, FencingToken, Lease, LeaseManager, OwnerId};
+use tokio::sync::watch;
+use tracing::Instrument;
+use tokio::task::JoinHandle;
+
+use crate::entry::{OutboxEntry, Settlement};
+use crate::error::OutboxError;
+use crate::retry::RetryPolicy;
+use crate::sink::{Sink, SinkError};
+use crate::store::{Candidate, OutboxStore};
+
+/// How a relay runs.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct RelayConfig {
+    /// The relay group's name: relays of one name share leases per partition.
+    pub name: String,
+    /// The partition this relay serves.
+    pub partition: u16,
+    /// This relay's identity in its lease.
+    pub owner: OwnerId,
+    /// The lease TTL; renewed when half of it is left.
+    pub lease_ttl: Duration,
+    /// The wait between passes when there is nothing to do.
+    pub poll_interval: Duration,
+    /// The most entries read per domain per pass.
+    pub batch: usize,
+    /// Retries and dead-lettering.
+    pub retry: RetryPolicy,
+    /// How long delivered entries are kept before they are purged.
+    pub retention: Duration,
+    /// How often the full sweep recovers domains missing from the index.
+    pub sweep_interval: Duration,
+    /// The longest one delivery may take; a stuck sink counts as a retryable failure.
+    /// At most half the lease TTL, so a renewed lease outlives every delivery.
+    pub delivery_timeout: Duration,
+}
+
+impl RelayConfig {
+    /// Defaults: 10 s lease, 200 ms poll, 100 entries per batch, [`RetryPolicy::default`],
+    /// 24 h retention, a sweep every 5 minutes, 5 s delivery timeout.
+    pub fn new(name: impl Into<String>, owner: OwnerId) -> Self {
+        RelayConfig {
+            name: name.into(),
+            partition: 0,
+            owner,
+            lease_ttl: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(200),
+            batch: 100,
+            retry: RetryPolicy::default(),
+            retention: Duration::from_secs(24 * 3600),
+            sweep_interval: Duration::from_secs(300),
+            delivery_timeout: Duration::from_secs(5),
+        }
+    }
+
+    /// Sets the partition.
+    pub fn partition(mut self, partition: u16) -> Self {
+        self.partition = partition;
+        self
+    }
+
+    /// Sets the lease TTL.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Sets the poll interval.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// Sets the retry policy.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// Sets the retention window of delivered entries.
+    pub fn retention(mut self, retention: Duration) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets the sweep interval.
+    pub fn sweep_interval(mut self, interval: Duration) -> Self {
+        self.sweep_interval = interval;
+        self
+    }
+
+    /// Sets the delivery timeout.
+    pub fn delivery_timeout(mut self, timeout: Duration) -> Self {
+        self.delivery_timeout = timeout;
+        self
+    }
+
+    /// The lease domain of this relay's partition.
+    pub fn lease_domain(&self) -> Result<Domain, OutboxError> {
+        Ok(Domain::new(format!(
+            "fence-outbox-relay/{}/{}",
+            self.name, self.partition
+        ))?)
+    }
+
+    fn validate(&self) -> Result<(), OutboxError> {
+        let problem = if self.retry.max_attempts == 0 {
+            Some("retry.max_attempts must be at least 1")
+        } else if self.batch == 0 {
+            Some("batch must be at least 1")
+        } else if self.lease_ttl < Duration::from_millis(10) {
+            Some("lease_ttl must be at least 10 ms")
+        } else if self.delivery_timeout.is_zero() || self.delivery_timeout * 2 > self.lease_ttl {
+            Some("delivery_timeout must be positive and at most half of lease_ttl")
+        } else {
+            None
+        };
+        match problem {
+            Some(problem) => Err(OutboxError::Configuration(problem.into())),
+            None => self.lease_domain().map(|_| ()),
+        }
+    }
+}
+
+/// What a relay did, over one pass or its whole run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RelayReport {
+    /// Entries the sink accepted and the relay marked delivered.
+    pub delivered: u64,
+    /// Failed attempts that will be retried.
+    pub retried: u64,
+    /// Entries dead-lettered.
+    pub dead_lettered: u64,
+    /// Marks refused because a newer relay had taken over (the relay then drops its lease).
+    pub fenced: u64,
+    /// Delivered entries purged after their retention window.
+    pub purged: u64,
+    /// Passes run.
+    pub passes: u64,
+    /// Passes or domains that failed with a backend error (retried next pass).
+    pub errors: u64,
+}
+
+impl RelayReport {
+    fn add(&mut self, other: RelayReport) {
+        self.delivered += other.delivered;
+        self.retried += other.retried;
+        self.dead_lettered += other.dead_lettered;
+        self.fenced += other.fenced;
+        self.purged += other.purged;
+        self.passes += other.passes;
+        self.errors += other.errors;
+    }
+}
+
+/// Delivers one partition of an outbox to a sink while it holds the partition's lease.
+pub struct Relay {
+    store: Arc<dyn OutboxStore>,
+    sink: Arc<dyn Sink>,
+    leases: Arc<dyn LeaseManager>,
+    config: RelayConfig,
+    lease_domain: Domain,
+    lease: Option<Lease>,
+    /// When each backed-off head entry may be tried again.
+    not_before: HashMap<(Domain, u64), Instant>,
+    last_sweep: Option<Instant>,
+}
+
+impl fmt::Debug for Relay {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Relay")
+            .field("store", &self.store)
+            .field("config", &self.config)
+            .field("token", &self.token())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Relay {
+    /// A relay delivering `store`'s partition to `sink`, leasing it from `leases`.
+    pub fn new(
+        store: Arc<dyn OutboxStore>,
+        sink: Arc<dyn Sink>,
+        leases: Arc<dyn LeaseManager>,
+        config: RelayConfig,
+    ) -> Result<Self, OutboxError> {
+        config.validate()?;
+        Ok(Relay {
+            store,
+            sink,
+            leases,
+            lease_domain: config.lease_domain()?,
+            config,
+            lease: None,
+            not_before: HashMap::new(),
+            last_sweep: None,
+        })
+    }
+
+    /// The relay's current fencing token, while it holds the lease.
+    pub fn token(&self) -> Option<FencingToken> {
+        self.lease.as_ref().map(|l| l.token)
+    }
+
+    /// Runs passes until `shutdown` turns true, then finishes the entry in flight, releases
+    /// the lease and reports.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> RelayReport {
+        let mut total = RelayReport::default();
+        while !*shutdown.borrow() {
+            let pass = self.run_once(&shutdown).await;
+            let idle = pass.delivered + pass.dead_lettered == 0;
+            total.add(pass);
+            if idle {
+                tokio::select! {
+                    _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    _ = shutdown.changed() => {}
+                }
+            }
+        }
+        self.release().await;
+        total
+    }
+
+    /// Starts the relay on the current runtime; stop it with [`RelayHandle::shutdown`].
+    pub fn spawn(self) -> RelayHandle {
+        let (stop, stopped) = watch::channel(false);
+        RelayHandle {
+            stop,
+            task: tokio::spawn(self.run(stopped)),
+        }
+    }
+
+    /// One pass: take or renew the lease, find domains with work, deliver their heads.
+    pub async fn run_once(&mut self, shutdown: &watch::Receiver<bool>) -> RelayReport {
+        let mut report = RelayReport {
+            passes: 1,
+            ..RelayReport::default()
+        };
+        let Some(token) = self.ensure_lease().await else {
+            return report;
+        };
+        let sweep = self
+            .last_sweep
+            .is_none_or(|at| at.elapsed() >= self.config.sweep_interval);
+        let candidates = match self.store.candidates(self.config.partition, sweep).await {
+            Ok(candidates) => candidates,
+            Err(error) => {
+                tracing::warn!(partition = self.config.partition, %error, "outbox relay could not list domains");
+                report.errors += 1;
+                return report;
+            }
+        };
+        if sweep {
+            self.last_sweep = Some(Instant::now());
+        }
+        metrics::gauge!("fence_outbox_domains_with_work", "backend" => self.store.backend())
+            .set(candidates.len() as f64);
+        for candidate in candidates {
+            if *shutdown.borrow() || self.lease.is_none() {
+                break;
+            }
+            match self.serve_domain(token, &candidate, shutdown, &mut report).await {
+                Ok(()) => {}
+                Err(error) if error.is_fenced() => {
+                    report.fenced += 1;
+                    metrics::counter!("fence_outbox_fenced_total", "backend" => self.store.backend())
+                        .increment(1);
+                    tracing::warn!(domain = candidate.domain.as_str(), token = token.get(), %error,
+                        "a newer relay took over; dropping the lease");
+                    self.lease = None;
+                }
+                Err(error) => {
+                    report.errors += 1;
+                    tracing::warn!(domain = candidate.domain.as_str(), %error, "outbox relay failed on a domain");
+                }
+            }
+        }
+        report
+    }
+
+    /// Delivers `candidate`'s pending entries in order until one must wait, then purges.
+    async fn serve_domain(
+        &mut self,
+        token: FencingToken,
+        candidate: &Candidate,
+        shutdown: &watch::Receiver<bool>,
+        report: &mut RelayReport,
+    ) -> Result<(), OutboxError> {
+        let domain = &candidate.domain;
+        let entries = self.store.pending(domain, self.config.batch).await?;
+        for entry in &entries {
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            let key = (domain.clone(), entry.seq);
+            if self.not_before.get(&key).is_some_and(|at| Instant::now() < *at) {
+                return Ok(()); // the head waits: nothing behind it may overtake
+            }
+            // Renew before delivering so the lease outlives the delivery by this clock.
+            if self.ensure_lease().await != Some(token) {
+                return Ok(());
+            }
+            if !self.deliver(token, entry, report).await? {
+                return Ok(());
+            }
+            self.not_before.remove(&key);
+        }
+        let purged = self
+            .store
+            .purge(domain, token, self.config.retention)
+            .await?;
+        report.purged += purged.removed as u64;
+        if purged.idle && entries.is_empty() {
+            self.store.forget(self.config.partition, candidate).await?;
+        }
+        Ok(())
+    }
+
+    /// One attempt on the head entry; true when the domain may go on to the next entry.
+    async fn deliver(
+        &mut self,
+        token: FencingToken,
+        entry: &OutboxEntry,
+        report: &mut RelayReport,
+    ) -> Result<bool, OutboxError> {
+        let domain = &entry.domain;
+        let backend = self.store.backend();
+        let max = self.config.retry.max_attempts;
+        if entry.attempts() >= max {
+            // Attempts ran out before a crash could record the verdict.
+            let error = match &entry.status {
+                crate::EntryStatus::Pending {
+                    last_error: Some(e),
+                    ..
+                } => e.clone(),
+                _ => format!("{max} attempts used"),
+            };
+            return self.dead_letter(token, entry, error, report).await;
+        }
+        let Some(attempt) = self.store.begin(domain, token, entry.seq).await? else {
+            return Ok(true); // settled by someone else meanwhile
+        };
+        let span = tracing::info_span!("fence_outbox_delivery", backend, domain = domain.as_str(),
+            seq = entry.seq, key = entry.key.as_str(), attempt);
+        let delivery = self.sink.deliver(entry).instrument(span);
+        let outcome =
+            match tokio::time::timeout(self.config.delivery_timeout, delivery).await
+            {
+                Ok(outcome) => outcome,
+                Err(_) => Err(SinkError::retryable(format!(
+                    "delivery timed out after {:?}",
+                    self.config.delivery_timeout
+                ))),
+            };
+        match outcome {
+            Ok(()) => {
+                self.store
+                    .settle(domain, token, entry.seq, &Settlement::Delivered)
+                    .await?;
+                report.delivered += 1;
+                metrics::counter!("fence_outbox_delivered_total", "backend" => backend).increment(1);
+                metrics::histogram!("fence_outbox_lag_seconds", "backend" => backend)
+                    .record(entry.age().as_secs_f64());
+                tracing::debug!("delivered");
+                Ok(true)
+            }
+            Err(SinkError::Permanent { reason }) => {
+                self.dead_letter(token, entry, reason, report).await
+            }
+            Err(SinkError::Retryable {
+                reason,
+                retry_after,
+            }) => {
+                if attempt >= max {
+                    return self
+                        .dead_letter(token, entry, format!("{reason} (attempt {attempt} of {max})"), report)
+                        .await;
+                }
+                self.store
+                    .settle(domain, token, entry.seq, &Settlement::Retry { error: reason.clone() })
+                    .await?;
+                let wait = self.config.retry.backoff(attempt, retry_after);
+                self.not_before
+                    .insert((domain.clone(), entry.seq), Instant::now() + wait);
+                report.retried += 1;
+                metrics::counter!("fence_outbox_retried_total", "backend" => backend).increment(1);
+                tracing::info!(%reason, ?wait, "delivery failed; retrying later");
+                Ok(false)
+            }
+            #[allow(unreachable_patterns)]
+            Err(other) => self.dead_letter(token, entry, other.to_string(), report).await,
+        }
+    }
+
+    async fn dead_letter(
+        &mut self,
+        token: FencingToken,
+        entry: &OutboxEntry,
+        error: String,
+        report: &mut RelayReport,
+    ) -> Result<bool, OutboxError> {
+        tracing::warn!(domain = entry.domain.as_str(), seq = entry.seq, key = entry.key.as_str(), %error, "dead-lettering");
+        self.store
+            .settle(&entry.domain, token, entry.seq, &Settlement::DeadLetter { error })
+            .await?;
+        self.not_before.remove(&(entry.domain.clone(), entry.seq));
+        report.dead_lettered += 1;
+        metrics::counter!("fence_outbox_dead_lettered_total", "backend" => self.store.backend())
+            .increment(1);
+        Ok(true)
+    }
+
+    /// Holds the lease: acquires it when free, renews it when half the TTL is gone. `None`
+    /// while another relay holds it or the lease store is unreachable.
+    async fn ensure_lease(&mut self) -> Option<FencingToken> {
+        let ttl = self.config.lease_ttl;
+        if let Some(lease) = &self.lease {
+            let left = lease.valid_until.saturating_duration_since(Instant::now());
+            if left > ttl / 2 {
+                return Some(lease.token);
+            }
+            match self.leases.renew(lease, ttl).await {
+                Ok(renewed) => {
+                    let token = renewed.token;
+                    self.lease = Some(renewed);
+                    return Some(token);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "outbox relay lost its lease");
+                    self.lease = None;
+                    return None;
+                }
+            }
+        }
+        match self
+            .leases
+            .acquire(&self.lease_domain, &self.config.owner, ttl)
+            .await
+        {
+            Ok(lease) => {
+                tracing::info!(partition = self.config.partition, token = lease.token.get(), "outbox relay took the partition lease");
+                let token = lease.token;
+                self.lease = Some(lease);
+                // A new holder forgets backoffs: the attempt counts live in the store.
+                self.not_before.clear();
+                Some(token)
+            }
+            Err(FenceError::LeaseHeld { .. }) => None,
+            Err(error) => {
+                tracing::warn!(%error, "outbox relay could not acquire its lease");
+                None
+            }
+        }
+    }
+
+    async fn release(&mut self) {
+        if let Some(lease) = self.lease.take() {
+            if let Err(error) = self.leases.release(&lease).await {
+                tracing::warn!(%error, "outbox relay could not release its lease");
+            }
+        }
+    }
+}
+
+/// A running relay.
+#[derive(Debug)]
+pub struct RelayHandle {
+    stop: watch::Sender<bool>,
+    task: JoinHandle<RelayReport>,
+}
+
+impl RelayHandle {
+    /// Asks the relay to stop after the entry in flight, waits, and returns its report.
+    pub async fn shutdown(self) -> Result<RelayReport, OutboxError> {
+        let _ = self.stop.send(true);
+        self.task
+            .await
+            .map_err(|e| OutboxError::RelayTask(e.to_string()))
+    }
+
+    /// Stops the relay at once, as a crash would: no lease release, nothing settled for the
+    /// entry in flight.
+    pub fn abort(self) {
+        self.task.abort();
+    }
+}

@@ -1,0 +1,176 @@
+//! Test support: the shared Redis servers `scripts/test` starts, a real local webhook server,
+//! and relay helpers.
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+
+pub mod webhook_server;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fence_core::{Domain, FencingToken, LeaseManager, OperationId, OwnerId};
+use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
+use fence_outbox::{
+    DestinationRule, Effect, EffectKinds, OutboxConfig, OutboxEntry, Relay, RelayConfig,
+    RetryPolicy, Sink, WebhookSink,
+};
+use fence_redis::RedisFence;
+
+pub use fence_conformance::services::{domain, token, unavailable};
+pub use webhook_server::WebhookServer;
+
+fn answers(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+fn port_of(url: &str) -> Option<u16> {
+    url.rsplit(':').next()?.trim_end_matches('/').parse().ok()
+}
+
+/// A unique key prefix per test.
+pub fn unique_prefix(test: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "fence-outbox-test:{test}:{}.{nanos}.{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A fence on the shared standalone Redis, or `None` (loud skip) when it is absent.
+pub async fn standalone(test: &str) -> Option<RedisFence> {
+    let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
+    if !port_of(&url).is_some_and(answers) {
+        unavailable(&format!("the shared Redis at {url}"))?;
+    }
+    Some(
+        RedisFence::builder()
+            .url(&url)
+            .prefix(unique_prefix(test))
+            .connect()
+            .await
+            .expect("connect to the shared Redis"),
+    )
+}
+
+/// A fence on the shared Redis Cluster, or `None` (loud skip) when it is absent.
+pub async fn cluster(test: &str) -> Option<RedisFence> {
+    let nodes = std::env::var("FENCE_REDIS_CLUSTER").unwrap_or_else(|_| {
+        "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".into()
+    });
+    let nodes: Vec<String> = nodes.split(',').map(String::from).collect();
+    if !nodes.iter().all(|n| port_of(n).is_some_and(answers)) {
+        unavailable(&format!("the shared Redis Cluster at {nodes:?}"))?;
+    }
+    Some(
+        RedisFence::builder()
+            .cluster(nodes)
+            .prefix(unique_prefix(test))
+            .connect()
+            .await
+            .expect("connect to the shared Redis Cluster"),
+    )
+}
+
+/// The kinds the tests use.
+pub fn kinds() -> EffectKinds {
+    EffectKinds::new()
+        .register("send-receipt-email", DestinationRule::HttpUrl)
+        .and_then(|k| k.register("charge-card", DestinationRule::HttpUrl))
+        .and_then(|k| k.register("enqueue", DestinationRule::Opaque))
+        .expect("valid kinds")
+}
+
+pub fn outbox(fence: &RedisFence) -> RedisOutbox {
+    RedisOutbox::with_config(fence.clone(), OutboxConfig::new(kinds()))
+}
+
+pub fn op(name: &str) -> OperationId {
+    OperationId::new(name).expect("valid op id")
+}
+
+/// Marks `order` with `status` and records one receipt effect to `url`.
+pub async fn pay(
+    outbox: &RedisOutbox,
+    domain: &Domain,
+    token: FencingToken,
+    op_id: &str,
+    url: &str,
+    payload: &str,
+) -> Result<fence_outbox::redis::Recorded, fence_outbox::OutboxError> {
+    let script = OutboxScript::hset();
+    let transition = Transition::new(domain.clone(), token, op(op_id))
+        .key("order")
+        .arg("status")
+        .arg(format!("paid by {token}"))
+        .effect(Effect::new("send-receipt-email", url, payload.to_owned()));
+    outbox.transition(&script, &transition).await
+}
+
+/// A relay config with test-sized timings.
+pub fn fast_relay(owner: &str) -> RelayConfig {
+    RelayConfig::new("test", OwnerId::new(owner).unwrap())
+        .lease_ttl(Duration::from_millis(2000))
+        .poll_interval(Duration::from_millis(20))
+        .delivery_timeout(Duration::from_millis(500))
+        .retry(RetryPolicy::new(
+            6,
+            Duration::from_millis(20),
+            Duration::from_millis(100),
+        ))
+}
+
+pub fn relay(outbox: &RedisOutbox, sink: Arc<dyn Sink>, config: RelayConfig) -> Relay {
+    let leases: Arc<dyn LeaseManager> = Arc::new(outbox.fence().leases());
+    Relay::new(Arc::new(outbox.clone()), sink, leases, config).expect("valid relay config")
+}
+
+pub fn webhook() -> Arc<dyn Sink> {
+    Arc::new(
+        WebhookSink::new()
+            .expect("webhook sink")
+            .timeout(Duration::from_millis(400)),
+    )
+}
+
+/// Waits until `check` holds on `domain`'s entries, or fails after `limit`.
+pub async fn wait_for(
+    outbox: &RedisOutbox,
+    domains: &[Domain],
+    limit: Duration,
+    check: impl Fn(&[OutboxEntry]) -> bool,
+) -> Vec<OutboxEntry> {
+    let started = Instant::now();
+    loop {
+        let mut all = Vec::new();
+        for d in domains {
+            all.extend(outbox.entries(d).await.expect("list entries"));
+        }
+        if check(&all) {
+            return all;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "condition not reached within {limit:?}; entries: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
