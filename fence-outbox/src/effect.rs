@@ -119,7 +119,7 @@ impl EffectKinds {
     }
 
     /// Checks an effect of a transition on `domain` against the registry.
-    pub(crate) fn check(&self, domain: &Domain, effect: &Effect) -> Result<(), OutboxError> {
+    pub fn check(&self, domain: &Domain, effect: &Effect) -> Result<(), OutboxError> {
         let rule = self
             .rule(&effect.kind)
             .ok_or_else(|| OutboxError::UnknownKind {
@@ -212,7 +212,10 @@ mod tests {
         assert!(ok("email", "https://mail.example/send").is_ok());
         assert!(ok("email", "http://127.0.0.1:8080/hook?a=1").is_ok());
         assert!(ok("queue", "orders-out").is_ok());
-        assert!(matches!(ok("sms", "https://x"), Err(OutboxError::UnknownKind { .. })));
+        assert!(matches!(
+            ok("sms", "https://x"),
+            Err(OutboxError::UnknownKind { .. })
+        ));
         for bad in [
             "ftp://files.example/x",
             "file:///etc/passwd",
@@ -224,13 +227,18 @@ mod tests {
             "",
         ] {
             assert!(
-                matches!(ok("email", bad), Err(OutboxError::InvalidDestination { .. })),
+                matches!(
+                    ok("email", bad),
+                    Err(OutboxError::InvalidDestination { .. })
+                ),
                 "{bad}"
             );
         }
         assert!(ok("queue", "line\nbreak").is_err());
         for bad in ["", "a b", "ünïcode", &"k".repeat(65)] {
-            assert!(EffectKinds::new().register(bad, DestinationRule::Opaque).is_err());
+            assert!(EffectKinds::new()
+                .register(bad, DestinationRule::Opaque)
+                .is_err());
         }
     }
 }

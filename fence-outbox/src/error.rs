@@ -31,7 +31,9 @@ pub enum OutboxError {
         reason: String,
     },
     /// An effect's payload is larger than the outbox allows.
-    #[error("effect {index} of domain `{domain}` has a {size}-byte payload, above the {max}-byte limit")]
+    #[error(
+        "effect {index} of domain `{domain}` has a {size}-byte payload, above the {max}-byte limit"
+    )]
     PayloadTooLarge {
         /// The domain of the transition.
         domain: Domain,

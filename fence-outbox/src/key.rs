@@ -38,8 +38,10 @@ impl IdempotencyKey {
         ))
     }
 
-    /// A key read back from storage (not checked: it is whatever was recorded).
-    pub(crate) fn from_stored(text: String) -> Self {
+    /// A key read back from storage, as it was recorded (for [`OutboxStore`] implementations).
+    ///
+    /// [`OutboxStore`]: crate::OutboxStore
+    pub fn from_recorded(text: String) -> Self {
         IdempotencyKey(text)
     }
 

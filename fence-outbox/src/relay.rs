@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use fence_core::{Domain, FenceError, FencingToken, Lease, LeaseManager, OwnerId};
 use tokio::sync::watch;
-use tracing::Instrument;
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::entry::{OutboxEntry, Settlement};
 use crate::error::OutboxError;
@@ -113,7 +113,15 @@ impl RelayConfig {
     }
 
     fn validate(&self) -> Result<(), OutboxError> {
-        let problem = if self.retry.max_attempts == 0 {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 64
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+        let problem = if !name_ok {
+            Some("relay name must be 1 to 64 bytes of ASCII letters, digits, '.', '_' or '-'")
+        } else if self.retry.max_attempts == 0 {
             Some("retry.max_attempts must be at least 1")
         } else if self.batch == 0 {
             Some("batch must be at least 1")
@@ -269,7 +277,10 @@ impl Relay {
             if *shutdown.borrow() || self.lease.is_none() {
                 break;
             }
-            match self.serve_domain(token, &candidate, shutdown, &mut report).await {
+            match self
+                .serve_domain(token, &candidate, shutdown, &mut report)
+                .await
+            {
                 Ok(()) => {}
                 Err(error) if error.is_fenced() => {
                     report.fenced += 1;
@@ -303,7 +314,11 @@ impl Relay {
                 return Ok(());
             }
             let key = (domain.clone(), entry.seq);
-            if self.not_before.get(&key).is_some_and(|at| Instant::now() < *at) {
+            if self
+                .not_before
+                .get(&key)
+                .is_some_and(|at| Instant::now() < *at)
+            {
                 return Ok(()); // the head waits: nothing behind it may overtake
             }
             // Renew before delivering so the lease outlives the delivery by this clock.
@@ -350,25 +365,30 @@ impl Relay {
         let Some(attempt) = self.store.begin(domain, token, entry.seq).await? else {
             return Ok(true); // settled by someone else meanwhile
         };
-        let span = tracing::info_span!("fence_outbox_delivery", backend, domain = domain.as_str(),
-            seq = entry.seq, key = entry.key.as_str(), attempt);
+        let span = tracing::info_span!(
+            "fence_outbox_delivery",
+            backend,
+            domain = domain.as_str(),
+            seq = entry.seq,
+            key = entry.key.as_str(),
+            attempt
+        );
         let delivery = self.sink.deliver(entry).instrument(span);
-        let outcome =
-            match tokio::time::timeout(self.config.delivery_timeout, delivery).await
-            {
-                Ok(outcome) => outcome,
-                Err(_) => Err(SinkError::retryable(format!(
-                    "delivery timed out after {:?}",
-                    self.config.delivery_timeout
-                ))),
-            };
+        let outcome = match tokio::time::timeout(self.config.delivery_timeout, delivery).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(SinkError::retryable(format!(
+                "delivery timed out after {:?}",
+                self.config.delivery_timeout
+            ))),
+        };
         match outcome {
             Ok(()) => {
                 self.store
                     .settle(domain, token, entry.seq, &Settlement::Delivered)
                     .await?;
                 report.delivered += 1;
-                metrics::counter!("fence_outbox_delivered_total", "backend" => backend).increment(1);
+                metrics::counter!("fence_outbox_delivered_total", "backend" => backend)
+                    .increment(1);
                 metrics::histogram!("fence_outbox_lag_seconds", "backend" => backend)
                     .record(entry.age().as_secs_f64());
                 tracing::debug!("delivered");
@@ -383,11 +403,23 @@ impl Relay {
             }) => {
                 if attempt >= max {
                     return self
-                        .dead_letter(token, entry, format!("{reason} (attempt {attempt} of {max})"), report)
+                        .dead_letter(
+                            token,
+                            entry,
+                            format!("{reason} (attempt {attempt} of {max})"),
+                            report,
+                        )
                         .await;
                 }
                 self.store
-                    .settle(domain, token, entry.seq, &Settlement::Retry { error: reason.clone() })
+                    .settle(
+                        domain,
+                        token,
+                        entry.seq,
+                        &Settlement::Retry {
+                            error: reason.clone(),
+                        },
+                    )
                     .await?;
                 let wait = self.config.retry.backoff(attempt, retry_after);
                 self.not_before
@@ -398,7 +430,10 @@ impl Relay {
                 Ok(false)
             }
             #[allow(unreachable_patterns)]
-            Err(other) => self.dead_letter(token, entry, other.to_string(), report).await,
+            Err(other) => {
+                self.dead_letter(token, entry, other.to_string(), report)
+                    .await
+            }
         }
     }
 
@@ -411,7 +446,12 @@ impl Relay {
     ) -> Result<bool, OutboxError> {
         tracing::warn!(domain = entry.domain.as_str(), seq = entry.seq, key = entry.key.as_str(), %error, "dead-lettering");
         self.store
-            .settle(&entry.domain, token, entry.seq, &Settlement::DeadLetter { error })
+            .settle(
+                &entry.domain,
+                token,
+                entry.seq,
+                &Settlement::DeadLetter { error },
+            )
             .await?;
         self.not_before.remove(&(entry.domain.clone(), entry.seq));
         report.dead_lettered += 1;
@@ -448,7 +488,11 @@ impl Relay {
             .await
         {
             Ok(lease) => {
-                tracing::info!(partition = self.config.partition, token = lease.token.get(), "outbox relay took the partition lease");
+                tracing::info!(
+                    partition = self.config.partition,
+                    token = lease.token.get(),
+                    "outbox relay took the partition lease"
+                );
                 let token = lease.token;
                 self.lease = Some(lease);
                 // A new holder forgets backoffs: the attempt counts live in the store.

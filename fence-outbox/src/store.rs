@@ -59,7 +59,8 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     async fn candidates(&self, partition: u16, sweep: bool) -> Result<Vec<Candidate>, OutboxError>;
 
     /// Up to `limit` pending entries of `domain`, in order.
-    async fn pending(&self, domain: &Domain, limit: usize) -> Result<Vec<OutboxEntry>, OutboxError>;
+    async fn pending(&self, domain: &Domain, limit: usize)
+        -> Result<Vec<OutboxEntry>, OutboxError>;
 
     /// Starts an attempt on the head entry `seq`: counts it and records the relay. Returns the
     /// attempt number, or `None` when `seq` is no longer the pending head.

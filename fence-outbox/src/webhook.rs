@@ -123,8 +123,9 @@ impl WebhookSink {
         http_url(&entry.destination).map_err(|reason| {
             SinkError::permanent(format!("destination `{}` {reason}", entry.destination))
         })?;
-        let key = HeaderValue::from_str(entry.key.as_str())
-            .map_err(|e| SinkError::permanent(format!("idempotency key is not a header value: {e}")))?;
+        let key = HeaderValue::from_str(entry.key.as_str()).map_err(|e| {
+            SinkError::permanent(format!("idempotency key is not a header value: {e}"))
+        })?;
         let kind = HeaderValue::from_str(&entry.kind)
             .map_err(|e| SinkError::permanent(format!("effect kind is not a header value: {e}")))?;
         let mut builder = Request::builder()
@@ -141,7 +142,12 @@ impl WebhookSink {
             .map_err(|e| SinkError::permanent(format!("destination `{}`: {e}", entry.destination)))
     }
 
-    fn verdict(&self, status: StatusCode, retry_after: Option<Duration>, body: &str) -> Result<(), SinkError> {
+    fn verdict(
+        &self,
+        status: StatusCode,
+        retry_after: Option<Duration>,
+        body: &str,
+    ) -> Result<(), SinkError> {
         let reason = if body.is_empty() {
             format!("HTTP {status}")
         } else {
@@ -182,7 +188,8 @@ impl Sink for WebhookSink {
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
-            let text = String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_BYTES)]).into_owned();
+            let text =
+                String::from_utf8_lossy(&body[..body.len().min(ERROR_BODY_BYTES)]).into_owned();
             self.verdict(status, retry_after, text.trim())
         };
         match tokio::time::timeout(self.timeout, exchange).await {
@@ -203,16 +210,26 @@ mod tests {
     fn statuses_map_to_documented_verdicts() -> Result<(), OutboxError> {
         let sink = WebhookSink::new()?;
         let verdict = |code: u16| {
-            sink.verdict(StatusCode::from_u16(code).unwrap_or(StatusCode::IM_A_TEAPOT), None, "")
+            sink.verdict(
+                StatusCode::from_u16(code).unwrap_or(StatusCode::IM_A_TEAPOT),
+                None,
+                "",
+            )
         };
         for ok in [200, 201, 202, 204] {
             assert_eq!(verdict(ok), Ok(()), "{ok}");
         }
         for retry in [408, 409, 425, 429, 500, 502, 503, 504] {
-            assert!(matches!(verdict(retry), Err(SinkError::Retryable { .. })), "{retry}");
+            assert!(
+                matches!(verdict(retry), Err(SinkError::Retryable { .. })),
+                "{retry}"
+            );
         }
         for permanent in [301, 400, 401, 403, 404, 410, 413, 422] {
-            assert!(matches!(verdict(permanent), Err(SinkError::Permanent { .. })), "{permanent}");
+            assert!(
+                matches!(verdict(permanent), Err(SinkError::Permanent { .. })),
+                "{permanent}"
+            );
         }
         let lenient = sink.on_conflict(ConflictRule::Delivered);
         assert_eq!(lenient.verdict(StatusCode::CONFLICT, None, ""), Ok(()));
@@ -223,7 +240,10 @@ mod tests {
     fn extra_headers_are_redacted_in_debug() -> Result<(), OutboxError> {
         let sink = WebhookSink::new()?.header("authorization", "Bearer sk_live_secret")?;
         let shown = format!("{sink:?}");
-        assert!(shown.contains("authorization") && !shown.contains("sk_live_secret"), "{shown}");
+        assert!(
+            shown.contains("authorization") && !shown.contains("sk_live_secret"),
+            "{shown}"
+        );
         assert!(WebhookSink::new()?.header("bad header", "x").is_err());
         Ok(())
     }

@@ -25,9 +25,16 @@ async fn order_status(fence: &RedisFence, d: &fence_core::Domain) -> Option<Stri
 async fn stale_transition_records_nothing(fence: RedisFence) {
     let outbox = outbox(&fence);
     let d = domain("order-1");
-    let first = pay(&outbox, &d, token(1), "pay", "https://mail.example/receipts", "r1")
-        .await
-        .unwrap();
+    let first = pay(
+        &outbox,
+        &d,
+        token(1),
+        "pay",
+        "https://mail.example/receipts",
+        "r1",
+    )
+    .await
+    .unwrap();
     assert_eq!(first.seqs, 1..=1);
     assert_eq!(
         first.keys,
@@ -35,10 +42,25 @@ async fn stale_transition_records_nothing(fence: RedisFence) {
     );
     // B takes over (token 2) and pays; A wakes up with token 1.
     fence.claim(&d, token(2)).await.unwrap();
-    pay(&outbox, &d, token(2), "pay", "https://mail.example/receipts", "r2")
-        .await
-        .unwrap();
-    let stale = pay(&outbox, &d, token(1), "pay-again", "https://mail.example/receipts", "zombie").await;
+    pay(
+        &outbox,
+        &d,
+        token(2),
+        "pay",
+        "https://mail.example/receipts",
+        "r2",
+    )
+    .await
+    .unwrap();
+    let stale = pay(
+        &outbox,
+        &d,
+        token(1),
+        "pay-again",
+        "https://mail.example/receipts",
+        "zombie",
+    )
+    .await;
     match stale {
         Err(OutboxError::Fence(FenceError::Fenced {
             presented, current, ..
@@ -84,13 +106,24 @@ async fn a_retried_transition_records_its_effects_once() {
     let transition = Transition::new(d.clone(), token(3), op("pay-42"))
         .key("order")
         .arg("1999")
-        .effect(fence_outbox::Effect::new("charge-card", "https://pay.example/charges", "{\"cents\":1999}"))
-        .effect(fence_outbox::Effect::new("send-receipt-email", "https://mail.example/r", "receipt"));
+        .effect(fence_outbox::Effect::new(
+            "charge-card",
+            "https://pay.example/charges",
+            "{\"cents\":1999}",
+        ))
+        .effect(fence_outbox::Effect::new(
+            "send-receipt-email",
+            "https://mail.example/r",
+            "receipt",
+        ));
     let first = outbox.transition(&script, &transition).await.unwrap();
     let again = outbox.transition(&script, &transition).await.unwrap();
     assert!(!first.duplicate && again.duplicate);
     assert_eq!(first.seqs, 1..=2);
-    assert_eq!(again.seqs, first.seqs, "the retry reports the first run's entries");
+    assert_eq!(
+        again.seqs, first.seqs,
+        "the retry reports the first run's entries"
+    );
     assert_eq!(again.keys, first.keys);
     assert_eq!(first.result, redis::Value::BulkString(b"1999".to_vec()));
     let entries = outbox.entries(&d).await.unwrap();
@@ -98,10 +131,18 @@ async fn a_retried_transition_records_its_effects_once() {
     assert_eq!(entries[0].kind, "charge-card");
     assert_eq!(entries[1].key, first.keys[1]);
     let value = fence
-        .query(redis::cmd("HGET").arg(fence.user_key(&d, "order").unwrap()).arg("paid_cents"))
+        .query(
+            redis::cmd("HGET")
+                .arg(fence.user_key(&d, "order").unwrap())
+                .arg("paid_cents"),
+        )
         .await
         .unwrap();
-    assert_eq!(value, redis::Value::BulkString(b"1999".to_vec()), "charged once");
+    assert_eq!(
+        value,
+        redis::Value::BulkString(b"1999".to_vec()),
+        "charged once"
+    );
 }
 
 #[tokio::test]
@@ -113,7 +154,12 @@ async fn a_failing_state_change_records_no_entry_and_can_be_retried() {
     let d = domain("order-3");
     // INCR on a hash fails with WRONGTYPE: the script aborts after the mark, before the entries.
     fence
-        .query(redis::cmd("HSET").arg(fence.user_key(&d, "counter").unwrap()).arg("f").arg("v"))
+        .query(
+            redis::cmd("HSET")
+                .arg(fence.user_key(&d, "counter").unwrap())
+                .arg("f")
+                .arg("v"),
+        )
         .await
         .unwrap();
     let failing = OutboxScript::new("return redis.call('INCR', KEYS[1])");
@@ -145,7 +191,16 @@ async fn racing_writers_never_record_behind_a_newer_token(fence: RedisFence) {
                 // Tokens interleave across writers and go backwards within a writer now and then.
                 let t = 1 + (round * 8 + writer) % 97 + if round % 5 == 0 { 0 } else { round };
                 let op_id = format!("w{writer}-r{round}");
-                match pay(&outbox, &d, token(t), &op_id, "https://mail.example/r", &op_id).await {
+                match pay(
+                    &outbox,
+                    &d,
+                    token(t),
+                    &op_id,
+                    "https://mail.example/r",
+                    &op_id,
+                )
+                .await
+                {
                     Ok(recorded) => accepted.push((t, op_id, recorded.seqs)),
                     Err(e) if e.is_fenced() => {}
                     Err(e) => panic!("unexpected error: {e}"),
@@ -159,7 +214,11 @@ async fn racing_writers_never_record_behind_a_newer_token(fence: RedisFence) {
         accepted.extend(task.await.unwrap());
     }
     let entries = outbox.entries(&d).await.unwrap();
-    assert_eq!(entries.len(), accepted.len(), "one entry per accepted transition");
+    assert_eq!(
+        entries.len(),
+        accepted.len(),
+        "one entry per accepted transition"
+    );
     let mut seen = HashSet::new();
     let mut highest = 0;
     for entry in &entries {
@@ -170,10 +229,20 @@ async fn racing_writers_never_record_behind_a_newer_token(fence: RedisFence) {
             entry.token
         );
         highest = entry.token.get();
-        assert!(seen.insert(entry.key.clone()), "duplicate key {}", entry.key);
+        assert!(
+            seen.insert(entry.key.clone()),
+            "duplicate key {}",
+            entry.key
+        );
     }
-    let (_, _, last) = accepted.iter().max_by_key(|(t, _, seqs)| (*t, *seqs.end())).unwrap();
-    assert_eq!(fence.high_water_mark(&d).await.unwrap().map(|t| t.get()), Some(highest));
+    let (_, _, last) = accepted
+        .iter()
+        .max_by_key(|(t, _, seqs)| (*t, *seqs.end()))
+        .unwrap();
+    assert_eq!(
+        fence.high_water_mark(&d).await.unwrap().map(|t| t.get()),
+        Some(highest)
+    );
     println!(
         "race: {} transitions accepted of 320, entry tokens non-decreasing up to {highest}, last seq {}",
         accepted.len(),
@@ -208,7 +277,12 @@ async fn effects_spread_over_partitions_stay_with_their_domain() {
     for i in 0..16 {
         let d = domain(&format!("order-{i}"));
         used.insert(outbox.config().partition_of(&d));
-        pay(&outbox, &d, token(1), "pay", "https://mail.example/r", "x").await.unwrap();
+        pay(&outbox, &d, token(1), "pay", "https://mail.example/r", "x")
+            .await
+            .unwrap();
     }
-    assert!(used.len() > 1, "16 domains over 4 partitions use several: {used:?}");
+    assert!(
+        used.len() > 1,
+        "16 domains over 4 partitions use several: {used:?}"
+    );
 }

@@ -60,7 +60,12 @@ impl RedisFence {
 
     /// The key recording the first outcome of `op_id` under `token` (a same-slot placeholder
     /// when there is no op id).
-    pub fn op_key(&self, domain: &Domain, token: FencingToken, op_id: Option<&OperationId>) -> String {
+    pub fn op_key(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: Option<&OperationId>,
+    ) -> String {
         self.inner.keys.op(domain, token, op_id)
     }
 
@@ -124,7 +129,11 @@ impl RedisFence {
             let mut cursor = 0u64;
             loop {
                 let mut cmd = redis::cmd("SCAN");
-                cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+                cmd.arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(1000);
                 let value = match (&connection, &node) {
                     (Connection::Cluster(conn), Some((host, port))) => conn
                         .clone()
@@ -182,7 +191,10 @@ mod tests {
                     d4 127.0.0.1:7103@17103 master,fail - 0 0 3 disconnected\n";
         assert_eq!(
             masters(text),
-            vec![("127.0.0.1".to_owned(), 7101), ("127.0.0.1".to_owned(), 7102)]
+            vec![
+                ("127.0.0.1".to_owned(), 7101),
+                ("127.0.0.1".to_owned(), 7102)
+            ]
         );
     }
 }

@@ -4,9 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use fence_core::telemetry::observe;
-use fence_core::{
-    Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId,
-};
+use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId};
 use fence_redis::redis::{self, Value};
 use fence_redis::{RedisFence, RedisScript};
 
@@ -332,16 +330,17 @@ impl RedisOutbox {
             ));
         };
         let number = |text: &str| {
-            text.parse::<u64>().map_err(|_| {
-                corrupt(domain, format!("`{text}` is not a sequence number"))
-            })
+            text.parse::<u64>()
+                .map_err(|_| corrupt(domain, format!("`{text}` is not a sequence number")))
         };
         let previous = if previous.is_empty() {
             None
         } else {
-            Some(previous.parse::<FencingToken>().map_err(|_| {
-                corrupt(domain, "operation id record holds a bad mark")
-            })?)
+            Some(
+                previous
+                    .parse::<FencingToken>()
+                    .map_err(|_| corrupt(domain, "operation id record holds a bad mark"))?,
+            )
         };
         Ok(Recorded {
             token: t.token,

@@ -25,10 +25,7 @@ pub(crate) fn parse(domain: &Domain, value: Value) -> Result<Reply, FenceError> 
     let tag = text(domain, &items.remove(0))?;
     let reply = Reply { tag, fields: items };
     match reply.tag.as_str() {
-        "corrupt" => Err(corrupt(
-            domain,
-            reply.text(domain, 0).unwrap_or_default(),
-        )),
+        "corrupt" => Err(corrupt(domain, reply.text(domain, 0).unwrap_or_default())),
         "fenced" => Err(fenced_relay(domain, &reply)),
         _ => Ok(reply),
     }
@@ -75,10 +72,7 @@ fn text(domain: &Domain, value: &Value) -> Result<String, FenceError> {
             .map_err(|_| corrupt(domain, "reply field is not UTF-8")),
         Value::SimpleString(s) => Ok(s.clone()),
         Value::Int(i) => Ok(i.to_string()),
-        other => Err(corrupt(
-            domain,
-            format!("unexpected reply field {other:?}"),
-        )),
+        other => Err(corrupt(domain, format!("unexpected reply field {other:?}"))),
     }
 }
 
@@ -86,10 +80,7 @@ impl Reply {
     pub(crate) fn text(&self, domain: &Domain, index: usize) -> Result<String, FenceError> {
         match self.fields.get(index) {
             Some(value) => text(domain, value),
-            None => Err(corrupt(
-                domain,
-                format!("reply has no field {index}"),
-            )),
+            None => Err(corrupt(domain, format!("reply has no field {index}"))),
         }
     }
 
@@ -102,10 +93,7 @@ impl Reply {
     fn bytes(&self, domain: &Domain, index: usize) -> Result<Bytes, FenceError> {
         match self.fields.get(index) {
             Some(Value::BulkString(bytes)) => Ok(Bytes::from(bytes.clone())),
-            other => Err(corrupt(
-                domain,
-                format!("reply field {index} is {other:?}"),
-            )),
+            other => Err(corrupt(domain, format!("reply field {index} is {other:?}"))),
         }
     }
 
@@ -128,7 +116,9 @@ impl Reply {
         let seq = self.number(domain, at)?;
         let bad = |what: &str| corrupt(domain, format!("entry {seq}: {what}"));
         let token_text = self.text(domain, at + 6)?;
-        let token = token_text.parse::<FencingToken>().map_err(|_| bad("bad token"))?;
+        let token = token_text
+            .parse::<FencingToken>()
+            .map_err(|_| bad("bad token"))?;
         let attempts: u32 = self
             .text(domain, at + 8)?
             .parse()
@@ -155,7 +145,7 @@ impl Reply {
         Ok(OutboxEntry {
             domain: domain.clone(),
             seq,
-            key: IdempotencyKey::from_stored(self.text(domain, at + 1)?),
+            key: IdempotencyKey::from_recorded(self.text(domain, at + 1)?),
             kind: self.text(domain, at + 2)?,
             destination: self.text(domain, at + 3)?,
             payload: self.bytes(domain, at + 4)?,

@@ -116,13 +116,19 @@ impl OutboxStore for RedisOutbox {
         for (domain, version) in pairs {
             match Domain::new(domain.clone()) {
                 Ok(domain) => candidates.push(Candidate::new(domain, version)),
-                Err(error) => tracing::warn!(domain, %error, "outbox index holds an invalid domain"),
+                Err(error) => {
+                    tracing::warn!(domain, %error, "outbox index holds an invalid domain")
+                }
             }
         }
         Ok(candidates)
     }
 
-    async fn pending(&self, domain: &Domain, limit: usize) -> Result<Vec<OutboxEntry>, OutboxError> {
+    async fn pending(
+        &self,
+        domain: &Domain,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, OutboxError> {
         let keys = self.outbox_keys(domain)?;
         let limit = limit.max(1).to_string();
         let value = self

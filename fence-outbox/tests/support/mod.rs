@@ -25,6 +25,7 @@ use fence_outbox::{
 use fence_redis::RedisFence;
 
 pub use fence_conformance::services::{domain, token, unavailable};
+#[allow(unused_imports)]
 pub use webhook_server::WebhookServer;
 
 fn answers(port: u16) -> bool {
@@ -173,4 +174,13 @@ pub async fn wait_for(
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+pub fn relay_result(
+    outbox: &RedisOutbox,
+    sink: Arc<dyn Sink>,
+    config: RelayConfig,
+) -> Result<Relay, fence_outbox::OutboxError> {
+    let leases: Arc<dyn LeaseManager> = Arc::new(outbox.fence().leases());
+    Relay::new(Arc::new(outbox.clone()), sink, leases, config)
 }

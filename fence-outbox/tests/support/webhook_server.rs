@@ -45,7 +45,9 @@ pub struct WebhookServer {
 
 impl WebhookServer {
     pub async fn start() -> WebhookServer {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
         let addr = listener.local_addr().expect("local addr");
         let state = Arc::new(Mutex::new(State::default()));
         let shared = state.clone();
@@ -78,7 +80,13 @@ impl WebhookServer {
 
     /// Requests received for `key`, applied or not.
     pub fn requests_for(&self, key: &str) -> u32 {
-        self.state.lock().unwrap().requests.get(key).copied().unwrap_or(0)
+        self.state
+            .lock()
+            .unwrap()
+            .requests
+            .get(key)
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Requests received in total.
@@ -138,7 +146,10 @@ async fn handle(
     let mut s = state.lock().unwrap();
     match s.by_key.get(&key) {
         Some(first) if *first != payload => {
-            return Ok(answer(StatusCode::UNPROCESSABLE_ENTITY, "key reused with another payload"))
+            return Ok(answer(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "key reused with another payload",
+            ))
         }
         Some(_) => {} // a retry: replay the first answer below without applying again
         None => {
@@ -152,7 +163,10 @@ async fn handle(
     }
     drop(s);
     if first_n(&path, "/lost/").is_some_and(|n| nth <= n) {
-        return Ok(answer(StatusCode::SERVICE_UNAVAILABLE, "applied, but the answer is lost"));
+        return Ok(answer(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "applied, but the answer is lost",
+        ));
     }
     Ok(answer(StatusCode::OK, "{\"status\":\"applied\"}"))
 }
