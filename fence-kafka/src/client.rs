@@ -51,13 +51,14 @@ pub(crate) fn transactional_producer(
     Ok(producer)
 }
 
-/// Every committed message of one partition, as a read_committed consumer sees it, read up to
-/// the high watermark taken at the start (which counts transaction markers, so the end is a
-/// position, not a record).
+/// Every committed message of one partition from offset `from`, as a read_committed consumer
+/// sees it, read up to the high watermark taken at the start (which counts transaction markers,
+/// so the end is a position, not a record).
 pub(crate) fn read_partition(
     base: &ClientConfig,
     topic: &str,
     partition: i32,
+    from: i64,
     timeout: Duration,
 ) -> Result<Vec<OwnedMessage>, KafkaError> {
     let consumer: BaseConsumer = base
@@ -68,11 +69,12 @@ pub(crate) fn read_partition(
         .set("enable.partition.eof", "true")
         .create()?;
     let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
-    if high <= low {
+    let start = from.max(low);
+    if high <= start {
         return Ok(Vec::new());
     }
     let mut assignment = TopicPartitionList::new();
-    assignment.add_partition_offset(topic, partition, Offset::Beginning)?;
+    assignment.add_partition_offset(topic, partition, Offset::Offset(start))?;
     consumer.assign(&assignment)?;
     let deadline = Instant::now() + timeout;
     let mut messages = Vec::new();
@@ -89,7 +91,7 @@ pub(crate) fn read_partition(
                 Offset::Offset(o) => Some(o),
                 _ => None,
             })
-            .unwrap_or(low);
+            .unwrap_or(start);
         if position >= high {
             return Ok(messages);
         }

@@ -112,6 +112,30 @@ impl KafkaFence {
         ))
     }
 
+    /// The number of partitions of the data topic.
+    pub async fn data_partition_count(&self) -> Result<i32, FenceError> {
+        self.data_partitions().await
+    }
+
+    /// The committed records of data partition `partition` from offset `from`, as a
+    /// read_committed consumer sees them, up to the partition's end at the call: for crates
+    /// that follow the data topic (fence-outbox's relay).
+    pub async fn read_committed(
+        &self,
+        partition: i32,
+        from: i64,
+    ) -> Result<Vec<rdkafka::message::OwnedMessage>, FenceError> {
+        let (config, topic, timeout) = (
+            self.inner.config.clone(),
+            self.inner.data_topic.clone(),
+            self.inner.timeout,
+        );
+        blocking(move || read_partition(&config, &topic, partition, from, timeout))
+            .await
+            .map_err(|e| backend(None, e))?
+            .map_err(|e| backend(None, e))
+    }
+
     pub(crate) async fn ledger_partitions(&self) -> Result<i32, FenceError> {
         self.partitions(&self.inner.ledger_partitions, &self.inner.ledger_topic)
             .await
@@ -188,7 +212,7 @@ impl KafkaFence {
             self.inner.ledger_topic.clone(),
             self.inner.timeout,
         );
-        let messages = blocking(move || read_partition(&config, &topic, partition, timeout))
+        let messages = blocking(move || read_partition(&config, &topic, partition, 0, timeout))
             .await
             .map_err(|e| backend(Some(domain), e))?
             .map_err(|e| backend(Some(domain), e))?;
@@ -454,7 +478,7 @@ impl KafkaFence {
             self.inner.data_topic.clone(),
             self.inner.timeout,
         );
-        let messages = blocking(move || read_partition(&config, &topic, partition, timeout))
+        let messages = blocking(move || read_partition(&config, &topic, partition, 0, timeout))
             .await
             .map_err(|e| backend(Some(domain), e))?
             .map_err(|e| backend(Some(domain), e))?;

@@ -2,7 +2,8 @@
 
 use fence_core::Domain;
 
-use crate::effect::EffectKinds;
+use crate::effect::{Effect, EffectKinds};
+use crate::error::OutboxError;
 
 /// The default greatest payload size: 64 KiB.
 pub const DEFAULT_MAX_PAYLOAD_BYTES: usize = 64 * 1024;
@@ -61,5 +62,28 @@ impl OutboxConfig {
             hash = hash.wrapping_mul(0x0100_0193);
         }
         (hash % u32::from(self.partitions.max(1))) as u16
+    }
+
+    /// Checks a transition's effects against the kinds and limits, before any I/O.
+    pub fn check_effects(&self, domain: &Domain, effects: &[Effect]) -> Result<(), OutboxError> {
+        if effects.len() > self.max_effects {
+            return Err(OutboxError::TooManyEffects {
+                domain: domain.clone(),
+                count: effects.len(),
+                max: self.max_effects,
+            });
+        }
+        for (index, effect) in effects.iter().enumerate() {
+            self.kinds.check(domain, effect)?;
+            if effect.payload().len() > self.max_payload_bytes {
+                return Err(OutboxError::PayloadTooLarge {
+                    domain: domain.clone(),
+                    index,
+                    size: effect.payload().len(),
+                    max: self.max_payload_bytes,
+                });
+            }
+        }
+        Ok(())
     }
 }

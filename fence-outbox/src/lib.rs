@@ -4,6 +4,8 @@ mod config;
 mod effect;
 mod entry;
 mod error;
+#[cfg(feature = "kafka")]
+pub mod kafka;
 mod key;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -8,10 +8,9 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use fence_core::Domain;
 use fence_outbox::redis::RedisOutbox;
-use fence_outbox::{EntryStatus, OutboxEntry, OutboxStore, Sink, SinkError};
+use fence_outbox::{EntryStatus, OutboxEntry, OutboxStore};
 use fence_redis::redis;
 use support::{domain, fast_relay, outbox, pay, relay, token, wait_for, webhook, WebhookServer};
 use tokio::sync::{watch, Notify};
@@ -111,11 +110,11 @@ async fn exactly_once_despite_failures_and_crashes(fence: fence_redis::RedisFenc
     // Relay 1 is killed right after its 5th successful delivery, before it can mark it: the
     // receiver has the effect, the outbox does not know.
     let crashed = Arc::new(Notify::new());
-    let crashing = Arc::new(CrashAfterDeliveries {
-        inner: webhook(),
-        left: std::sync::atomic::AtomicUsize::new(5),
-        crashed: crashed.clone(),
-    });
+    let crashing = Arc::new(support::CrashAfterDeliveries::new(
+        webhook(),
+        5,
+        crashed.clone(),
+    ));
     let first = relay(&outbox, crashing, fast_relay("relay-1")).spawn();
     crashed.notified().await;
     first.abort();
@@ -348,42 +347,6 @@ async fn a_stuck_sink_times_out_and_the_retry_lands_once() {
     assert_eq!(server.requests_for(entries[0].key.as_str()), 3);
 }
 
-/// A sink that delivers, and after `left` successes hangs forever before returning, so the
-/// relay can be killed between the delivery and its mark.
-struct CrashAfterDeliveries {
-    inner: Arc<dyn Sink>,
-    left: std::sync::atomic::AtomicUsize,
-    crashed: Arc<Notify>,
-}
-
-#[async_trait]
-impl Sink for CrashAfterDeliveries {
-    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), SinkError> {
-        self.inner.deliver(entry).await?;
-        if self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
-            self.crashed.notify_one();
-            std::future::pending::<()>().await;
-        }
-        Ok(())
-    }
-}
-
-/// A sink that pauses inside `deliver` until released, like a relay stuck in GC.
-struct PausingSink {
-    inner: Arc<dyn Sink>,
-    entered: Arc<Notify>,
-    release: Arc<Notify>,
-}
-
-#[async_trait]
-impl Sink for PausingSink {
-    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), SinkError> {
-        self.entered.notify_one();
-        self.release.notified().await;
-        self.inner.deliver(entry).await
-    }
-}
-
 #[tokio::test]
 async fn a_paused_relay_cannot_complete_after_its_successor() {
     let Some(fence) = support::standalone("zombie-relay").await else {
@@ -396,11 +359,11 @@ async fn a_paused_relay_cannot_complete_after_its_successor() {
         .await
         .unwrap();
     let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let pausing = Arc::new(PausingSink {
-        inner: webhook(),
-        entered: entered.clone(),
-        release: release.clone(),
-    });
+    let pausing = Arc::new(support::PausingSink::new(
+        webhook(),
+        entered.clone(),
+        release.clone(),
+    ));
     let ttl = Duration::from_millis(300);
     let zombie_config = fast_relay("relay-a")
         .lease_ttl(ttl)

@@ -224,14 +224,6 @@ impl RedisOutbox {
     }
 
     fn check(&self, t: &Transition) -> Result<(), OutboxError> {
-        let config = &self.config;
-        if t.effects.len() > config.max_effects {
-            return Err(OutboxError::TooManyEffects {
-                domain: t.domain.clone(),
-                count: t.effects.len(),
-                max: config.max_effects,
-            });
-        }
         if let Some(name) = t.keys.iter().find(|name| name.starts_with("ob:")) {
             return Err(OutboxError::InvalidName {
                 what: "transition key",
@@ -239,18 +231,7 @@ impl RedisOutbox {
                 reason: "names starting with `ob:` are reserved for the outbox",
             });
         }
-        for (index, effect) in t.effects.iter().enumerate() {
-            config.kinds.check(&t.domain, effect)?;
-            if effect.payload().len() > config.max_payload_bytes {
-                return Err(OutboxError::PayloadTooLarge {
-                    domain: t.domain.clone(),
-                    index,
-                    size: effect.payload().len(),
-                    max: config.max_payload_bytes,
-                });
-            }
-        }
-        Ok(())
+        self.config.check_effects(&t.domain, &t.effects)
     }
 
     async fn run(&self, script: &OutboxScript, t: &Transition) -> Result<Recorded, FenceError> {

@@ -8,6 +8,8 @@
     clippy::panic
 )]
 
+#[cfg(feature = "kafka")]
+pub mod kafka;
 pub mod webhook_server;
 
 use std::io::{Read, Write};
@@ -16,13 +18,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use fence_core::{Domain, FencingToken, LeaseManager, OperationId, OwnerId};
 use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, OutboxConfig, OutboxEntry, Relay, RelayConfig,
-    RetryPolicy, Sink, WebhookSink,
+    RetryPolicy, Sink, SinkError, WebhookSink,
 };
 use fence_redis::RedisFence;
+use tokio::sync::Notify;
 
 pub use fence_conformance::services::{domain, token, unavailable};
 #[allow(unused_imports)]
@@ -49,9 +53,11 @@ pub fn unique_prefix(test: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
+    // Short enough for a Redis key prefix (64 bytes) and a Kafka topic name.
     format!(
-        "fence-outbox-test:{test}:{}.{nanos}.{}",
+        "fo:{test}:{}.{}.{}",
         std::process::id(),
+        nanos % 1_000_000_000_000,
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
@@ -183,4 +189,74 @@ pub fn relay_result(
 ) -> Result<Relay, fence_outbox::OutboxError> {
     let leases: Arc<dyn LeaseManager> = Arc::new(outbox.fence().leases());
     Relay::new(Arc::new(outbox.clone()), sink, leases, config)
+}
+
+/// Deletes the test relay group's partition-0 lease, as its TTL would.
+pub async fn expire_relay_lease(fence: &RedisFence) {
+    let lease_domain = fast_relay("x").lease_domain().unwrap();
+    // fence-redis keeps a lease at `<prefix>:{<domain>}:lease`.
+    let lease_key = fence
+        .user_key(&lease_domain, "x")
+        .unwrap()
+        .replace(":u:x", ":lease");
+    fence
+        .query(fence_redis::redis::cmd("DEL").arg(&lease_key))
+        .await
+        .unwrap();
+}
+
+/// A sink that delivers, and after `left` successes hangs forever before returning, so the
+/// relay can be killed between the delivery and its mark.
+pub struct CrashAfterDeliveries {
+    inner: Arc<dyn Sink>,
+    left: std::sync::atomic::AtomicUsize,
+    crashed: Arc<Notify>,
+}
+
+impl CrashAfterDeliveries {
+    pub fn new(inner: Arc<dyn Sink>, left: usize, crashed: Arc<Notify>) -> Self {
+        CrashAfterDeliveries {
+            inner,
+            left: std::sync::atomic::AtomicUsize::new(left),
+            crashed,
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for CrashAfterDeliveries {
+    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), SinkError> {
+        self.inner.deliver(entry).await?;
+        if self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.crashed.notify_one();
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+/// A sink that pauses inside `deliver` until released, like a relay stuck in GC.
+pub struct PausingSink {
+    inner: Arc<dyn Sink>,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl PausingSink {
+    pub fn new(inner: Arc<dyn Sink>, entered: Arc<Notify>, release: Arc<Notify>) -> Self {
+        PausingSink {
+            inner,
+            entered,
+            release,
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for PausingSink {
+    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), SinkError> {
+        self.entered.notify_one();
+        self.release.notified().await;
+        self.inner.deliver(entry).await
+    }
 }

@@ -1,0 +1,180 @@
+//! `KafkaOutbox`: fenced transactional appends that carry effects.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fence_core::{
+    AppendOutcome, AppendRequest, Domain, EqualTokenPolicy, FencedLog, FencingToken, OperationId,
+    Record,
+};
+use fence_kafka::KafkaFence;
+
+use super::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER};
+use crate::config::OutboxConfig;
+use crate::effect::{Effect, EffectKinds};
+use crate::error::OutboxError;
+use crate::key::IdempotencyKey;
+
+/// A fenced outbox on Kafka: [`KafkaOutbox::transition`] appends your state records and the
+/// effect records in one producer transaction under the domain's fencing token.
+#[derive(Clone)]
+pub struct KafkaOutbox {
+    pub(crate) fence: KafkaFence,
+    pub(crate) config: Arc<OutboxConfig>,
+}
+
+/// One transition: state records plus effects, under a token and a required op id.
+#[derive(Clone)]
+pub struct KafkaTransition {
+    domain: Domain,
+    token: FencingToken,
+    op_id: OperationId,
+    policy: EqualTokenPolicy,
+    records: Vec<Record>,
+    effects: Vec<Effect>,
+}
+
+impl KafkaTransition {
+    /// A transition of `domain` under `token`, identified by `op_id`.
+    pub fn new(domain: Domain, token: FencingToken, op_id: OperationId) -> Self {
+        KafkaTransition {
+            domain,
+            token,
+            op_id,
+            policy: EqualTokenPolicy::SameOwner,
+            records: Vec::new(),
+            effects: Vec::new(),
+        }
+    }
+
+    /// Adds a state record.
+    pub fn record(mut self, record: Record) -> Self {
+        self.records.push(record);
+        self
+    }
+
+    /// Adds an effect.
+    pub fn effect(mut self, effect: Effect) -> Self {
+        self.effects.push(effect);
+        self
+    }
+
+    /// Sets the equal-token policy.
+    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The idempotency keys its effects get, in order.
+    pub fn keys_of_effects(&self) -> Vec<IdempotencyKey> {
+        (0..self.effects.len())
+            .map(|i| IdempotencyKey::new(&self.domain, self.token, &self.op_id, i))
+            .collect()
+    }
+}
+
+impl fmt::Debug for KafkaTransition {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaTransition")
+            .field("domain", &self.domain)
+            .field("token", &self.token)
+            .field("op_id", &self.op_id)
+            .field("records", &self.records.len())
+            .field("effects", &self.effects)
+            .finish()
+    }
+}
+
+/// What a Kafka transition recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KafkaRecorded {
+    /// The token the transition carried.
+    pub token: FencingToken,
+    /// The mark before it.
+    pub previous_high_water_mark: Option<FencingToken>,
+    /// The effects' idempotency keys, in order.
+    pub keys: Vec<IdempotencyKey>,
+    /// True when the op id had already been appended: nothing was appended again.
+    pub duplicate: bool,
+}
+
+impl KafkaOutbox {
+    /// An outbox on `fence` accepting `kinds`, with default limits.
+    pub fn new(fence: KafkaFence, kinds: EffectKinds) -> Self {
+        Self::with_config(fence, OutboxConfig::new(kinds))
+    }
+
+    /// An outbox with explicit limits and partitioning.
+    pub fn with_config(fence: KafkaFence, config: OutboxConfig) -> Self {
+        KafkaOutbox {
+            fence,
+            config: Arc::new(config),
+        }
+    }
+
+    /// The fence underneath.
+    pub fn fence(&self) -> &KafkaFence {
+        &self.fence
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &OutboxConfig {
+        &self.config
+    }
+
+    /// Appends the state records and the effects in one fenced transaction.
+    ///
+    /// A stale token is [`fence_core::FenceError::Fenced`] and nothing is committed; an op id
+    /// that already ran is `duplicate`; unknown kinds, bad destinations and oversized payloads
+    /// are refused before any I/O.
+    pub async fn transition(&self, t: &KafkaTransition) -> Result<KafkaRecorded, OutboxError> {
+        self.config.check_effects(&t.domain, &t.effects)?;
+        let keys = t.keys_of_effects();
+        let mut records = t.records.clone();
+        for (effect, key) in t.effects.iter().zip(&keys) {
+            records.push(
+                Record::new(effect.payload().clone())
+                    .with_key(Bytes::copy_from_slice(key.as_str().as_bytes()))
+                    .with_header(KEY_HEADER, Bytes::copy_from_slice(key.as_str().as_bytes()))
+                    .with_header(
+                        KIND_HEADER,
+                        Bytes::copy_from_slice(effect.kind().as_bytes()),
+                    )
+                    .with_header(
+                        DESTINATION_HEADER,
+                        Bytes::copy_from_slice(effect.destination().as_bytes()),
+                    ),
+            );
+        }
+        let request = AppendRequest::new(t.domain.clone(), t.token, records)
+            .with_op_id(t.op_id.clone())
+            .with_policy(t.policy);
+        let (appended, duplicate) = match self.fence.append(&request).await? {
+            AppendOutcome::Appended(a) => (a, false),
+            AppendOutcome::Duplicate(a) => (a, true),
+            _ => {
+                return Err(OutboxError::Fence(fence_core::FenceError::unsupported(
+                    "kafka",
+                    "an append outcome this version of fence-outbox does not know",
+                )))
+            }
+        };
+        Ok(KafkaRecorded {
+            token: t.token,
+            previous_high_water_mark: appended.previous_high_water_mark,
+            keys,
+            duplicate,
+        })
+    }
+}
+
+impl fmt::Debug for KafkaOutbox {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KafkaOutbox")
+            .field("fence", &self.fence)
+            .field("config", &self.config)
+            .finish()
+    }
+}
