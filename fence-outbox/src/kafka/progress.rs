@@ -47,7 +47,7 @@ impl Progress {
 
     pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
         let text = std::str::from_utf8(bytes).map_err(|_| "progress record is not UTF-8")?;
-        let mut fields = text.splitn(8, '\t');
+        let mut fields = text.splitn(7, '\t');
         if fields.next() != Some(FORMAT) {
             return Err("progress record has an unknown format".into());
         }
