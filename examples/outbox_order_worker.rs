@@ -1,0 +1,251 @@
+//! The outbox story: an order worker, under its lease, marks an order paid and records a "send
+//! receipt email" effect in the same fenced step. A relay (itself a lease holder) delivers the
+//! receipt to a local webhook with an Idempotency-Key. A worker that paused past its lease
+//! wakes up and tries the same: the resource rejects it, and no receipt is recorded or sent.
+//!
+//! `cargo run --example outbox_order_worker [-- --backend redis|kafka]`
+//! (Redis at `FENCE_REDIS_URL`, else `redis://127.0.0.1:6379`; Kafka at `FENCE_KAFKA_BOOTSTRAP`)
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fence_core::{Domain, FenceError, FencingToken, LeaseManager, MemoryLeases, OwnerId, Record};
+use fence_examples::{kafka_fence_for_run, redis_builder, ReceiptWebhook, Timeline};
+use fence_outbox::kafka::{KafkaOutbox, KafkaRelayStore, KafkaTransition};
+use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
+use fence_outbox::{
+    DestinationRule, Effect, EffectKinds, EntryStatus, OutboxEntry, OutboxError, OutboxStore,
+    Relay, RelayConfig, WebhookSink,
+};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const LEASE: Duration = Duration::from_millis(300);
+
+/// The order store, on one of the backends with an atomic outbox.
+enum Orders {
+    Redis(RedisOutbox),
+    Kafka(KafkaOutbox, Arc<KafkaRelayStore>),
+}
+
+impl Orders {
+    async fn open(backend: &str) -> Result<(Orders, Arc<dyn LeaseManager>, String), Error> {
+        let kinds = EffectKinds::new().register("send-receipt-email", DestinationRule::HttpUrl)?;
+        match backend {
+            "redis" => {
+                let fence = redis_builder()?.connect().await?;
+                let description = format!("redis at {}", fence.target());
+                let leases: Arc<dyn LeaseManager> = Arc::new(fence.leases());
+                Ok((
+                    Orders::Redis(RedisOutbox::new(fence, kinds)),
+                    leases,
+                    description,
+                ))
+            }
+            "kafka" => {
+                let fence = kafka_fence_for_run("fence-outbox-demo")
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let description = format!("kafka topic {}", fence.data_topic());
+                let outbox = KafkaOutbox::new(fence, kinds);
+                let store = Arc::new(outbox.relay_store("receipts", 0)?);
+                // One process: in-memory leases are enough for the story; use a durable
+                // lease store (RedisLeases) across processes.
+                let leases: Arc<dyn LeaseManager> = Arc::new(MemoryLeases::new());
+                Ok((Orders::Kafka(outbox, store), leases, description))
+            }
+            other => Err(format!("unknown backend `{other}`: use redis or kafka").into()),
+        }
+    }
+
+    /// Marks `order` paid by `worker` and records the receipt effect, in one fenced step.
+    async fn pay(
+        &self,
+        order: &Domain,
+        token: FencingToken,
+        worker: &str,
+        receipt_url: &str,
+    ) -> Result<String, OutboxError> {
+        let op = fence_core::OperationId::new(format!("pay-by-{worker}"))?;
+        let receipt = Effect::new(
+            "send-receipt-email",
+            receipt_url,
+            format!("{{\"order\":\"{order}\",\"paid_by\":\"{worker}\"}}"),
+        );
+        match self {
+            Orders::Redis(outbox) => {
+                let transition = Transition::new(order.clone(), token, op)
+                    .key("order")
+                    .arg("status")
+                    .arg(format!("paid by {worker}"))
+                    .effect(receipt);
+                let recorded = outbox
+                    .transition(&OutboxScript::hset(), &transition)
+                    .await?;
+                Ok(format!(
+                    "entry {:?} key {}",
+                    recorded.seqs, recorded.keys[0]
+                ))
+            }
+            Orders::Kafka(outbox, _) => {
+                let transition = KafkaTransition::new(order.clone(), token, op)
+                    .record(Record::new(format!("paid by {worker}")))
+                    .effect(receipt);
+                let recorded = outbox.transition(&transition).await?;
+                Ok(format!("key {}", recorded.keys[0]))
+            }
+        }
+    }
+
+    fn relay_store(&self) -> Arc<dyn OutboxStore> {
+        match self {
+            Orders::Redis(outbox) => Arc::new(outbox.clone()),
+            Orders::Kafka(_, store) => store.clone(),
+        }
+    }
+
+    async fn entries(&self, order: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
+        match self {
+            Orders::Redis(outbox) => outbox.entries(order).await,
+            Orders::Kafka(_, store) => store.entries(order).await,
+        }
+    }
+}
+
+fn backend_arg() -> Result<String, Error> {
+    let mut args = std::env::args().skip(1);
+    match (args.next().as_deref(), args.next()) {
+        (None, _) => Ok("redis".into()),
+        (Some("--backend"), Some(backend)) => Ok(backend),
+        _ => Err("usage: outbox_order_worker [--backend redis|kafka]".into()),
+    }
+}
+
+async fn story() -> Result<bool, Error> {
+    let backend = backend_arg()?;
+    let clock = Timeline::start();
+    let webhook = ReceiptWebhook::start(clock).await?;
+    let (orders, leases, description) = Orders::open(&backend).await?;
+    let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let order = Domain::new(format!("order-42/run-{run}"))?;
+    println!("Fence outbox demo: pay an order and send its receipt, exactly once");
+    println!(
+        "backend: {description}; order `{order}`; receipt webhook {}",
+        webhook.url()
+    );
+
+    let a = leases
+        .acquire(&order, &OwnerId::new("worker-a")?, LEASE)
+        .await?;
+    clock.say(
+        "A",
+        format!(
+            "acquired the order lease ({LEASE:?}) with token {}",
+            a.token
+        ),
+    );
+    clock.say("A", "pauses (GC) before recording \"paid + send receipt\"");
+
+    let b = loop {
+        match leases
+            .acquire(&order, &OwnerId::new("worker-b")?, LEASE)
+            .await
+        {
+            Ok(lease) => break lease,
+            Err(FenceError::LeaseHeld { .. }) => {
+                tokio::time::sleep(Duration::from_millis(25)).await
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
+    clock.say(
+        "B",
+        format!("acquired the order lease with token {}", b.token),
+    );
+    let recorded = orders
+        .pay(&order, b.token, "worker-b", &webhook.url())
+        .await?;
+    clock.say(
+        "B",
+        format!("order marked paid + receipt recorded in the same step: {recorded}"),
+    );
+
+    let relay_config = RelayConfig::new("receipts", OwnerId::new("relay-1")?)
+        .lease_ttl(Duration::from_secs(2))
+        .delivery_timeout(Duration::from_secs(1))
+        .poll_interval(Duration::from_millis(25));
+    let sink = Arc::new(WebhookSink::new()?.timeout(Duration::from_secs(1)));
+    let relay = Relay::new(orders.relay_store(), sink, leases.clone(), relay_config)?.spawn();
+    clock.say(
+        "R",
+        "relay started: it takes the relay lease and delivers pending receipts",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while webhook.counts().0 == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    clock.say(
+        "A",
+        "resumes, unaware its lease expired, and records \"paid + send receipt\"",
+    );
+    let stale = orders
+        .pay(&order, a.token, "worker-a", &webhook.url())
+        .await;
+    let fenced = matches!(&stale, Err(error) if error.is_fenced());
+    match &stale {
+        Ok(outcome) => clock.say("A", format!("recorded?! {outcome}")),
+        Err(error) => clock.say("A", format!("REJECTED: {error}")),
+    }
+
+    let settled = loop {
+        let entries = orders.entries(&order).await?;
+        let done = entries
+            .iter()
+            .all(|e| !matches!(e.status, EntryStatus::Pending { .. }));
+        if done || Instant::now() > deadline {
+            break entries;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let report = relay.shutdown().await?;
+    let (applied, requests) = webhook.counts();
+    clock.say(
+        "R",
+        format!(
+            "relay stopped: {} delivered, {} retried, {} dead-lettered",
+            report.delivered, report.retried, report.dead_lettered
+        ),
+    );
+    let delivered = settled
+        .iter()
+        .filter(|e| matches!(e.status, EntryStatus::Delivered { .. }))
+        .count();
+    println!(
+        "outbox entries for the order: {} ({delivered} delivered); receipts sent by the webhook: {applied} ({requests} requests)",
+        settled.len()
+    );
+    let ok = fenced && settled.len() == 1 && delivered == 1 && applied == 1;
+    if ok {
+        println!("the paused worker's step was rejected: one order payment, one receipt");
+    } else {
+        println!(
+            "UNEXPECTED: fenced={fenced}, entries={}, delivered={delivered}, receipts={applied}",
+            settled.len()
+        );
+    }
+    Ok(ok)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match story().await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("outbox demo failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
