@@ -37,7 +37,9 @@ pub struct RelayConfig {
     pub retry: RetryPolicy,
     /// How long delivered entries are kept before they are purged.
     pub retention: Duration,
-    /// How often the full sweep recovers domains missing from the index.
+    /// How often the full sweep recovers domains missing from the index and revisits domains
+    /// with retained delivered entries, to purge them: an entry is purged between `retention`
+    /// and `retention + sweep_interval` after delivery.
     pub sweep_interval: Duration,
     /// The longest one delivery may take; a stuck sink counts as a retryable failure.
     /// At most half the lease TTL, so a renewed lease outlives every delivery.
@@ -335,7 +337,9 @@ impl Relay {
             .purge(domain, token, self.config.retention)
             .await?;
         report.purged += purged.removed as u64;
-        if purged.idle && entries.is_empty() {
+        // Nothing was pending: the domain leaves the index (a transition meanwhile changes the
+        // version, and then it stays). Entries still retained come back with the next sweep.
+        if entries.is_empty() {
             self.store.forget(self.config.partition, candidate).await?;
         }
         Ok(())

@@ -54,8 +54,9 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     /// The backend's name, for metrics and logs.
     fn backend(&self) -> &'static str;
 
-    /// Domains of `partition` that may have pending or retained entries. With `sweep`, also
-    /// walks the whole outbox state to recover domains missing from the index.
+    /// Domains of `partition` that may have pending entries. With `sweep`, also walks the
+    /// whole outbox state: recovers domains missing from the index, and lists domains that
+    /// only retain delivered entries, so the relay purges them.
     async fn candidates(&self, partition: u16, sweep: bool) -> Result<Vec<Candidate>, OutboxError>;
 
     /// Up to `limit` pending entries of `domain`, in order.
