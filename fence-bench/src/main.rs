@@ -6,6 +6,7 @@
 mod kafka;
 mod measure;
 mod memory;
+mod outbox;
 mod redis;
 mod report;
 mod s3;
@@ -39,11 +40,8 @@ async fn main() -> ExitCode {
         rows.extend(kafka::run().await);
     }
     if wanted("outbox") {
-        rows.push(Row::skipped(
-            "outbox",
-            "fenced transition with one effect vs without",
-            "fence-outbox is not built yet (issue 6)",
-        ));
+        eprintln!("benchmarking outbox…");
+        rows.extend(outbox::run().await);
     }
     let json = report::json(&rows);
     let directory = std::path::Path::new("target/fence-bench");

@@ -162,6 +162,18 @@ pub struct Recorded {
     pub result: Value,
 }
 
+/// A run of the transition script, and whether the domain already had pending entries.
+struct Ran {
+    recorded: Recorded,
+    had_pending: bool,
+}
+
+impl fence_core::telemetry::OutcomeLabel for Ran {
+    fn outcome_label(&self) -> &'static str {
+        self.recorded.outcome_label()
+    }
+}
+
 impl fence_core::telemetry::OutcomeLabel for Recorded {
     fn outcome_label(&self) -> &'static str {
         if self.duplicate {
@@ -217,7 +229,11 @@ impl RedisOutbox {
             self.run(script, transition),
         )
         .await?;
-        if !recorded.duplicate && !recorded.seqs.is_empty() {
+        let Ran {
+            recorded,
+            had_pending,
+        } = recorded;
+        if !recorded.duplicate && !recorded.seqs.is_empty() && !had_pending {
             self.index(&transition.domain).await;
         }
         Ok(recorded)
@@ -234,7 +250,8 @@ impl RedisOutbox {
         self.config.check_effects(&t.domain, &t.effects)
     }
 
-    async fn run(&self, script: &OutboxScript, t: &Transition) -> Result<Recorded, FenceError> {
+    /// Runs the script; also says whether the domain already had pending entries.
+    async fn run(&self, script: &OutboxScript, t: &Transition) -> Result<Ran, FenceError> {
         let domain = &t.domain;
         // The fence's own state and op-id keys, then the outbox's, then the user's.
         let mut keys = vec![
@@ -279,7 +296,11 @@ impl RedisOutbox {
             .eval_script(&script.script, domain, true, &keys, &args)
             .await?;
         let reply = parse(domain, value).map_err(|e| with_presented(e, t.token))?;
-        self.recorded(t, reply, effect_keys)
+        let had_pending = reply.text(domain, 2).is_ok_and(|flag| flag == "1");
+        Ok(Ran {
+            recorded: self.recorded(t, reply, effect_keys)?,
+            had_pending,
+        })
     }
 
     fn recorded(

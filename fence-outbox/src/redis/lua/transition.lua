@@ -38,4 +38,7 @@ redis.call('HSET', meta_key, 'outbox', '1', 'domain', ARGV[6], 'partition', ARGV
   'last', fmt(last), 'done', fmt(o.done), 'purged', fmt(o.purged))
 local outcome = previous .. '|' .. fmt(first) .. '|' .. fmt(last)
 if has_op then redis.call('SET', op_key, outcome, 'PX', ARGV[4]) end
-return { 'ok', outcome, result }
+-- With entries already pending, the domain is already in the partition index (or the sweep
+-- will put it back): the caller skips the hint.
+local had_pending = o.last > o.done and '1' or '0'
+return { 'ok', outcome, result, had_pending }

@@ -1,0 +1,126 @@
+//! Outbox: a fenced transition recording one effect vs the usual unfenced Redis outbox (one
+//! MULTI/EXEC: the state field and an XADD of the entry).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fence_core::{Domain, FencingToken, OperationId};
+use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
+use fence_outbox::{DestinationRule, Effect, EffectKinds};
+use fence_redis::redis;
+use fence_redis::redis::aio::ConnectionManager;
+use fence_redis::RedisFence;
+
+use crate::measure::{compare, Plan};
+use crate::report::Row;
+
+pub(crate) async fn run() -> Vec<Row> {
+    match run_cases().await {
+        Ok(rows) => rows,
+        Err(error) => vec![Row::skipped("outbox", "all cases", error)],
+    }
+}
+
+async fn run_cases() -> Result<Vec<Row>, String> {
+    let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_millis();
+    let fence = RedisFence::builder()
+        .url(&url)
+        .prefix(format!("bench-ob-{run}"))
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let kinds = EffectKinds::new()
+        .register("send-receipt-email", DestinationRule::HttpUrl)
+        .map_err(|e| e.to_string())?;
+    let outbox = RedisOutbox::new(fence, kinds);
+    let raw = ConnectionManager::new(redis::Client::open(url.as_str()).map_err(|e| e.to_string())?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let payload = Bytes::from(vec![b'x'; 1024]);
+    let domains: Arc<Vec<Domain>> = Arc::new(
+        (0..64)
+            .map(|i| Domain::new(format!("order-{i}")))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?,
+    );
+    let script = Arc::new(OutboxScript::hset());
+    let ops = Arc::new(AtomicUsize::new(0));
+    let mut rows = Vec::new();
+    for concurrency in [1, 16] {
+        let plan = Plan {
+            rounds: 10,
+            batch: 300 * concurrency.min(4),
+            concurrency,
+            group: 1,
+        };
+        let (o, d, p, s, n) = (
+            outbox.clone(),
+            domains.clone(),
+            payload.clone(),
+            script.clone(),
+            ops.clone(),
+        );
+        let (conn, p2) = (raw.clone(), payload.clone());
+        let (fenced, unfenced) = compare(
+            plan,
+            move |i| {
+                let (outbox, script) = (o.clone(), s.clone());
+                let op = OperationId::new(format!("op-{}", n.fetch_add(1, Ordering::Relaxed)));
+                let (domain, payload) = (d[i % d.len()].clone(), p.clone());
+                async move {
+                    let transition =
+                        Transition::new(domain, FencingToken::MIN, op.map_err(|e| e.to_string())?)
+                            .key("order")
+                            .arg("status")
+                            .arg("paid")
+                            .effect(Effect::new(
+                                "send-receipt-email",
+                                "https://mail.example/send",
+                                payload,
+                            ));
+                    outbox
+                        .transition(&script, &transition)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                }
+            },
+            move |i| {
+                let (mut conn, payload) = (conn.clone(), p2.clone());
+                let base = format!("bench-ob-{run}-plain-{}", i % 64);
+                async move {
+                    redis::pipe()
+                        .atomic()
+                        .hset(format!("{base}:order"), "status", "paid")
+                        .cmd("XADD")
+                        .arg(format!("{base}:outbox"))
+                        .arg("*")
+                        .arg("k")
+                        .arg("key")
+                        .arg("t")
+                        .arg("send-receipt-email")
+                        .arg("d")
+                        .arg("https://mail.example/send")
+                        .arg("p")
+                        .arg(&payload[..])
+                        .query_async::<()>(&mut conn)
+                        .await
+                        .map_err(|e| e.to_string())
+                }
+            },
+        )
+        .await;
+        rows.push(Row::new(
+            "outbox",
+            format!("transition + 1 effect of 1 KiB vs unfenced writes, concurrency {concurrency}"),
+            &fenced,
+            &unfenced,
+        ));
+    }
+    Ok(rows)
+}
