@@ -25,6 +25,9 @@ pub use error::OutboxError;
 pub use key::IdempotencyKey;
 pub use relay::{Relay, RelayConfig, RelayHandle, RelayReport};
 pub use retry::RetryPolicy;
+/// The TLS library of the webhook sink, for [`WebhookSink::with_tls`].
+#[cfg(feature = "webhook")]
+pub use rustls;
 pub use sink::{Sink, SinkError};
 pub use store::{Candidate, OutboxStore, Purged};
 #[cfg(feature = "webhook")]

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE, RETRY_AFTER};
 use http::{Method, Request, StatusCode};
 use http_body_util::{BodyExt, Full};
-use hyper_rustls::HttpsConnector;
+use hyper_rustls::{ConfigBuilderExt, HttpsConnector};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -72,11 +72,33 @@ impl fmt::Debug for WebhookSink {
 }
 
 impl WebhookSink {
-    /// A sink with a 10 s timeout and `Content-Type: application/json`.
+    /// A sink with a 10 s timeout and `Content-Type: application/json`, trusting the
+    /// platform's root certificates. On a machine without any, https destinations fail
+    /// certificate checks (retried, then dead-lettered with that error) and a warning is
+    /// logged; give roots with [`WebhookSink::with_tls`].
     pub fn new() -> Result<Self, OutboxError> {
+        let tls = match rustls::ClientConfig::builder().with_native_roots() {
+            Ok(builder) => builder.with_no_client_auth(),
+            Err(error) => {
+                tracing::warn!(%error, "no platform root certificates: https webhooks will fail certificate checks");
+                rustls::ClientConfig::builder()
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth()
+            }
+        };
+        Self::with_tls(tls)
+    }
+
+    /// A sink with your TLS configuration (private roots, client certificates). Leave its
+    /// ALPN protocols empty: the sink speaks HTTP/1.1.
+    pub fn with_tls(tls: rustls::ClientConfig) -> Result<Self, OutboxError> {
+        if !tls.alpn_protocols.is_empty() {
+            return Err(OutboxError::Configuration(
+                "leave the TLS config's ALPN protocols empty: the sink sets them".into(),
+            ));
+        }
         let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| OutboxError::Configuration(format!("no TLS root certificates: {e}")))?
+            .with_tls_config(tls)
             .https_or_http()
             .enable_http1()
             .build();

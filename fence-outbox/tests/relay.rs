@@ -306,6 +306,18 @@ async fn dead_letters_after_the_attempt_limit_and_the_domain_moves_on() {
     }
     assert!(matches!(entries[2].status, EntryStatus::Delivered { .. }));
     assert_eq!(report.dead_lettered, 2);
+    // An operator lists the dead letters and discards one; a delivered entry is not one.
+    assert_eq!(outbox.dead_letters(&d).await.unwrap().len(), 2);
+    assert!(outbox.discard_dead_letter(&d, 1).await.unwrap());
+    assert!(!outbox.discard_dead_letter(&d, 3).await.unwrap());
+    let left: Vec<u64> = outbox
+        .entries(&d)
+        .await
+        .unwrap()
+        .iter()
+        .map(|e| e.seq)
+        .collect();
+    assert_eq!(left, vec![2, 3]);
     println!("dead-letter: {:#?}", &entries[..2]);
 }
 

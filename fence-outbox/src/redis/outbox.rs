@@ -395,6 +395,43 @@ impl RedisOutbox {
     }
 }
 
+impl RedisOutbox {
+    /// The dead letters of `domain`, in order, with their last errors.
+    pub async fn dead_letters(
+        &self,
+        domain: &Domain,
+    ) -> Result<Vec<crate::OutboxEntry>, OutboxError> {
+        let mut entries = self.entries(domain).await?;
+        entries.retain(|e| matches!(e.status, crate::EntryStatus::DeadLettered { .. }));
+        Ok(entries)
+    }
+
+    /// Removes dead letter `seq` of `domain` once an operator has dealt with it (re-sent it by
+    /// hand, or recorded a new transition). Returns false when `seq` is not a dead letter.
+    pub async fn discard_dead_letter(
+        &self,
+        domain: &Domain,
+        seq: u64,
+    ) -> Result<bool, OutboxError> {
+        let keys = [
+            self.fence.user_key(domain, META)?,
+            self.fence.user_key(domain, ENTRIES)?,
+        ];
+        let seq_text = seq.to_string();
+        let value = self
+            .fence
+            .eval_script(
+                &scripts::DISCARD,
+                domain,
+                true,
+                &keys,
+                &[seq_text.as_bytes()],
+            )
+            .await?;
+        Ok(parse(domain, value)?.text(domain, 0)? == "1")
+    }
+}
+
 impl fmt::Debug for RedisOutbox {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisOutbox")

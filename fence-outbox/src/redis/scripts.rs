@@ -33,4 +33,5 @@ scripts! {
     SETTLE => "settle",
     PURGE => "purge",
     FORGET => "forget",
+    DISCARD => "discard",
 }
