@@ -243,7 +243,7 @@ async fn a_corrupt_entry_stops_its_domain_without_losing_it() {
     );
     // Repaired, it is delivered: nothing was lost or marked.
     fence
-        .query(redis::cmd("HSET").arg(&entries).arg("1:s").arg("p"))
+        .query(redis::cmd("HDEL").arg(&entries).arg("1:s"))
         .await
         .unwrap();
     let handle = relay(&outbox, webhook(), fast_relay("relay")).spawn();

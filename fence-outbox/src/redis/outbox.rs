@@ -8,6 +8,7 @@ use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, 
 use fence_redis::redis::{self, Value};
 use fence_redis::{RedisFence, RedisScript};
 
+use super::codec::pack;
 use super::reply::{corrupt, parse, with_presented, Reply};
 use super::scripts;
 use crate::config::OutboxConfig;
@@ -285,12 +286,21 @@ impl RedisOutbox {
             user_args.as_bytes(),
         ];
         args.extend(t.args.iter().map(Vec::as_slice));
-        for (effect, key) in t.effects.iter().zip(&effect_keys) {
-            args.push(key.as_str().as_bytes());
-            args.push(effect.kind().as_bytes());
-            args.push(effect.destination().as_bytes());
-            args.push(effect.payload());
-        }
+        let records: Vec<Vec<u8>> = t
+            .effects
+            .iter()
+            .zip(&effect_keys)
+            .map(|(effect, key)| {
+                pack(
+                    &token_text,
+                    key.as_str(),
+                    effect.kind(),
+                    effect.destination(),
+                    effect.payload(),
+                )
+            })
+            .collect();
+        args.extend(records.iter().map(Vec::as_slice));
         let value = self
             .fence
             .eval_script(&script.script, domain, true, &keys, &args)
@@ -391,7 +401,7 @@ impl RedisOutbox {
             .fence
             .eval_script(&scripts::LIST, domain, false, &keys, &[])
             .await?;
-        Ok(parse(domain, value)?.entries(domain, 11)?)
+        Ok(parse(domain, value)?.entries(domain)?)
     }
 }
 

@@ -1,9 +1,9 @@
 //! Parsing the outbox scripts' `{tag, field, ...}` replies.
 
-use bytes::Bytes;
 use fence_core::{Domain, FenceError, FencingToken};
 use fence_redis::redis::Value;
 
+use super::codec::unpack;
 use crate::entry::{EntryStatus, OutboxEntry};
 use crate::key::IdempotencyKey;
 
@@ -90,47 +90,44 @@ impl Reply {
             .map_err(|_| corrupt(domain, format!("`{text}` is not a number")))
     }
 
-    fn bytes(&self, domain: &Domain, index: usize) -> Result<Bytes, FenceError> {
+    fn bytes(&self, domain: &Domain, index: usize) -> Result<&[u8], FenceError> {
         match self.fields.get(index) {
-            Some(Value::BulkString(bytes)) => Ok(Bytes::from(bytes.clone())),
+            Some(Value::BulkString(bytes)) => Ok(bytes),
             other => Err(corrupt(domain, format!("reply field {index} is {other:?}"))),
         }
     }
 
-    /// Entries laid out as `seq, key, kind, destination, payload, recorded, token, status,
-    /// attempts, error[, settled]`, `width` fields each.
-    pub(crate) fn entries(
-        &self,
-        domain: &Domain,
-        width: usize,
-    ) -> Result<Vec<OutboxEntry>, FenceError> {
-        if self.fields.len() % width != 0 {
+    /// Entries laid out as `seq, record, status, attempts, last error, settled ms`.
+    pub(crate) fn entries(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, FenceError> {
+        const WIDTH: usize = 6;
+        if self.fields.len() % WIDTH != 0 {
             return Err(corrupt(domain, "entry reply is truncated"));
         }
-        (0..self.fields.len() / width)
-            .map(|n| self.entry(domain, n * width, width))
+        (0..self.fields.len() / WIDTH)
+            .map(|n| self.entry(domain, n * WIDTH))
             .collect()
     }
 
-    fn entry(&self, domain: &Domain, at: usize, width: usize) -> Result<OutboxEntry, FenceError> {
+    fn entry(&self, domain: &Domain, at: usize) -> Result<OutboxEntry, FenceError> {
         let seq = self.number(domain, at)?;
         let bad = |what: &str| corrupt(domain, format!("entry {seq}: {what}"));
-        let token_text = self.text(domain, at + 6)?;
-        let token = token_text
+        let record = unpack(self.bytes(domain, at + 1)?).map_err(bad)?;
+        let token = record
+            .token
             .parse::<FencingToken>()
             .map_err(|_| bad("bad token"))?;
-        let attempts: u32 = self
-            .text(domain, at + 8)?
-            .parse()
-            .map_err(|_| bad("bad attempt count"))?;
-        let error = self.text(domain, at + 9)?;
-        let settled = if width > 10 {
-            self.text(domain, at + 10)?.parse::<u64>().ok()
+        let attempts_text = self.text(domain, at + 3)?;
+        let attempts: u32 = if attempts_text.is_empty() {
+            0
         } else {
-            None
+            attempts_text
+                .parse()
+                .map_err(|_| bad("bad attempt count"))?
         };
-        let status = match (self.text(domain, at + 7)?.as_str(), settled) {
-            ("p", _) => EntryStatus::Pending {
+        let error = self.text(domain, at + 4)?;
+        let settled = self.text(domain, at + 5)?.parse::<u64>().ok();
+        let status = match (self.text(domain, at + 2)?.as_str(), settled) {
+            ("", _) => EntryStatus::Pending {
                 attempts,
                 last_error: (!error.is_empty()).then_some(error),
             },
@@ -145,15 +142,12 @@ impl Reply {
         Ok(OutboxEntry {
             domain: domain.clone(),
             seq,
-            key: IdempotencyKey::from_recorded(self.text(domain, at + 1)?),
-            kind: self.text(domain, at + 2)?,
-            destination: self.text(domain, at + 3)?,
-            payload: self.bytes(domain, at + 4)?,
+            key: IdempotencyKey::from_recorded(record.key),
+            kind: record.kind,
+            destination: record.destination,
+            payload: record.payload,
             token,
-            recorded_at_ms: self
-                .text(domain, at + 5)?
-                .parse()
-                .map_err(|_| bad("bad record time"))?,
+            recorded_at_ms: record.recorded_at_ms,
             status,
         })
     }

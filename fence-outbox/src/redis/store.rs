@@ -135,7 +135,7 @@ impl OutboxStore for RedisOutbox {
             .fence
             .eval_script(&scripts::PENDING, domain, false, &keys, &[limit.as_bytes()])
             .await?;
-        Ok(parse(domain, value)?.entries(domain, 10)?)
+        Ok(parse(domain, value)?.entries(domain)?)
     }
 
     async fn begin(

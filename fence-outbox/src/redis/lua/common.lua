@@ -1,7 +1,7 @@
 -- fence-outbox helpers, after fence-redis's prelude. A domain's outbox is two hashes under the
--- domain's hash tag: meta (outbox=1, domain, partition, last, done, purged, relay) and entries
--- (<seq>:k key, :t kind, :d destination, :p payload, :c recorded ms, :tok token, :s status
--- p|d|x, :a attempts, :e last error, :f settled ms, :by relay token).
+-- domain's hash tag: meta (outbox=1, domain, partition, last, done, purged, relay) and entries:
+-- <seq> the packed record (written once), <seq>:s status (absent: pending; d delivered;
+-- x dead letter), :a attempts, :e last error, :f settled ms, :by relay token.
 -- Sequence numbers stay far below 2^53, so they are exact as Lua numbers.
 
 local function seq_field(v)
@@ -24,20 +24,20 @@ local function load_outbox(meta_key, entries_key)
   if m['err'] then
     return nil, 'key ' .. meta_key .. ' holds a ' .. redis.call('TYPE', meta_key)['ok'] .. ', not outbox state'
   end
-  local kind = redis.call('TYPE', entries_key)['ok']
-  if kind ~= 'none' and kind ~= 'hash' then
-    return nil, 'key ' .. entries_key .. ' holds a ' .. kind .. ', not outbox entries'
+  local count = redis.pcall('HLEN', entries_key)
+  if type(count) == 'table' and count['err'] then
+    return nil, 'key ' .. entries_key .. ' holds a ' .. redis.call('TYPE', entries_key)['ok'] .. ', not outbox entries'
   end
   if not m[1] then
     if redis.call('EXISTS', meta_key) == 1 then
       return nil, 'hash ' .. meta_key .. ' has no outbox format marker'
     end
-    if kind ~= 'none' then return nil, 'outbox entries without outbox state' end
-    return { last = 0, done = 0, purged = 0 }
+    if count > 0 then return nil, 'outbox entries without outbox state' end
+    return { last = 0, done = 0, purged = 0, exists = false }
   end
   if m[1] ~= '1' then return nil, 'unknown outbox format `' .. m[1] .. '`' end
   local o = { last = seq_field(field(m[2])), done = seq_field(field(m[3])),
-              purged = seq_field(field(m[4])), relay = field(m[5]) }
+              purged = seq_field(field(m[4])), relay = field(m[5]), exists = true }
   if o.last == nil or o.done == nil or o.purged == nil or o.done > o.last or o.purged > o.done then
     return nil, 'outbox sequence fields are not consistent numbers'
   end
@@ -51,4 +51,9 @@ end
 local function relay_stale(o, relay)
   if o.relay ~= nil and cmp(relay, o.relay) < 0 then return { 'fenced', o.relay } end
   return nil
+end
+
+-- The fields of entry `seq` besides its record.
+local function state_fields(p)
+  return p .. 's', p .. 'a', p .. 'e', p .. 'f', p .. 'by'
 end

@@ -3,6 +3,5 @@ local o, reason = load_outbox(KEYS[1], KEYS[2])
 if not o then return { 'corrupt', reason } end
 local p = ARGV[1] .. ':'
 if redis.call('HGET', KEYS[2], p .. 's') ~= 'x' then return { 'ok', '0' } end
-redis.call('HDEL', KEYS[2], p .. 'k', p .. 't', p .. 'd', p .. 'p', p .. 'c', p .. 'tok', p .. 's',
-  p .. 'a', p .. 'e', p .. 'f', p .. 'by')
+redis.call('HDEL', KEYS[2], ARGV[1], state_fields(p))
 return { 'ok', '1' }

@@ -17,8 +17,7 @@ while purged < o.done and removed < most do
     local settled = tonumber(st[2])
     if settled == nil then return { 'corrupt', 'delivered entry ' .. fmt(seq) .. ' has no settle time' } end
     if settled > cutoff then break end
-    redis.call('HDEL', KEYS[2], p .. 'k', p .. 't', p .. 'd', p .. 'p', p .. 'c', p .. 'tok', p .. 's',
-      p .. 'a', p .. 'e', p .. 'f', p .. 'by')
+    redis.call('HDEL', KEYS[2], fmt(seq), state_fields(p))
     removed = removed + 1
   elseif st[1] ~= 'x' then
     return { 'corrupt', 'settled entry ' .. fmt(seq) .. ' is neither delivered nor dead-lettered' }

@@ -7,15 +7,17 @@ local stale = relay_stale(o, relay)
 if stale then return stale end
 if seq ~= o.done + 1 or seq > o.last then return { 'moved', fmt(o.done) } end
 redis.call('HSET', KEYS[1], 'relay', relay)
-local p = fmt(seq) .. ':'
-if redis.call('HGET', KEYS[2], p .. 's') ~= 'p' then
-  return { 'corrupt', 'head entry ' .. fmt(seq) .. ' is missing or not pending' }
+local id = fmt(seq)
+local p = id .. ':'
+local e = redis.call('HMGET', KEYS[2], id, p .. 's')
+if not e[1] or e[2] then
+  return { 'corrupt', 'head entry ' .. id .. ' is missing or already settled' }
 end
 if outcome == 'r' then
   redis.call('HSET', KEYS[2], p .. 'e', ARGV[4])
 else
   redis.call('HSET', KEYS[2], p .. 's', outcome, p .. 'f', fmt(server_ms()), p .. 'by', relay)
   if outcome == 'x' then redis.call('HSET', KEYS[2], p .. 'e', ARGV[4]) end
-  redis.call('HSET', KEYS[1], 'done', fmt(seq))
+  redis.call('HSET', KEYS[1], 'done', id)
 end
 return { 'ok' }

@@ -1,7 +1,6 @@
 -- Fenced transition with outbox entries. KEYS: state, op-id key, outbox meta, outbox entries,
 -- then the user's keys. ARGV: token, strict, has op id, op-id retention ms, partition, domain,
--- effect count, user argument count, the user's arguments, then 4 per effect: idempotency key,
--- kind, destination, payload.
+-- effect count, user argument count, the user's arguments, then one packed record per effect.
 local state_key, op_key, meta_key, entries_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, strict, has_op = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 local effects, user_args = tonumber(ARGV[7]), tonumber(ARGV[8])
@@ -24,18 +23,23 @@ end)(user_keys, user_argv)
 
 -- Entries and the op-id record come after the user's code: a failing user script leaves
 -- neither behind, so a retry runs the whole transition again.
-local now = fmt(server_ms())
 local first, last = o.last + 1, o.last
-local base = 8 + user_args
-for i = 0, effects - 1 do
-  local a = base + i * 4
-  last = last + 1
-  local p = fmt(last) .. ':'
-  redis.call('HSET', entries_key, p .. 'k', ARGV[a + 1], p .. 't', ARGV[a + 2], p .. 'd', ARGV[a + 3],
-    p .. 'p', ARGV[a + 4], p .. 'c', now, p .. 'tok', token, p .. 's', 'p', p .. 'a', '0')
+if effects > 0 then
+  local now = fmt(server_ms()) .. '|'
+  local fields = {}
+  for i = 1, effects do
+    last = last + 1
+    fields[#fields + 1] = fmt(last)
+    fields[#fields + 1] = now .. ARGV[8 + user_args + i]
+  end
+  redis.call('HSET', entries_key, unpack(fields))
+  if o.exists then
+    redis.call('HSET', meta_key, 'last', fmt(last))
+  else
+    redis.call('HSET', meta_key, 'outbox', '1', 'domain', ARGV[6], 'partition', ARGV[5],
+      'last', fmt(last), 'done', '0', 'purged', '0')
+  end
 end
-redis.call('HSET', meta_key, 'outbox', '1', 'domain', ARGV[6], 'partition', ARGV[5],
-  'last', fmt(last), 'done', fmt(o.done), 'purged', fmt(o.purged))
 local outcome = previous .. '|' .. fmt(first) .. '|' .. fmt(last)
 if has_op then redis.call('SET', op_key, outcome, 'PX', ARGV[4]) end
 -- With entries already pending, the domain is already in the partition index (or the sweep

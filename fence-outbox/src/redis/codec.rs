@@ -1,0 +1,123 @@
+//! One entry's immutable record, packed into one hash field: `<recorded ms>|<token>\n` then
+//! `<len>:<key><len>:<kind><len>:<destination>` then the payload. Rust packs everything after
+//! the `|`; the script prepends the server's time.
+
+use bytes::Bytes;
+
+/// What the transition script stores after `<recorded ms>|`.
+pub(crate) fn pack(
+    token: &str,
+    key: &str,
+    kind: &str,
+    destination: &str,
+    payload: &[u8],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(
+        token.len() + key.len() + kind.len() + destination.len() + payload.len() + 24,
+    );
+    out.extend_from_slice(token.as_bytes());
+    out.push(b'\n');
+    for part in [key, kind, destination] {
+        out.extend_from_slice(part.len().to_string().as_bytes());
+        out.push(b':');
+        out.extend_from_slice(part.as_bytes());
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+/// A stored record, unpacked.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Unpacked {
+    pub(crate) recorded_at_ms: u64,
+    pub(crate) token: String,
+    pub(crate) key: String,
+    pub(crate) kind: String,
+    pub(crate) destination: String,
+    pub(crate) payload: Bytes,
+}
+
+/// Unpacks a stored record; the error says what is malformed.
+pub(crate) fn unpack(record: &[u8]) -> Result<Unpacked, &'static str> {
+    let bar = record
+        .iter()
+        .position(|&b| b == b'|')
+        .ok_or("no record time")?;
+    let recorded_at_ms = text(&record[..bar])?
+        .parse()
+        .map_err(|_| "bad record time")?;
+    let rest = &record[bar + 1..];
+    let newline = rest.iter().position(|&b| b == b'\n').ok_or("no token")?;
+    let token = text(&rest[..newline])?.to_owned();
+    let mut rest = &rest[newline + 1..];
+    let mut parts = Vec::with_capacity(3);
+    for _ in 0..3 {
+        let colon = rest
+            .iter()
+            .position(|&b| b == b':')
+            .ok_or("truncated field")?;
+        let len: usize = text(&rest[..colon])?
+            .parse()
+            .map_err(|_| "bad field length")?;
+        let start = colon + 1;
+        let field = rest.get(start..start + len).ok_or("truncated field")?;
+        parts.push(text(field)?.to_owned());
+        rest = &rest[start + len..];
+    }
+    let [key, kind, destination] = <[String; 3]>::try_from(parts).map_err(|_| "truncated field")?;
+    Ok(Unpacked {
+        recorded_at_ms,
+        token,
+        key,
+        kind,
+        destination,
+        payload: Bytes::copy_from_slice(rest),
+    })
+}
+
+fn text(bytes: &[u8]) -> Result<&str, &'static str> {
+    std::str::from_utf8(bytes).map_err(|_| "field is not UTF-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_garbage_is_refused() {
+        let packed = pack(
+            "18446744073709551615",
+            "d:1:op:0",
+            "send-email",
+            "https://x/y?a=1:2",
+            b"a|b\n3:c\0",
+        );
+        let mut stored = b"1795990000123|".to_vec();
+        stored.extend_from_slice(&packed);
+        let unpacked = unpack(&stored);
+        assert_eq!(
+            unpacked,
+            Ok(Unpacked {
+                recorded_at_ms: 1_795_990_000_123,
+                token: "18446744073709551615".into(),
+                key: "d:1:op:0".into(),
+                kind: "send-email".into(),
+                destination: "https://x/y?a=1:2".into(),
+                payload: Bytes::from_static(b"a|b\n3:c\0"),
+            })
+        );
+        let empty = [b"1|7\n0:0:0:".as_slice()].concat();
+        assert!(unpack(&empty).is_ok_and(|u| u.payload.is_empty() && u.key.is_empty()));
+        for bad in [
+            &b""[..],
+            b"12",
+            b"x|7\n1:a1:b1:c",
+            b"1|7",
+            b"1|7\n9:a",
+            b"1|7\n1:a1:b",
+            b"1|7\nz:a",
+        ] {
+            assert!(unpack(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}
