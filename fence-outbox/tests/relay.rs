@@ -455,7 +455,7 @@ async fn delivered_entries_are_kept_for_the_retention_window_then_purged() {
     pay(&outbox, &d, token(1), "b", &server.url("/reject"), "dead")
         .await
         .unwrap();
-    let retention = Duration::from_millis(800);
+    let retention = Duration::from_millis(1500);
     let config = fast_relay("relay")
         .retention(retention)
         .sweep_interval(Duration::from_millis(100));

@@ -168,15 +168,20 @@ pub async fn wait_for(
     let started = Instant::now();
     loop {
         let mut all = Vec::new();
+        let mut failed = None;
         for d in domains {
-            all.extend(outbox.entries(d).await.expect("list entries"));
+            // A restarting server refuses a while: keep polling until the deadline.
+            match outbox.entries(d).await {
+                Ok(entries) => all.extend(entries),
+                Err(error) => failed = Some(error),
+            }
         }
-        if check(&all) {
+        if failed.is_none() && check(&all) {
             return all;
         }
         assert!(
             started.elapsed() < limit,
-            "condition not reached within {limit:?}; entries: {all:#?}"
+            "condition not reached within {limit:?}; last error {failed:?}; entries: {all:#?}"
         );
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
