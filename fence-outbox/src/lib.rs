@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod config;
+mod delivery;
 mod effect;
 mod entry;
 mod error;

@@ -1,20 +1,18 @@
 //! The relay: a lease holder that delivers each partition's entries to a sink, in order per
 //! domain, with bounded, jittered retries, and marks them done under its own fencing token.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fence_core::{Domain, FenceError, FencingToken, Lease, LeaseManager, OwnerId};
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
-use tracing::Instrument;
+use tokio::task::{JoinHandle, JoinSet};
 
-use crate::entry::{OutboxEntry, Settlement};
+use crate::delivery::{Backoffs, Worker};
 use crate::error::OutboxError;
 use crate::retry::RetryPolicy;
-use crate::sink::{Sink, SinkError};
+use crate::sink::Sink;
 use crate::store::{Candidate, OutboxStore};
 
 /// How a relay runs.
@@ -44,11 +42,13 @@ pub struct RelayConfig {
     /// The longest one delivery may take; a stuck sink counts as a retryable failure.
     /// At most half the lease TTL, so a renewed lease outlives every delivery.
     pub delivery_timeout: Duration,
+    /// How many domains are served at once (each in order, by its own task).
+    pub concurrency: usize,
 }
 
 impl RelayConfig {
     /// Defaults: 10 s lease, 200 ms poll, 100 entries per batch, [`RetryPolicy::default`],
-    /// 24 h retention, a sweep every 5 minutes, 5 s delivery timeout.
+    /// 24 h retention, a sweep every 5 minutes, 5 s delivery timeout, 8 domains at once.
     pub fn new(name: impl Into<String>, owner: OwnerId) -> Self {
         RelayConfig {
             name: name.into(),
@@ -61,7 +61,14 @@ impl RelayConfig {
             retention: Duration::from_secs(24 * 3600),
             sweep_interval: Duration::from_secs(300),
             delivery_timeout: Duration::from_secs(5),
+            concurrency: 8,
         }
+    }
+
+    /// Sets how many domains are served at once.
+    pub fn concurrency(mut self, domains: usize) -> Self {
+        self.concurrency = domains;
+        self
     }
 
     /// Sets the partition.
@@ -125,8 +132,8 @@ impl RelayConfig {
             Some("relay name must be 1 to 64 bytes of ASCII letters, digits, '.', '_' or '-'")
         } else if self.retry.max_attempts == 0 {
             Some("retry.max_attempts must be at least 1")
-        } else if self.batch == 0 {
-            Some("batch must be at least 1")
+        } else if self.batch == 0 || self.concurrency == 0 {
+            Some("batch and concurrency must be at least 1")
         } else if self.lease_ttl < Duration::from_millis(10) {
             Some("lease_ttl must be at least 10 ms")
         } else if self.delivery_timeout.is_zero() || self.delivery_timeout * 2 > self.lease_ttl {
@@ -162,7 +169,7 @@ pub struct RelayReport {
 }
 
 impl RelayReport {
-    fn add(&mut self, other: RelayReport) {
+    pub(crate) fn add(&mut self, other: RelayReport) {
         self.delivered += other.delivered;
         self.retried += other.retried;
         self.dead_lettered += other.dead_lettered;
@@ -178,11 +185,10 @@ pub struct Relay {
     store: Arc<dyn OutboxStore>,
     sink: Arc<dyn Sink>,
     leases: Arc<dyn LeaseManager>,
-    config: RelayConfig,
+    config: Arc<RelayConfig>,
     lease_domain: Domain,
     lease: Option<Lease>,
-    /// When each backed-off head entry may be tried again.
-    not_before: HashMap<(Domain, u64), Instant>,
+    not_before: Backoffs,
     last_sweep: Option<Instant>,
 }
 
@@ -210,9 +216,9 @@ impl Relay {
             sink,
             leases,
             lease_domain: config.lease_domain()?,
-            config,
+            config: Arc::new(config),
             lease: None,
-            not_before: HashMap::new(),
+            not_before: Backoffs::default(),
             last_sweep: None,
         })
     }
@@ -275,193 +281,66 @@ impl Relay {
         }
         metrics::gauge!("fence_outbox_domains_with_work", "backend" => self.store.backend())
             .set(candidates.len() as f64);
-        for candidate in candidates {
-            if *shutdown.borrow() || self.lease.is_none() {
+        // Waves of up to `concurrency` domains, each served by its own task in order; the
+        // lease is renewed between waves, and each task stops when the lease could expire
+        // during its next delivery.
+        let mut candidates = candidates.into_iter();
+        loop {
+            let wave: Vec<Candidate> = candidates.by_ref().take(self.config.concurrency).collect();
+            if wave.is_empty() || *shutdown.borrow() {
                 break;
             }
-            match self
-                .serve_domain(token, &candidate, shutdown, &mut report)
-                .await
-            {
-                Ok(()) => {}
-                Err(error) if error.is_fenced() => {
-                    report.fenced += 1;
-                    metrics::counter!("fence_outbox_fenced_total", "backend" => self.store.backend())
-                        .increment(1);
-                    tracing::warn!(domain = candidate.domain.as_str(), token = token.get(), %error,
-                        "a newer relay took over; dropping the lease");
-                    self.lease = None;
-                }
-                Err(error) => {
+            let Some(lease) = self.ensure_lease().await.and(self.lease.clone()) else {
+                break;
+            };
+            if lease.token != token {
+                break;
+            }
+            let worker = Arc::new(Worker {
+                store: self.store.clone(),
+                sink: self.sink.clone(),
+                config: self.config.clone(),
+                token,
+                lease_until: lease.valid_until,
+                not_before: self.not_before.clone(),
+                shutdown: shutdown.clone(),
+            });
+            let mut tasks = JoinSet::new();
+            for candidate in wave {
+                let worker = worker.clone();
+                tasks.spawn(async move {
+                    let mut served = RelayReport::default();
+                    let result = worker.serve(&candidate, &mut served).await;
+                    (candidate, served, result)
+                });
+            }
+            while let Some(joined) = tasks.join_next().await {
+                let Ok((candidate, served, result)) = joined else {
                     report.errors += 1;
-                    tracing::warn!(domain = candidate.domain.as_str(), %error, "outbox relay failed on a domain");
+                    continue;
+                };
+                report.add(served);
+                match result {
+                    Ok(()) => {}
+                    Err(error) if error.is_fenced() => {
+                        report.fenced += 1;
+                        metrics::counter!("fence_outbox_fenced_total", "backend" => self.store.backend())
+                            .increment(1);
+                        tracing::warn!(domain = candidate.domain.as_str(), token = token.get(), %error,
+                            "a newer relay took over; dropping the lease");
+                        self.lease = None;
+                    }
+                    Err(error) => {
+                        report.errors += 1;
+                        tracing::warn!(domain = candidate.domain.as_str(), %error, "outbox relay failed on a domain");
+                    }
                 }
+            }
+            if self.lease.is_none() {
+                break;
             }
         }
         report
-    }
-
-    /// Delivers `candidate`'s pending entries in order until one must wait, then purges.
-    async fn serve_domain(
-        &mut self,
-        token: FencingToken,
-        candidate: &Candidate,
-        shutdown: &watch::Receiver<bool>,
-        report: &mut RelayReport,
-    ) -> Result<(), OutboxError> {
-        let domain = &candidate.domain;
-        let entries = self.store.pending(domain, self.config.batch).await?;
-        for entry in &entries {
-            if *shutdown.borrow() {
-                return Ok(());
-            }
-            let key = (domain.clone(), entry.seq);
-            if self
-                .not_before
-                .get(&key)
-                .is_some_and(|at| Instant::now() < *at)
-            {
-                return Ok(()); // the head waits: nothing behind it may overtake
-            }
-            // Renew before delivering so the lease outlives the delivery by this clock.
-            if self.ensure_lease().await != Some(token) {
-                return Ok(());
-            }
-            if !self.deliver(token, entry, report).await? {
-                return Ok(());
-            }
-            self.not_before.remove(&key);
-        }
-        let purged = self
-            .store
-            .purge(domain, token, self.config.retention)
-            .await?;
-        report.purged += purged.removed as u64;
-        // Nothing was pending: the domain leaves the index (a transition meanwhile changes the
-        // version, and then it stays). Entries still retained come back with the next sweep.
-        if entries.is_empty() {
-            self.store.forget(self.config.partition, candidate).await?;
-        }
-        Ok(())
-    }
-
-    /// One attempt on the head entry; true when the domain may go on to the next entry.
-    async fn deliver(
-        &mut self,
-        token: FencingToken,
-        entry: &OutboxEntry,
-        report: &mut RelayReport,
-    ) -> Result<bool, OutboxError> {
-        let domain = &entry.domain;
-        let backend = self.store.backend();
-        let max = self.config.retry.max_attempts;
-        if entry.attempts() >= max {
-            // Attempts ran out before a crash could record the verdict.
-            let error = match &entry.status {
-                crate::EntryStatus::Pending {
-                    last_error: Some(e),
-                    ..
-                } => e.clone(),
-                _ => format!("{max} attempts used"),
-            };
-            return self.dead_letter(token, entry, error, report).await;
-        }
-        let Some(attempt) = self.store.begin(domain, token, entry.seq).await? else {
-            return Ok(true); // settled by someone else meanwhile
-        };
-        let span = tracing::info_span!(
-            "fence_outbox_delivery",
-            backend,
-            domain = domain.as_str(),
-            seq = entry.seq,
-            key = entry.key.as_str(),
-            attempt
-        );
-        let delivery = self.sink.deliver(entry).instrument(span);
-        let outcome = match tokio::time::timeout(self.config.delivery_timeout, delivery).await {
-            Ok(outcome) => outcome,
-            Err(_) => Err(SinkError::retryable(format!(
-                "delivery timed out after {:?}",
-                self.config.delivery_timeout
-            ))),
-        };
-        match outcome {
-            Ok(()) => {
-                self.store
-                    .settle(domain, token, entry.seq, &Settlement::Delivered)
-                    .await?;
-                report.delivered += 1;
-                metrics::counter!("fence_outbox_delivered_total", "backend" => backend)
-                    .increment(1);
-                metrics::histogram!("fence_outbox_lag_seconds", "backend" => backend)
-                    .record(entry.age().as_secs_f64());
-                tracing::debug!("delivered");
-                Ok(true)
-            }
-            Err(SinkError::Permanent { reason }) => {
-                self.dead_letter(token, entry, reason, report).await
-            }
-            Err(SinkError::Retryable {
-                reason,
-                retry_after,
-            }) => {
-                if attempt >= max {
-                    return self
-                        .dead_letter(
-                            token,
-                            entry,
-                            format!("{reason} (attempt {attempt} of {max})"),
-                            report,
-                        )
-                        .await;
-                }
-                self.store
-                    .settle(
-                        domain,
-                        token,
-                        entry.seq,
-                        &Settlement::Retry {
-                            error: reason.clone(),
-                        },
-                    )
-                    .await?;
-                let wait = self.config.retry.backoff(attempt, retry_after);
-                self.not_before
-                    .insert((domain.clone(), entry.seq), Instant::now() + wait);
-                report.retried += 1;
-                metrics::counter!("fence_outbox_retried_total", "backend" => backend).increment(1);
-                tracing::info!(%reason, ?wait, "delivery failed; retrying later");
-                Ok(false)
-            }
-            #[allow(unreachable_patterns)]
-            Err(other) => {
-                self.dead_letter(token, entry, other.to_string(), report)
-                    .await
-            }
-        }
-    }
-
-    async fn dead_letter(
-        &mut self,
-        token: FencingToken,
-        entry: &OutboxEntry,
-        error: String,
-        report: &mut RelayReport,
-    ) -> Result<bool, OutboxError> {
-        tracing::warn!(domain = entry.domain.as_str(), seq = entry.seq, key = entry.key.as_str(), %error, "dead-lettering");
-        self.store
-            .settle(
-                &entry.domain,
-                token,
-                entry.seq,
-                &Settlement::DeadLetter { error },
-            )
-            .await?;
-        self.not_before.remove(&(entry.domain.clone(), entry.seq));
-        report.dead_lettered += 1;
-        metrics::counter!("fence_outbox_dead_lettered_total", "backend" => self.store.backend())
-            .increment(1);
-        Ok(true)
     }
 
     /// Holds the lease: acquires it when free, renews it when half the TTL is gone. `None`

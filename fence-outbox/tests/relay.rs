@@ -544,3 +544,61 @@ async fn the_sweep_finds_a_domain_whose_index_hint_was_lost() {
     handle.shutdown().await.unwrap();
     assert_eq!(server.applied().len(), 6);
 }
+
+/// A sink that takes a while and records how many deliveries overlapped.
+struct SlowSink {
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl fence_outbox::Sink for SlowSink {
+    async fn deliver(&self, _entry: &OutboxEntry) -> Result<(), fence_outbox::SinkError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        self.in_flight.fetch_sub(1, SeqCst);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn domains_are_served_concurrently_each_in_order() {
+    let Some(fence) = support::standalone("concurrency").await else {
+        return;
+    };
+    let outbox = outbox(&fence);
+    let domains: Vec<Domain> = (0..6).map(|i| domain(&format!("order-{i}"))).collect();
+    for d in &domains {
+        for n in 0..3 {
+            pay(
+                &outbox,
+                d,
+                token(1),
+                &format!("pay-{n}"),
+                "https://mail.example/r",
+                "x",
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let sink = Arc::new(SlowSink {
+        in_flight: std::sync::atomic::AtomicUsize::new(0),
+        most: std::sync::atomic::AtomicUsize::new(0),
+    });
+    let handle = relay(&outbox, sink.clone(), fast_relay("relay").concurrency(4)).spawn();
+    let entries = wait_for(&outbox, &domains, Duration::from_secs(20), |e| {
+        e.len() == 18 && all_settled(e)
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    let most = sink.most.load(std::sync::atomic::Ordering::SeqCst);
+    println!("concurrency: at most {most} deliveries at once (limit 4), 18 delivered");
+    assert_eq!(delivered(&entries), 18);
+    assert!(
+        (2..=4).contains(&most),
+        "domains overlap, within the limit: {most}"
+    );
+}

@@ -1,0 +1,190 @@
+//! One relay task serving one domain: its pending entries in order, each attempt fenced with
+//! the relay's token, retries scheduled with backoff, dead letters recorded.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use fence_core::{Domain, FencingToken};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::entry::{EntryStatus, OutboxEntry, Settlement};
+use crate::error::OutboxError;
+use crate::relay::{RelayConfig, RelayReport};
+use crate::sink::{Sink, SinkError};
+use crate::store::{Candidate, OutboxStore};
+
+/// When each backed-off head entry may be tried again; shared by a relay's tasks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Backoffs(Arc<Mutex<HashMap<(Domain, u64), Instant>>>);
+
+impl Backoffs {
+    fn map(&self) -> std::sync::MutexGuard<'_, HashMap<(Domain, u64), Instant>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn waiting(&self, key: &(Domain, u64)) -> bool {
+        self.map().get(key).is_some_and(|at| Instant::now() < *at)
+    }
+
+    fn set(&self, key: (Domain, u64), at: Instant) {
+        self.map().insert(key, at);
+    }
+
+    fn remove(&self, key: &(Domain, u64)) {
+        self.map().remove(key);
+    }
+
+    pub(crate) fn clear(&self) {
+        self.map().clear();
+    }
+}
+
+/// What one wave of domain tasks shares.
+pub(crate) struct Worker {
+    pub(crate) store: Arc<dyn OutboxStore>,
+    pub(crate) sink: Arc<dyn Sink>,
+    pub(crate) config: Arc<RelayConfig>,
+    pub(crate) token: FencingToken,
+    /// The lease's end by this machine's clock: no delivery starts that could outlive it.
+    pub(crate) lease_until: Instant,
+    pub(crate) not_before: Backoffs,
+    pub(crate) shutdown: watch::Receiver<bool>,
+}
+
+impl Worker {
+    /// Delivers `candidate`'s pending entries in order until one must wait, then purges.
+    pub(crate) async fn serve(
+        &self,
+        candidate: &Candidate,
+        report: &mut RelayReport,
+    ) -> Result<(), OutboxError> {
+        let domain = &candidate.domain;
+        let entries = self.store.pending(domain, self.config.batch).await?;
+        for entry in &entries {
+            if *self.shutdown.borrow() {
+                return Ok(());
+            }
+            let key = (domain.clone(), entry.seq);
+            if self.not_before.waiting(&key) {
+                return Ok(()); // the head waits: nothing behind it may overtake
+            }
+            if Instant::now() + self.config.delivery_timeout >= self.lease_until {
+                return Ok(()); // the next wave renews the lease first
+            }
+            if !self.deliver(entry, report).await? {
+                return Ok(());
+            }
+            self.not_before.remove(&key);
+        }
+        let purged = self
+            .store
+            .purge(domain, self.token, self.config.retention)
+            .await?;
+        report.purged += purged.removed as u64;
+        // Nothing was pending: the domain leaves the index (a transition meanwhile changes the
+        // version, and then it stays). Entries still retained come back with the next sweep.
+        if entries.is_empty() {
+            self.store.forget(self.config.partition, candidate).await?;
+        }
+        Ok(())
+    }
+
+    /// One attempt on the head entry; true when the domain may go on to the next entry.
+    async fn deliver(
+        &self,
+        entry: &OutboxEntry,
+        report: &mut RelayReport,
+    ) -> Result<bool, OutboxError> {
+        let domain = &entry.domain;
+        let backend = self.store.backend();
+        let max = self.config.retry.max_attempts;
+        if entry.attempts() >= max {
+            // Attempts ran out before a crash could record the verdict.
+            let error = match &entry.status {
+                EntryStatus::Pending {
+                    last_error: Some(e),
+                    ..
+                } => e.clone(),
+                _ => format!("{max} attempts used"),
+            };
+            return self.dead_letter(entry, error, report).await;
+        }
+        let Some(attempt) = self.store.begin(domain, self.token, entry.seq).await? else {
+            return Ok(true); // settled by someone else meanwhile
+        };
+        let span = tracing::info_span!(
+            "fence_outbox_delivery",
+            backend,
+            domain = domain.as_str(),
+            seq = entry.seq,
+            key = entry.key.as_str(),
+            attempt
+        );
+        let delivery = self.sink.deliver(entry).instrument(span);
+        let outcome = match tokio::time::timeout(self.config.delivery_timeout, delivery).await {
+            Ok(outcome) => outcome,
+            Err(_) => Err(SinkError::retryable(format!(
+                "delivery timed out after {:?}",
+                self.config.delivery_timeout
+            ))),
+        };
+        match outcome {
+            Ok(()) => {
+                self.store
+                    .settle(domain, self.token, entry.seq, &Settlement::Delivered)
+                    .await?;
+                report.delivered += 1;
+                metrics::counter!("fence_outbox_delivered_total", "backend" => backend)
+                    .increment(1);
+                metrics::histogram!("fence_outbox_lag_seconds", "backend" => backend)
+                    .record(entry.age().as_secs_f64());
+                Ok(true)
+            }
+            Err(SinkError::Permanent { reason }) => self.dead_letter(entry, reason, report).await,
+            Err(SinkError::Retryable {
+                reason,
+                retry_after,
+            }) => {
+                if attempt >= max {
+                    let error = format!("{reason} (attempt {attempt} of {max})");
+                    return self.dead_letter(entry, error, report).await;
+                }
+                let retry = Settlement::Retry {
+                    error: reason.clone(),
+                };
+                self.store
+                    .settle(domain, self.token, entry.seq, &retry)
+                    .await?;
+                let wait = self.config.retry.backoff(attempt, retry_after);
+                self.not_before
+                    .set((domain.clone(), entry.seq), Instant::now() + wait);
+                report.retried += 1;
+                metrics::counter!("fence_outbox_retried_total", "backend" => backend).increment(1);
+                tracing::info!(domain = domain.as_str(), seq = entry.seq, %reason, ?wait, "delivery failed; retrying later");
+                Ok(false)
+            }
+            #[allow(unreachable_patterns)]
+            Err(other) => self.dead_letter(entry, other.to_string(), report).await,
+        }
+    }
+
+    async fn dead_letter(
+        &self,
+        entry: &OutboxEntry,
+        error: String,
+        report: &mut RelayReport,
+    ) -> Result<bool, OutboxError> {
+        tracing::warn!(domain = entry.domain.as_str(), seq = entry.seq, key = entry.key.as_str(), %error, "dead-lettering");
+        let dead = Settlement::DeadLetter { error };
+        self.store
+            .settle(&entry.domain, self.token, entry.seq, &dead)
+            .await?;
+        self.not_before.remove(&(entry.domain.clone(), entry.seq));
+        report.dead_lettered += 1;
+        metrics::counter!("fence_outbox_dead_lettered_total", "backend" => self.store.backend())
+            .increment(1);
+        Ok(true)
+    }
+}
