@@ -32,6 +32,7 @@ async fn worker_a(
     domain: Domain,
     clock: Timeline,
     acquired: oneshot::Sender<()>,
+    b_claimed: oneshot::Receiver<()>,
 ) -> Result<Result<String, FenceError>, Error> {
     let lease = leases
         .acquire(&domain, &OwnerId::new("worker-a")?, LEASE)
@@ -58,11 +59,15 @@ async fn worker_a(
     clock.say(
         "A",
         format!(
-            "pauses (GC, scheduler, network) for {}ms",
+            "pauses (GC, scheduler, network) for {}ms or more, past its lease",
             PAUSE.as_millis()
         ),
     );
     tokio::time::sleep(PAUSE).await;
+    // The pause outlasts B's takeover even when a slow backend stretches B's claim (a
+    // Kafka claim initialises a transactional producer): the story is about what happens
+    // after the resource has seen the newer token. If B failed, A goes on anyway.
+    let _ = b_claimed.await;
     clock.say(
         "A",
         "resumes, unaware that its lease expired, and writes again",
@@ -84,6 +89,7 @@ async fn worker_b(
     domain: Domain,
     clock: Timeline,
     a_acquired: oneshot::Receiver<()>,
+    claimed_signal: oneshot::Sender<()>,
 ) -> Result<(), Error> {
     // The story starts with A holding the lease and having written once.
     a_acquired.await?;
@@ -120,6 +126,7 @@ async fn worker_b(
             claimed.token
         ),
     );
+    let _ = claimed_signal.send(());
     let write = resource.write(&domain, lease.token, B_VALUE).await;
     clock.say("B", format!("wrote \"{B_VALUE}\" -> {}", describe(&write)));
     write?;
@@ -137,12 +144,14 @@ async fn run() -> Result<bool, Error> {
     println!("backend: {}; domain `{domain}`", opened.description);
     let clock = Timeline::start();
     let (acquired, a_acquired) = oneshot::channel();
+    let (claimed_signal, b_claimed) = oneshot::channel();
     let a = tokio::spawn(worker_a(
         opened.resource.clone(),
         opened.leases.clone(),
         domain.clone(),
         clock,
         acquired,
+        b_claimed,
     ));
     let b = tokio::spawn(worker_b(
         opened.resource.clone(),
@@ -150,6 +159,7 @@ async fn run() -> Result<bool, Error> {
         domain.clone(),
         clock,
         a_acquired,
+        claimed_signal,
     ));
     b.await??;
     let stale = a.await??;
@@ -166,7 +176,7 @@ async fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(false) => {
-            eprintln!("the stale write was NOT rejected: fencing failed");
+            eprintln!("the stale write was NOT rejected after the takeover: fencing failed");
             ExitCode::FAILURE
         }
         Err(error) => {
