@@ -4,15 +4,13 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use bytes::Bytes;
-use fence_core::{Domain, FencingToken, OperationId};
+use fence_core::{FencingToken, OperationId};
 use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
 use fence_outbox::{DestinationRule, Effect, EffectKinds};
 use fence_redis::redis;
-use fence_redis::redis::aio::ConnectionManager;
-use fence_redis::RedisFence;
 
 use crate::measure::{compare, Plan};
+use crate::redis::{setup, Setup};
 use crate::report::Row;
 
 pub(crate) async fn run() -> Vec<Row> {
@@ -23,31 +21,17 @@ pub(crate) async fn run() -> Vec<Row> {
 }
 
 async fn run_cases() -> Result<Vec<Row>, String> {
-    let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_millis();
-    let fence = RedisFence::builder()
-        .url(&url)
-        .prefix(format!("bench-ob-{run}"))
-        .connect()
-        .await
-        .map_err(|e| e.to_string())?;
+    let Setup {
+        fence,
+        raw,
+        run,
+        payload,
+        domains,
+    } = setup("bench-ob", "order-").await?;
     let kinds = EffectKinds::new()
         .register("send-receipt-email", DestinationRule::HttpUrl)
         .map_err(|e| e.to_string())?;
     let outbox = RedisOutbox::new(fence, kinds);
-    let raw = ConnectionManager::new(redis::Client::open(url.as_str()).map_err(|e| e.to_string())?)
-        .await
-        .map_err(|e| e.to_string())?;
-    let payload = Bytes::from(vec![b'x'; 1024]);
-    let domains: Arc<Vec<Domain>> = Arc::new(
-        (0..64)
-            .map(|i| Domain::new(format!("order-{i}")))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?,
-    );
     let script = Arc::new(OutboxScript::hset());
     let ops = Arc::new(AtomicUsize::new(0));
     let mut rows = Vec::new();

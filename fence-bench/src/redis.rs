@@ -20,7 +20,17 @@ pub(crate) async fn run() -> Vec<Row> {
     }
 }
 
-async fn run_cases() -> Result<Vec<Row>, String> {
+/// What both Redis benchmarks start from: a fence under a fresh prefix, a raw connection to
+/// the same server, a 1 KiB payload and 64 domains named `<stem><i>`.
+pub(crate) struct Setup {
+    pub(crate) fence: RedisFence,
+    pub(crate) raw: ConnectionManager,
+    pub(crate) run: u128,
+    pub(crate) payload: Bytes,
+    pub(crate) domains: Arc<Vec<Domain>>,
+}
+
+pub(crate) async fn setup(prefix: &str, stem: &str) -> Result<Setup, String> {
     let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -28,20 +38,34 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .as_millis();
     let fence = RedisFence::builder()
         .url(&url)
-        .prefix(format!("bench-{run}"))
+        .prefix(format!("{prefix}-{run}"))
         .connect()
         .await
         .map_err(|e| e.to_string())?;
     let raw = ConnectionManager::new(redis::Client::open(url.as_str()).map_err(|e| e.to_string())?)
         .await
         .map_err(|e| e.to_string())?;
-    let payload = Bytes::from(vec![b'x'; 1024]);
-    let domains: Arc<Vec<Domain>> = Arc::new(
-        (0..64)
-            .map(|i| Domain::new(format!("d{i}")))
-            .collect::<Result<_, _>>()
-            .map_err(|e| e.to_string())?,
-    );
+    let domains = (0..64)
+        .map(|i| Domain::new(format!("{stem}{i}")))
+        .collect::<Result<_, _>>()
+        .map_err(|e| e.to_string())?;
+    Ok(Setup {
+        fence,
+        raw,
+        run,
+        payload: Bytes::from(vec![b'x'; 1024]),
+        domains: Arc::new(domains),
+    })
+}
+
+async fn run_cases() -> Result<Vec<Row>, String> {
+    let Setup {
+        fence,
+        raw,
+        run,
+        payload,
+        domains,
+    } = setup("bench", "d").await?;
     let token = FencingToken::MIN;
     let mut rows = Vec::new();
     for concurrency in [1, 16] {
