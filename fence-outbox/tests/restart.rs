@@ -3,8 +3,6 @@
 //! worker is still fenced after the restart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../../fence-redis/tests/support/mod.rs"]
-mod redis_support;
 mod support;
 
 use std::time::Duration;
@@ -16,7 +14,7 @@ use support::{domain, fast_relay, outbox, pay, relay, token, wait_for, webhook, 
 
 #[tokio::test]
 async fn a_redis_crash_mid_delivery_loses_and_duplicates_nothing() {
-    let Some(server) = redis_support::RedisServer::start("outbox-restart", &[]) else {
+    let Some(server) = support::redis_support::RedisServer::start("outbox-restart", &[]) else {
         return;
     };
     let fence = RedisFence::builder()

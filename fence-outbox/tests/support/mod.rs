@@ -10,10 +10,11 @@
 
 #[cfg(feature = "kafka")]
 pub mod kafka;
+/// fence-redis's test support: the shared servers, and dedicated servers a test can kill.
+#[path = "../../../fence-redis/tests/support/mod.rs"]
+pub mod redis_support;
 pub mod webhook_server;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -32,21 +33,6 @@ pub use fence_conformance::services::{domain, token, unavailable};
 #[allow(unused_imports)]
 pub use webhook_server::WebhookServer;
 
-fn answers(port: u16) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_millis(500)));
-    let mut reply = [0u8; 7];
-    stream.write_all(b"PING\r\n").is_ok()
-        && stream.read_exact(&mut reply).is_ok()
-        && &reply == b"+PONG\r\n"
-}
-
-fn port_of(url: &str) -> Option<u16> {
-    url.rsplit(':').next()?.trim_end_matches('/').parse().ok()
-}
-
 /// A unique key prefix per test.
 pub fn unique_prefix(test: &str) -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -64,10 +50,7 @@ pub fn unique_prefix(test: &str) -> String {
 
 /// A fence on the shared standalone Redis, or `None` (loud skip) when it is absent.
 pub async fn standalone(test: &str) -> Option<RedisFence> {
-    let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
-    if !port_of(&url).is_some_and(answers) {
-        unavailable(&format!("the shared Redis at {url}"))?;
-    }
+    let url = redis_support::shared_url()?;
     Some(
         RedisFence::builder()
             .url(&url)
@@ -80,13 +63,7 @@ pub async fn standalone(test: &str) -> Option<RedisFence> {
 
 /// A fence on the shared Redis Cluster, or `None` (loud skip) when it is absent.
 pub async fn cluster(test: &str) -> Option<RedisFence> {
-    let nodes = std::env::var("FENCE_REDIS_CLUSTER").unwrap_or_else(|_| {
-        "redis://127.0.0.1:7101,redis://127.0.0.1:7102,redis://127.0.0.1:7103".into()
-    });
-    let nodes: Vec<String> = nodes.split(',').map(String::from).collect();
-    if !nodes.iter().all(|n| port_of(n).is_some_and(answers)) {
-        unavailable(&format!("the shared Redis Cluster at {nodes:?}"))?;
-    }
+    let nodes = redis_support::shared_cluster()?;
     Some(
         RedisFence::builder()
             .cluster(nodes)
