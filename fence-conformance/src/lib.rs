@@ -5,6 +5,7 @@
 mod harness;
 pub mod log;
 mod namespace;
+pub mod proxy;
 pub mod race;
 mod scenario;
 pub mod services;

@@ -121,6 +121,20 @@ pub enum InvalidInput {
         /// The resource's limit in bytes.
         max: usize,
     },
+    /// A domain (or a name under it) whose backend key would exceed a limit of the backend.
+    #[error("domain `{domain}` maps to a {what} of {len} bytes in {backend}, over its limit of {max} bytes")]
+    KeyTooLong {
+        /// The backend's name.
+        backend: &'static str,
+        /// The domain.
+        domain: Domain,
+        /// Which part is too long (`object key`, `key segment`).
+        what: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit in bytes.
+        max: usize,
+    },
     /// A log append with no records.
     #[error("append to domain `{domain}` holds no records")]
     EmptyBatch {
@@ -212,11 +226,27 @@ pub enum FenceError {
         /// The token of the lost lease.
         token: FencingToken,
     },
-    /// The backend failed; its own error is the source.
-    #[error("{backend} failed{}: {source}", DisplayDomain(domain.as_ref()))]
+    /// The change was applied at the primary, but fewer replicas than the caller asked for
+    /// acknowledged it in time: a failover now could lose it (and the mark with it). Retry with
+    /// the same operation id (a claim: the same token) to wait for the replicas again.
+    #[error("{operation} on domain `{domain}` is applied on the primary but acknowledged by {acknowledged} of {requested} replicas: a failover could lose it; retry with the same operation id to wait again")]
+    Unreplicated {
+        /// The domain.
+        domain: Domain,
+        /// The operation.
+        operation: Operation,
+        /// Replicas the caller asked for.
+        requested: u32,
+        /// Replicas that acknowledged before the timeout.
+        acknowledged: u32,
+    },
+    /// The backend failed; its own error is the source, and `kind` says whether a retry can help.
+    #[error("{backend} failed{} ({kind}): {source}", DisplayDomain(domain.as_ref()))]
     Backend {
         /// The backend's name.
         backend: &'static str,
+        /// What kind of failure, which decides [`FenceError::is_retryable`].
+        kind: BackendErrorKind,
         /// The domain, when the failure concerns one.
         domain: Option<Domain>,
         /// The backend's error.
@@ -224,15 +254,65 @@ pub enum FenceError {
     },
 }
 
+/// The class of a [`FenceError::Backend`] failure: whether retrying the same request can help.
+///
+/// Every adapter classifies each of its failures into one of these, in one place per adapter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackendErrorKind {
+    /// Transient: the server was unreachable, overloaded, restarting or timed out before
+    /// anything was sent. Retrying (with backoff) can help.
+    Unavailable,
+    /// The credentials were refused or lack a permission (ACL, IAM, bucket policy). Retrying
+    /// cannot help until access is granted.
+    PermissionDenied,
+    /// A configured resource does not exist (bucket, topic). Retrying cannot help until it is
+    /// created.
+    NotFound,
+    /// The server or the adapter refused the request or the configuration for good (key too
+    /// long, invalid range, conditions ignored by the endpoint, an unexpected reply). Retrying
+    /// the same request cannot help.
+    Rejected,
+    /// Concurrent writers kept winning: the adapter already retried up to its configured
+    /// attempt limit with backoff. Not retryable as is: raise the limit or reduce contention.
+    Contention,
+}
+
+impl BackendErrorKind {
+    /// The lowercase name used in messages.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BackendErrorKind::Unavailable => "unavailable",
+            BackendErrorKind::PermissionDenied => "permission denied",
+            BackendErrorKind::NotFound => "not found",
+            BackendErrorKind::Rejected => "rejected",
+            BackendErrorKind::Contention => "contention",
+        }
+    }
+
+    /// True for the one class a retry of the same request can cure: [`Self::Unavailable`].
+    pub const fn is_retryable(self) -> bool {
+        matches!(self, BackendErrorKind::Unavailable)
+    }
+}
+
+impl fmt::Display for BackendErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl FenceError {
-    /// Builds a [`FenceError::Backend`].
+    /// Builds a [`FenceError::Backend`] of class `kind`.
     pub fn backend(
         backend: &'static str,
+        kind: BackendErrorKind,
         domain: Option<&Domain>,
         source: impl Into<BoxError>,
     ) -> Self {
         FenceError::Backend {
             backend,
+            kind,
             domain: domain.cloned(),
             source: source.into(),
         }
@@ -260,12 +340,32 @@ impl FenceError {
         matches!(self, FenceError::Fenced { .. })
     }
 
-    /// True when retrying the same request (same operation id) may succeed or reveal the outcome.
+    /// True when retrying the same request (same operation id) may succeed or reveal the
+    /// outcome: [`FenceError::Ambiguous`], [`FenceError::Unreplicated`], and backend failures of
+    /// class [`BackendErrorKind::Unavailable`]. False for everything a retry cannot cure (a
+    /// stale token, bad input, corrupt state, permissions, missing resources, refusals).
+    ///
+    /// ```
+    /// use fence_core::{BackendErrorKind, FenceError};
+    /// let denied = FenceError::backend("s3", BackendErrorKind::PermissionDenied, None, "403");
+    /// assert!(!denied.is_retryable());
+    /// let down = FenceError::backend("s3", BackendErrorKind::Unavailable, None, "refused");
+    /// assert!(down.is_retryable());
+    /// ```
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            FenceError::Ambiguous { .. } | FenceError::Backend { .. }
-        )
+        match self {
+            FenceError::Ambiguous { .. } | FenceError::Unreplicated { .. } => true,
+            FenceError::Backend { kind, .. } => kind.is_retryable(),
+            _ => false,
+        }
+    }
+
+    /// The class of a [`FenceError::Backend`] failure; `None` for every other error.
+    pub fn backend_kind(&self) -> Option<BackendErrorKind> {
+        match self {
+            FenceError::Backend { kind, .. } => Some(*kind),
+            _ => None,
+        }
     }
 
     /// The outcome label used in metrics (`fenced`, `invalid_input`, …).
@@ -280,6 +380,7 @@ impl FenceError {
             FenceError::TokenExhausted { .. } => "token_exhausted",
             FenceError::LeaseHeld { .. } => "lease_held",
             FenceError::LeaseLost { .. } => "lease_lost",
+            FenceError::Unreplicated { .. } => "unreplicated",
             FenceError::Backend { .. } => "backend_error",
         }
     }
@@ -304,5 +405,54 @@ impl fmt::Display for DisplayDomain<'_> {
             Some(domain) => write!(f, " on domain `{domain}`"),
             None => Ok(()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn domain() -> Domain {
+        Domain::new("d").unwrap_or_else(|_| unreachable!())
+    }
+
+    #[test]
+    fn only_transient_failures_are_retryable() {
+        let kind = |kind| FenceError::backend("test", kind, Some(&domain()), "boom");
+        assert!(kind(BackendErrorKind::Unavailable).is_retryable());
+        for fatal in [
+            BackendErrorKind::PermissionDenied,
+            BackendErrorKind::NotFound,
+            BackendErrorKind::Rejected,
+            BackendErrorKind::Contention,
+        ] {
+            let error = kind(fatal);
+            assert!(!error.is_retryable(), "{fatal} must not be retryable");
+            assert_eq!(error.backend_kind(), Some(fatal));
+            assert!(error.to_string().contains(fatal.as_str()), "{error}");
+        }
+        let ambiguous = FenceError::Ambiguous {
+            domain: domain(),
+            operation: Operation::Write,
+            source: "cut".into(),
+        };
+        assert!(ambiguous.is_retryable());
+        let unreplicated = FenceError::Unreplicated {
+            domain: domain(),
+            operation: Operation::Claim,
+            requested: 2,
+            acknowledged: 0,
+        };
+        assert!(unreplicated.is_retryable());
+        assert_eq!(unreplicated.outcome_label(), "unreplicated");
+        assert!(unreplicated.to_string().contains("0 of 2 replicas"));
+        let fenced = FenceError::Fenced {
+            domain: domain(),
+            presented: FencingToken::MIN,
+            current: FencingToken::MAX,
+        };
+        assert!(!fenced.is_retryable() && fenced.backend_kind().is_none());
+        assert!(!FenceError::corrupt("test", &domain(), "x").is_retryable());
+        assert!(!FenceError::from(InvalidInput::ZeroToken).is_retryable());
     }
 }

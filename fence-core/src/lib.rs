@@ -17,7 +17,7 @@ pub use bytes::Bytes;
 
 pub use capabilities::{Capabilities, OpIdRetention};
 pub use domain::{Domain, MAX_DOMAIN_BYTES};
-pub use error::{BoxError, FenceError, InvalidInput, Operation};
+pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation};
 pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};
 pub use issuer::{Lease, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};
 pub use memory::{MemoryFence, DEFAULT_OP_ID_RETENTION, DEFAULT_SHARDS};

@@ -63,7 +63,9 @@ fn operations_are_counted_by_outcome() -> Result<(), FenceError> {
     let recorder = Counting::default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
-        .map_err(|e| FenceError::backend("test", None, e))?;
+        .map_err(|e| {
+            FenceError::backend("test", fence_core::BackendErrorKind::Unavailable, None, e)
+        })?;
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
             let store = MemoryFence::new();

@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 
 use crate::client::ensure_topic;
 use crate::error::backend;
+use crate::fence::Backoff;
 use crate::{Inner, KafkaFence};
 
 /// Default name of the fence-ledger topic.
@@ -47,6 +48,7 @@ pub struct KafkaFenceBuilder {
     max_batch_bytes: usize,
     op_id_retention: usize,
     aborted_retries: usize,
+    backoff: Backoff,
 }
 
 impl KafkaFenceBuilder {
@@ -62,7 +64,8 @@ impl KafkaFenceBuilder {
             transaction_timeout: Duration::from_secs(10),
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
-            aborted_retries: 8,
+            aborted_retries: 16,
+            backoff: Backoff::default(),
         }
     }
 
@@ -119,11 +122,21 @@ impl KafkaFenceBuilder {
         self
     }
 
-    /// How often an append whose transaction was aborted (its producer fenced by a zombie's
-    /// re-initialisation while this holder is still the domain's owner) is retried after the
-    /// automatic re-claim, with jittered exponential backoff, before it is reported (default 8).
+    /// How often a transaction aborted by another producer of the domain is retried, with the
+    /// [`Self::retry_backoff`] between attempts, before it is reported (default 16): an append
+    /// whose producer a zombie's re-initialisation fenced (after the automatic re-claim), and a
+    /// claim whose ledger transaction a concurrent claimer's re-initialisation fenced. A claim
+    /// stops early, with [`fence_core::FenceError::Fenced`], once a higher mark is committed.
     pub fn aborted_retries(mut self, retries: usize) -> Self {
         self.aborted_retries = retries;
+        self
+    }
+
+    /// The pause between retries of an aborted transaction: jittered exponential from `base`,
+    /// doubling up to `max` (default 20 ms to 1 s), so holders that keep fencing each other
+    /// spread out.
+    pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
+        self.backoff = Backoff { base, max };
         self
     }
 
@@ -164,10 +177,12 @@ impl KafkaFenceBuilder {
         if self.ledger_partitions < 1
             || self.max_batch_bytes == 0
             || self.timeout.is_zero()
+            || self.backoff.base.is_zero()
+            || self.backoff.max < self.backoff.base
             || self.transaction_timeout.is_zero()
         {
             return Err(invalid(
-                "ledger partitions, batch limit and timeouts must be positive".into(),
+                "ledger partitions, batch limit, timeouts and the backoff base must be positive, the backoff cap at least the base".into(),
             ));
         }
         if self.transactional_id_prefix.chars().any(char::is_control) {
@@ -190,6 +205,7 @@ impl KafkaFenceBuilder {
                 max_batch_bytes: self.max_batch_bytes,
                 op_id_retention: self.op_id_retention,
                 aborted_retries: self.aborted_retries,
+                backoff: self.backoff,
                 holders: Mutex::new(HashMap::new()),
                 known_marks: Mutex::new(HashMap::new()),
             }),

@@ -1,6 +1,6 @@
 //! Kafka errors, and the ONE function that classifies them.
 
-use fence_core::{Domain, FenceError};
+use fence_core::{BackendErrorKind, Domain, FenceError};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 
 pub(crate) const BACKEND: &str = "kafka";
@@ -10,11 +10,20 @@ pub(crate) const BACKEND: &str = "kafka";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum KafkaFenceError {
-    /// The transaction was aborted (a zombie's `init_transactions` fenced this producer, or the
-    /// broker asked for an abort) and the holder re-claimed: nothing was written. Retry with the
-    /// same operation id.
-    #[error("transaction aborted after {attempts} attempts; nothing was written, retry with the same operation id")]
+    /// Every attempt of an append was aborted (a zombie's or a concurrent holder's
+    /// `init_transactions` fenced this producer, or the broker asked for an abort), and the
+    /// holder re-claimed each time: nothing was written. The holder still owns the domain; the
+    /// limit is [`crate::KafkaFenceBuilder::aborted_retries`].
+    #[error("append aborted {attempts} times by concurrent producers of the domain; nothing was written (raise aborted_retries, or retry later with the same operation id)")]
     Aborted {
+        /// Attempts made.
+        attempts: usize,
+    },
+    /// Every attempt of a claim lost to concurrent claimers re-initialising the domain's
+    /// transactional id, and no higher mark was committed meanwhile: nothing was claimed. The
+    /// limit is [`crate::KafkaFenceBuilder::aborted_retries`].
+    #[error("claim lost {attempts} attempts to concurrent claimers and no higher mark was committed; nothing was claimed (raise aborted_retries, or claim again)")]
+    ClaimContended {
         /// Attempts made.
         attempts: usize,
     },
@@ -30,6 +39,73 @@ pub enum KafkaFenceError {
     /// A blocking librdkafka call could not run.
     #[error("librdkafka worker failed: {0}")]
     Worker(String),
+}
+
+impl KafkaFenceError {
+    /// Whether a retry can help: the class this failure reports as.
+    pub fn kind(&self) -> BackendErrorKind {
+        match self {
+            KafkaFenceError::Aborted { .. } | KafkaFenceError::ClaimContended { .. } => {
+                BackendErrorKind::Contention
+            }
+            KafkaFenceError::Ledger(_) => BackendErrorKind::Rejected,
+            KafkaFenceError::NoSuchTopic(_) => BackendErrorKind::NotFound,
+            KafkaFenceError::Worker(_) => BackendErrorKind::Unavailable,
+            KafkaFenceError::Kafka(error) => kind_of(error),
+        }
+    }
+}
+
+/// The class of a librdkafka error.
+fn kind_of(error: &KafkaError) -> BackendErrorKind {
+    use RDKafkaErrorCode as C;
+    match error {
+        KafkaError::ClientConfig(..) | KafkaError::ClientCreation(_) | KafkaError::Nul(_) => {
+            return BackendErrorKind::Rejected
+        }
+        KafkaError::Canceled => return BackendErrorKind::Unavailable,
+        KafkaError::Transaction(e) if e.is_retriable() => return BackendErrorKind::Unavailable,
+        _ => {}
+    }
+    // rdkafka gives no code for admin errors, though they carry one.
+    let code = match error {
+        KafkaError::AdminOp(code) => Some(*code),
+        _ => error.rdkafka_error_code(),
+    };
+    match code {
+        Some(
+            C::TopicAuthorizationFailed
+            | C::GroupAuthorizationFailed
+            | C::ClusterAuthorizationFailed
+            | C::TransactionalIdAuthorizationFailed
+            | C::SaslAuthenticationFailed
+            | C::Authentication
+            | C::DelegationTokenAuthorizationFailed,
+        ) => BackendErrorKind::PermissionDenied,
+        Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => {
+            BackendErrorKind::NotFound
+        }
+        Some(
+            C::BrokerTransportFailure
+            | C::AllBrokersDown
+            | C::Resolve
+            | C::OperationTimedOut
+            | C::MessageTimedOut
+            | C::RequestTimedOut
+            | C::BrokerNotAvailable
+            | C::LeaderNotAvailable
+            | C::NotLeaderForPartition
+            | C::NetworkException
+            | C::CoordinatorNotAvailable
+            | C::NotCoordinator
+            | C::CoordinatorLoadInProgress
+            | C::NotEnoughReplicas
+            | C::NotEnoughReplicasAfterAppend
+            | C::ConcurrentTransactions
+            | C::QueueFull,
+        ) => BackendErrorKind::Unavailable,
+        _ => BackendErrorKind::Rejected,
+    }
 }
 
 /// How a transactional step failed.
@@ -80,6 +156,8 @@ pub(crate) fn classify(error: KafkaError, during_commit: bool) -> TxnFailure {
     TxnFailure::Failed(error)
 }
 
+/// The [`FenceError::Backend`] for `error`, classified by [`KafkaFenceError::kind`].
 pub(crate) fn backend(domain: Option<&Domain>, error: impl Into<KafkaFenceError>) -> FenceError {
-    FenceError::backend(BACKEND, domain, error.into())
+    let error = error.into();
+    FenceError::backend(BACKEND, error.kind(), domain, error)
 }

@@ -33,9 +33,6 @@ pub const TOKEN_HEADER: &str = "fence-token";
 /// Header carrying the operation id, when the append has one.
 pub const OP_HEADER: &str = "fence-op";
 
-/// How often a claim whose own transaction was fenced by a concurrent claimer starts over.
-const CLAIM_ATTEMPTS: usize = 8;
-
 pub(crate) struct Inner {
     pub(crate) config: ClientConfig,
     pub(crate) data_topic: String,
@@ -50,6 +47,7 @@ pub(crate) struct Inner {
     pub(crate) max_batch_bytes: usize,
     pub(crate) op_id_retention: usize,
     pub(crate) aborted_retries: usize,
+    pub(crate) backoff: Backoff,
     pub(crate) holders: Mutex<HashMap<(Domain, FencingToken), Slot>>,
     /// The greatest mark seen per domain. Marks never decrease, so a token below it is stale
     /// for certain and is refused without initialising a producer, which would abort the
@@ -288,8 +286,19 @@ impl KafkaFence {
         let slot = self.slot(domain, token);
         let mut guard = slot.lock().await;
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
-        for attempt in 0..CLAIM_ATTEMPTS {
+        let attempts = self.inner.aborted_retries + 1;
+        for attempt in 0..attempts {
             *guard = None;
+            if attempt > 0 {
+                // Lost to a concurrent claimer: if a higher mark is committed now, stop without
+                // initialising a producer, which would only fence that claimer in turn.
+                let committed = self.read_ledger(domain).await?;
+                if let Err(fenced) = rule::check_claim(domain, committed.hwm, token) {
+                    drop(guard);
+                    self.forget(domain, token);
+                    return Err(fenced);
+                }
+            }
             let mut holder = self.open(domain).await?;
             let previous = holder.state.hwm;
             if let Err(fenced) = rule::check_claim(domain, previous, token) {
@@ -313,7 +322,7 @@ impl KafkaFence {
                     }
                     Err(TxnFailure::Fenced(_) | TxnFailure::Aborted(_)) => {
                         // Another claimer initialised in between: start over, after a pause.
-                        backoff(attempt).await;
+                        self.inner.backoff.sleep(attempt).await;
                         continue;
                     }
                     Err(failure) => return Err(self.txn_error(domain, Operation::Claim, failure)),
@@ -322,11 +331,11 @@ impl KafkaFence {
             *guard = Some(holder);
             return Ok(Claimed::new(token, previous));
         }
+        drop(guard);
+        self.forget(domain, token);
         Err(backend(
             Some(domain),
-            KafkaFenceError::Aborted {
-                attempts: CLAIM_ATTEMPTS,
-            },
+            KafkaFenceError::ClaimContended { attempts },
         ))
     }
 
@@ -429,7 +438,7 @@ impl KafkaFence {
                     // refused there; the owner retries.
                     tracing::info!(domain = domain.as_str(), token = token.get(), attempt, %error, "transaction fenced or aborted; re-claiming");
                     *guard = None;
-                    backoff(attempt).await;
+                    self.inner.backoff.sleep(attempt).await;
                 }
                 Err(failure) => {
                     *guard = None;
@@ -582,16 +591,35 @@ fn run_transaction(
     }
 }
 
-/// Exponential backoff with jitter (20 ms doubling, capped near 1.3 s), so that holders that
-/// keep fencing each other spread out.
-async fn backoff(attempt: usize) {
-    let base = 20u64 << attempt.min(6);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let jitter =
-        (u64::from(nanos) ^ u64::from(std::process::id()).wrapping_mul(2_654_435_761)) % base;
-    tokio::time::sleep(Duration::from_millis(base + jitter)).await;
+/// The pause between retries of an aborted transaction.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Backoff {
+    pub(crate) base: Duration,
+    pub(crate) max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            base: Duration::from_millis(20),
+            max: Duration::from_secs(1),
+        }
+    }
+}
+
+impl Backoff {
+    /// Sleeps half of `base · 2^attempt` (capped at `max`) plus a random part of up to the
+    /// other half ("equal jitter"), so that holders that keep fencing each other spread out.
+    pub(crate) async fn sleep(self, attempt: usize) {
+        let step = self.base.saturating_mul(1 << attempt.min(16)).min(self.max);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let seed = u64::from(nanos) ^ u64::from(std::process::id()).wrapping_mul(2_654_435_761);
+        let half = step / 2;
+        let jitter = Duration::from_micros(seed % (half.as_micros() as u64).max(1));
+        tokio::time::sleep(half + jitter).await;
+    }
 }
 
 impl fmt::Debug for KafkaFence {

@@ -106,6 +106,13 @@ async fn an_unreachable_broker_is_a_backend_error() {
         matches!(result, Err(FenceError::Backend { .. })),
         "{result:?}"
     );
+    let error = result.err().unwrap();
+    assert_eq!(
+        error.backend_kind(),
+        Some(fence_core::BackendErrorKind::Unavailable),
+        "{error}"
+    );
+    assert!(error.is_retryable(), "a broker that is down may come back");
 }
 
 #[tokio::test]

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, FencingToken, Record};
+use fence_core::{
+    AppendRequest, BackendErrorKind, Domain, Fence, FenceError, FencedLog, FencingToken, Record,
+};
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::mocking::MockCluster;
 use fence_kafka::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
@@ -97,10 +99,21 @@ async fn an_unauthorised_transactional_id_is_a_backend_error_not_a_fence() {
         )
         .await;
     match result {
-        Err(FenceError::Backend { source, .. }) => assert!(
-            source.downcast_ref::<KafkaFenceError>().is_some(),
-            "{source}"
-        ),
+        Err(
+            ref error @ FenceError::Backend {
+                ref source, kind, ..
+            },
+        ) => {
+            assert!(
+                source.downcast_ref::<KafkaFenceError>().is_some(),
+                "{source}"
+            );
+            assert_eq!(kind, BackendErrorKind::PermissionDenied, "{error}");
+            assert!(
+                !error.is_retryable(),
+                "an ACL refusal cannot be retried away"
+            );
+        }
         other => panic!("expected a backend error, got {other:?}"),
     }
 }
@@ -122,6 +135,59 @@ async fn a_broker_without_transactions_is_a_backend_error() {
         matches!(append, Err(FenceError::Backend { .. })),
         "{append:?}"
     );
+    for result in [claim.map(|_| ()), append.map(|_| ())] {
+        assert!(
+            result.as_ref().is_err_and(|e| !e.is_retryable()),
+            "a broker without transactions never will have them: {result:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_keeps_losing_its_transaction_says_so_and_is_contention() {
+    let mock = MockCluster::new(1).unwrap();
+    mock.create_topic("events", 1, 1).unwrap();
+    mock.create_topic("fence-ledger", 1, 1).unwrap();
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", mock.bootstrap_servers());
+    let fence = KafkaFence::builder(config)
+        .data_topic("events")
+        .timeout(Duration::from_secs(10))
+        .aborted_retries(2)
+        .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .build()
+        .unwrap();
+    let abort = RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE;
+    mock.request_errors(RDKafkaApiKey::Produce, &[abort, abort, abort]);
+    let claim = fence
+        .claim(
+            &Domain::new("orders").unwrap(),
+            FencingToken::new(4).unwrap(),
+        )
+        .await;
+    match claim {
+        Err(
+            ref error @ FenceError::Backend {
+                ref source, kind, ..
+            },
+        ) => {
+            assert!(
+                matches!(
+                    source.downcast_ref::<KafkaFenceError>(),
+                    Some(KafkaFenceError::ClaimContended { attempts: 3 })
+                ),
+                "{source}"
+            );
+            let text = error.to_string();
+            assert!(
+                text.contains("claim") && !text.contains("operation id"),
+                "{text}"
+            );
+            assert_eq!(kind, BackendErrorKind::Contention);
+            assert!(!error.is_retryable());
+        }
+        other => panic!("expected ClaimContended after 3 attempts, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ mod support;
 
 use fence_conformance::services::token as t;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, Record};
@@ -344,4 +345,128 @@ async fn a_fenced_record_without_a_token_header_is_corrupt_state() {
         matches!(read, Err(FenceError::CorruptState { .. })),
         "{read:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_claimants_at_once_the_highest_always_owns_the_domain() {
+    let Some(first) = support::shared_fence("claim-storm").await else {
+        return;
+    };
+    let bootstrap = support::shared_bootstrap().unwrap();
+    let mut holders = Vec::new();
+    for _ in 0..16 {
+        holders.push(other_process(&first, &bootstrap).await);
+    }
+    for round in 0..2u64 {
+        let domain = Domain::new(format!("storm-{round}")).unwrap();
+        let start = Arc::new(tokio::sync::Barrier::new(holders.len()));
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, fence) in holders.iter().enumerate() {
+            let (fence, domain, start) = (fence.clone(), domain.clone(), start.clone());
+            let token = round * 100 + i as u64 + 1;
+            tasks.spawn(async move {
+                start.wait().await;
+                (token, fence.claim(&domain, t(token)).await)
+            });
+        }
+        let highest = round * 100 + 16;
+        while let Some(joined) = tasks.join_next().await {
+            match joined.unwrap() {
+                (token, Ok(_)) => assert!(token <= highest),
+                (token, Err(FenceError::Fenced { current, .. })) => {
+                    assert!(t(token) < current && current <= t(highest))
+                }
+                (token, Err(other)) => panic!(
+                    "claim {token} must end claimed or fenced, got {other} (highest {highest})"
+                ),
+            }
+        }
+        assert_eq!(
+            first.high_water_mark(&domain).await.unwrap(),
+            Some(t(highest)),
+            "round {round}: the highest claimant owns the domain"
+        );
+        // And its holder can write right away.
+        holders[15]
+            .append(&batch(&domain, highest, &["by the highest"]))
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_append_whose_commit_hangs_is_learned_by_a_retry_or_by_reading_the_log() {
+    let Some(server) = support::NoidaServer::start("hang") else {
+        return;
+    };
+    let config = support::client_config(&server.bootstrap());
+    let topic = support::unique("hang");
+    support::create_topic(&config, &topic).await;
+    let fence = KafkaFence::builder(config)
+        .data_topic(&topic)
+        .ledger_topic(format!("{topic}-ledger"))
+        .timeout(Duration::from_secs(2))
+        .aborted_retries(0)
+        .connect()
+        .await
+        .unwrap();
+    let domain = Domain::new("hang").unwrap();
+    fence.append(&batch(&domain, 1, &["first"])).await.unwrap();
+
+    // With an operation id: whatever the hang did, the retry applies it at most once.
+    let request = batch(&domain, 1, &["second"])
+        .with_op_id(fence_core::OperationId::new("op-2").unwrap());
+    server.signal("STOP");
+    let hung = fence.append(&request).await;
+    server.signal("CONT");
+    let hung = hung.expect_err("a broker that does not answer cannot confirm the append");
+    assert!(
+        hung.is_retryable(),
+        "an outcome a retry can learn, not a final error: {hung}"
+    );
+    let mut retried = fence.append(&request).await;
+    for _ in 0..20 {
+        match &retried {
+            Err(error) if error.is_retryable() => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                retried = fence.append(&request).await;
+            }
+            _ => break,
+        }
+    }
+    let retried = retried.expect("the retry learns the outcome");
+    println!(
+        "hang: the append during SIGSTOP ended {}; the retry: {retried:?}",
+        hung.outcome_label()
+    );
+    let log = values(&fence, &domain).await;
+    assert_eq!(
+        log.iter().filter(|(v, _)| v == "second").count(),
+        1,
+        "applied exactly once: {log:?}"
+    );
+    // Without one: read_committed shows a batch wholly or not at all, with its token.
+    let plain = batch(&domain, 1, &["third-a", "third-b"]);
+    server.signal("STOP");
+    let hung = fence.append(&plain).await;
+    server.signal("CONT");
+    assert!(hung.is_err(), "{hung:?}");
+    let mut log = Vec::new();
+    for _ in 0..20 {
+        match fence.read_log(&domain).await {
+            Ok(entries) => {
+                log = entries
+                    .iter()
+                    .map(|e| (String::from_utf8_lossy(&e.record.value).into_owned(), e.token.get()))
+                    .collect();
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    let a = log.iter().filter(|(v, _)| v == "third-a").count();
+    let b = log.iter().filter(|(v, _)| v == "third-b").count();
+    assert_eq!(a, b, "a batch is visible wholly or not at all: {log:?}");
+    assert!(a <= 1, "{log:?}");
+    assert!(log.iter().all(|(_, token)| *token == 1), "{log:?}");
 }

@@ -1,4 +1,5 @@
-//! Exponential backoff with full jitter and a bounded number of attempts.
+//! Exponential backoff with equal jitter (half the ceiling fixed, half random) and a bounded
+//! number of attempts.
 
 use std::time::Duration;
 

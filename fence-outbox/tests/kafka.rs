@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_core::{Domain, FenceError, FencedLog, LeaseManager, Record};
-use fence_outbox::kafka::{KafkaOutbox, KafkaRelayStore, KafkaTransition, KEY_HEADER};
+use fence_kafka::rdkafka::message::{Headers, Message};
+use fence_outbox::kafka::{
+    KafkaOutbox, KafkaRelayStore, KafkaTransition, KEY_HEADER, PROGRESS_HEADER,
+};
 use fence_outbox::{
     Effect, EntryStatus, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink,
     SinkError,
@@ -200,6 +203,35 @@ async fn the_relay_delivers_exactly_once_in_order_despite_failures_and_a_crash()
         assert_eq!(observed, expected, "order of {d}");
     }
     assert!(server.total_requests() > count as u64);
+
+    // Another consumer of the topic that skips the two outbox headers sees only business data.
+    let reader = fence(&config, &topic).await;
+    let (mut business, mut progress) = (0, 0);
+    for partition in 0..reader.data_partition_count().await.unwrap() {
+        for message in reader.read_committed(partition, 0).await.unwrap() {
+            let has = |name: &str| {
+                message
+                    .headers()
+                    .is_some_and(|h| h.iter().any(|header| header.key == name))
+            };
+            if has(KEY_HEADER) {
+                continue;
+            }
+            if has(PROGRESS_HEADER) {
+                progress += 1;
+                continue;
+            }
+            let value = message.payload().unwrap_or_default();
+            assert!(
+                value.starts_with(b"{\"order\""),
+                "an unmarked record that is not business data: {}",
+                String::from_utf8_lossy(value)
+            );
+            business += 1;
+        }
+    }
+    assert_eq!(business, count, "one state record per transition");
+    assert!(progress > 0, "the relay's progress records are marked");
 }
 
 #[tokio::test]

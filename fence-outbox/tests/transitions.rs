@@ -286,3 +286,47 @@ async fn effects_spread_over_partitions_stay_with_their_domain() {
         "16 domains over 4 partitions use several: {used:?}"
     );
 }
+
+#[tokio::test]
+async fn a_transition_replicas_did_not_acknowledge_is_unreplicated_until_they_do() {
+    let Some(url) = support::redis_support::shared_url() else {
+        return;
+    };
+    let prefix = support::unique_prefix("unreplicated");
+    let fence = |replicas| {
+        RedisFence::builder()
+            .url(&url)
+            .prefix(&prefix)
+            .wait_for_replicas(replicas, std::time::Duration::from_millis(200))
+            .build()
+            .unwrap()
+    };
+    // The shared server has one replica: asking for two is never satisfied.
+    let greedy = support::outbox(&fence(2));
+    let order = support::domain("order-replicated");
+    let url = "http://127.0.0.1:9/receipt";
+    match support::pay(&greedy, &order, support::token(1), "pay-1", url, "r").await {
+        Err(fence_outbox::OutboxError::Fence(
+            error @ fence_core::FenceError::Unreplicated {
+                requested: 2,
+                acknowledged: 1,
+                ..
+            },
+        )) => assert!(error.is_retryable()),
+        other => panic!("expected Unreplicated 1 of 2, got {other:?}"),
+    }
+    // Applied once on the primary; the retry with the same op id replays and waits again.
+    let retried = support::pay(
+        &support::outbox(&fence(1)),
+        &order,
+        support::token(1),
+        "pay-1",
+        url,
+        "r",
+    )
+    .await
+    .unwrap();
+    assert!(retried.duplicate, "{retried:?}");
+    assert_eq!(retried.replicas_acknowledged, Some(1));
+    assert_eq!(retried.seqs, 1..=1, "one entry recorded, once");
+}

@@ -3,14 +3,14 @@
 use std::fmt;
 use std::time::Duration;
 
-use fence_core::{FenceError, InvalidInput};
+use fence_core::{FenceError, InvalidInput, Operation};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use crate::connection::Connection;
-use crate::error::{RedisFenceError, BACKEND};
+use crate::error::map_error;
 use crate::fence::Connector;
 use crate::keys::Keys;
 use crate::{Inner, RedisFence};
@@ -159,9 +159,12 @@ impl RedisFenceBuilder {
         self
     }
 
-    /// After every accepted write, `WAIT replicas timeout` and report how many replicas
-    /// acknowledged it in [`fence_core::Accepted::replicas_acknowledged`]. Fewer than asked is
-    /// reported, not turned into an error: the write was applied on the primary.
+    /// After every fenced change (write, delete, claim, fenced script, outbox transition), runs
+    /// `WAIT replicas timeout` and reports the count in
+    /// [`fence_core::Accepted::replicas_acknowledged`]. Fewer than `replicas` in time is NOT
+    /// success: it is [`FenceError::Unreplicated`] (applied on the primary, could be lost on
+    /// failover); retry with the same operation id (a claim: the same token) to wait again.
+    /// The crate docs say which settings keep a mark across failover.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.wait = Some((replicas, timeout));
         self
@@ -205,7 +208,17 @@ impl RedisFenceBuilder {
                 .into())
             }
             Some(Target::Url(url)) => {
-                let client = redis::Client::open(url.as_str()).map_err(config_error)?;
+                // RESP3, so that the connection reports its own loss: the manager then replaces
+                // a dropped connection (a server restart) before the next request is written to
+                // it, instead of that request failing in a way that cannot tell whether it left.
+                let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
+                    .map_err(config_error)?;
+                let settings = info
+                    .redis_settings()
+                    .clone()
+                    .set_protocol(redis::ProtocolVersion::RESP3);
+                let client = redis::Client::open(info.set_redis_settings(settings))
+                    .map_err(config_error)?;
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(self.response_timeout))
                     .set_connection_timeout(Some(self.connection_timeout))
@@ -281,7 +294,7 @@ impl fmt::Debug for RedisFenceBuilder {
 }
 
 fn config_error(error: redis::RedisError) -> FenceError {
-    FenceError::backend(BACKEND, None, RedisFenceError::Redis(error))
+    map_error(error, None, Operation::Read, false)
 }
 
 /// A URL with any password replaced by `***`, for Debug and logs.

@@ -7,6 +7,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
+use crate::error::never_sent;
 use crate::scripts::LuaScript;
 
 /// A multiplexed connection to standalone Redis or to a cluster; cheap to clone.
@@ -16,11 +17,29 @@ pub(crate) enum Connection {
     Cluster(ClusterConnection),
 }
 
+/// How often a request that provably never reached the server is sent again.
+const RESENDS: u32 = 3;
+
 impl Connection {
+    /// Sends `cmd`. A request that provably never left (the connection was refused: see
+    /// [`never_sent`]) is sent again a few times with a short pause, so a server that is
+    /// restarting is waited for rather than reported as down at once.
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        match self {
-            Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
-            Connection::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+        let mut resent = 0;
+        loop {
+            let result = match self {
+                Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
+                Connection::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+            };
+            match result {
+                Err(error) if resent < RESENDS && never_sent(&error) => {
+                    resent += 1;
+                    tracing::debug!(%error, resent, "request never reached redis; sending it again");
+                    // The connection manager reconnects in the background: give it a moment.
+                    tokio::time::sleep(Duration::from_millis(25 << resent)).await;
+                }
+                other => return other,
+            }
         }
     }
 

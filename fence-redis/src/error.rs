@@ -1,6 +1,6 @@
-//! Redis errors, and the ONE function that maps them onto fence outcomes.
+//! Redis errors, and the ONE function that maps them onto fence outcomes ([`map_error`]).
 
-use fence_core::{Domain, FenceError, Operation};
+use fence_core::{BackendErrorKind, Domain, FenceError, Operation};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 pub(crate) const BACKEND: &str = "redis";
@@ -26,41 +26,97 @@ pub enum RedisFenceError {
     Redis(#[from] RedisError),
 }
 
-/// Maps a Redis client or server error for `operation` on `domain`.
+impl RedisFenceError {
+    /// Whether a retry can help: the class this failure reports as.
+    pub fn kind(&self) -> BackendErrorKind {
+        match self {
+            RedisFenceError::PermissionDenied(_) => BackendErrorKind::PermissionDenied,
+            RedisFenceError::UnexpectedReply { .. } => BackendErrorKind::Rejected,
+            RedisFenceError::Redis(error) => kind_of(error),
+        }
+    }
+}
+
+/// The class of a client or server error.
+fn kind_of(error: &RedisError) -> BackendErrorKind {
+    use ServerErrorKind as S;
+    if error.is_io_error()
+        || error.is_timeout()
+        || error.is_connection_dropped()
+        || error.is_connection_refusal()
+    {
+        return BackendErrorKind::Unavailable;
+    }
+    match error.kind() {
+        ErrorKind::Server(S::NoPerm) | ErrorKind::AuthenticationFailed => {
+            BackendErrorKind::PermissionDenied
+        }
+        // Failover, loading, resharding, a busy script: the same request can succeed later.
+        ErrorKind::Server(
+            S::BusyLoading
+            | S::TryAgain
+            | S::ClusterDown
+            | S::MasterDown
+            | S::ReadOnly
+            | S::Moved
+            | S::Ask,
+        )
+        | ErrorKind::ClusterConnectionNotFound => BackendErrorKind::Unavailable,
+        _ if matches!(error.code(), Some("WRONGPASS" | "NOAUTH")) => {
+            BackendErrorKind::PermissionDenied
+        }
+        _ if matches!(error.code(), Some("OOM" | "BUSY" | "NOREPLICAS")) => {
+            BackendErrorKind::Unavailable
+        }
+        _ => BackendErrorKind::Rejected,
+    }
+}
+
+/// True when the error proves the request never reached the server: the connection was
+/// refused. (A closed connection does not prove it: redis-rs reports a request cut in flight
+/// and one written to an already dead connection alike, as "broken pipe", so both stay
+/// ambiguous; RESP3 connections make the second rare by replacing a dropped connection at once.)
+pub(crate) fn never_sent(error: &RedisError) -> bool {
+    error.is_connection_refusal()
+}
+
+/// The [`FenceError::Backend`] for `source`, classified by [`RedisFenceError::kind`].
+pub(crate) fn backend_error(domain: Option<&Domain>, source: RedisFenceError) -> FenceError {
+    FenceError::backend(BACKEND, source.kind(), domain, source)
+}
+
+/// Maps a Redis client or server error for `operation` (on `domain`, when it concerns one).
+/// Every Redis error fence-redis reports goes through here.
 ///
 /// A mutating request that timed out or lost its connection after it may have been sent is
-/// [`FenceError::Ambiguous`]: the script may have run. A refused connection never sent anything.
+/// [`FenceError::Ambiguous`]: the script may have run. A request that provably never left
+/// (see [`never_sent`]) is not.
 pub(crate) fn map_error(
     error: RedisError,
-    domain: &Domain,
+    domain: Option<&Domain>,
     operation: Operation,
     mutating: bool,
 ) -> FenceError {
     if error.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
-        return FenceError::backend(
-            BACKEND,
-            Some(domain),
-            RedisFenceError::PermissionDenied(error),
-        );
+        return backend_error(domain, RedisFenceError::PermissionDenied(error));
     }
-    if error.code() == Some("WRONGTYPE") {
+    if let (Some("WRONGTYPE"), Some(domain)) = (error.code(), domain) {
         return FenceError::corrupt(
             BACKEND,
             domain,
             format!("a key of the domain holds another Redis type: {error}"),
         );
     }
-    // A refused connection sent nothing (redis-rs also counts it as "dropped", so test it first).
-    let maybe_sent = !error.is_connection_refusal()
+    let maybe_sent = !never_sent(&error)
         && (error.is_timeout() || error.is_connection_dropped() || error.is_io_error());
-    if mutating && maybe_sent {
+    if let (true, true, Some(domain)) = (mutating, maybe_sent, domain) {
         return FenceError::Ambiguous {
             domain: domain.clone(),
             operation,
             source: Box::new(RedisFenceError::Redis(error)),
         };
     }
-    FenceError::backend(BACKEND, Some(domain), RedisFenceError::Redis(error))
+    backend_error(domain, RedisFenceError::Redis(error))
 }
 
 /// An unexpected script reply.
@@ -69,8 +125,7 @@ pub(crate) fn unexpected(
     domain: &Domain,
     detail: impl Into<String>,
 ) -> FenceError {
-    FenceError::backend(
-        BACKEND,
+    backend_error(
         Some(domain),
         RedisFenceError::UnexpectedReply {
             script,

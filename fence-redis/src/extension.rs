@@ -10,7 +10,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
 use crate::connection::Connection;
-use crate::error::{map_error, RedisFenceError, BACKEND};
+use crate::error::map_error;
 use crate::fence::RedisFence;
 use crate::scripts::LuaScript;
 
@@ -94,7 +94,16 @@ impl RedisFence {
         connection
             .eval(&script.script, keys, args)
             .await
-            .map_err(|e| map_error(e, domain, operation, mutating))
+            .map_err(|e| map_error(e, Some(domain), operation, mutating))
+    }
+
+    /// After a fenced change of `domain` made through [`RedisFence::eval_script`], waits for
+    /// the replicas the fence is configured to wait for (see
+    /// [`crate::RedisFenceBuilder::wait_for_replicas`]): `Ok(None)` when it waits for none,
+    /// [`FenceError::Unreplicated`] when fewer acknowledged in time.
+    pub async fn wait_for_replicas(&self, domain: &Domain) -> Result<Option<u32>, FenceError> {
+        let key = self.inner.keys.state(domain);
+        self.replicate(domain, Operation::Write, &key).await
     }
 
     /// Runs one command; on a cluster it is routed by its first key.
@@ -103,14 +112,14 @@ impl RedisFence {
         connection
             .query(cmd)
             .await
-            .map_err(|e| FenceError::backend(BACKEND, None, RedisFenceError::Redis(e)))
+            .map_err(|e| map_error(e, None, Operation::Read, true))
     }
 
     /// Every key matching `pattern` (a `SCAN MATCH` glob), on every master of a cluster.
     /// Costs a walk of the whole keyspace: for recovery sweeps, not for hot paths.
     pub async fn scan_keys(&self, pattern: &str) -> Result<Vec<String>, FenceError> {
         let connection = self.connection(None).await?;
-        let backend = |e| FenceError::backend(BACKEND, None, RedisFenceError::Redis(e));
+        let backend = |e| map_error(e, None, Operation::Read, false);
         let nodes = match &connection {
             Connection::Standalone(_) => vec![None],
             Connection::Cluster(_) => {

@@ -17,7 +17,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::RedisFenceBuilder;
 use crate::connection::Connection;
-use crate::error::{map_error, unexpected, RedisFenceError, BACKEND};
+use crate::error::{self, map_error, unexpected, RedisFenceError, BACKEND};
 use crate::keys::Keys;
 use crate::reply::{parse_revision, parse_token, Reply};
 use crate::scripts::{LuaScript, CLAIM, READ, WRITE};
@@ -69,8 +69,7 @@ impl RedisFence {
         inner
             .connection
             .get_or_try_init(|| async {
-                let backend_error =
-                    |e| FenceError::backend(BACKEND, domain, RedisFenceError::Redis(e));
+                let backend_error = |e| map_error(e, domain, Operation::Read, false);
                 match &inner.connector {
                     Some(Connector::Standalone(client, config)) => {
                         ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
@@ -82,8 +81,7 @@ impl RedisFence {
                         .await
                         .map(Connection::Cluster)
                         .map_err(backend_error),
-                    None => Err(FenceError::backend(
-                        BACKEND,
+                    None => Err(error::backend_error(
                         domain,
                         RedisFenceError::UnexpectedReply {
                             script: "connect",
@@ -108,7 +106,7 @@ impl RedisFence {
             .query(&redis::cmd("PING"))
             .await
             .map(|_| ())
-            .map_err(|e| FenceError::backend(BACKEND, None, RedisFenceError::Redis(e)))
+            .map_err(|e| map_error(e, None, Operation::Read, false))
     }
 
     /// Runs a script for `domain`, mapping transport errors.
@@ -125,26 +123,36 @@ impl RedisFence {
         let value = connection
             .eval(script, keys, args)
             .await
-            .map_err(|e| map_error(e, domain, operation, mutating))?;
+            .map_err(|e| map_error(e, Some(domain), operation, mutating))?;
         Reply::parse(script.name, domain, value)
     }
 
-    /// `WAIT` after a write when configured; a failure leaves the outcome unknown.
+    /// `WAIT` after a change when configured: the replicas that acknowledged it, or
+    /// [`FenceError::Unreplicated`] when fewer than asked did in time. A failure of `WAIT`
+    /// itself leaves the outcome unknown.
     pub(crate) async fn replicate(
         &self,
         domain: &Domain,
         operation: Operation,
         key: &str,
     ) -> Result<Option<u32>, FenceError> {
-        let Some((replicas, timeout)) = self.inner.wait else {
+        let Some((requested, timeout)) = self.inner.wait else {
             return Ok(None);
         };
         let connection = self.connection(Some(domain)).await?;
-        connection
-            .wait_for_replicas(key, replicas, timeout)
+        let acknowledged = connection
+            .wait_for_replicas(key, requested, timeout)
             .await
-            .map(Some)
-            .map_err(|e| map_error(e, domain, operation, true))
+            .map_err(|e| map_error(e, Some(domain), operation, true))?;
+        if acknowledged < requested {
+            return Err(FenceError::Unreplicated {
+                domain: domain.clone(),
+                operation,
+                requested,
+                acknowledged,
+            });
+        }
+        Ok(Some(acknowledged))
     }
 
     pub(crate) fn check_size(&self, domain: &Domain, size: usize) -> Result<(), FenceError> {

@@ -78,7 +78,11 @@ impl RedisLeases {
                 domain,
                 Operation::Lease,
                 true,
-                &[keys.lease(domain), keys.sequence(domain)],
+                &[
+                    keys.lease(domain),
+                    keys.sequence(domain),
+                    keys.state(domain),
+                ],
                 &[owner.as_str().as_bytes(), ttl_text.as_bytes()],
             )
             .await?;
@@ -201,7 +205,10 @@ impl TokenIssuer for RedisIssuer {
                     domain,
                     Operation::Issue,
                     true,
-                    &[self.fence.inner.keys.sequence(domain)],
+                    &[
+                        self.fence.inner.keys.sequence(domain),
+                        self.fence.inner.keys.state(domain),
+                    ],
                     &[],
                 )
                 .await?;

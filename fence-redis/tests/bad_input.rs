@@ -4,7 +4,8 @@
 mod support;
 
 use fence_core::{
-    Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput, OperationId, WriteRequest,
+    BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput,
+    OperationId, WriteRequest,
 };
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{RedisFence, RedisFenceError};
@@ -210,7 +211,9 @@ async fn an_unreachable_server_is_a_clear_backend_error() {
         .await;
     match refused {
         Err(error @ FenceError::Backend { .. }) => {
-            assert!(error.to_string().starts_with("redis failed"), "{error}")
+            assert!(error.to_string().starts_with("redis failed"), "{error}");
+            assert_eq!(error.backend_kind(), Some(BackendErrorKind::Unavailable));
+            assert!(error.is_retryable(), "a server that is down may come back");
         }
         other => panic!("{other:?}"),
     }
@@ -221,7 +224,13 @@ async fn an_unreachable_server_is_a_clear_backend_error() {
         .unwrap();
     let result = lazy.write(&put(&Domain::new("d").unwrap(), 1)).await;
     assert!(
-        matches!(result, Err(FenceError::Backend { .. })),
+        matches!(
+            result,
+            Err(FenceError::Backend {
+                kind: BackendErrorKind::Unavailable,
+                ..
+            })
+        ),
         "{result:?}"
     );
 }
@@ -244,6 +253,7 @@ async fn a_server_that_denies_eval_gives_a_typed_permission_error() {
                 "+@all",
                 "-eval",
                 "-evalsha",
+                "-get",
             ][..],
         )
         .query_async(&mut raw)
@@ -258,12 +268,21 @@ async fn a_server_that_denies_eval_gives_a_typed_permission_error() {
         .unwrap();
     let domain = Domain::new("d").unwrap();
     let result = fence.write(&put(&domain, 1)).await;
+    let query = fence.query(redis::cmd("GET").arg("anything")).await;
+    let wrong_password = RedisFence::builder()
+        .url(
+            support::shared_url()
+                .unwrap()
+                .replace("redis://", &format!("redis://{user}:nope@")),
+        )
+        .connect()
+        .await;
     let _: () = redis::cmd("ACL")
         .arg(&["DELUSER", user.as_str()][..])
         .query_async(&mut raw)
         .await
         .unwrap();
-    match result {
+    match &result {
         Err(FenceError::Backend { source, .. }) => {
             let typed = source.downcast_ref::<RedisFenceError>();
             assert!(
@@ -273,5 +292,19 @@ async fn a_server_that_denies_eval_gives_a_typed_permission_error() {
             assert!(source.to_string().contains("ACL"), "{source}");
         }
         other => panic!("{other:?}"),
+    }
+    // Every path maps NOPERM the same way, `query` included, and none of it is retryable.
+    for (what, error) in [
+        ("script", result.err()),
+        ("query", query.err()),
+        ("wrong password", wrong_password.err()),
+    ] {
+        let error = error.unwrap_or_else(|| panic!("{what} must fail"));
+        assert_eq!(
+            error.backend_kind(),
+            Some(BackendErrorKind::PermissionDenied),
+            "{what}: {error:?}"
+        );
+        assert!(!error.is_retryable(), "{what}: {error}");
     }
 }

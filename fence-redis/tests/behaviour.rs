@@ -250,15 +250,34 @@ async fn wait_reports_how_many_replicas_acknowledged() {
         "the test replica acknowledges"
     );
 
-    // Asking for more replicas than exist is reported, not hidden and not an error.
+    // Asking for more replicas than acknowledge is not success: the change is on the primary
+    // only, and a retry with the same op id waits again.
     let greedy = RedisFence::builder()
         .url(&url)
         .prefix(&prefix)
         .wait_for_replicas(2, Duration::from_millis(100))
         .build()
         .unwrap();
-    let outcome = put(&greedy, &domain, 2, "v2").await.unwrap();
-    assert_eq!(outcome.accepted().replicas_acknowledged, Some(1));
+    let request = WriteRequest::put(domain.clone(), t(2), "v2")
+        .with_op_id(OperationId::new("greedy").unwrap());
+    for attempt in ["first", "retry"] {
+        match greedy.write(&request).await {
+            Err(
+                error @ FenceError::Unreplicated {
+                    requested: 2,
+                    acknowledged: 1,
+                    ..
+                },
+            ) => assert!(error.is_retryable(), "{attempt}"),
+            other => panic!("{attempt}: expected Unreplicated 1 of 2, got {other:?}"),
+        }
+    }
+    let applied = fence.write(&request).await.unwrap();
+    assert!(
+        applied.is_duplicate(),
+        "applied once, on the primary: {applied:?}"
+    );
+    assert_eq!(applied.accepted().replicas_acknowledged, Some(1));
 
     let replica_url = std::env::var("FENCE_REDIS_REPLICA_URL")
         .unwrap_or_else(|_| "redis://127.0.0.1:6391".into());
@@ -367,4 +386,119 @@ async fn stale_write_after_a_kill_9_restart_is_still_rejected() {
         ),
         (Some(t(8)), Some(Revision::new(2)), Some(t(8)))
     );
+}
+
+// Multi-threaded, as an application is: the connections' tasks see the server go away while
+// the test thread is busy restarting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_is_noticed_before_the_next_request_not_reported_ambiguous() {
+    let Some(server) = RedisServer::start("resend", &[]) else {
+        return;
+    };
+    // Two fences, two connections, each used once before the restart.
+    let one = RedisFence::builder()
+        .url(server.url())
+        .connect()
+        .await
+        .unwrap();
+    let two = RedisFence::builder()
+        .url(server.url())
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("resend");
+    put(&one, &domain, 1, "before").await.unwrap();
+    two.claim(&domain, t(1)).await.unwrap();
+    server.kill_and_restart();
+    // The old connections died with the server. Each noticed (RESP3 reports the loss) and is
+    // replaced, so the next request goes to the new server, not into a dead connection where
+    // it would be ambiguous; a reconnect refused while the server was down is retried.
+    let after = put(&one, &domain, 2, "after").await;
+    assert!(after.is_ok(), "the first write after a restart: {after:?}");
+    let claimed = two.claim(&domain, t(3)).await;
+    assert!(
+        claimed.is_ok(),
+        "the first claim after a restart: {claimed:?}"
+    );
+    let snapshot = one.read(&domain).await.unwrap();
+    assert_eq!(
+        (
+            snapshot.written_by(),
+            snapshot.revision(),
+            snapshot.high_water_mark
+        ),
+        (Some(t(2)), Some(Revision::new(2)), Some(t(3)))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_reply_is_ambiguous_and_both_ways_of_learning_the_outcome_work() {
+    let Some(server) = RedisServer::start("cut", &[]) else {
+        return;
+    };
+    let proxy = fence_conformance::proxy::TcpProxy::start(
+        format!("127.0.0.1:{}", server.port).parse().unwrap(),
+    )
+    .await
+    .unwrap();
+    let fence = RedisFence::builder()
+        .url(format!("redis://127.0.0.1:{}", proxy.port()))
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("cut");
+    put(&fence, &domain, 1, "first").await.unwrap();
+
+    // With an operation id: the retry answers `Duplicate` with the first outcome.
+    let request = WriteRequest::put(domain.clone(), t(2), "second")
+        .with_op_id(OperationId::new("op-2").unwrap());
+    proxy.lose_replies();
+    let cut = fence.write(&request).await;
+    proxy.forward();
+    assert!(
+        matches!(cut, Err(FenceError::Ambiguous { .. })),
+        "a request whose reply was cut must be ambiguous: {cut:?}"
+    );
+    let retry = retry_until_answered(|| fence.write(&request)).await;
+    assert!(
+        retry.is_duplicate(),
+        "the retry must replay, not apply again: {retry:?}"
+    );
+    assert_eq!(retry.accepted().revision, Revision::new(2));
+
+    // Without one: read back the writer token and revision, as the crate docs describe.
+    let before = fence.read(&domain).await.unwrap().revision();
+    proxy.lose_replies();
+    let cut = put(&fence, &domain, 3, "third").await;
+    proxy.forward();
+    assert!(matches!(cut, Err(FenceError::Ambiguous { .. })), "{cut:?}");
+    let snapshot = retry_until_answered(|| fence.read(&domain)).await;
+    assert_eq!(
+        snapshot.written_by(),
+        Some(t(3)),
+        "the write with token 3 applied"
+    );
+    assert_eq!(snapshot.revision(), before.map(Revision::next));
+    assert_eq!(
+        snapshot.value().map(|v| v.to_vec()),
+        Some(b"third".to_vec())
+    );
+}
+
+/// Retries while the connection re-establishes; fails after ~5 s.
+async fn retry_until_answered<T, F, Fut>(mut call: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, FenceError>>,
+{
+    let mut last = None;
+    for _ in 0..50 {
+        match call().await {
+            Ok(value) => return value,
+            Err(error) if error.is_retryable() => last = Some(error),
+            Err(error) => panic!("not retryable: {error}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no answer after 5 s: {last:?}")
 }

@@ -175,3 +175,46 @@ fn fence_redis_prefix(fence: &RedisFence) -> String {
     let key = fence.user_key(&Domain::new("x").unwrap(), "k").unwrap();
     key.split(":{").next().unwrap().to_owned()
 }
+
+#[tokio::test]
+async fn a_recreated_sequence_never_issues_a_token_at_or_below_the_mark() {
+    let Some(fence) = shared_fence("floor").await else {
+        return;
+    };
+    let domain = Domain::new("recreated").unwrap();
+    let issuer = fence.issuer();
+    let leases = fence.leases();
+    assert_eq!(issuer.issue(&domain).await.unwrap().get(), 1);
+    // The resource accepted 12 (a claim by an owner whose token came from elsewhere, or from
+    // before the counter was lost); then the counter is deleted, as a restore or a flush does.
+    fence
+        .claim(&domain, fence_core::FencingToken::new(12).unwrap())
+        .await
+        .unwrap();
+    let sequence = format!("{}:{{recreated}}:seq", fence.prefix());
+    let mut raw = support::raw(&support::shared_url().unwrap()).await;
+    let deleted: i64 = raw.del(&sequence).await.unwrap();
+    assert_eq!(deleted, 1);
+    let issued = issuer.issue(&domain).await.unwrap();
+    assert_eq!(issued.get(), 13, "floored above the mark 12, not 1");
+    fence.claim(&domain, issued).await.unwrap();
+    let _: i64 = raw.del(&sequence).await.unwrap();
+    let lease = leases
+        .acquire(&domain, &owner("after-flush"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(lease.token.get(), 14, "the lease's token is floored too");
+    fence.claim(&domain, lease.token).await.unwrap();
+    // A sequence behind the mark for any other reason is floored the same way.
+    let _: () = raw.set(&sequence, "3").await.unwrap();
+    assert_eq!(issuer.issue(&domain).await.unwrap().get(), 15);
+    // Corrupt fence state is not guessed past: the issuer fails closed.
+    let other = Domain::new("corrupt-state").unwrap();
+    let state = format!("{}:{{corrupt-state}}:state", fence.prefix());
+    let _: () = raw.hset(&state, "fence", "1").await.unwrap();
+    let _: () = raw.hset(&state, "hwm", "not-a-token").await.unwrap();
+    assert!(matches!(
+        issuer.issue(&other).await,
+        Err(FenceError::CorruptState { .. })
+    ));
+}

@@ -9,6 +9,7 @@ use fence_core::{FenceError, InvalidInput};
 use tokio::sync::OnceCell;
 
 use crate::cache::EtagCache;
+use crate::keys::{KeyScheme, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
 use crate::{Inner, S3Fence};
 
 /// Default key prefix of fenced objects.
@@ -42,7 +43,7 @@ pub const MAX_OP_ID_RETENTION: usize = 32;
 ///     .bucket("reports")
 ///     .prefix("fenced/")
 ///     .build()?;
-/// assert_eq!(fence.object_key(&fence_core::Domain::new("q3 report")?), "fenced/q3%20report");
+/// assert_eq!(fence.object_key(&fence_core::Domain::new("q3 report")?)?, "fenced/q3%20report");
 /// # Ok::<(), fence_core::FenceError>(())
 /// ```
 pub struct S3FenceBuilder {
@@ -55,6 +56,8 @@ pub struct S3FenceBuilder {
     cache_capacity: usize,
     op_id_retention: usize,
     max_attempts: usize,
+    max_key_bytes: usize,
+    max_segment_bytes: usize,
 }
 
 impl Default for S3FenceBuilder {
@@ -68,6 +71,8 @@ impl Default for S3FenceBuilder {
             part_size: DEFAULT_PART_SIZE,
             cache_capacity: DEFAULT_CACHE_CAPACITY,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
+            max_key_bytes: DEFAULT_MAX_KEY_BYTES,
+            max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
             max_attempts: 20,
         }
     }
@@ -93,9 +98,31 @@ impl S3FenceBuilder {
         self
     }
 
-    /// The key prefix of fenced objects (default [`DEFAULT_PREFIX`]).
+    /// The key prefix of fenced objects (default [`DEFAULT_PREFIX`]). Must be empty or end with
+    /// `/` (refused by `build` otherwise), so that no two prefixes and domains name the same
+    /// object; the crate docs state the whole key layout.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// The longest object key (default [`DEFAULT_MAX_KEY_BYTES`], AWS's limit) and the longest
+    /// segment between two `/` (default [`DEFAULT_MAX_SEGMENT_BYTES`], the limit of
+    /// filesystem-backed servers) the endpoint accepts. A domain whose key would exceed either
+    /// is refused with [`InvalidInput::KeyTooLong`] before any request.
+    pub fn key_limits(mut self, max_key_bytes: usize, max_segment_bytes: usize) -> Self {
+        self.max_key_bytes = max_key_bytes;
+        self.max_segment_bytes = max_segment_bytes;
+        self
+    }
+
+    /// How many conditional writes one operation attempts when concurrent writers keep winning
+    /// (default 20), with backoff between them; then it fails with
+    /// [`S3FenceError::TooManyConflicts`] (class `Contention`, not retryable as is).
+    ///
+    /// [`S3FenceError::TooManyConflicts`]: crate::S3FenceError::TooManyConflicts
+    pub fn max_attempts(mut self, attempts: usize) -> Self {
+        self.max_attempts = attempts;
         self
     }
 
@@ -145,11 +172,7 @@ impl S3FenceBuilder {
                 "bucket name `{bucket}` must be 1 to 63 characters"
             )));
         }
-        if self.prefix.len() > 512 || self.prefix.chars().any(char::is_control) {
-            return Err(invalid(
-                "key prefix must be at most 512 bytes without control characters".into(),
-            ));
-        }
+        let keys = KeyScheme::new(self.prefix, self.max_key_bytes, self.max_segment_bytes)?;
         if self.part_size < 5 * 1024 * 1024 {
             return Err(invalid(format!(
                 "part size {} is below S3's 5 MiB minimum",
@@ -160,6 +183,9 @@ impl S3FenceBuilder {
             return Err(invalid(
                 "multipart threshold must be at least the part size".into(),
             ));
+        }
+        if self.max_attempts == 0 {
+            return Err(invalid("max_attempts must be at least 1".into()));
         }
         if self.max_value_bytes == 0 || self.op_id_retention > MAX_OP_ID_RETENTION {
             return Err(invalid(format!(
@@ -177,7 +203,7 @@ impl S3FenceBuilder {
             inner: Arc::new(Inner {
                 client,
                 bucket,
-                prefix: self.prefix,
+                keys,
                 max_value_bytes: self.max_value_bytes,
                 multipart_threshold: self.multipart_threshold,
                 part_size: self.part_size,

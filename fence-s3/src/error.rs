@@ -4,7 +4,7 @@ use std::error::Error as StdError;
 
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::http::Response;
-use fence_core::{BoxError, Domain, FenceError, Operation};
+use fence_core::{BackendErrorKind, BoxError, Domain, FenceError, Operation};
 
 pub(crate) const BACKEND: &str = "s3";
 
@@ -54,6 +54,32 @@ pub enum S3FenceError {
     /// The request could not be sent or its answer not read.
     #[error("S3 request failed: {0}")]
     Transport(#[source] BoxError),
+}
+
+impl S3FenceError {
+    /// Whether a retry can help: the class this failure reports as.
+    pub fn kind(&self) -> BackendErrorKind {
+        match self {
+            S3FenceError::AccessDenied { .. } => BackendErrorKind::PermissionDenied,
+            S3FenceError::NoSuchBucket { .. } => BackendErrorKind::NotFound,
+            S3FenceError::ConditionsIgnored { .. } | S3FenceError::AlreadyFenced => {
+                BackendErrorKind::Rejected
+            }
+            S3FenceError::TooManyConflicts { .. } => BackendErrorKind::Contention,
+            S3FenceError::Service { status, .. } => match status {
+                429 | 500..=599 => BackendErrorKind::Unavailable,
+                409 | 412 => BackendErrorKind::Contention,
+                404 => BackendErrorKind::NotFound,
+                _ => BackendErrorKind::Rejected,
+            },
+            S3FenceError::Transport(_) => BackendErrorKind::Unavailable,
+        }
+    }
+}
+
+/// The [`FenceError::Backend`] for `source`, classified by [`S3FenceError::kind`].
+pub(crate) fn backend_error(domain: Option<&Domain>, source: S3FenceError) -> FenceError {
+    FenceError::backend(BACKEND, source.kind(), domain, source)
 }
 
 /// How a failed request ended, for the conditional-write loop and error reporting.
@@ -173,6 +199,6 @@ impl Failure {
                 message: String::new(),
             },
         };
-        FenceError::backend(BACKEND, Some(domain), source)
+        backend_error(Some(domain), source)
     }
 }

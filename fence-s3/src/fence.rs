@@ -18,13 +18,14 @@ use tokio::sync::OnceCell;
 use crate::cache::{EtagCache, Known};
 use crate::config::S3FenceBuilder;
 use crate::envelope::{fresh_nonce, Head, Header, OpRecord};
-use crate::error::{Failure, S3FenceError, BACKEND};
+use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
+use crate::keys::KeyScheme;
 use crate::requests::{decode, Expect};
 
 pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) bucket: String,
-    pub(crate) prefix: String,
+    pub(crate) keys: KeyScheme,
     pub(crate) max_value_bytes: usize,
     pub(crate) multipart_threshold: usize,
     pub(crate) part_size: usize,
@@ -57,9 +58,16 @@ impl S3Fence {
         S3FenceBuilder::default()
     }
 
-    /// The object key of a domain: the prefix plus the domain's injective escaped form.
-    pub fn object_key(&self, domain: &Domain) -> String {
-        format!("{}{}", self.inner.prefix, domain.escaped())
+    /// The object key of a domain: the prefix plus the domain's injective escaped form (the
+    /// crate docs state the layout), or [`InvalidInput::KeyTooLong`] when the endpoint could
+    /// not store it.
+    pub fn object_key(&self, domain: &Domain) -> Result<String, FenceError> {
+        self.inner.keys.object(domain)
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        self.inner.keys.prefix()
     }
 
     /// The bucket.
@@ -102,8 +110,8 @@ impl S3Fence {
         mut payload_of: impl FnMut(&Header) -> Option<Bytes>,
         finish: impl Fn(&Header) -> T,
     ) -> Result<T, FenceError> {
+        let key = self.object_key(domain)?;
         self.probe().await?;
-        let key = self.object_key(domain);
         let mut use_cache = true;
         for attempt in 0..self.inner.max_attempts {
             let cached = if use_cache {
@@ -173,8 +181,7 @@ impl S3Fence {
                 }
             }
         }
-        Err(FenceError::backend(
-            BACKEND,
+        Err(backend_error(
             Some(domain),
             S3FenceError::TooManyConflicts {
                 attempts: self.inner.max_attempts,
@@ -300,10 +307,13 @@ impl S3Fence {
         self.conditional_update(
             domain,
             Operation::Claim,
-            |current, _| {
+            |current, from_cache| {
                 *previous.lock().unwrap_or_else(|p| p.into_inner()) = current.map(|h| h.hwm);
                 rule::check_claim(domain, current.map(|h| h.hwm), token)?;
                 match current {
+                    // A claim confirms ownership: the cache can prove `Fenced` (its mark is
+                    // never above the real one) but not that the mark is still this token.
+                    Some(header) if header.hwm == token && from_cache => Ok(Step::Reload),
                     Some(header) if header.hwm == token => {
                         Ok(Step::Done(Claimed::new(token, Some(token))))
                     }
@@ -333,7 +343,7 @@ impl S3Fence {
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-        let key = self.object_key(domain);
+        let key = self.object_key(domain)?;
         let Some(fetched) = self.fetch(&key, domain, Operation::Read, None).await? else {
             return Ok(Snapshot::new(None, Entry::Absent));
         };
@@ -359,7 +369,7 @@ impl S3Fence {
     }
 
     async fn hwm_now(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        let key = self.object_key(domain);
+        let key = self.object_key(domain)?;
         let loaded = self
             .load_header(&key, domain, Operation::HighWaterMark)
             .await?;
@@ -382,7 +392,7 @@ impl fmt::Debug for S3Fence {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("S3Fence")
             .field("bucket", &self.inner.bucket)
-            .field("prefix", &self.inner.prefix)
+            .field("prefix", &self.inner.keys.prefix())
             .field("max_value_bytes", &self.inner.max_value_bytes)
             .field("cache", &self.cache_usage())
             .finish_non_exhaustive()

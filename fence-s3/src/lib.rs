@@ -5,6 +5,7 @@ mod config;
 mod envelope;
 mod error;
 mod fence;
+mod keys;
 mod pointer;
 mod probe;
 mod requests;
@@ -18,4 +19,5 @@ pub use config::{
 pub use error::S3FenceError;
 pub(crate) use fence::Inner;
 pub use fence::S3Fence;
+pub use keys::{DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
 pub use pointer::Immutable;

@@ -12,7 +12,7 @@ use fence_core::{Accepted, Domain, FenceError, FencingToken, Operation, Revision
 
 use crate::cache::Known;
 use crate::envelope::{fresh_nonce, Head, Header, Invalid};
-use crate::error::{Failure, S3FenceError, BACKEND};
+use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
 use crate::requests::Expect;
 use crate::S3Fence;
 
@@ -36,12 +36,10 @@ impl fence_core::telemetry::OutcomeLabel for Immutable {
 }
 
 impl S3Fence {
-    /// The key of an immutable data object `name` of `domain`.
-    pub fn immutable_key(&self, domain: &Domain, name: &str) -> String {
-        let name = Domain::new(name)
-            .map(|n| n.escaped())
-            .unwrap_or_else(|_| String::from("%00"));
-        format!("{}.data/{}/{name}", self.inner.prefix, domain.escaped())
+    /// The key of an immutable data object `name` of `domain` (`name` follows the rules of a
+    /// domain name); an invalid or overlong name is [`FenceError::InvalidInput`].
+    pub fn immutable_key(&self, domain: &Domain, name: &str) -> Result<String, FenceError> {
+        self.inner.keys.data(domain, name)
     }
 
     /// Creates an immutable data object (create-only: an existing one is never overwritten).
@@ -53,8 +51,7 @@ impl S3Fence {
         bytes: Bytes,
     ) -> Result<Immutable, FenceError> {
         observe(BACKEND, Operation::Write, domain, None, async {
-            Domain::new(name)?; // the same rules as a domain name
-            let key = self.immutable_key(domain, name);
+            let key = self.immutable_key(domain, name)?;
             if bytes.len() > self.inner.max_value_bytes {
                 return Err(fence_core::InvalidInput::ValueTooLarge {
                     domain: domain.clone(),
@@ -78,7 +75,7 @@ impl S3Fence {
         domain: &Domain,
         name: &str,
     ) -> Result<Option<Bytes>, FenceError> {
-        let key = self.immutable_key(domain, name);
+        let key = self.immutable_key(domain, name)?;
         Ok(self
             .fetch(&key, domain, Operation::Read, None)
             .await?
@@ -94,8 +91,8 @@ impl S3Fence {
         token: FencingToken,
     ) -> Result<Accepted, FenceError> {
         observe(BACKEND, Operation::Write, domain, Some(token), async {
+            let key = self.object_key(domain)?;
             self.probe().await?;
-            let key = self.object_key(domain);
             let Some(fetched) = self.fetch(&key, domain, Operation::Write, None).await? else {
                 return Err(FenceError::corrupt(
                     BACKEND,
@@ -105,13 +102,7 @@ impl S3Fence {
             };
             match Header::decode(&fetched.bytes) {
                 Err(Invalid::Foreign) => {}
-                Ok(_) => {
-                    return Err(FenceError::backend(
-                        BACKEND,
-                        Some(domain),
-                        S3FenceError::AlreadyFenced,
-                    ))
-                }
+                Ok(_) => return Err(backend_error(Some(domain), S3FenceError::AlreadyFenced)),
                 Err(Invalid::Corrupt(why)) => {
                     return Err(FenceError::corrupt(
                         BACKEND,

@@ -3,7 +3,7 @@
 use fence_core::{Domain, FenceError, Operation};
 
 use crate::envelope::fresh_nonce;
-use crate::error::{classify, Failure, S3FenceError, BACKEND};
+use crate::error::{backend_error, classify, Failure, S3FenceError};
 use crate::requests::Expect;
 use crate::S3Fence;
 
@@ -12,7 +12,7 @@ const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";
 
 impl S3Fence {
     /// Checks once that the endpoint enforces `If-None-Match: *` and `If-Match`, by writing a
-    /// probe object under the prefix (`<prefix>.fence-probe/<nonce>`, deleted afterwards).
+    /// probe object under the prefix (`<prefix>!probe!<nonce>`, deleted afterwards).
     /// Runs before the first write, or in [`crate::S3FenceBuilder::connect`]; an endpoint that
     /// accepts a false condition is refused with [`S3FenceError::ConditionsIgnored`].
     pub async fn probe(&self) -> Result<(), FenceError> {
@@ -24,12 +24,11 @@ impl S3Fence {
     }
 
     async fn run_probe(&self) -> Result<(), FenceError> {
-        let key = format!("{}.fence-probe/{:016x}", self.inner.prefix, fresh_nonce());
+        let key = self.inner.keys.probe(fresh_nonce());
         let domain = Domain::new("fence-capability-probe")?;
         let fail = |failure: Failure| failure.into_fence_error(&domain, Operation::Write, false);
         let ignored = |detail: &str| {
-            FenceError::backend(
-                BACKEND,
+            backend_error(
                 None,
                 S3FenceError::ConditionsIgnored {
                     detail: detail.to_owned(),
@@ -46,8 +45,7 @@ impl S3Fence {
             .await
         {
             return Err(match classify(error, &self.inner.bucket) {
-                Failure::NotFound => FenceError::backend(
-                    BACKEND,
+                Failure::NotFound => backend_error(
                     None,
                     S3FenceError::NoSuchBucket {
                         bucket: self.inner.bucket.clone(),

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use fence_core::{Domain, FenceError, Operation};
 
 use crate::envelope::{Header, Invalid, MAX_HEADER_BYTES};
-use crate::error::{classify, Failure, S3FenceError, BACKEND};
+use crate::error::{backend_error, classify, Failure, S3FenceError, BACKEND};
 use crate::S3Fence;
 
 /// The write condition that makes a PUT a compare-and-set.
@@ -31,7 +31,7 @@ impl S3Fence {
         key: &str,
         domain: &Domain,
         operation: Operation,
-        range: Option<usize>,
+        mut range: Option<usize>,
     ) -> Result<Option<Fetched>, FenceError> {
         let mut attempt = 0;
         loop {
@@ -48,6 +48,14 @@ impl S3Fence {
                 Ok(output) => output,
                 Err(error) => match classify(error, &self.inner.bucket) {
                     Failure::NotFound => return Ok(None),
+                    // A range past the end of an empty object: read it whole, so that a
+                    // zero-byte object is judged by its (missing) envelope like any other.
+                    Failure::Refused(S3FenceError::Service { status: 416, .. })
+                        if range.is_some() =>
+                    {
+                        range = None;
+                        continue;
+                    }
                     Failure::Throttled | Failure::Conflict if attempt < self.inner.max_attempts => {
                         attempt += 1;
                         self.backoff(attempt).await;
@@ -63,9 +71,7 @@ impl S3Fence {
                 .body
                 .collect()
                 .await
-                .map_err(|e| {
-                    FenceError::backend(BACKEND, Some(domain), S3FenceError::Transport(Box::new(e)))
-                })?
+                .map_err(|e| backend_error(Some(domain), S3FenceError::Transport(Box::new(e))))?
                 .into_bytes();
             return Ok(Some(Fetched { etag, bytes }));
         }

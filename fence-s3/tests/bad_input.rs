@@ -4,7 +4,8 @@
 mod support;
 
 use fence_core::{
-    Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput, WriteRequest,
+    BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput,
+    WriteRequest,
 };
 use fence_s3::{S3Fence, S3FenceError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -61,7 +62,7 @@ async fn corrupt_fence_state_fails_closed_and_is_left_alone() {
     ];
     for (name, body) in cases {
         let domain = Domain::new(name).unwrap();
-        let key = fence.object_key(&domain);
+        let key = fence.object_key(&domain).unwrap();
         raw_put(&key, body).await;
         for result in [
             fence.write(&put(&domain, 9)).await.map(|_| ()),
@@ -87,7 +88,7 @@ async fn a_foreign_object_fails_closed_until_adopted() {
         return;
     };
     let domain = Domain::new("legacy-report").unwrap();
-    let key = fence.object_key(&domain);
+    let key = fence.object_key(&domain).unwrap();
     raw_put(&key, b"written by another tool").await;
     match fence.write(&put(&domain, 5)).await {
         Err(FenceError::CorruptState { detail, .. }) => {
@@ -312,5 +313,261 @@ async fn an_endpoint_that_ignores_conditions_is_refused() {
             Err(Some(S3FenceError::ConditionsIgnored { .. }))
         ),
         "{write:?}"
+    );
+}
+
+fn d(name: &str) -> Domain {
+    Domain::new(name).unwrap()
+}
+
+fn kind_of(result: &Result<impl std::fmt::Debug, FenceError>) -> Option<BackendErrorKind> {
+    result.as_ref().err().and_then(FenceError::backend_kind)
+}
+
+#[tokio::test]
+async fn a_zero_byte_object_is_corrupt_state_not_a_retryable_error() {
+    let Some((fence, _)) = support::shared_fence("empty").await else {
+        return;
+    };
+    let domain = d("empty");
+    let key = fence.object_key(&domain).unwrap();
+    raw_put(&key, b"").await;
+    for result in [
+        fence.write(&put(&domain, 9)).await.map(|_| ()),
+        fence.read(&domain).await.map(|_| ()),
+        fence
+            .claim(&domain, FencingToken::new(9).unwrap())
+            .await
+            .map(|_| ()),
+        fence.high_water_mark(&domain).await.map(|_| ()),
+    ] {
+        match result {
+            Err(error @ FenceError::CorruptState { .. }) => assert!(!error.is_retryable()),
+            other => panic!("a zero-byte object must be CorruptState, got {other:?}"),
+        }
+    }
+    assert_eq!(raw_get(&key).await, b"", "nothing overwritten");
+}
+
+#[tokio::test]
+async fn prefixes_domains_and_internal_objects_never_share_an_object() {
+    let Some(endpoint) = support::shared_endpoint() else {
+        return;
+    };
+    let base = support::unique_prefix("keys");
+    let fence = |prefix: String| {
+        S3Fence::builder()
+            .client(support::client(&endpoint))
+            .bucket(support::BUCKET)
+            .prefix(prefix)
+            .build()
+    };
+    // `t1` + `2x` and `t12` + `x` would both be `t12x`: such prefixes are refused.
+    for bad in ["t1", "t12"] {
+        assert!(
+            matches!(
+                fence(format!("{base}{bad}")),
+                Err(FenceError::InvalidInput(InvalidInput::Configuration(_)))
+            ),
+            "prefix {bad:?} must be refused"
+        );
+    }
+    let t1 = fence(format!("{base}t1/")).unwrap();
+    let t12 = fence(format!("{base}t12/")).unwrap();
+    t1.write(&put(&d("2x"), 5)).await.unwrap();
+    let other = t12.write(&put(&d("x"), 1)).await.unwrap();
+    assert_eq!(
+        other.accepted().previous_high_water_mark,
+        None,
+        "t12/ + x has its own, fresh mark"
+    );
+
+    // Internal objects live where no domain can reach: after a data object and a probe exist,
+    // domains spelled like them are ordinary fresh domains, and `.`/`..` work too.
+    let store = fence(format!("{base}ns/")).unwrap();
+    store.probe().await.unwrap();
+    let created = store.put_immutable(&d("d"), "n", "data".into()).await;
+    assert!(
+        matches!(created, Ok(fence_s3::Immutable::Created(_))),
+        "{created:?}"
+    );
+    let names = [
+        ".data",
+        ".fence-probe",
+        ".",
+        "..",
+        "...",
+        "!data!d!n",
+        "%2E",
+        "d",
+        "d/n",
+    ];
+    for name in names {
+        let written = store
+            .write(&WriteRequest::put(
+                d(name),
+                FencingToken::new(3).unwrap(),
+                name,
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("domain {name:?}: {e}"));
+        assert_eq!(
+            written.accepted().previous_high_water_mark,
+            None,
+            "{name:?}"
+        );
+    }
+    for name in names {
+        let snapshot = store.read(&d(name)).await.unwrap();
+        assert_eq!(
+            snapshot.value().map(|v| v.to_vec()),
+            Some(name.as_bytes().to_vec()),
+            "{name:?} reads back its own value"
+        );
+    }
+    assert_eq!(
+        store.get_immutable(&d("d"), "n").await.unwrap().as_deref(),
+        Some(&b"data"[..])
+    );
+    assert!(matches!(
+        store.immutable_key(&d("d"), ""),
+        Err(FenceError::InvalidInput(_))
+    ));
+}
+
+#[tokio::test]
+async fn keys_past_the_endpoint_limits_are_invalid_input_before_any_request() {
+    let Some(endpoint) = support::shared_endpoint() else {
+        return;
+    };
+    let requests = support::RequestCounter::default();
+    let client = aws_sdk_s3::Client::from_conf(
+        support::config(&endpoint, support::ACCESS_KEY, support::SECRET_KEY)
+            .interceptor(requests.clone())
+            .build(),
+    );
+    let prefix = support::unique_prefix("long");
+    let fence = S3Fence::builder()
+        .client(client.clone())
+        .bucket(support::BUCKET)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    requests.take();
+    let wide = d(&"é".repeat(128)); // 256 bytes, 768 escaped
+    for result in [
+        fence.write(&put(&wide, 1)).await.map(|_| ()),
+        fence.read(&wide).await.map(|_| ()),
+        fence
+            .claim(&wide, FencingToken::new(1).unwrap())
+            .await
+            .map(|_| ()),
+        fence.high_water_mark(&wide).await.map(|_| ()),
+    ] {
+        match result {
+            Err(FenceError::InvalidInput(InvalidInput::KeyTooLong {
+                domain,
+                len: 768,
+                max: 255,
+                ..
+            })) => assert_eq!(domain, wide),
+            other => panic!("expected KeyTooLong, got {other:?}"),
+        }
+    }
+    assert_eq!(requests.take(), 0, "refused before any request");
+    // The default limit is SeaweedFS's real one: 255 bytes work, 256 are refused by the server.
+    fence.write(&put(&d(&"a".repeat(255)), 1)).await.unwrap();
+    let lax = S3Fence::builder()
+        .client(client)
+        .bucket(support::BUCKET)
+        .prefix(&prefix)
+        .key_limits(4096, 4096)
+        .build()
+        .unwrap();
+    let refused = lax.write(&put(&d(&"a".repeat(256)), 1)).await;
+    assert_eq!(
+        kind_of(&refused),
+        Some(BackendErrorKind::Rejected),
+        "{refused:?}"
+    );
+    assert!(!refused.is_err_and(|e| e.is_retryable()));
+}
+
+#[tokio::test]
+async fn every_error_class_says_whether_a_retry_can_help() {
+    let Some(endpoint) = support::shared_endpoint() else {
+        return;
+    };
+    let builder = |client| {
+        S3Fence::builder()
+            .client(client)
+            .bucket(support::BUCKET)
+            .prefix(support::unique_prefix("classes"))
+    };
+    let check = |what: &str, result: Result<(), FenceError>, kind, retryable| {
+        let error = result.expect_err(what);
+        assert_eq!(error.backend_kind(), Some(kind), "{what}: {error:?}");
+        assert_eq!(error.is_retryable(), retryable, "{what}: {error}");
+    };
+    let denied = builder(aws_sdk_s3::Client::from_conf(
+        support::config(&endpoint, support::ACCESS_KEY, "not-the-secret").build(),
+    ))
+    .connect()
+    .await
+    .map(|_| ());
+    check(
+        "access denied",
+        denied,
+        BackendErrorKind::PermissionDenied,
+        false,
+    );
+    let missing = builder(support::client(&endpoint))
+        .bucket("fence-no-such-bucket-anywhere")
+        .connect()
+        .await
+        .map(|_| ());
+    check("missing bucket", missing, BackendErrorKind::NotFound, false);
+    let nobody = builder(support::client("http://127.0.0.1:1"))
+        .connect()
+        .await
+        .map(|_| ());
+    check(
+        "refused connection",
+        nobody,
+        BackendErrorKind::Unavailable,
+        true,
+    );
+    let ignoring = builder(support::client(&condition_ignoring_endpoint().await))
+        .connect()
+        .await
+        .map(|_| ());
+    check(
+        "conditions ignored",
+        ignoring,
+        BackendErrorKind::Rejected,
+        false,
+    );
+
+    // Lost compare-and-sets: B moves the object under A's cache, and A may try only once.
+    let prefix = support::unique_prefix("contention");
+    let a = builder(support::client(&endpoint))
+        .prefix(&prefix)
+        .max_attempts(1)
+        .build()
+        .unwrap();
+    let b = builder(support::client(&endpoint))
+        .prefix(&prefix)
+        .build()
+        .unwrap();
+    let domain = d("contended");
+    a.write(&put(&domain, 1)).await.unwrap();
+    b.write(&put(&domain, 1)).await.unwrap();
+    let lost = a.write(&put(&domain, 1)).await.map(|_| ());
+    check(
+        "conflicts exhausted",
+        lost,
+        BackendErrorKind::Contention,
+        false,
     );
 }

@@ -56,7 +56,7 @@ async fn a_steady_state_write_is_one_request() {
             .build(),
         ))
         .bucket(support::BUCKET)
-        .prefix(fence.object_key(&d("x")).trim_end_matches('x'))
+        .prefix(fence.prefix())
         .connect()
         .await
         .unwrap();
@@ -77,7 +77,7 @@ async fn identical_payloads_never_share_an_etag_so_a_stale_cas_fails() {
     let newer = S3Fence::builder()
         .client(support::client(&support::shared_endpoint().unwrap()))
         .bucket(support::BUCKET)
-        .prefix(stale.object_key(&d("x")).trim_end_matches('x'))
+        .prefix(stale.prefix())
         .build()
         .unwrap();
     let domain = d("report");
@@ -110,7 +110,7 @@ async fn head_etag(fence: &S3Fence, domain: &Domain) -> String {
     let head = client
         .head_object()
         .bucket(support::BUCKET)
-        .key(fence.object_key(domain))
+        .key(fence.object_key(domain).unwrap())
         .send()
         .await
         .unwrap();
@@ -132,7 +132,7 @@ async fn deleted_objects_keep_the_mark_so_a_stale_recreate_fails() {
     let zombie = S3Fence::builder()
         .client(support::client(&support::shared_endpoint().unwrap()))
         .bucket(support::BUCKET)
-        .prefix(fence.object_key(&d("x")).trim_end_matches('x'))
+        .prefix(fence.prefix())
         .build()
         .unwrap();
     assert_fenced(put(&zombie, &domain, 3, "zombie").await, 3, 4);
@@ -175,7 +175,7 @@ async fn multipart_writes_complete_with_the_same_condition() {
         return;
     };
     let endpoint = support::shared_endpoint().unwrap();
-    let prefix = fence.object_key(&d("x")).trim_end_matches('x').to_owned();
+    let prefix = fence.prefix().to_owned();
     let small_parts = |client| {
         S3Fence::builder()
             .client(client)
@@ -359,4 +359,94 @@ async fn a_timeout_after_send_is_ambiguous_and_a_retry_never_applies_twice() {
         fence.read(&domain).await.unwrap().revision(),
         Some(Revision::new(2))
     );
+}
+
+/// Another process's fence: its own client and its own cache, on the same objects.
+fn second_instance(fence: &S3Fence) -> S3Fence {
+    S3Fence::builder()
+        .client(support::client(&support::shared_endpoint().unwrap()))
+        .bucket(support::BUCKET)
+        .prefix(fence.prefix())
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_claim_the_cache_would_confirm_is_decided_at_the_resource() {
+    let Some((a, _)) = shared_fence("claim-cache").await else {
+        return;
+    };
+    let b = second_instance(&a);
+    let domain = d("job-5");
+    assert_eq!(
+        a.claim(&domain, t(5))
+            .await
+            .unwrap()
+            .previous_high_water_mark,
+        None
+    );
+    assert_eq!(
+        b.claim(&domain, t(6))
+            .await
+            .unwrap()
+            .previous_high_water_mark,
+        Some(t(5))
+    );
+    // A's cache still says 5: confirming 5 again must ask S3, which says 6.
+    assert_fenced(a.claim(&domain, t(5)).await, 5, 6);
+    assert_eq!(a.high_water_mark(&domain).await.unwrap(), Some(t(6)));
+    // And A's cache, refreshed, now refuses 5 with no request; 6 is confirmed at S3 too.
+    assert_fenced(a.claim(&domain, t(5)).await, 5, 6);
+    assert_eq!(
+        a.claim(&domain, t(6))
+            .await
+            .unwrap()
+            .previous_high_water_mark,
+        Some(t(6))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cut_reply_is_ambiguous_and_both_ways_of_learning_the_outcome_work() {
+    let Some(endpoint) = support::shared_endpoint() else {
+        return;
+    };
+    let upstream = endpoint.trim_start_matches("http://").parse().unwrap();
+    let proxy = fence_conformance::proxy::TcpProxy::start(upstream)
+        .await
+        .unwrap();
+    let fence = S3Fence::builder()
+        .client(support::client(&format!("http://{}", proxy.address())))
+        .bucket(support::BUCKET)
+        .prefix(support::unique_prefix("cut"))
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("cut");
+    put(&fence, &domain, 1, "first").await.unwrap();
+
+    // With an operation id: the retry answers `Duplicate` with the first outcome.
+    let request = WriteRequest::put(domain.clone(), t(2), "second")
+        .with_op_id(OperationId::new("op-2").unwrap());
+    proxy.lose_replies();
+    let cut = fence.write(&request).await;
+    proxy.forward();
+    assert!(
+        matches!(cut, Err(FenceError::Ambiguous { .. })),
+        "a PUT whose reply was cut must be ambiguous: {cut:?}"
+    );
+    let retry = fence.write(&request).await.unwrap();
+    assert!(retry.is_duplicate(), "the retry must replay, not apply again: {retry:?}");
+    assert_eq!(retry.accepted().revision, Revision::new(2));
+
+    // Without one: read back the writer token, revision and value, as the crate docs describe.
+    let before = fence.read(&domain).await.unwrap().revision();
+    proxy.lose_replies();
+    let cut = put(&fence, &domain, 3, "third").await;
+    proxy.forward();
+    assert!(matches!(cut, Err(FenceError::Ambiguous { .. })), "{cut:?}");
+    let snapshot = fence.read(&domain).await.unwrap();
+    assert_eq!(snapshot.written_by(), Some(t(3)), "the write with token 3 applied");
+    assert_eq!(snapshot.revision(), before.map(Revision::next));
+    assert_eq!(snapshot.value().map(|v| v.to_vec()), Some(b"third".to_vec()));
 }

@@ -220,6 +220,16 @@ impl NoidaServer {
         }
     }
 
+    /// SIGSTOP or SIGCONT the broker, to make requests hang.
+    pub fn signal(&self, signal: &str) {
+        let pid = self.child.lock().unwrap().as_ref().map(Child::id).expect("running");
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status();
+        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
+    }
+
     /// Waits out the broker's snapshot delay (~1.2 s after a write), stops it with SIGTERM and
     /// starts it again on the same port and data.
     pub fn restart(&self) {

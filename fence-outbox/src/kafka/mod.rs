@@ -5,7 +5,7 @@
 //! Each effect record carries the fence headers (`fence-domain`, `fence-token`, `fence-op`) and
 //! [`KEY_HEADER`], [`KIND_HEADER`], [`DESTINATION_HEADER`]; its Kafka key is its idempotency key
 //! and its value the payload. Consumers of the data topic that are not the relay skip records
-//! with [`KEY_HEADER`].
+//! with [`KEY_HEADER`] (effects) or [`PROGRESS_HEADER`] (the relay's progress marks).
 //!
 //! The relay ([`KafkaRelayStore`]) follows the data topic read_committed and keeps its progress
 //! (attempts, delivered, dead-lettered) as records of its own fenced domain
@@ -27,3 +27,6 @@ pub const KEY_HEADER: &str = "fence-outbox-key";
 pub const KIND_HEADER: &str = "fence-outbox-kind";
 /// Header carrying an effect's destination.
 pub const DESTINATION_HEADER: &str = "fence-outbox-destination";
+/// Header marking a relay's progress record (its value names the relay and partition), so that
+/// consumers of the business topic can skip it like an effect record.
+pub const PROGRESS_HEADER: &str = "fence-outbox-progress";

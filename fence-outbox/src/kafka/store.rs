@@ -14,7 +14,7 @@ use tokio::sync::Mutex;
 
 use super::outbox::KafkaOutbox;
 use super::progress::Progress;
-use super::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER};
+use super::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER, PROGRESS_HEADER};
 use crate::entry::{EntryStatus, OutboxEntry, Settlement};
 use crate::error::OutboxError;
 use crate::key::IdempotencyKey;
@@ -221,11 +221,11 @@ impl KafkaRelayStore {
         relay: FencingToken,
         progress: Progress,
     ) -> Result<(), OutboxError> {
-        let request = AppendRequest::new(
-            self.progress_domain.clone(),
-            relay,
-            vec![Record::new(progress.encode())],
+        let record = Record::new(progress.encode()).with_header(
+            PROGRESS_HEADER,
+            Bytes::copy_from_slice(self.progress_domain.as_str().as_bytes()),
         );
+        let request = AppendRequest::new(self.progress_domain.clone(), relay, vec![record]);
         self.outbox.fence.append(&request).await?;
         view.apply_progress(&progress);
         Ok(())

@@ -161,6 +161,9 @@ pub struct Recorded {
     pub duplicate: bool,
     /// What the state change returned (`Nil` for a duplicate).
     pub result: Value,
+    /// Replicas that acknowledged the transition, when the fence waits for them (fewer than
+    /// asked is [`FenceError::Unreplicated`], never a plain success).
+    pub replicas_acknowledged: Option<u32>,
 }
 
 /// A run of the transition script, and whether the domain already had pending entries.
@@ -307,8 +310,10 @@ impl RedisOutbox {
             .await?;
         let reply = parse(domain, value).map_err(|e| with_presented(e, t.token))?;
         let had_pending = reply.text(domain, 2).is_ok_and(|flag| flag == "1");
+        let mut recorded = self.recorded(t, reply, effect_keys)?;
+        recorded.replicas_acknowledged = self.fence.wait_for_replicas(domain).await?;
         Ok(Ran {
-            recorded: self.recorded(t, reply, effect_keys)?,
+            recorded,
             had_pending,
         })
     }
@@ -365,6 +370,7 @@ impl RedisOutbox {
             } else {
                 reply.fields.get(1).cloned().unwrap_or(Value::Nil)
             },
+            replicas_acknowledged: None,
         })
     }
 

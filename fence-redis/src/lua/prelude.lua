@@ -93,9 +93,10 @@ local function admit(state_key, op_key, token, strict, has_op)
   return s
 end
 
--- Issues the next token from a domain's sequence key.
--- Returns the token, or nil and the reply to return as is.
-local function next_token(seq_key)
+-- Issues the next token from a domain's sequence key, floored above the domain's mark (in
+-- state_key): a sequence that was deleted or restored from an old snapshot never issues a token
+-- the resource already fences. Returns the token, or nil and the reply to return as is.
+local function next_token(seq_key, state_key)
   local kind = redis.call('TYPE', seq_key)['ok']
   if kind ~= 'none' and kind ~= 'string' then
     return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' holds a ' .. kind }
@@ -104,6 +105,9 @@ local function next_token(seq_key)
   if last ~= nil and not is_token(last) then
     return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' is not a canonical u64 token' }
   end
+  local s, reason = load_state(state_key, false)
+  if not s then return nil, { 'corrupt', reason } end
+  if s.hwm ~= nil and (last == nil or cmp(last, s.hwm) < 0) then last = s.hwm end
   local token = increment(last)
   if token == nil then return nil, { 'exhausted' } end
   redis.call('SET', seq_key, token)

@@ -1,0 +1,159 @@
+//! A loopback TCP proxy for fault injection in adapter tests: it forwards bytes between a client
+//! and a real server, and on request holds them (a lagging link), loses replies (a connection cut
+//! after the request reached the server), or cuts every connection.
+//!
+//! ```no_run
+//! # async fn example() -> std::io::Result<()> {
+//! use fence_conformance::proxy::TcpProxy;
+//! let proxy = TcpProxy::start("127.0.0.1:6390".parse().unwrap()).await?;
+//! // Point the client at `proxy.address()` instead of the server, then:
+//! proxy.lose_replies(); // the next requests reach the server, their replies never come back
+//! proxy.forward();
+//! # Ok(()) }
+//! ```
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Notify};
+use tokio::task::JoinHandle;
+
+/// What the proxy does with the bytes it reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Forward both ways.
+    Forward,
+    /// Keep the bytes read in both directions until the mode changes: a link that lags.
+    Hold,
+    /// Forward requests to the server, but drop the first reply and close the connection:
+    /// the request may have run, and the client cannot know.
+    LoseReplies,
+}
+
+/// A running proxy; it stops (and closes every connection) when dropped.
+#[derive(Debug)]
+pub struct TcpProxy {
+    address: SocketAddr,
+    mode: watch::Sender<Mode>,
+    cut: Arc<Notify>,
+    acceptor: JoinHandle<()>,
+}
+
+impl TcpProxy {
+    /// Listens on a free loopback port and forwards every connection to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let address = listener.local_addr()?;
+        let (mode, _) = watch::channel(Mode::Forward);
+        let cut = Arc::new(Notify::new());
+        let acceptor = tokio::spawn(accept(listener, upstream, mode.clone(), cut.clone()));
+        Ok(TcpProxy {
+            address,
+            mode,
+            cut,
+            acceptor,
+        })
+    }
+
+    /// Where clients connect.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The port clients connect to.
+    pub fn port(&self) -> u16 {
+        self.address.port()
+    }
+
+    /// Forwards both ways again (held bytes are delivered, in order).
+    pub fn forward(&self) {
+        self.mode.send_replace(Mode::Forward);
+    }
+
+    /// Holds every byte in both directions until [`TcpProxy::forward`].
+    pub fn hold(&self) {
+        self.mode.send_replace(Mode::Hold);
+    }
+
+    /// Lets requests through and loses replies, closing each connection that gets one.
+    pub fn lose_replies(&self) {
+        self.mode.send_replace(Mode::LoseReplies);
+    }
+
+    /// Closes every open connection now (new ones are accepted).
+    pub fn cut_all(&self) {
+        self.cut.notify_waiters();
+    }
+}
+
+impl Drop for TcpProxy {
+    fn drop(&mut self) {
+        self.acceptor.abort();
+        self.cut.notify_waiters();
+    }
+}
+
+async fn accept(
+    listener: TcpListener,
+    upstream: SocketAddr,
+    mode: watch::Sender<Mode>,
+    cut: Arc<Notify>,
+) {
+    while let Ok((client, _)) = listener.accept().await {
+        let Ok(server) = TcpStream::connect(upstream).await else {
+            continue; // dropping the client refuses it, as the server would
+        };
+        let (mode, cut) = (mode.subscribe(), cut.clone());
+        tokio::spawn(async move {
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (client_read, client_write) = client.into_split();
+            let (server_read, server_write) = server.into_split();
+            let mut requests = tokio::spawn(pump(client_read, server_write, mode.clone(), false));
+            let mut replies = tokio::spawn(pump(server_read, client_write, mode, true));
+            // Either direction ending (or a cut) closes the whole connection.
+            tokio::select! {
+                _ = &mut requests => {}
+                _ = &mut replies => {}
+                _ = cut.notified() => {}
+            }
+            requests.abort();
+            replies.abort();
+        });
+    }
+}
+
+async fn pump(
+    mut from: OwnedReadHalf,
+    mut to: OwnedWriteHalf,
+    mut mode: watch::Receiver<Mode>,
+    replies: bool,
+) {
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut buffer).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let current = loop {
+            let current = *mode.borrow_and_update();
+            if current != Mode::Hold {
+                break current;
+            }
+            if mode.changed().await.is_err() {
+                return;
+            }
+        };
+        if replies && current == Mode::LoseReplies {
+            return;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
+}

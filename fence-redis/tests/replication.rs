@@ -1,0 +1,116 @@
+//! Replica acknowledgement against a real primary and replica whose replication link runs
+//! through a loopback proxy that can hold the bytes: a change the replica has not acknowledged
+//! is never reported as plain success, and a failover at that moment loses it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use fence_conformance::proxy::TcpProxy;
+use fence_conformance::services::{domain as d, token as t};
+use fence_core::{Fence, FenceError, FencedStore, Operation, OperationId, WriteRequest};
+use fence_redis::{FencedScript, RedisFence, ScriptCall};
+use support::RedisServer;
+
+async fn wait_for_link(replica: &RedisServer) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !replica
+        .cli(&["INFO", "replication"])
+        .contains("master_link_status:up")
+    {
+        assert!(Instant::now() < deadline, "the replica never synced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn unreplicated(result: Result<impl std::fmt::Debug, FenceError>, operation: Operation) {
+    match result {
+        Err(
+            ref error @ FenceError::Unreplicated {
+                operation: op,
+                requested: 1,
+                acknowledged: 0,
+                ..
+            },
+        ) => {
+            assert_eq!(op, operation);
+            assert!(error.is_retryable());
+        }
+        other => panic!("expected {operation} unreplicated 0 of 1, got {other:?}"),
+    }
+}
+
+// Multi-threaded: the proxy's tasks run while the test waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_no_replica_acknowledged_is_unreplicated_and_a_retry_waits_again() {
+    let Some(primary) = RedisServer::start("primary", &[]) else {
+        return;
+    };
+    let link = TcpProxy::start(format!("127.0.0.1:{}", primary.port).parse().unwrap())
+        .await
+        .unwrap();
+    let port = link.port().to_string();
+    let replica = RedisServer::start("replica", &["--replicaof", "127.0.0.1", &port]).unwrap();
+    wait_for_link(&replica).await;
+    let fence = RedisFence::builder()
+        .url(primary.url())
+        .wait_for_replicas(1, Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("replicated");
+    let op = |name: &str| OperationId::new(name).unwrap();
+    let first = fence
+        .write(&WriteRequest::put(domain.clone(), t(1), "one").with_op_id(op("w1")))
+        .await
+        .unwrap();
+    assert_eq!(first.accepted().replicas_acknowledged, Some(1));
+
+    // The replica lags: replication bytes wait in the proxy, acknowledgements too.
+    link.hold();
+    let write = WriteRequest::put(domain.clone(), t(2), "two").with_op_id(op("w2"));
+    unreplicated(fence.write(&write).await, Operation::Write);
+    unreplicated(fence.claim(&domain, t(3)).await, Operation::Claim);
+    let delete = WriteRequest::delete(domain.clone(), t(3)).with_op_id(op("d3"));
+    unreplicated(fence.write(&delete).await, Operation::Delete);
+    let script = FencedScript::new("return redis.call('INCR', KEYS[1])");
+    let call = ScriptCall::new(domain.clone(), t(3))
+        .key("counter")
+        .with_op_id(op("s3"));
+    unreplicated(fence.run_script(&script, &call).await, Operation::Write);
+
+    // The link catches up: each retry with the same op id (or token) replays and waits again.
+    link.forward();
+    let retried = fence.write(&write).await.unwrap();
+    assert!(retried.is_duplicate(), "{retried:?}");
+    assert_eq!(retried.accepted().replicas_acknowledged, Some(1));
+    assert_eq!(fence.claim(&domain, t(3)).await.unwrap().token, t(3));
+    assert!(fence.write(&delete).await.unwrap().is_duplicate());
+    let ran = fence.run_script(&script, &call).await.unwrap();
+    assert!(
+        ran.duplicate && ran.replicas_acknowledged == Some(1),
+        "{ran:?}"
+    );
+
+    // Why it is not success: the replica lags, the primary dies, the replica is promoted, and
+    // the mark the primary alone had is gone.
+    link.hold();
+    unreplicated(fence.claim(&domain, t(9)).await, Operation::Claim);
+    drop(primary);
+    assert_eq!(replica.cli(&["REPLICAOF", "NO", "ONE"]), "OK");
+    let promoted = RedisFence::builder()
+        .url(replica.url())
+        .connect()
+        .await
+        .unwrap();
+    let mark = promoted.high_water_mark(&domain).await.unwrap();
+    println!(
+        "failover: the promoted replica's mark is {mark:?}; the unreplicated claim of 9 is lost"
+    );
+    assert_eq!(
+        mark,
+        Some(t(3)),
+        "the promoted replica has everything acknowledged, not 9"
+    );
+}
