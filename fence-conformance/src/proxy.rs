@@ -1,6 +1,7 @@
 //! A loopback TCP proxy for fault injection in adapter tests: it forwards bytes between a client
 //! and a real server, and on request holds them (a lagging link), loses replies (a connection cut
-//! after the request reached the server), or cuts every connection.
+//! after the request reached the server), loses requests (cut before they reach it), or cuts
+//! every connection.
 //!
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
@@ -14,12 +15,11 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Notify};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 /// What the proxy does with the bytes it reads.
@@ -33,6 +33,9 @@ pub enum Mode {
     /// Forward requests to the server, but drop the first reply and close the connection:
     /// the request may have run, and the client cannot know.
     LoseReplies,
+    /// Drop the first request bytes and close the connection: nothing reaches the server, and
+    /// the client cannot know that either.
+    LoseRequests,
 }
 
 /// A running proxy; it stops (and closes every connection) when dropped.
@@ -40,7 +43,7 @@ pub enum Mode {
 pub struct TcpProxy {
     address: SocketAddr,
     mode: watch::Sender<Mode>,
-    cut: Arc<Notify>,
+    cuts: watch::Sender<u64>,
     acceptor: JoinHandle<()>,
 }
 
@@ -50,12 +53,12 @@ impl TcpProxy {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let address = listener.local_addr()?;
         let (mode, _) = watch::channel(Mode::Forward);
-        let cut = Arc::new(Notify::new());
-        let acceptor = tokio::spawn(accept(listener, upstream, mode.clone(), cut.clone()));
+        let (cuts, _) = watch::channel(0);
+        let acceptor = tokio::spawn(accept(listener, upstream, mode.clone(), cuts.clone()));
         Ok(TcpProxy {
             address,
             mode,
-            cut,
+            cuts,
             acceptor,
         })
     }
@@ -85,16 +88,21 @@ impl TcpProxy {
         self.mode.send_replace(Mode::LoseReplies);
     }
 
+    /// Loses requests: the next request bytes of each connection are dropped, and it is closed.
+    pub fn lose_requests(&self) {
+        self.mode.send_replace(Mode::LoseRequests);
+    }
+
     /// Closes every open connection now (new ones are accepted).
     pub fn cut_all(&self) {
-        self.cut.notify_waiters();
+        self.cuts.send_modify(|generation| *generation += 1);
     }
 }
 
 impl Drop for TcpProxy {
     fn drop(&mut self) {
         self.acceptor.abort();
-        self.cut.notify_waiters();
+        self.cut_all();
     }
 }
 
@@ -102,13 +110,14 @@ async fn accept(
     listener: TcpListener,
     upstream: SocketAddr,
     mode: watch::Sender<Mode>,
-    cut: Arc<Notify>,
+    cuts: watch::Sender<u64>,
 ) {
     while let Ok((client, _)) = listener.accept().await {
         let Ok(server) = TcpStream::connect(upstream).await else {
             continue; // dropping the client refuses it, as the server would
         };
-        let (mode, cut) = (mode.subscribe(), cut.clone());
+        // Subscribed before the task runs: a cut from now on reaches this connection.
+        let (mode, mut cut) = (mode.subscribe(), cuts.subscribe());
         tokio::spawn(async move {
             let _ = client.set_nodelay(true);
             let _ = server.set_nodelay(true);
@@ -120,7 +129,7 @@ async fn accept(
             tokio::select! {
                 _ = &mut requests => {}
                 _ = &mut replies => {}
-                _ = cut.notified() => {}
+                _ = cut.changed() => {}
             }
             requests.abort();
             replies.abort();
@@ -149,7 +158,12 @@ async fn pump(
                 return;
             }
         };
-        if replies && current == Mode::LoseReplies {
+        let lose = if replies {
+            Mode::LoseReplies
+        } else {
+            Mode::LoseRequests
+        };
+        if current == lose {
             return;
         }
         if to.write_all(&buffer[..n]).await.is_err() {

@@ -67,3 +67,27 @@ pub async fn put(
         ))
         .await
 }
+
+/// Every operation of a store on `domain` with `token` (write, read, claim, high-water mark),
+/// each with its name, for checks that all of them refuse the same way.
+pub async fn every_operation(
+    store: &dyn fence_core::FencedStore,
+    domain: &fence_core::Domain,
+    token: u64,
+) -> [(&'static str, Result<(), FenceError>); 4] {
+    [
+        (
+            "write",
+            put(store, domain, token, "value").await.map(|_| ()),
+        ),
+        ("read", store.read(domain).await.map(|_| ())),
+        (
+            "claim",
+            store.claim(domain, self::token(token)).await.map(|_| ()),
+        ),
+        (
+            "high_water_mark",
+            store.high_water_mark(domain).await.map(|_| ()),
+        ),
+    ]
+}

@@ -260,8 +260,10 @@ pub enum FenceError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum BackendErrorKind {
-    /// Transient: the server was unreachable, overloaded, restarting or timed out before
-    /// anything was sent. Retrying (with backoff) can help.
+    /// Transient: the server was unreachable, overloaded, restarting, or timed out. Retrying
+    /// (with backoff) can help. A fenced change that may have been applied is reported as
+    /// [`FenceError::Ambiguous`] instead; only raw escape hatches that cannot tell (a plain
+    /// command through an adapter) report a timed-out write as `Unavailable`.
     Unavailable,
     /// The credentials were refused or lack a permission (ACL, IAM, bucket policy). Retrying
     /// cannot help until access is granted.

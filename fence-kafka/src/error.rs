@@ -108,6 +108,31 @@ fn kind_of(error: &KafkaError) -> BackendErrorKind {
     }
 }
 
+/// True when a transaction failed because another producer of the domain's transactional id
+/// took over (a concurrent claimer, or a zombie's re-initialisation): the contention that
+/// `aborted_retries` is for.
+pub(crate) fn fenced_by_another_producer(error: &KafkaError) -> bool {
+    use RDKafkaErrorCode as C;
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            C::Fenced
+                | C::ProducerFenced
+                | C::InvalidProducerEpoch
+                | C::InvalidProducerIdMapping
+                | C::ConcurrentTransactions
+        )
+    )
+}
+
+/// True when retrying a failed transaction cannot help (an ACL refusal, say).
+pub(crate) fn permanent(error: &KafkaError) -> bool {
+    matches!(
+        kind_of(error),
+        BackendErrorKind::PermissionDenied | BackendErrorKind::NotFound
+    )
+}
+
 /// How a transactional step failed.
 #[derive(Debug)]
 pub(crate) enum TxnFailure {

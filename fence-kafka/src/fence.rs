@@ -23,7 +23,9 @@ use crate::client::{
     blocking, partition_count, payload, read_partition, transactional_producer, TxnProducer,
 };
 use crate::config::KafkaFenceBuilder;
-use crate::error::{backend, classify, KafkaFenceError, TxnFailure, BACKEND};
+use crate::error::{
+    backend, classify, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
+};
 use crate::ledger::{partition_for, LedgerState, OpRecord};
 
 /// Header carrying the domain on every fenced record.
@@ -263,7 +265,8 @@ impl KafkaFence {
         let (producer, timeout) = (producer.clone(), self.inner.timeout);
         match blocking(move || run_transaction(&producer, records, timeout)).await {
             Ok(result) => result,
-            Err(worker) => Err(TxnFailure::Failed(KafkaError::Canceled))
+            // The worker may have died after the commit was sent: the outcome is unknown.
+            Err(worker) => Err(TxnFailure::Ambiguous(KafkaError::Canceled))
                 .inspect_err(|_| tracing::error!(%worker, "transaction worker failed")),
         }
     }
@@ -287,6 +290,7 @@ impl KafkaFence {
         let mut guard = slot.lock().await;
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
         let attempts = self.inner.aborted_retries + 1;
+        let mut last = None;
         for attempt in 0..attempts {
             *guard = None;
             if attempt > 0 {
@@ -320,8 +324,12 @@ impl KafkaFence {
                         holder.state = next;
                         self.note_mark(domain, Some(token));
                     }
-                    Err(TxnFailure::Fenced(_) | TxnFailure::Aborted(_)) => {
-                        // Another claimer initialised in between: start over, after a pause.
+                    Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
+                        if !permanent(&error) =>
+                    {
+                        // Most often another claimer initialised in between: start over, after
+                        // a pause.
+                        last = Some(error);
                         self.inner.backoff.sleep(attempt).await;
                         continue;
                     }
@@ -333,10 +341,10 @@ impl KafkaFence {
         }
         drop(guard);
         self.forget(domain, token);
-        Err(backend(
-            Some(domain),
-            KafkaFenceError::ClaimContended { attempts },
-        ))
+        Err(match last {
+            Some(error) if !fenced_by_another_producer(&error) => backend(Some(domain), error),
+            _ => backend(Some(domain), KafkaFenceError::ClaimContended { attempts }),
+        })
     }
 
     async fn append_now(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
@@ -363,6 +371,7 @@ impl KafkaFence {
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
         let slot = self.slot(domain, token);
         let mut guard = slot.lock().await;
+        let mut last = None;
         for attempt in 0..=self.inner.aborted_retries {
             // Strict appends need a fresh look at the ledger every time.
             let fresh = strict || guard.is_none();
@@ -433,11 +442,14 @@ impl KafkaFence {
                         previous,
                     )));
                 }
-                Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error)) => {
+                Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
+                    if !permanent(&error) =>
+                {
                     // Nothing was written. Claim again with a new producer: a stale holder is
                     // refused there; the owner retries.
                     tracing::info!(domain = domain.as_str(), token = token.get(), attempt, %error, "transaction fenced or aborted; re-claiming");
                     *guard = None;
+                    last = Some(error);
                     self.inner.backoff.sleep(attempt).await;
                 }
                 Err(failure) => {
@@ -446,12 +458,15 @@ impl KafkaFence {
                 }
             }
         }
-        Err(backend(
-            Some(domain),
-            KafkaFenceError::Aborted {
-                attempts: self.inner.aborted_retries + 1,
-            },
-        ))
+        Err(match last {
+            Some(error) if !fenced_by_another_producer(&error) => backend(Some(domain), error),
+            _ => backend(
+                Some(domain),
+                KafkaFenceError::Aborted {
+                    attempts: self.inner.aborted_retries + 1,
+                },
+            ),
+        })
     }
 
     fn data_record(

@@ -26,6 +26,23 @@ async fn fence_on(
         .unwrap()
 }
 
+/// A fence on `mock` that retries an aborted transaction twice, quickly.
+fn fence_with_two_retries(
+    mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
+) -> KafkaFence {
+    mock.create_topic("events", 1, 1).unwrap();
+    mock.create_topic("fence-ledger", 1, 1).unwrap();
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", mock.bootstrap_servers());
+    KafkaFence::builder(config)
+        .data_topic("events")
+        .timeout(Duration::from_secs(10))
+        .aborted_retries(2)
+        .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))
+        .build()
+        .unwrap()
+}
+
 fn batch(domain: &Domain, value: &str) -> AppendRequest {
     AppendRequest::new(
         domain.clone(),
@@ -146,19 +163,11 @@ async fn a_broker_without_transactions_is_a_backend_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_that_keeps_losing_its_transaction_says_so_and_is_contention() {
     let mock = MockCluster::new(1).unwrap();
-    mock.create_topic("events", 1, 1).unwrap();
-    mock.create_topic("fence-ledger", 1, 1).unwrap();
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", mock.bootstrap_servers());
-    let fence = KafkaFence::builder(config)
-        .data_topic("events")
-        .timeout(Duration::from_secs(10))
-        .aborted_retries(2)
-        .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))
-        .build()
-        .unwrap();
-    let abort = RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE;
-    mock.request_errors(RDKafkaApiKey::Produce, &[abort, abort, abort]);
+    let fence = fence_with_two_retries(&mock);
+    // Each attempt's ledger record is refused as from a fenced producer, as when claimers keep
+    // re-initialising the id (the mock fences nothing itself).
+    let fenced = RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
+    mock.request_errors(RDKafkaApiKey::Produce, &[fenced, fenced, fenced]);
     let claim = fence
         .claim(
             &Domain::new("orders").unwrap(),
@@ -187,6 +196,28 @@ async fn a_claim_that_keeps_losing_its_transaction_says_so_and_is_contention() {
             assert!(!error.is_retryable());
         }
         other => panic!("expected ClaimContended after 3 attempts, got {other:?}"),
+    }
+
+    // Aborts that are not contention are retried as well, but reported as what they were.
+    let mock = MockCluster::new(1).unwrap();
+    let fence = fence_with_two_retries(&mock);
+    let too_large = RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE;
+    mock.request_errors(RDKafkaApiKey::Produce, &[too_large, too_large, too_large]);
+    let claim = fence
+        .claim(
+            &Domain::new("orders").unwrap(),
+            FencingToken::new(4).unwrap(),
+        )
+        .await;
+    match claim {
+        Err(FenceError::Backend { ref source, .. }) => assert!(
+            matches!(
+                source.downcast_ref::<KafkaFenceError>(),
+                Some(KafkaFenceError::Kafka(_))
+            ),
+            "the broker's own error, not contention: {source}"
+        ),
+        other => panic!("expected the broker's error, got {other:?}"),
     }
 }
 

@@ -200,6 +200,17 @@ impl RedisFenceBuilder {
                 InvalidInput::Configuration("timeouts must be greater than zero".into()).into(),
             );
         }
+        if let Some((_, wait)) = self.wait {
+            // WAIT shares the script's round trip: if it could outlast the response timeout, a
+            // lagging replica would be reported as an ambiguous outcome.
+            if wait.is_zero() || wait >= self.response_timeout {
+                return Err(InvalidInput::Configuration(format!(
+                    "the replica wait timeout ({wait:?}) must be positive and below the response timeout ({:?})",
+                    self.response_timeout
+                ))
+                .into());
+            }
+        }
         let (description, connection, source) = match self.target {
             None => {
                 return Err(InvalidInput::Configuration(
@@ -232,6 +243,7 @@ impl RedisFenceBuilder {
                 }
                 let description = nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(",");
                 let client = ClusterClientBuilder::new(nodes)
+                    .use_protocol(redis::ProtocolVersion::RESP3)
                     .response_timeout(self.response_timeout)
                     .connection_timeout(self.connection_timeout)
                     .build()

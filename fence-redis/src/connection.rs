@@ -20,39 +20,40 @@ pub(crate) enum Connection {
 /// How often a request that provably never reached the server is sent again.
 const RESENDS: u32 = 3;
 
+/// What `WAIT` answered after a script, when the fence waits for replicas (`None`: it does
+/// not wait).
+pub(crate) type Waited = Option<RedisResult<u32>>;
+
 impl Connection {
     /// Sends `cmd`. A request that provably never left (the connection was refused: see
     /// [`never_sent`]) is sent again a few times with a short pause, so a server that is
     /// restarting is waited for rather than reported as down at once.
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        let mut resent = 0;
-        loop {
-            let result = match self {
+        resend_unsent(|| async {
+            match self {
                 Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
                 Connection::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
-            };
-            match result {
-                Err(error) if resent < RESENDS && never_sent(&error) => {
-                    resent += 1;
-                    tracing::debug!(%error, resent, "request never reached redis; sending it again");
-                    // The connection manager reconnects in the background: give it a moment.
-                    tokio::time::sleep(Duration::from_millis(25 << resent)).await;
-                }
-                other => return other,
             }
-        }
+        })
+        .await
     }
 
     /// Runs `script` by SHA; if the server lost its script cache (restart, failover,
     /// `SCRIPT FLUSH`) it answers NOSCRIPT without running anything, and the script is sent
     /// whole with `EVAL`, which also caches it again. `EVAL` carries the keys, so on a cluster it
     /// reaches the node that owns their slot.
+    ///
+    /// With `wait`, `WAIT replicas timeout` follows the script on the same connection. On
+    /// standalone Redis both go in one pipeline, so no reconnect can come between them (a
+    /// `WAIT` on a fresh connection counts nothing of the script); on a cluster `WAIT` is routed
+    /// to the master of the script's slot right after it.
     pub(crate) async fn eval(
         &self,
         script: &LuaScript,
         keys: &[String],
         args: &[&[u8]],
-    ) -> RedisResult<Value> {
+        wait: Option<(u32, Duration)>,
+    ) -> RedisResult<(Value, Waited)> {
         let call = |command: &str, body: &str| {
             let mut cmd = redis::cmd(command);
             cmd.arg(body).arg(keys.len()).arg(keys);
@@ -61,39 +62,101 @@ impl Connection {
             }
             cmd
         };
-        match self.query(&call("EVALSHA", &script.sha)).await {
-            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+        let first = self
+            .eval_once(call("EVALSHA", &script.sha), keys, wait)
+            .await?;
+        match first {
+            (Err(error), _) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 tracing::debug!(
                     script = script.name,
                     "NOSCRIPT: sending the script with EVAL"
                 );
-                self.query(&call("EVAL", &script.code)).await
+                let (value, waited) = self
+                    .eval_once(call("EVAL", &script.code), keys, wait)
+                    .await?;
+                Ok((value?, waited))
             }
-            other => other,
+            (value, waited) => Ok((value?, waited)),
         }
     }
 
-    /// `WAIT replicas timeout` on the node that owns `key`, after a write on this connection.
-    pub(crate) async fn wait_for_replicas(
+    /// One script call and its `WAIT`: the outer error is the transport's, the inner one the
+    /// script's own.
+    async fn eval_once(
         &self,
-        key: &str,
-        replicas: u32,
-        timeout: Duration,
-    ) -> RedisResult<u32> {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(replicas).arg(timeout.as_millis().max(1) as u64);
-        let value = match self {
-            Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await?,
+        call: Cmd,
+        keys: &[String],
+        wait: Option<(u32, Duration)>,
+    ) -> RedisResult<(RedisResult<Value>, Waited)> {
+        let Some((replicas, timeout)) = wait else {
+            return match self.query(&call).await {
+                Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    Ok((Err(error), None))
+                }
+                other => other.map(|value| (Ok(value), None)),
+            };
+        };
+        let mut wait_cmd = redis::cmd("WAIT");
+        wait_cmd
+            .arg(replicas)
+            .arg(timeout.as_millis().max(1) as u64);
+        match self {
+            Connection::Standalone(conn) => {
+                let mut pipe = redis::pipe();
+                pipe.ignore_errors().add_command(call).add_command(wait_cmd);
+                let mut results: Vec<RedisResult<Value>> =
+                    resend_unsent(|| async { pipe.query_async(&mut conn.clone()).await }).await?;
+                let (Some(waited), Some(value), None) =
+                    (results.pop(), results.pop(), results.pop())
+                else {
+                    return Err(redis::RedisError::from((
+                        ErrorKind::Client,
+                        "a script and WAIT pipeline answered with a different number of replies",
+                    )));
+                };
+                let waited = waited.and_then(|v| redis::from_redis_value(v).map_err(Into::into));
+                Ok((value, Some(waited)))
+            }
             Connection::Cluster(conn) => {
+                let value = match self.query(&call).await {
+                    Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                        return Ok((Err(error), None))
+                    }
+                    other => other?,
+                };
+                let key = keys.first().map(String::as_str).unwrap_or_default();
                 let route = Route::with_key(key, SlotAddr::Master);
-                conn.clone()
+                let waited = conn
+                    .clone()
                     .route_command(
-                        cmd,
+                        wait_cmd,
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
                     )
-                    .await?
+                    .await
+                    .and_then(|v| redis::from_redis_value(v).map_err(Into::into));
+                Ok((Ok(value), Some(waited)))
             }
-        };
-        Ok(redis::from_redis_value(value)?)
+        }
+    }
+}
+
+/// Runs `send` again, a few times with a short pause, while it fails with an error that proves
+/// nothing was sent (see [`never_sent`]).
+async fn resend_unsent<T, F, Fut>(mut send: F) -> RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = RedisResult<T>>,
+{
+    let mut resent = 0;
+    loop {
+        match send().await {
+            Err(error) if resent < RESENDS && never_sent(&error) => {
+                resent += 1;
+                tracing::debug!(%error, resent, "request never reached redis; sending it again");
+                // The connection manager reconnects in the background: give it a moment.
+                tokio::time::sleep(Duration::from_millis(25 << resent)).await;
+            }
+            other => return other,
+        }
     }
 }

@@ -9,10 +9,15 @@ use fence_core::{Domain, FenceError, FencingToken, Operation, OperationId};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
-use crate::connection::Connection;
+use crate::connection::{Connection, Waited};
 use crate::error::map_error;
 use crate::fence::RedisFence;
 use crate::scripts::LuaScript;
+
+/// What `WAIT` answered after [`RedisFence::eval_fenced_script`]; judge it with
+/// [`RedisFence::replicas_acknowledged`] once the script's reply says the change applied.
+#[derive(Debug)]
+pub struct ReplicaAcks(Waited);
 
 /// A Lua script that runs after fence-redis's prelude, so it can use the prelude's exact token
 /// helpers (`cmp`, `is_token`, `increment`, `field`, `load_state`, `admit`).
@@ -76,7 +81,8 @@ impl RedisFence {
 
     /// Runs `script` with `keys` (all of `domain`'s slot) and `args`, by `EVALSHA` with an
     /// `EVAL` fallback. `mutating` decides how a lost reply is reported: a script that may have
-    /// written is [`FenceError::Ambiguous`] when its reply is lost.
+    /// written is [`FenceError::Ambiguous`] when its reply is lost. A fenced change that must
+    /// wait for replicas uses [`RedisFence::eval_fenced_script`] instead.
     pub async fn eval_script(
         &self,
         script: &RedisScript,
@@ -85,25 +91,58 @@ impl RedisFence {
         keys: &[String],
         args: &[&[u8]],
     ) -> Result<Value, FenceError> {
-        let connection = self.connection(Some(domain)).await?;
         let operation = if mutating {
             Operation::Write
         } else {
             Operation::Read
         };
-        connection
-            .eval(&script.script, keys, args)
-            .await
-            .map_err(|e| map_error(e, Some(domain), operation, mutating))
+        let (value, _) = self
+            .eval_raw(
+                &script.script,
+                domain,
+                operation,
+                mutating,
+                None,
+                keys,
+                args,
+            )
+            .await?;
+        Ok(value)
     }
 
-    /// After a fenced change of `domain` made through [`RedisFence::eval_script`], waits for
-    /// the replicas the fence is configured to wait for (see
-    /// [`crate::RedisFenceBuilder::wait_for_replicas`]): `Ok(None)` when it waits for none,
-    /// [`FenceError::Unreplicated`] when fewer acknowledged in time.
-    pub async fn wait_for_replicas(&self, domain: &Domain) -> Result<Option<u32>, FenceError> {
-        let key = self.inner.keys.state(domain);
-        self.replicate(domain, Operation::Write, &key).await
+    /// Runs a fenced change like [`RedisFence::eval_script`], followed on the same connection
+    /// by the `WAIT` the fence is configured for (see
+    /// [`crate::RedisFenceBuilder::wait_for_replicas`]). Once the reply says the change was
+    /// applied or replayed, pass the [`ReplicaAcks`] to [`RedisFence::replicas_acknowledged`].
+    pub async fn eval_fenced_script(
+        &self,
+        script: &RedisScript,
+        domain: &Domain,
+        keys: &[String],
+        args: &[&[u8]],
+    ) -> Result<(Value, ReplicaAcks), FenceError> {
+        let (value, waited) = self
+            .eval_raw(
+                &script.script,
+                domain,
+                Operation::Write,
+                true,
+                self.inner.wait,
+                keys,
+                args,
+            )
+            .await?;
+        Ok((value, ReplicaAcks(waited)))
+    }
+
+    /// The replicas that acknowledged an applied or replayed change (`None` when the fence
+    /// waits for none), or [`FenceError::Unreplicated`] when fewer than asked did in time.
+    pub fn replicas_acknowledged(
+        &self,
+        domain: &Domain,
+        acks: ReplicaAcks,
+    ) -> Result<Option<u32>, FenceError> {
+        self.replicas(domain, Operation::Write, acks.0)
     }
 
     /// Runs one command; on a cluster it is routed by its first key.

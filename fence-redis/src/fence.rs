@@ -13,10 +13,11 @@ use fence_core::{
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
+use redis::Value;
 use tokio::sync::OnceCell;
 
 use crate::config::RedisFenceBuilder;
-use crate::connection::Connection;
+use crate::connection::{Connection, Waited};
 use crate::error::{self, map_error, unexpected, RedisFenceError, BACKEND};
 use crate::keys::Keys;
 use crate::reply::{parse_revision, parse_token, Reply};
@@ -119,31 +120,63 @@ impl RedisFence {
         keys: &[String],
         args: &[&[u8]],
     ) -> Result<Reply, FenceError> {
-        let connection = self.connection(Some(domain)).await?;
-        let value = connection
-            .eval(script, keys, args)
-            .await
-            .map_err(|e| map_error(e, Some(domain), operation, mutating))?;
+        let (value, _) = self
+            .eval_raw(script, domain, operation, mutating, None, keys, args)
+            .await?;
         Reply::parse(script.name, domain, value)
     }
 
-    /// `WAIT` after a change when configured: the replicas that acknowledged it, or
-    /// [`FenceError::Unreplicated`] when fewer than asked did in time. A failure of `WAIT`
-    /// itself leaves the outcome unknown.
-    pub(crate) async fn replicate(
+    /// Runs a fenced change for `domain` followed by the configured `WAIT` on the same
+    /// connection; check what `WAIT` answered with [`RedisFence::replicas`] once the reply says
+    /// the change was applied (or replayed).
+    pub(crate) async fn eval_fenced(
+        &self,
+        script: &LuaScript,
+        domain: &Domain,
+        operation: Operation,
+        keys: &[String],
+        args: &[&[u8]],
+    ) -> Result<(Reply, Waited), FenceError> {
+        let (value, waited) = self
+            .eval_raw(script, domain, operation, true, self.inner.wait, keys, args)
+            .await?;
+        Ok((Reply::parse(script.name, domain, value)?, waited))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn eval_raw(
+        &self,
+        script: &LuaScript,
+        domain: &Domain,
+        operation: Operation,
+        mutating: bool,
+        wait: Option<(u32, Duration)>,
+        keys: &[String],
+        args: &[&[u8]],
+    ) -> Result<(Value, Waited), FenceError> {
+        let connection = self.connection(Some(domain)).await?;
+        connection
+            .eval(script, keys, args, wait)
+            .await
+            .map_err(|e| map_error(e, Some(domain), operation, mutating))
+    }
+
+    /// The replicas that acknowledged an applied (or replayed) change, or
+    /// [`FenceError::Unreplicated`] when fewer than asked did in time. A failed `WAIT` counts
+    /// none: the change is applied on the primary either way.
+    pub(crate) fn replicas(
         &self,
         domain: &Domain,
         operation: Operation,
-        key: &str,
+        waited: Waited,
     ) -> Result<Option<u32>, FenceError> {
-        let Some((requested, timeout)) = self.inner.wait else {
+        let (Some((requested, _)), Some(waited)) = (self.inner.wait, waited) else {
             return Ok(None);
         };
-        let connection = self.connection(Some(domain)).await?;
-        let acknowledged = connection
-            .wait_for_replicas(key, requested, timeout)
-            .await
-            .map_err(|e| map_error(e, Some(domain), operation, true))?;
+        let acknowledged = waited.unwrap_or_else(|error| {
+            tracing::warn!(domain = domain.as_str(), %error, "WAIT failed after a fenced change");
+            0
+        });
         if acknowledged < requested {
             return Err(FenceError::Unreplicated {
                 domain: domain.clone(),
@@ -209,8 +242,8 @@ impl RedisFence {
                 b"0"
             },
         ];
-        let reply = self
-            .eval(&WRITE, domain, operation, true, &keys, &args)
+        let (reply, waited) = self
+            .eval_fenced(&WRITE, domain, operation, &keys, &args)
             .await?;
         let outcome = match reply.tag.as_str() {
             "ok" => {
@@ -243,7 +276,7 @@ impl RedisFence {
             }
             _ => return Err(reply.into_error()),
         };
-        match self.replicate(domain, operation, &keys[0]).await? {
+        match self.replicas(domain, operation, waited)? {
             Some(replicas) => Ok(match outcome {
                 WriteOutcome::Accepted(a) => {
                     WriteOutcome::Accepted(a.with_replicas_acknowledged(replicas))
@@ -260,19 +293,18 @@ impl RedisFence {
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         let keys = [self.inner.keys.state(domain)];
         let token_text = token.to_string();
-        let reply = self
-            .eval(
+        let (reply, waited) = self
+            .eval_fenced(
                 &CLAIM,
                 domain,
                 Operation::Claim,
-                true,
                 &keys,
                 &[token_text.as_bytes()],
             )
             .await?;
         match reply.tag.as_str() {
             "ok" => {
-                self.replicate(domain, Operation::Claim, &keys[0]).await?;
+                self.replicas(domain, Operation::Claim, waited)?;
                 Ok(Claimed::new(token, reply.token(0)?))
             }
             "fenced" => Err(fenced(domain, token, &reply)?),

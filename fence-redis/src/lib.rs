@@ -18,7 +18,7 @@ pub use config::{
     DEFAULT_RESPONSE_TIMEOUT, REDIS_MAX_VALUE_BYTES,
 };
 pub use error::RedisFenceError;
-pub use extension::RedisScript;
+pub use extension::{RedisScript, ReplicaAcks};
 pub(crate) use fence::Inner;
 pub use fence::RedisFence;
 pub use keys::{MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};

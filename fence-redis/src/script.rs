@@ -199,8 +199,8 @@ impl RedisFence {
             retention.as_bytes(),
         ];
         args.extend(call.args.iter().map(Vec::as_slice));
-        let reply = self
-            .eval(&script.script, domain, Operation::Write, true, &keys, &args)
+        let (reply, waited) = self
+            .eval_fenced(&script.script, domain, Operation::Write, &keys, &args)
             .await?;
         let (previous, result, duplicate) = match reply.tag.as_str() {
             "ok" => (reply.token(0)?, reply.value(1), false),
@@ -208,7 +208,7 @@ impl RedisFence {
             "fenced" => return Err(fenced(domain, call.token, &reply)?),
             _ => return Err(reply.into_error()),
         };
-        let replicas_acknowledged = self.replicate(domain, Operation::Write, &keys[0]).await?;
+        let replicas_acknowledged = self.replicas(domain, Operation::Write, waited)?;
         Ok(ScriptOutcome {
             token: call.token,
             previous_high_water_mark: previous,

@@ -3,6 +3,7 @@
 
 mod support;
 
+use fence_conformance::services::every_operation;
 use fence_core::{
     BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput,
     OperationId, WriteRequest,
@@ -43,19 +44,12 @@ async fn a_key_of_another_redis_type_is_foreign_state_and_left_alone() {
         .rpush(state_key(&prefix, "orders"), &["user", "data"])
         .await
         .unwrap();
-    for result in [
-        fence.write(&put(&domain, 9)).await.map(|_| ()),
-        fence.read(&domain).await.map(|_| ()),
-        fence
-            .claim(&domain, FencingToken::new(9).unwrap())
-            .await
-            .map(|_| ()),
-    ] {
+    for (operation, result) in every_operation(&fence, &domain, 9).await {
         match result {
             Err(FenceError::CorruptState { detail, .. }) => {
-                assert!(detail.contains("holds a list"), "{detail}")
+                assert!(detail.contains("holds a list"), "{operation}: {detail}")
             }
-            other => panic!("expected foreign state, got {other:?}"),
+            other => panic!("{operation}: expected foreign state, got {other:?}"),
         }
     }
     let list: Vec<String> = raw
@@ -102,18 +96,10 @@ async fn a_corrupt_high_water_mark_fails_closed() {
             .await
             .unwrap();
         let domain = Domain::new(name).unwrap();
-        for result in [
-            fence.write(&put(&domain, 9)).await.map(|_| ()),
-            fence.read(&domain).await.map(|_| ()),
-            fence.high_water_mark(&domain).await.map(|_| ()),
-            fence
-                .claim(&domain, FencingToken::new(9).unwrap())
-                .await
-                .map(|_| ()),
-        ] {
+        for (operation, result) in every_operation(&fence, &domain, 9).await {
             assert!(
                 matches!(result, Err(FenceError::CorruptState { .. })),
-                "{name}: {result:?}"
+                "{name} {operation}: {result:?}"
             );
         }
         let (stored_hwm, value): (String, String) = redis::cmd("HMGET")

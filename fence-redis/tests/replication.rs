@@ -93,6 +93,22 @@ async fn a_change_no_replica_acknowledged_is_unreplicated_and_a_retry_waits_agai
         "{ran:?}"
     );
 
+    // A retry on another connection (another process, or after a reconnect) waits for the
+    // replicas too: the replay writes, so its WAIT covers the first run's change.
+    link.hold();
+    let late = WriteRequest::put(domain.clone(), t(3), "late").with_op_id(op("w4"));
+    unreplicated(fence.write(&late).await, Operation::Write);
+    let other = RedisFence::builder()
+        .url(primary.url())
+        .wait_for_replicas(1, Duration::from_millis(300))
+        .connect()
+        .await
+        .unwrap();
+    unreplicated(other.write(&late).await, Operation::Write);
+    link.forward();
+    let replayed = other.write(&late).await.unwrap();
+    assert!(replayed.is_duplicate() && replayed.accepted().replicas_acknowledged == Some(1));
+
     // Why it is not success: the replica lags, the primary dies, the replica is promoted, and
     // the mark the primary alone had is gone.
     link.hold();

@@ -113,7 +113,10 @@ impl S3Fence {
         let key = self.object_key(domain)?;
         self.probe().await?;
         let mut use_cache = true;
-        for attempt in 0..self.inner.max_attempts {
+        // Counts lost compare-and-sets only: a reload after the cache could not decide (at most
+        // one in a row, since it reads fresh) costs no attempt.
+        let mut attempt = 0;
+        while attempt < self.inner.max_attempts {
             let cached = if use_cache {
                 self.inner.cache.get(&key)
             } else {
@@ -142,7 +145,9 @@ impl S3Fence {
                 {
                     Some(payload) => payload,
                     None => {
+                        // Another writer moved the object on: a lost race like a 412.
                         use_cache = false;
+                        attempt += 1;
                         continue;
                     }
                 },
@@ -169,10 +174,12 @@ impl S3Fence {
                 Err(Failure::Precondition | Failure::NotFound) => {
                     self.inner.cache.remove(&key);
                     use_cache = false;
+                    attempt += 1;
                 }
                 Err(Failure::Conflict | Failure::Throttled) => {
                     self.inner.cache.remove(&key);
                     use_cache = false;
+                    attempt += 1;
                     self.backoff(attempt).await;
                 }
                 Err(failure) => {

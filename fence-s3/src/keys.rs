@@ -74,7 +74,7 @@ impl KeyScheme {
             ".." => "%2E%2E".to_owned(),
             _ => domain.escaped(),
         };
-        self.key(domain, segment)
+        self.key(domain, segment, "")
     }
 
     /// The key of immutable data object `name` of `domain`; `name` follows the domain rules.
@@ -83,6 +83,7 @@ impl KeyScheme {
         self.key(
             domain,
             format!("!data!{}!{}", domain.escaped(), name.escaped()),
+            "data ",
         )
     }
 
@@ -91,8 +92,16 @@ impl KeyScheme {
         format!("{}!probe!{nonce:016x}", self.prefix)
     }
 
-    fn key(&self, domain: &Domain, segment: String) -> Result<String, FenceError> {
-        let too_long = |what, len, max| {
+    /// `kind` is `""` for a domain's object and `"data "` for a data object, so that the error
+    /// says whose key is too long.
+    fn key(&self, domain: &Domain, segment: String, kind: &str) -> Result<String, FenceError> {
+        let too_long = |what: &'static str, len, max| {
+            let what = match (kind, what) {
+                ("data ", "segment") => "data object key segment",
+                ("data ", _) => "data object key",
+                (_, "segment") => "key segment",
+                _ => "object key",
+            };
             Err(InvalidInput::KeyTooLong {
                 backend: BACKEND,
                 domain: domain.clone(),
@@ -103,11 +112,11 @@ impl KeyScheme {
             .into())
         };
         if segment.len() > self.max_segment_bytes {
-            return too_long("key segment", segment.len(), self.max_segment_bytes);
+            return too_long("segment", segment.len(), self.max_segment_bytes);
         }
         let len = self.prefix.len() + segment.len();
         if len > self.max_key_bytes {
-            return too_long("object key", len, self.max_key_bytes);
+            return too_long("key", len, self.max_key_bytes);
         }
         Ok(format!("{}{segment}", self.prefix))
     }

@@ -31,7 +31,7 @@ impl S3Fence {
         key: &str,
         domain: &Domain,
         operation: Operation,
-        mut range: Option<usize>,
+        range: Option<usize>,
     ) -> Result<Option<Fetched>, FenceError> {
         let mut attempt = 0;
         loop {
@@ -48,13 +48,16 @@ impl S3Fence {
                 Ok(output) => output,
                 Err(error) => match classify(error, &self.inner.bucket) {
                     Failure::NotFound => return Ok(None),
-                    // A range past the end of an empty object: read it whole, so that a
-                    // zero-byte object is judged by its (missing) envelope like any other.
+                    // `bytes=0-N` is unsatisfiable only for an empty object: no envelope, so
+                    // it is foreign state like any other, never a retryable error.
                     Failure::Refused(S3FenceError::Service { status: 416, .. })
                         if range.is_some() =>
                     {
-                        range = None;
-                        continue;
+                        return Err(FenceError::corrupt(
+                            BACKEND,
+                            domain,
+                            format!("object `{key}` is empty: it has no fence envelope (written by another tool?); adopt it explicitly to fence it"),
+                        ));
                     }
                     Failure::Throttled | Failure::Conflict if attempt < self.inner.max_attempts => {
                         attempt += 1;

@@ -3,6 +3,7 @@
 
 mod support;
 
+use fence_conformance::services::every_operation;
 use fence_core::{
     BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput,
     WriteRequest,
@@ -64,18 +65,10 @@ async fn corrupt_fence_state_fails_closed_and_is_left_alone() {
         let domain = Domain::new(name).unwrap();
         let key = fence.object_key(&domain).unwrap();
         raw_put(&key, body).await;
-        for result in [
-            fence.write(&put(&domain, 9)).await.map(|_| ()),
-            fence.read(&domain).await.map(|_| ()),
-            fence
-                .claim(&domain, FencingToken::new(9).unwrap())
-                .await
-                .map(|_| ()),
-            fence.high_water_mark(&domain).await.map(|_| ()),
-        ] {
+        for (operation, result) in every_operation(&fence, &domain, 9).await {
             assert!(
                 matches!(result, Err(FenceError::CorruptState { .. })),
-                "{name}: {result:?}"
+                "{name} {operation}: {result:?}"
             );
         }
         assert_eq!(raw_get(&key).await, body, "{name}: nothing overwritten");
@@ -332,18 +325,10 @@ async fn a_zero_byte_object_is_corrupt_state_not_a_retryable_error() {
     let domain = d("empty");
     let key = fence.object_key(&domain).unwrap();
     raw_put(&key, b"").await;
-    for result in [
-        fence.write(&put(&domain, 9)).await.map(|_| ()),
-        fence.read(&domain).await.map(|_| ()),
-        fence
-            .claim(&domain, FencingToken::new(9).unwrap())
-            .await
-            .map(|_| ()),
-        fence.high_water_mark(&domain).await.map(|_| ()),
-    ] {
+    for (operation, result) in every_operation(&fence, &domain, 9).await {
         match result {
             Err(error @ FenceError::CorruptState { .. }) => assert!(!error.is_retryable()),
-            other => panic!("a zero-byte object must be CorruptState, got {other:?}"),
+            other => panic!("{operation}: a zero-byte object must be CorruptState, got {other:?}"),
         }
     }
     assert_eq!(raw_get(&key).await, b"", "nothing overwritten");
@@ -456,15 +441,7 @@ async fn keys_past_the_endpoint_limits_are_invalid_input_before_any_request() {
         .unwrap();
     requests.take();
     let wide = d(&"é".repeat(128)); // 256 bytes, 768 escaped
-    for result in [
-        fence.write(&put(&wide, 1)).await.map(|_| ()),
-        fence.read(&wide).await.map(|_| ()),
-        fence
-            .claim(&wide, FencingToken::new(1).unwrap())
-            .await
-            .map(|_| ()),
-        fence.high_water_mark(&wide).await.map(|_| ()),
-    ] {
+    for (operation, result) in every_operation(&fence, &wide, 1).await {
         match result {
             Err(FenceError::InvalidInput(InvalidInput::KeyTooLong {
                 domain,
@@ -472,7 +449,7 @@ async fn keys_past_the_endpoint_limits_are_invalid_input_before_any_request() {
                 max: 255,
                 ..
             })) => assert_eq!(domain, wide),
-            other => panic!("expected KeyTooLong, got {other:?}"),
+            other => panic!("{operation}: expected KeyTooLong, got {other:?}"),
         }
     }
     assert_eq!(requests.take(), 0, "refused before any request");

@@ -407,7 +407,7 @@ async fn a_claim_the_cache_would_confirm_is_decided_at_the_resource() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cut_reply_is_ambiguous_and_both_ways_of_learning_the_outcome_work() {
+async fn a_cut_connection_is_ambiguous_and_both_ways_of_learning_the_outcome_work() {
     let Some(endpoint) = support::shared_endpoint() else {
         return;
     };
@@ -422,31 +422,10 @@ async fn a_cut_reply_is_ambiguous_and_both_ways_of_learning_the_outcome_work() {
         .connect()
         .await
         .unwrap();
-    let domain = d("cut");
-    put(&fence, &domain, 1, "first").await.unwrap();
-
-    // With an operation id: the retry answers `Duplicate` with the first outcome.
-    let request = WriteRequest::put(domain.clone(), t(2), "second")
-        .with_op_id(OperationId::new("op-2").unwrap());
-    proxy.lose_replies();
-    let cut = fence.write(&request).await;
-    proxy.forward();
-    assert!(
-        matches!(cut, Err(FenceError::Ambiguous { .. })),
-        "a PUT whose reply was cut must be ambiguous: {cut:?}"
-    );
-    let retry = fence.write(&request).await.unwrap();
-    assert!(retry.is_duplicate(), "the retry must replay, not apply again: {retry:?}");
-    assert_eq!(retry.accepted().revision, Revision::new(2));
-
-    // Without one: read back the writer token, revision and value, as the crate docs describe.
-    let before = fence.read(&domain).await.unwrap().revision();
-    proxy.lose_replies();
-    let cut = put(&fence, &domain, 3, "third").await;
-    proxy.forward();
-    assert!(matches!(cut, Err(FenceError::Ambiguous { .. })), "{cut:?}");
-    let snapshot = fence.read(&domain).await.unwrap();
-    assert_eq!(snapshot.written_by(), Some(t(3)), "the write with token 3 applied");
-    assert_eq!(snapshot.revision(), before.map(Revision::next));
-    assert_eq!(snapshot.value().map(|v| v.to_vec()), Some(b"third".to_vec()));
+    fence_conformance::ambiguity::cut_connections_are_ambiguous_and_learnable(
+        &fence,
+        &proxy,
+        &d("cut"),
+    )
+    .await;
 }

@@ -222,7 +222,13 @@ impl NoidaServer {
 
     /// SIGSTOP or SIGCONT the broker, to make requests hang.
     pub fn signal(&self, signal: &str) {
-        let pid = self.child.lock().unwrap().as_ref().map(Child::id).expect("running");
+        let pid = self
+            .child
+            .lock()
+            .unwrap()
+            .as_ref()
+            .map(Child::id)
+            .expect("running");
         let status = Command::new("kill")
             .arg(format!("-{signal}"))
             .arg(pid.to_string())

@@ -170,6 +170,8 @@ pub struct Recorded {
 struct Ran {
     recorded: Recorded,
     had_pending: bool,
+    /// What `WAIT` answered, judged after the index hint is written.
+    acks: fence_redis::ReplicaAcks,
 }
 
 impl fence_core::telemetry::OutcomeLabel for Ran {
@@ -234,12 +236,19 @@ impl RedisOutbox {
         )
         .await?;
         let Ran {
-            recorded,
+            mut recorded,
             had_pending,
+            acks,
         } = recorded;
         if !recorded.duplicate && !recorded.seqs.is_empty() && !had_pending {
             self.index(&transition.domain).await;
         }
+        // After the hint: an unreplicated transition is applied on the primary, and its retry
+        // (a duplicate) would not write the hint again.
+        recorded.replicas_acknowledged = self
+            .fence
+            .replicas_acknowledged(&transition.domain, acks)
+            .map_err(OutboxError::from)?;
         Ok(recorded)
     }
 
@@ -304,17 +313,16 @@ impl RedisOutbox {
             })
             .collect();
         args.extend(records.iter().map(Vec::as_slice));
-        let value = self
+        let (value, acks) = self
             .fence
-            .eval_script(&script.script, domain, true, &keys, &args)
+            .eval_fenced_script(&script.script, domain, &keys, &args)
             .await?;
         let reply = parse(domain, value).map_err(|e| with_presented(e, t.token))?;
         let had_pending = reply.text(domain, 2).is_ok_and(|flag| flag == "1");
-        let mut recorded = self.recorded(t, reply, effect_keys)?;
-        recorded.replicas_acknowledged = self.fence.wait_for_replicas(domain).await?;
         Ok(Ran {
-            recorded,
+            recorded: self.recorded(t, reply, effect_keys)?,
             had_pending,
+            acks,
         })
     }
 

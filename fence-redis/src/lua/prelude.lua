@@ -86,7 +86,13 @@ local function admit(state_key, op_key, token, strict, has_op)
   if not s then return nil, { 'corrupt', reason } end
   if has_op then
     local first = redis.call('GET', op_key)
-    if first then return nil, { 'dup', first } end
+    if first then
+      -- A replay writes too (the record's own expiry, unchanged), so that a WAIT after it, on
+      -- any connection, waits for the replicas to hold the first run's change.
+      local ttl = redis.call('PTTL', op_key)
+      if ttl > 0 then redis.call('PEXPIRE', op_key, ttl) end
+      return nil, { 'dup', first }
+    end
   end
   local current = stale(s, token, strict)
   if current then return nil, { 'fenced', current } end
