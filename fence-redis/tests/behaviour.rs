@@ -453,3 +453,24 @@ async fn a_cut_connection_is_ambiguous_and_both_ways_of_learning_the_outcome_wor
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_fenced_script_that_raises_is_rejected_not_retryable() {
+    let Some(fence) = shared_fence("raises").await else {
+        return;
+    };
+    let script = FencedScript::new("return redis.error_reply('ORDER-NOT-FOUND no such order')");
+    let call = ScriptCall::new(d("raises"), t(1)).key("orders");
+    match fence.run_script(&script, &call).await {
+        Err(error @ FenceError::Backend { .. }) => {
+            assert_eq!(
+                error.backend_kind(),
+                Some(fence_core::BackendErrorKind::Rejected),
+                "{error}"
+            );
+            assert!(!error.is_retryable(), "the same script fails the same way");
+            assert!(error.to_string().contains("ORDER-NOT-FOUND"), "{error}");
+        }
+        other => panic!("expected the script's own error, got {other:?}"),
+    }
+}
