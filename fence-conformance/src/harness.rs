@@ -11,6 +11,14 @@ pub trait StoreHarness: Send + Sync {
     /// The store under test. Called again after [`StoreHarness::restart`].
     fn store(&self) -> Arc<dyn FencedStore>;
 
+    /// Another holder's client of the same backend, as another process would open it: its own
+    /// connections and caches. Scenarios present stale tokens through a fresh one, so that the
+    /// server, not a client-side cache, decides. Adapters whose clients keep no state may keep
+    /// the default, [`StoreHarness::store`].
+    fn holder(&self) -> Arc<dyn FencedStore> {
+        self.store()
+    }
+
     /// Restarts the backend server, keeping its data; `Ok(false)` if this harness cannot.
     async fn restart(&self) -> Result<bool, BoxError> {
         Ok(false)
@@ -39,6 +47,12 @@ pub trait StoreHarness: Send + Sync {
 pub trait LogHarness: Send + Sync {
     /// The log under test. Called again after [`LogHarness::restart`].
     fn log(&self) -> Arc<dyn FencedLog>;
+
+    /// Another holder's client of the same log, as another process would open it (see
+    /// [`StoreHarness::holder`]).
+    fn holder(&self) -> Arc<dyn FencedLog> {
+        self.log()
+    }
 
     /// Restarts the backend server, keeping its data; `Ok(false)` if this harness cannot.
     async fn restart(&self) -> Result<bool, BoxError> {

@@ -65,7 +65,7 @@ pub async fn log_newer_appended_older_fenced(h: &dyn LogHarness, ns: &Namespace)
     );
     fenced(
         "append token 1 after 2",
-        log.append(&batch(&d, t(1)?, &["zombie"])).await,
+        h.holder().append(&batch(&d, t(1)?, &["zombie"])).await,
         1,
         2,
     )?;
@@ -91,7 +91,12 @@ pub async fn log_equal_token_policy(h: &dyn LogHarness, ns: &Namespace) -> Scena
     )?;
     if log.capabilities().strict_policy {
         let strict = batch(&d, t(3)?, &["c"]).with_policy(EqualTokenPolicy::Strict);
-        fenced("strict append token 3", log.append(&strict).await, 3, 3)?;
+        fenced(
+            "strict append token 3",
+            h.holder().append(&strict).await,
+            3,
+            3,
+        )?;
         let fresh = batch(&d, t(4)?, &["d"]).with_policy(EqualTokenPolicy::Strict);
         appended("strict append token 4", log.append(&fresh).await)?;
         expect_log(&*log, &d, &[("a", 3), ("b", 3), ("d", 4)]).await?;
@@ -115,12 +120,12 @@ pub async fn log_claim_fences_before_first_append(
     );
     fenced(
         "append token 4 after claim 5",
-        log.append(&batch(&d, t(4)?, &["zombie"])).await,
+        h.holder().append(&batch(&d, t(4)?, &["zombie"])).await,
         4,
         5,
     )?;
     expect_log(&*log, &d, &[]).await?;
-    fenced("claim 4 after 5", log.claim(&d, t(4)?).await, 4, 5)?;
+    fenced("claim 4 after 5", h.holder().claim(&d, t(4)?).await, 4, 5)?;
     appended(
         "owner append token 5",
         log.append(&batch(&d, t(5)?, &["owner"])).await,
@@ -194,7 +199,7 @@ pub async fn log_batch_is_all_or_nothing(h: &dyn LogHarness, ns: &Namespace) -> 
     ensure!(committed.records == 50, "outcome {committed:?}");
     fenced(
         "stale batch of 50",
-        log.append(&batch(&d, t(1)?, &refs)).await,
+        h.holder().append(&batch(&d, t(1)?, &refs)).await,
         1,
         2,
     )?;
@@ -262,28 +267,46 @@ pub async fn log_concurrent_appenders_with_mixed_tokens(
     race::log_race(h.log(), &d, &race::mixed_tokens(writers), h.race_rounds()).await
 }
 
-/// The log and its mark survive a restart of the backend.
+/// The log and its mark survive a restart of the backend: the records, a claim-only mark and a
+/// remembered operation id (replayed, not appended again) are all there afterwards.
 pub async fn log_state_survives_restart(h: &dyn LogHarness, ns: &Namespace) -> ScenarioResult {
     if !h.log().capabilities().survives_restart {
         return Ok(Verdict::NotApplicable(
             "backend declares state lost on restart".into(),
         ));
     }
-    let d = ns.domain("d")?;
-    appended(
-        "append token 5",
-        h.log().append(&batch(&d, t(5)?, &["kept"])).await,
-    )?;
+    let (d, claimed_only) = (ns.domain("d")?, ns.domain("claimed")?);
+    let log = h.log();
+    let op = batch(&d, t(5)?, &["kept"]).with_op_id(OperationId::new("op-before")?);
+    let first = appended("append token 5 with an op id", log.append(&op).await)?;
+    claimed("claim 9", log.claim(&claimed_only, t(9)?).await)?;
+    let remembered = log.capabilities().op_id_replay();
     if let Some(not_applicable) = restarted(h.restart().await)? {
         return Ok(not_applicable);
     }
     let log = h.log();
     fenced(
         "stale append after restart",
-        log.append(&batch(&d, t(4)?, &["zombie"])).await,
+        h.holder().append(&batch(&d, t(4)?, &["zombie"])).await,
         4,
         5,
     )?;
+    fenced(
+        "stale append to the claimed domain after restart",
+        h.holder()
+            .append(&batch(&claimed_only, t(8)?, &["zombie"]))
+            .await,
+        8,
+        9,
+    )?;
+    if remembered {
+        let replay = h.holder().append(&op).await?;
+        ensure!(
+            replay == AppendOutcome::Duplicate(first.clone()),
+            "an operation id remembered before the restart: expected the first outcome {first:?}, got {replay:?}"
+        );
+    }
     expect_log(&*log, &d, &[("kept", 5)]).await?;
+    expect_log(&*log, &claimed_only, &[]).await?;
     Ok(Verdict::Passed)
 }

@@ -135,6 +135,11 @@ pub(crate) fn fenced<T: fmt::Debug>(
 pub(crate) fn restarted(result: Result<bool, BoxError>) -> Result<Option<Verdict>, Failure> {
     match result {
         Ok(true) => Ok(None),
+        // Under the project's test command every backend is a server the test owns: a harness
+        // that cannot restart it would let the scenario pass without checking anything.
+        Ok(false) if crate::services::required() => Err(Failure::new(
+            "the harness cannot restart this backend, and FENCE_REQUIRE_SERVICES=1 requires every restart scenario to run",
+        )),
         Ok(false) => Ok(Some(Verdict::NotApplicable(
             "the harness cannot restart this backend (not a server it owns)".into(),
         ))),

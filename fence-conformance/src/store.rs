@@ -99,27 +99,37 @@ pub async fn older_token_is_fenced(h: &dyn StoreHarness, ns: &Namespace) -> Scen
     let store = h.store();
     let d = ns.domain("d")?;
     accepted("write token 5", store.write(&put(&d, t(5)?, "five")).await)?;
+    // The owner's own client (a cache, where the adapter keeps one), then other holders' fresh
+    // clients, so that the server decides.
     fenced(
-        "write token 4",
+        "write token 4 through the owner's client",
         store.write(&put(&d, t(4)?, "four")).await,
         4,
         5,
     )?;
     fenced(
+        "write token 4",
+        h.holder().write(&put(&d, t(4)?, "four")).await,
+        4,
+        5,
+    )?;
+    fenced(
         "write token 1",
-        store.write(&put(&d, t(1)?, "one")).await,
+        h.holder().write(&put(&d, t(1)?, "one")).await,
         1,
         5,
     )?;
     if h.store().capabilities().delete {
         fenced(
             "delete token 4",
-            store.write(&WriteRequest::delete(d.clone(), t(4)?)).await,
+            h.holder()
+                .write(&WriteRequest::delete(d.clone(), t(4)?))
+                .await,
             4,
             5,
         )?;
     }
-    match store.write(&put(&d, t(4)?, "four")).await {
+    match h.holder().write(&put(&d, t(4)?, "four")).await {
         Err(error) => ensure!(
             error.is_fenced() && !error.is_retryable(),
             "a fenced error must say fenced and not retryable: {error:?}"
@@ -175,13 +185,13 @@ pub async fn equal_token_strict_is_fenced(h: &dyn StoreHarness, ns: &Namespace) 
     )?;
     fenced(
         "strict replay of token 3",
-        store.write(&strict(t(3)?, "b")).await,
+        h.holder().write(&strict(t(3)?, "b")).await,
         3,
         3,
     )?;
     fenced(
         "strict write token 2",
-        store.write(&strict(t(2)?, "b")).await,
+        h.holder().write(&strict(t(2)?, "b")).await,
         2,
         3,
     )?;
@@ -207,13 +217,13 @@ pub async fn fresh_resource_accepts_old_token_until_newer(
     accepted("token 7", store.write(&put(&d, t(7)?, "seven")).await)?;
     fenced(
         "token 5 after 7",
-        store.write(&put(&d, t(5)?, "late")).await,
+        h.holder().write(&put(&d, t(5)?, "late")).await,
         5,
         7,
     )?;
     fenced(
         "token 6 after 7",
-        store.write(&put(&d, t(6)?, "late")).await,
+        h.holder().write(&put(&d, t(6)?, "late")).await,
         6,
         7,
     )?;
@@ -241,7 +251,7 @@ pub async fn claim_fences_before_first_write(
     expect_hwm(&*store, &d, Some(10)).await?;
     fenced(
         "write token 9 after claim 10",
-        store.write(&put(&d, t(9)?, "stale")).await,
+        h.holder().write(&put(&d, t(9)?, "stale")).await,
         9,
         10,
     )?;
@@ -250,7 +260,7 @@ pub async fn claim_fences_before_first_write(
         again.previous_high_water_mark == Some(t(10)?),
         "idempotent claim outcome: {again:?}"
     );
-    fenced("claim 9 after 10", store.claim(&d, t(9)?).await, 9, 10)?;
+    fenced("claim 9 after 10", h.holder().claim(&d, t(9)?).await, 9, 10)?;
     let write = accepted(
         "owner write token 10",
         store.write(&put(&d, t(10)?, "owner")).await,
@@ -268,7 +278,7 @@ pub async fn claim_fences_before_first_write(
     expect_hwm(&*store, &d, Some(11)).await?;
     fenced(
         "write token 10 after claim 11",
-        store.write(&put(&d, t(10)?, "old owner")).await,
+        h.holder().write(&put(&d, t(10)?, "old owner")).await,
         10,
         11,
     )?;
@@ -342,13 +352,15 @@ pub async fn delete_leaves_tombstone_keeping_hwm(
     expect_hwm(&*store, &d, Some(2)).await?;
     fenced(
         "stale recreate with token 1",
-        store.write(&put(&d, t(1)?, "zombie")).await,
+        h.holder().write(&put(&d, t(1)?, "zombie")).await,
         1,
         2,
     )?;
     fenced(
         "stale delete with token 1",
-        store.write(&WriteRequest::delete(d.clone(), t(1)?)).await,
+        h.holder()
+            .write(&WriteRequest::delete(d.clone(), t(1)?))
+            .await,
         1,
         2,
     )?;
@@ -371,7 +383,7 @@ pub async fn delete_leaves_tombstone_keeping_hwm(
     )?;
     fenced(
         "write token 3 after delete 4",
-        store.write(&put(&never, t(3)?, "zombie")).await,
+        h.holder().write(&put(&never, t(3)?, "zombie")).await,
         3,
         4,
     )?;
@@ -665,7 +677,9 @@ pub async fn concurrent_claims_and_writes(h: &dyn StoreHarness, ns: &Namespace) 
     race::claims_and_writes(h.store(), &d, h.race_writers().max(2), h.race_rounds()).await
 }
 
-/// State and high-water marks survive a restart of the backend server.
+/// State and high-water marks survive a restart of the backend server: the value, its writer
+/// token and revision, a claim-only mark, and a remembered operation id (replayed, not applied
+/// again) are all there afterwards, and stale holders are still fenced by the server.
 pub async fn state_survives_restart(h: &dyn StoreHarness, ns: &Namespace) -> ScenarioResult {
     if !h.store().capabilities().survives_restart {
         return Ok(Verdict::NotApplicable(
@@ -674,10 +688,10 @@ pub async fn state_survives_restart(h: &dyn StoreHarness, ns: &Namespace) -> Sce
     }
     let store = h.store();
     let (d, claimed_only) = (ns.domain("d")?, ns.domain("claimed")?);
-    accepted(
-        "write token 5",
-        store.write(&put(&d, t(5)?, "before restart")).await,
-    )?;
+    accepted("write token 5", store.write(&put(&d, t(5)?, "first")).await)?;
+    let remembered = store.capabilities().op_id_replay();
+    let op = put(&d, t(5)?, "before restart").with_op_id(OperationId::new("op-before")?);
+    let first = accepted("write token 5 with an op id", store.write(&op).await)?;
     claimed("claim 9", store.claim(&claimed_only, t(9)?).await)?;
     if let Some(not_applicable) = restarted(h.restart().await)? {
         return Ok(not_applicable);
@@ -685,21 +699,34 @@ pub async fn state_survives_restart(h: &dyn StoreHarness, ns: &Namespace) -> Sce
     let store = h.store();
     fenced(
         "stale write after restart",
-        store.write(&put(&d, t(4)?, "zombie")).await,
+        h.holder().write(&put(&d, t(4)?, "zombie")).await,
         4,
         5,
     )?;
     fenced(
         "stale write to the claimed domain after restart",
-        store.write(&put(&claimed_only, t(8)?, "zombie")).await,
+        h.holder().write(&put(&claimed_only, t(8)?, "zombie")).await,
         8,
         9,
     )?;
-    expect_value(&*store, &d, "before restart", 5, 1).await?;
+    expect_value(&*store, &d, "before restart", 5, 2).await?;
     expect_hwm(&*store, &claimed_only, Some(9)).await?;
+    ensure!(
+        store.read(&claimed_only).await?.entry == Entry::Absent,
+        "a claim-only domain must still hold no value after the restart"
+    );
+    if remembered {
+        let replay = h.holder().write(&op).await?;
+        ensure!(
+            replay == WriteOutcome::Duplicate(first.clone()),
+            "an operation id remembered before the restart: expected the first outcome {first:?}, got {replay:?}"
+        );
+        expect_value(&*store, &d, "before restart", 5, 2).await?;
+    }
     accepted(
         "newer write after restart",
         store.write(&put(&d, t(6)?, "after")).await,
     )?;
+    expect_value(&*store, &d, "after", 6, 3).await?;
     Ok(Verdict::Passed)
 }

@@ -33,3 +33,23 @@ mod store {
 mod log {
     fence_conformance::log_conformance!(super::memory);
 }
+
+#[test]
+fn declared_capabilities_are_pinned() {
+    use fence_core::{Capabilities, Fence, OpIdRetention, DEFAULT_OP_ID_RETENTION};
+    let caps = MemoryFence::new()
+        .with_max_value_bytes(64 * 1024)
+        .capabilities();
+    assert_eq!(
+        caps,
+        Capabilities::store()
+            .with_append(true)
+            .with_op_id_retention(OpIdRetention::PerDomain(DEFAULT_OP_ID_RETENTION))
+            .with_max_value_bytes(Some(64 * 1024)),
+        "a change here changes which conformance scenarios run"
+    );
+    assert!(
+        !caps.survives_restart,
+        "memory does not survive a restart, and says so"
+    );
+}

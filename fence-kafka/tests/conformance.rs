@@ -14,6 +14,7 @@ use support::NoidaServer;
 
 struct Kafka {
     server: Option<NoidaServer>,
+    bootstrap: String,
     fence: Mutex<KafkaFence>,
 }
 
@@ -21,6 +22,20 @@ struct Kafka {
 impl LogHarness for Kafka {
     fn log(&self) -> Arc<dyn FencedLog> {
         Arc::new(self.fence.lock().expect("lock").clone())
+    }
+
+    // Another process: its own producers and no known marks, so the ledger decides.
+    fn holder(&self) -> Arc<dyn FencedLog> {
+        let fence = self.fence.lock().expect("lock").clone();
+        Arc::new(
+            KafkaFence::builder(support::client_config(&self.bootstrap))
+                .data_topic(fence.data_topic())
+                .ledger_topic(format!("{}-ledger", fence.data_topic()))
+                .transactional_id_prefix(format!("{}-", fence.data_topic()))
+                .timeout(std::time::Duration::from_secs(20))
+                .build()
+                .expect("valid configuration"),
+        )
     }
 
     async fn restart(&self) -> Result<bool, BoxError> {
@@ -46,15 +61,37 @@ async fn kafka() -> Option<Kafka> {
         let fence = support::fence_on(&bootstrap, "conformance").await;
         return Some(Kafka {
             server: None,
+            bootstrap,
             fence: Mutex::new(fence),
         });
     }
     let server = NoidaServer::start("conformance")?;
     let fence = support::fence_on(&server.bootstrap(), "conformance").await;
     Some(Kafka {
+        bootstrap: server.bootstrap(),
         server: Some(server),
         fence: Mutex::new(fence),
     })
 }
 
 fence_conformance::log_conformance!(kafka);
+
+#[test]
+fn declared_capabilities_are_pinned() {
+    use fence_core::{Capabilities, Fence, OpIdRetention};
+    let fence = KafkaFence::builder(support::client_config("127.0.0.1:1"))
+        .data_topic("events")
+        .build()
+        .expect("valid configuration");
+    let caps = fence.capabilities();
+    assert_eq!(
+        caps,
+        Capabilities::log()
+            .with_op_id_retention(OpIdRetention::PerDomain(64))
+            .with_max_value_bytes(Some(8 * 1024 * 1024))
+            .with_survives_restart(true),
+        "a change here changes which conformance scenarios run"
+    );
+    assert!(caps.append && caps.claim && caps.strict_policy && caps.op_id_replay());
+    assert!(!caps.write && !caps.delete);
+}

@@ -102,3 +102,21 @@ mod standalone {
 mod cluster {
     fence_conformance::store_conformance!(super::cluster);
 }
+
+#[test]
+fn declared_capabilities_are_pinned() {
+    use fence_core::{Capabilities, Fence, OpIdRetention};
+    let caps = fence(RedisFence::builder().url("redis://127.0.0.1:1")).capabilities();
+    assert_eq!(
+        caps,
+        Capabilities::store()
+            .with_op_id_retention(OpIdRetention::Window(std::time::Duration::from_secs(
+                24 * 60 * 60
+            )))
+            .with_max_value_bytes(Some(64 * 1024))
+            .with_survives_restart(true),
+        "a change here changes which conformance scenarios run"
+    );
+    assert!(caps.write && caps.delete && caps.read && caps.claim && !caps.append);
+    assert!(caps.revision_cas && caps.strict_policy && caps.op_id_replay());
+}

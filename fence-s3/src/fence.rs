@@ -116,6 +116,8 @@ impl S3Fence {
         // Counts lost compare-and-sets only: a reload after the cache could not decide (at most
         // one in a row, since it reads fresh) costs no attempt.
         let mut attempt = 0;
+        // Whether the last attempt was refused for load (503) rather than lost to a writer.
+        let mut throttled = false;
         while attempt < self.inner.max_attempts {
             let cached = if use_cache {
                 self.inner.cache.get(&key)
@@ -175,11 +177,13 @@ impl S3Fence {
                     self.inner.cache.remove(&key);
                     use_cache = false;
                     attempt += 1;
+                    throttled = false;
                 }
-                Err(Failure::Conflict | Failure::Throttled) => {
+                Err(failure @ (Failure::Conflict | Failure::Throttled)) => {
                     self.inner.cache.remove(&key);
                     use_cache = false;
                     attempt += 1;
+                    throttled = matches!(failure, Failure::Throttled);
                     self.backoff(attempt).await;
                 }
                 Err(failure) => {
@@ -187,6 +191,10 @@ impl S3Fence {
                     return Err(failure.into_fence_error(domain, operation, true));
                 }
             }
+        }
+        if throttled {
+            // Still refused for load: the server is overloaded, not the object contended.
+            return Err(Failure::Throttled.into_fence_error(domain, operation, true));
         }
         Err(backend_error(
             Some(domain),

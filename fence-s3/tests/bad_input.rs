@@ -9,7 +9,6 @@ use fence_core::{
     WriteRequest,
 };
 use fence_s3::{S3Fence, S3FenceError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn put(domain: &Domain, token: u64) -> WriteRequest {
     WriteRequest::put(
@@ -225,54 +224,7 @@ async fn bad_configuration_is_refused_without_io() {
 /// Answers 200 with an ETag to every request, whatever its conditions: what a naive proxy or
 /// emulator does.
 async fn condition_ignoring_endpoint() -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((mut socket, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buffer = Vec::new();
-                let mut chunk = [0u8; 8192];
-                loop {
-                    // One request: headers, then a Content-Length body or a chunked body.
-                    let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match socket.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&buffer[..end]).to_ascii_lowercase();
-                    let length = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse::<usize>().ok());
-                    let chunked = head.contains("transfer-encoding: chunked");
-                    let body_start = end + 4;
-                    let complete = |buf: &[u8]| match (length, chunked) {
-                        (Some(n), _) => (buf.len() >= body_start + n).then_some(body_start + n),
-                        (None, true) => buf[body_start..]
-                            .windows(5)
-                            .position(|w| w == b"0\r\n\r\n")
-                            .map(|p| body_start + p + 5),
-                        (None, false) => Some(body_start),
-                    };
-                    let Some(request_end) = complete(&buffer) else {
-                        match socket.read(&mut chunk).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-                        }
-                        continue;
-                    };
-                    buffer.drain(..request_end);
-                    let reply = "HTTP/1.1 200 OK\r\nETag: \"d41d8cd98f00b204e9800998ecf8427e\"\r\nContent-Length: 0\r\n\r\n";
-                    if socket.write_all(reply.as_bytes()).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    format!("http://{address}")
+    support::scripted::endpoint(|_| support::scripted::Reply::ok()).await
 }
 
 #[tokio::test]

@@ -33,6 +33,11 @@ impl StoreHarness for Seaweed {
         Arc::new(self.fence.lock().expect("lock").clone())
     }
 
+    // A new client with an empty ETag cache: S3 itself decides every stale token it presents.
+    fn holder(&self) -> Arc<dyn FencedStore> {
+        Arc::new(fence(&self.server.endpoint()))
+    }
+
     async fn restart(&self) -> Result<bool, BoxError> {
         self.server.kill_and_restart().await;
         *self.fence.lock().expect("lock") = fence(&self.server.endpoint());
@@ -60,3 +65,20 @@ async fn seaweed() -> Option<Seaweed> {
 }
 
 fence_conformance::store_conformance!(seaweed);
+
+#[test]
+fn declared_capabilities_are_pinned() {
+    use fence_core::{Capabilities, Fence, OpIdRetention};
+    let fence = fence("http://127.0.0.1:1");
+    assert_eq!(
+        fence.capabilities(),
+        Capabilities::store()
+            .with_op_id_retention(OpIdRetention::PerDomain(16))
+            .with_max_value_bytes(Some(64 * 1024))
+            .with_survives_restart(true),
+        "a change here changes which conformance scenarios run"
+    );
+    let caps = fence.capabilities();
+    assert!(caps.write && caps.delete && caps.read && caps.claim && !caps.append);
+    assert!(caps.revision_cas && caps.strict_policy && caps.op_id_replay());
+}

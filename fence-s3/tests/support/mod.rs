@@ -1,6 +1,6 @@
 //! Test support: the shared SeaweedFS that `scripts/test` starts, dedicated `weed mini`
-//! processes a test owns (to kill, pause and restart), a request counter, and a fake endpoint
-//! that ignores conditional headers.
+//! processes a test owns (to kill, pause and restart), a request counter, and a scripted fake
+//! endpoint for status codes real servers cannot be made to answer on demand.
 #![allow(
     dead_code,
     unreachable_pub,
@@ -21,6 +21,8 @@ use aws_sdk_s3::config::{
     BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
 };
 use fence_s3::S3Fence;
+
+pub mod scripted;
 
 pub const ACCESS_KEY: &str = "fence-test-access";
 pub const SECRET_KEY: &str = "fence-test-secret";
