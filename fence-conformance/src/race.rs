@@ -15,10 +15,23 @@ use tokio::task::JoinSet;
 use crate::scenario::{ensure, t};
 use crate::{Failure, ScenarioResult, Verdict};
 
-/// Mixed tokens for `writers` racers; for ten: 1,8,7,6,5,4,3,2,1,8 (the greatest shared by two).
+/// Mixed tokens for `writers` racers; for ten: 1,8,7,6,5,4,3,2,1,8 (the greatest shared by two);
+/// for two or three: 1,2 and 1,2,1. Two or more racers always hold at least two tokens.
 pub fn mixed_tokens(writers: usize) -> Vec<u64> {
-    let spread = (writers.saturating_sub(2)).max(1) as u64;
-    (0..writers as u64).map(|i| 1 + (i * 7) % spread).collect()
+    let spread = writers.saturating_sub(2).max(2) as u64;
+    // `spread - 1` is coprime with `spread`: the tokens walk down through every value.
+    (0..writers as u64)
+        .map(|i| 1 + (i * (spread - 1)) % spread)
+        .collect()
+}
+
+/// The token `writer` holds in `round`: its mixed token, raised each round by the greatest one,
+/// as if every racer re-acquired its lease between rounds. Tokens mix within a round and rise
+/// across rounds, so a slow racer is overtaken by later rounds of the others, and no outcome is
+/// decided by the first write of the greatest token alone.
+fn reacquired(tokens: &[u64], writer: usize, round: usize) -> u64 {
+    let step = tokens.iter().copied().max().unwrap_or(1);
+    tokens[writer] + round as u64 * step
 }
 
 /// What one racing request observed.
@@ -150,15 +163,17 @@ pub async fn store_race(
 ) -> ScenarioResult {
     let barrier = Arc::new(Barrier::new(tokens.len()));
     let mut set = JoinSet::new();
-    for (writer, &token) in tokens.iter().enumerate() {
+    let shared: Arc<[u64]> = tokens.into();
+    for writer in 0..tokens.len() {
         let (store, domain, barrier) = (store.clone(), domain.clone(), barrier.clone());
+        let tokens = shared.clone();
         set.spawn(async move {
             let mut seen = Vec::with_capacity(rounds);
-            let Ok(token) = FencingToken::new(token) else {
-                return seen;
-            };
             barrier.wait().await;
             for round in 0..rounds {
+                let Ok(token) = FencingToken::new(reacquired(&tokens, writer, round)) else {
+                    return seen;
+                };
                 let value = Bytes::from(format!("writer {writer} token {token} round {round}"));
                 let request =
                     WriteRequest::put(domain.clone(), token, value.clone()).with_policy(policy);
@@ -177,7 +192,12 @@ pub async fn store_race(
         "every racing write must report an outcome"
     );
 
-    let max = tokens.iter().copied().max().unwrap_or(1);
+    // The greatest token is the last round's greatest, and nothing can fence it.
+    let last_round = rounds.saturating_sub(1);
+    let max = (0..tokens.len())
+        .map(|w| reacquired(tokens, w, last_round))
+        .max()
+        .unwrap_or(1);
     let mut writes = Vec::new();
     let mut accepted_at_max = 0;
     for (token, outcome) in seen {
@@ -208,11 +228,12 @@ pub async fn store_race(
             }
         }
     }
-    let holders_of_max = tokens.iter().filter(|&&t| t == max).count();
+    let holders_of_max = (0..tokens.len())
+        .filter(|&w| reacquired(tokens, w, last_round) == max)
+        .count();
     ensure!(
-        accepted_at_max == holders_of_max * rounds,
-        "every write of the greatest token {max} must be accepted: {accepted_at_max} of {}",
-        holders_of_max * rounds
+        accepted_at_max == holders_of_max,
+        "every write of the greatest token {max} must be accepted: {accepted_at_max} of {holders_of_max}"
     );
     let writes = check_revision_order(writes, false)?;
     check_final_value(&*store, domain, writes.last(), max).await?;
@@ -367,15 +388,17 @@ pub(crate) async fn log_race(
 ) -> ScenarioResult {
     let barrier = Arc::new(Barrier::new(tokens.len()));
     let mut set = JoinSet::new();
-    for (appender, &token) in tokens.iter().enumerate() {
+    let shared: Arc<[u64]> = tokens.into();
+    for appender in 0..tokens.len() {
         let (log, domain, barrier) = (log.clone(), domain.clone(), barrier.clone());
+        let tokens = shared.clone();
         set.spawn(async move {
             let mut seen = Vec::new();
-            let Ok(token) = FencingToken::new(token) else {
-                return seen;
-            };
             barrier.wait().await;
             for round in 0..rounds {
+                let Ok(token) = FencingToken::new(reacquired(&tokens, appender, round)) else {
+                    return seen;
+                };
                 let batch: Vec<Bytes> = (0..2)
                     .map(|part| {
                         Bytes::from(format!(
@@ -398,7 +421,11 @@ pub(crate) async fn log_race(
     }
     let mut expected: HashMap<Bytes, u64> = HashMap::new();
     let mut refused: Vec<Bytes> = Vec::new();
-    let max = tokens.iter().copied().max().unwrap_or(1);
+    let last_round = rounds.saturating_sub(1);
+    let max = (0..tokens.len())
+        .map(|a| reacquired(tokens, a, last_round))
+        .max()
+        .unwrap_or(1);
     for (token, batch, seen) in join_all(set).await?.into_iter().flatten() {
         match seen {
             Seen::Accepted(appended) => {
@@ -477,4 +504,37 @@ pub(crate) async fn log_race(
         "final mark must be {max}, got {hwm:?}"
     );
     Ok(Verdict::Passed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mixed_tokens_mix_for_every_writer_count() {
+        for writers in 2..=16 {
+            let tokens = mixed_tokens(writers);
+            let distinct: std::collections::HashSet<_> = tokens.iter().collect();
+            assert!(distinct.len() >= 2, "{writers} writers: {tokens:?}");
+        }
+        assert_eq!(mixed_tokens(10), [1, 8, 7, 6, 5, 4, 3, 2, 1, 8]);
+        assert_eq!(mixed_tokens(3), [1, 2, 1]);
+    }
+
+    #[test]
+    fn reacquired_tokens_rise_across_rounds_and_mix_within_one() {
+        let tokens = mixed_tokens(3);
+        assert_eq!(
+            (0..3)
+                .map(|w| reacquired(&tokens, w, 0))
+                .collect::<Vec<_>>(),
+            [1, 2, 1]
+        );
+        assert_eq!(
+            (0..3)
+                .map(|w| reacquired(&tokens, w, 2))
+                .collect::<Vec<_>>(),
+            [5, 6, 5]
+        );
+    }
 }
