@@ -253,7 +253,7 @@ async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn separate_processes_race_with_mixed_tokens() {
     let Some(first) = support::shared_fence("process-race").await else {
         return;
@@ -261,10 +261,12 @@ async fn separate_processes_race_with_mixed_tokens() {
     let bootstrap = support::shared_bootstrap().unwrap();
     let domain = Domain::new("contended").unwrap();
     let mut tasks = tokio::task::JoinSet::new();
+    let start = Arc::new(tokio::sync::Barrier::new(3));
     for token in [5u64, 6, 7] {
         let fence = other_process(&first, &bootstrap).await;
-        let domain = domain.clone();
+        let (domain, start) = (domain.clone(), start.clone());
         tasks.spawn(async move {
+            start.wait().await;
             let mut outcomes = Vec::new();
             for round in 0..4 {
                 let value = format!("token {token} round {round}");
@@ -315,6 +317,12 @@ async fn separate_processes_race_with_mixed_tokens() {
             "{value} was fenced but is visible"
         );
     }
+    assert_eq!(
+        log.last().map(|(_, token)| *token),
+        Some(7),
+        "the log ends with the greatest token's appends"
+    );
+    assert_eq!(first.high_water_mark(&domain).await.unwrap(), Some(t(7)));
 }
 
 #[tokio::test]

@@ -181,11 +181,13 @@ async fn a_failing_state_change_records_no_entry_and_can_be_retried() {
 async fn racing_writers_never_record_behind_a_newer_token(fence: RedisFence) {
     let outbox = Arc::new(outbox(&fence));
     let d = domain("hot-order");
+    let start = Arc::new(tokio::sync::Barrier::new(8));
     let mut tasks = Vec::new();
     for writer in 0..8u64 {
-        let outbox = outbox.clone();
+        let (outbox, start) = (outbox.clone(), start.clone());
         let d = d.clone();
         tasks.push(tokio::spawn(async move {
+            start.wait().await;
             let mut accepted = Vec::new();
             for round in 0..40u64 {
                 // Tokens interleave across writers and go backwards within a writer now and then.
@@ -235,13 +237,28 @@ async fn racing_writers_never_record_behind_a_newer_token(fence: RedisFence) {
             entry.key
         );
     }
-    let (_, _, last) = accepted
+    let (last_token, _, last) = accepted
         .iter()
-        .max_by_key(|(t, _, seqs)| (*t, *seqs.end()))
+        .max_by_key(|(_, _, seqs)| *seqs.end())
         .unwrap();
     assert_eq!(
         fence.high_water_mark(&d).await.unwrap().map(|t| t.get()),
         Some(highest)
+    );
+    // Exactly the accepted transitions recorded entries, and the state is the last one's.
+    let recorded: HashSet<_> = entries.iter().map(|e| e.payload.clone()).collect();
+    let expected: HashSet<_> = accepted
+        .iter()
+        .map(|(_, op_id, _)| bytes::Bytes::from(op_id.clone()))
+        .collect();
+    assert_eq!(
+        recorded, expected,
+        "entries are exactly the accepted transitions"
+    );
+    assert_eq!(
+        order_status(&fence, &d).await,
+        Some(format!("paid by {last_token}")),
+        "the state is the last accepted transition's"
     );
     println!(
         "race: {} transitions accepted of 320, entry tokens non-decreasing up to {highest}, last seq {}",
@@ -250,14 +267,14 @@ async fn racing_writers_never_record_behind_a_newer_token(fence: RedisFence) {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn standalone_racing_writers_never_record_behind_a_newer_token() {
     if let Some(fence) = support::standalone("race").await {
         racing_writers_never_record_behind_a_newer_token(fence).await;
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_racing_writers_never_record_behind_a_newer_token() {
     if let Some(fence) = support::cluster("race").await {
         racing_writers_never_record_behind_a_newer_token(fence).await;

@@ -106,31 +106,39 @@ async fn lease_expiry_new_owner_stale_owner_rejected_on_cluster() {
     lease_story(fence).await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_acquires_have_exactly_one_winner() {
     let Some(fence) = shared_fence("lease-race").await else {
         return;
     };
     let leases = Arc::new(fence.leases());
     let domain = Domain::new("contended").unwrap();
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..8 {
-        let (leases, domain) = (leases.clone(), domain.clone());
-        tasks.spawn(async move {
-            leases
-                .acquire(&domain, &owner(&format!("w{i}")), Duration::from_secs(5))
-                .await
-        });
-    }
-    let mut winners = 0;
-    while let Some(result) = tasks.join_next().await {
-        match result.unwrap() {
-            Ok(_) => winners += 1,
-            Err(FenceError::LeaseHeld { .. }) => {}
-            Err(other) => panic!("{other}"),
+    for round in 0..5 {
+        let start = Arc::new(tokio::sync::Barrier::new(8));
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let (leases, domain, start) = (leases.clone(), domain.clone(), start.clone());
+            tasks.spawn(async move {
+                start.wait().await;
+                leases
+                    .acquire(&domain, &owner(&format!("w{i}")), Duration::from_secs(5))
+                    .await
+            });
         }
+        let mut winners = Vec::new();
+        while let Some(result) = tasks.join_next().await {
+            match result.unwrap() {
+                Ok(lease) => winners.push(lease),
+                Err(FenceError::LeaseHeld { .. }) => {}
+                Err(other) => panic!("{other}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        // Losers issued nothing: the winner's token is the round number (one issue a round).
+        let lease = winners.remove(0);
+        assert_eq!(lease.token.get(), round + 1, "round {round}: {lease:?}");
+        leases.release(&lease).await.unwrap();
     }
-    assert_eq!(winners, 1);
 }
 
 #[tokio::test]
