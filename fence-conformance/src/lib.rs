@@ -8,6 +8,7 @@ pub mod log;
 mod namespace;
 pub mod proxy;
 pub mod race;
+pub mod retention;
 mod scenario;
 pub mod services;
 pub mod store;

@@ -53,3 +53,11 @@ fn declared_capabilities_are_pinned() {
         "memory does not survive a restart, and says so"
     );
 }
+
+#[tokio::test]
+async fn op_id_retention_is_bounded_as_declared() {
+    let memory = MemoryFence::new().with_op_id_retention(3);
+    let d = |name| fence_core::Domain::new(name).unwrap_or_else(|e| panic!("{e}"));
+    fence_conformance::retention::store_keeps_the_last_op_ids(&memory, &memory, &d("store")).await;
+    fence_conformance::retention::log_keeps_the_last_op_ids(&memory, &memory, &d("log")).await;
+}

@@ -517,3 +517,26 @@ async fn a_claim_is_decided_at_the_ledger_not_by_what_this_process_saw() {
     }
     assert_eq!(a.high_water_mark(&domain).await.unwrap(), Some(t(6)));
 }
+
+#[tokio::test]
+async fn the_last_op_ids_are_replayed_by_a_new_process_and_older_ones_are_new_again() {
+    let Some(first) = support::shared_fence("retention").await else {
+        return;
+    };
+    let bootstrap = support::shared_bootstrap().unwrap();
+    let process = || {
+        KafkaFence::builder(support::client_config(&bootstrap))
+            .data_topic(first.data_topic())
+            .ledger_topic(format!("{}-ledger", first.data_topic()))
+            .transactional_id_prefix(format!("{}-", first.data_topic()))
+            .op_id_retention(2)
+            .build()
+            .unwrap()
+    };
+    fence_conformance::retention::log_keeps_the_last_op_ids(
+        &process(),
+        &process(),
+        &Domain::new("kept").unwrap(),
+    )
+    .await;
+}

@@ -474,3 +474,54 @@ async fn a_fenced_script_that_raises_is_rejected_not_retryable() {
         other => panic!("expected the script's own error, got {other:?}"),
     }
 }
+
+#[tokio::test]
+async fn an_op_id_is_replayed_within_its_window_and_new_again_after_it() {
+    let Some(url) = support::shared_url() else {
+        return;
+    };
+    let fence = RedisFence::builder()
+        .url(&url)
+        .prefix(support::unique_prefix("window"))
+        .op_id_retention(Duration::from_millis(400))
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("window");
+    let request = WriteRequest::put(domain.clone(), t(1), "once")
+        .with_op_id(OperationId::new("op-1").unwrap());
+    let first = fence.write(&request).await.unwrap();
+    let other = RedisFence::builder()
+        .url(&url)
+        .prefix(fence.prefix())
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(
+        other.write(&request).await.unwrap(),
+        fence_core::WriteOutcome::Duplicate(first.accepted().clone()),
+        "another client replays it within the window"
+    );
+    // The record carries the window as its expiry: wait for Redis to drop it (an event, not a
+    // guess at how long that takes), then the same op id is a new operation.
+    let key = format!("{}:{{window}}:op:1:op-1", fence.prefix());
+    let mut raw = support::raw(&url).await;
+    let ttl: i64 = raw.pttl(&key).await.unwrap();
+    assert!(
+        ttl > 0 && ttl <= 400,
+        "the record expires within the window: {ttl} ms"
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while raw.exists::<_, bool>(&key).await.unwrap() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the op record never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let again = fence.write(&request).await.unwrap();
+    assert!(
+        matches!(&again, fence_core::WriteOutcome::Accepted(a) if a.revision == Revision::new(2)),
+        "after the window the op id is new: {again:?}"
+    );
+}

@@ -429,3 +429,21 @@ async fn a_cut_connection_is_ambiguous_and_both_ways_of_learning_the_outcome_wor
     )
     .await;
 }
+
+#[tokio::test]
+async fn the_last_op_ids_are_replayed_by_any_client_and_older_ones_are_new_again() {
+    let Some(endpoint) = support::shared_endpoint() else {
+        return;
+    };
+    let prefix = support::unique_prefix("retention");
+    let fence = || {
+        S3Fence::builder()
+            .client(support::client(&endpoint))
+            .bucket(support::BUCKET)
+            .prefix(&prefix)
+            .op_id_retention(2)
+            .build()
+            .unwrap()
+    };
+    fence_conformance::retention::store_keeps_the_last_op_ids(&fence(), &fence(), &d("kept")).await;
+}
