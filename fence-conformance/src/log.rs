@@ -145,8 +145,20 @@ pub async fn log_domains_are_independent(h: &dyn LogHarness, ns: &Namespace) -> 
         "b token 1 again",
         log.append(&batch(&b, t(1)?, &["b2"])).await,
     )?;
+    // Names that a naive key or id scheme would confuse with each other.
+    let (braces, percent) = (ns.domain("{a}")?, ns.domain("%7Ba%7D")?);
+    appended(
+        "{a} token 5",
+        log.append(&batch(&braces, t(5)?, &["braces"])).await,
+    )?;
+    appended(
+        "%7Ba%7D token 1",
+        log.append(&batch(&percent, t(1)?, &["percent"])).await,
+    )?;
     expect_log(&*log, &a, &[("a", 50)]).await?;
     expect_log(&*log, &b, &[("b", 1), ("b2", 1)]).await?;
+    expect_log(&*log, &braces, &[("braces", 5)]).await?;
+    expect_log(&*log, &percent, &[("percent", 1)]).await?;
     ensure!(
         log.high_water_mark(&b).await? == Some(t(1)?),
         "b's mark must stay 1"

@@ -57,7 +57,7 @@ fn declared_capabilities_are_pinned() {
 #[tokio::test]
 async fn op_id_retention_is_bounded_as_declared() {
     let memory = MemoryFence::new().with_op_id_retention(3);
-    let d = |name| fence_core::Domain::new(name).unwrap_or_else(|e| panic!("{e}"));
+    let d = fence_conformance::services::domain;
     fence_conformance::retention::store_keeps_the_last_op_ids(&memory, &memory, &d("store")).await;
     fence_conformance::retention::log_keeps_the_last_op_ids(&memory, &memory, &d("log")).await;
 }

@@ -1,16 +1,22 @@
-//! The suite has teeth: stores that break one sentence of the contract each fail the scenario
-//! written for that sentence, while the honest reference passes it.
+//! The suite has teeth: a resource that breaks one sentence of the contract fails the scenarios
+//! written for that sentence, every time, while the honest reference passes them. Store and log
+//! alike; the table of faults × scenarios is the list of `catches!` below.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fence_conformance::{store, Namespace, ScenarioResult, StoreHarness, Verdict};
+use fence_conformance::{log, store, LogHarness, Namespace, ScenarioResult, StoreHarness, Verdict};
 use fence_core::{
-    rule, Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
-    FencedStore, FencingToken, Mutation, Revision, Snapshot, WriteOutcome, WriteRequest,
+    rule, Accepted, AppendOutcome, AppendRequest, Appended, BoxError, Capabilities, Claimed,
+    Domain, Entry, EqualTokenPolicy, Fence, FenceError, FencedLog, FencedStore, FencingToken,
+    InvalidInput, LogEntry, Mutation, OpIdRetention, Revision, Snapshot, WriteOutcome,
+    WriteRequest,
 };
+
+/// The value limit both the honest and the faulty resource declare.
+const MAX_VALUE_BYTES: usize = 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fault {
@@ -23,21 +29,38 @@ enum Fault {
     IgnoresStrict,
     /// Claims change nothing.
     ClaimIgnored,
+    /// A claim below the mark lowers it.
+    ClaimLowersMark,
     /// Checks the token, releases the lock, then writes: check-in-the-client-then-write.
     CheckThenWrite,
     /// Revision conditions are ignored.
     IgnoresCondition,
+    /// Declares op-id retention but forgets every op id: replays apply twice.
+    ForgetsOpIds,
+    /// A restart loses the marks of domains that were only claimed.
+    RestartLosesClaims,
+    /// Names `{a}` and `%7Ba%7D` reach the same state (a naive key scheme).
+    CollidesDomains,
+    /// Accepts values over the declared limit.
+    AcceptsOversize,
+    /// A write refused as stale still replaces the value.
+    RefusedWriteMutates,
+    /// Only the first record of a batch is committed.
+    PartialBatch,
 }
 
 #[derive(Default)]
 struct State {
     hwm: Option<FencingToken>,
     entry: Option<(Option<fence_core::Bytes>, FencingToken, Revision)>,
+    /// First outcomes by (token, op id): revision and previous mark, or records appended.
+    ops: HashMap<(FencingToken, String), (Revision, Option<FencingToken>, usize)>,
+    log: Vec<LogEntry>,
 }
 
 struct Faulty {
     fault: Fault,
-    domains: Mutex<HashMap<Domain, State>>,
+    domains: Mutex<HashMap<String, State>>,
 }
 
 impl fmt::Debug for Faulty {
@@ -48,8 +71,28 @@ impl fmt::Debug for Faulty {
 
 impl Faulty {
     fn with<R>(&self, d: &Domain, f: impl FnOnce(&mut State) -> R) -> R {
+        let key = match self.fault {
+            Fault::CollidesDomains => d.as_str().replace("%7B", "{").replace("%7D", "}"),
+            _ => d.as_str().to_owned(),
+        };
         let mut map = self.domains.lock().unwrap_or_else(|p| p.into_inner());
-        f(map.entry(d.clone()).or_default())
+        f(map.entry(key).or_default())
+    }
+
+    fn remembers(&self) -> bool {
+        self.fault != Fault::ForgetsOpIds
+    }
+
+    fn check_size(&self, d: &Domain, size: usize) -> Result<(), FenceError> {
+        if size > MAX_VALUE_BYTES && self.fault != Fault::AcceptsOversize {
+            return Err(InvalidInput::ValueTooLarge {
+                domain: d.clone(),
+                size,
+                max: MAX_VALUE_BYTES,
+            }
+            .into());
+        }
+        Ok(())
     }
 }
 
@@ -61,11 +104,17 @@ impl Fence for Faulty {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::store()
+            .with_append(true)
+            .with_op_id_retention(OpIdRetention::PerDomain(64))
+            .with_max_value_bytes(Some(MAX_VALUE_BYTES))
+            .with_survives_restart(true)
     }
 
     async fn claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.with(d, |s| {
-            rule::check_claim(d, s.hwm, token)?;
+            if self.fault != Fault::ClaimLowersMark {
+                rule::check_claim(d, s.hwm, token)?;
+            }
             let previous = s.hwm;
             if self.fault != Fault::ClaimIgnored {
                 s.hwm = Some(token);
@@ -83,10 +132,14 @@ impl Fence for Faulty {
 impl FencedStore for Faulty {
     async fn write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         let d = r.domain();
+        if let Mutation::Put(value) = r.mutation() {
+            self.check_size(d, value.len())?;
+        }
         let policy = match (self.fault, r.policy()) {
             (Fault::IgnoresStrict, _) => EqualTokenPolicy::SameOwner,
             (_, policy) => policy,
         };
+        let op = r.op_id().map(|op| (r.token(), op.as_str().to_owned()));
         let check = |s: &State| -> Result<(), FenceError> {
             if self.fault != Fault::AcceptsStale {
                 rule::check_token(d, s.hwm, r.token(), policy)?;
@@ -102,17 +155,35 @@ impl FencedStore for Faulty {
             tokio::task::yield_now().await;
         }
         self.with(d, |s| {
-            if self.fault != Fault::CheckThenWrite {
-                check(s)?;
+            if let Some(first) = op.as_ref().and_then(|op| s.ops.get(op)) {
+                if self.remembers() {
+                    let (revision, previous, _) = *first;
+                    return Ok(WriteOutcome::Duplicate(Accepted::new(
+                        r.token(),
+                        revision,
+                        previous,
+                    )));
+                }
             }
-            let revision = s.entry.as_ref().map_or(Revision::new(1), |e| e.2.next());
             let value = match r.mutation() {
                 Mutation::Put(v) => Some(v.clone()),
                 _ => None,
             };
+            let revision = s.entry.as_ref().map_or(Revision::new(1), |e| e.2.next());
+            if self.fault != Fault::CheckThenWrite {
+                if let Err(refused) = check(s) {
+                    if self.fault == Fault::RefusedWriteMutates && refused.is_fenced() {
+                        s.entry = Some((value, r.token(), revision));
+                    }
+                    return Err(refused);
+                }
+            }
             let deleting = value.is_none();
             s.entry = Some((value, r.token(), revision));
             let accepted = Accepted::new(r.token(), revision, s.hwm);
+            if let Some(op) = op {
+                s.ops.insert(op, (revision, s.hwm, 0));
+            }
             s.hwm = if deleting && self.fault == Fault::DeleteDropsMark {
                 None
             } else {
@@ -141,11 +212,90 @@ impl FencedStore for Faulty {
     }
 }
 
+#[async_trait]
+impl FencedLog for Faulty {
+    async fn append(&self, r: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+        let d = r.domain();
+        if r.records().is_empty() {
+            return Err(InvalidInput::EmptyBatch { domain: d.clone() }.into());
+        }
+        self.check_size(d, r.records().iter().map(|x| x.value.len()).sum())?;
+        let op = r.op_id().map(|op| (r.token(), op.as_str().to_owned()));
+        self.with(d, |s| {
+            if let Some(&(_, previous, records)) = op.as_ref().and_then(|op| s.ops.get(op)) {
+                if self.remembers() {
+                    return Ok(AppendOutcome::Duplicate(Appended::new(
+                        r.token(),
+                        records,
+                        previous,
+                    )));
+                }
+            }
+            if self.fault != Fault::AcceptsStale {
+                rule::check_token(d, s.hwm, r.token(), r.policy())?;
+            }
+            let take = match self.fault {
+                Fault::PartialBatch => 1,
+                _ => r.records().len(),
+            };
+            for record in r.records().iter().take(take) {
+                s.log
+                    .push(LogEntry::new(r.token(), r.op_id().cloned(), record.clone()));
+            }
+            let previous = s.hwm;
+            if let Some(op) = op {
+                s.ops
+                    .insert(op, (Revision::new(1), previous, r.records().len()));
+            }
+            s.hwm = Some(r.token());
+            Ok(AppendOutcome::Appended(Appended::new(
+                r.token(),
+                r.records().len(),
+                previous,
+            )))
+        })
+    }
+
+    async fn read_log(&self, d: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+        Ok(self.with(d, |s| s.log.clone()))
+    }
+}
+
 struct Harness(Arc<Faulty>);
 
+#[async_trait]
 impl StoreHarness for Harness {
     fn store(&self) -> Arc<dyn FencedStore> {
         self.0.clone()
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        restart(&self.0);
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl LogHarness for Harness {
+    fn log(&self) -> Arc<dyn FencedLog> {
+        self.0.clone()
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        restart(&self.0);
+        Ok(true)
+    }
+}
+
+/// A restart keeps everything, unless the fault loses what was only claimed.
+fn restart(faulty: &Faulty) {
+    if faulty.fault == Fault::RestartLosesClaims {
+        let mut map = faulty.domains.lock().unwrap_or_else(|p| p.into_inner());
+        for state in map.values_mut() {
+            if state.entry.is_none() && state.log.is_empty() {
+                state.hwm = None;
+            }
+        }
     }
 }
 
@@ -167,6 +317,9 @@ where
     scenario(h, ns).await
 }
 
+/// How many times each fault is run against its scenario: it must be caught every time.
+const RUNS: usize = 5;
+
 macro_rules! catches {
     ($test:ident, $fault:expr, $scenario:path) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -174,28 +327,41 @@ macro_rules! catches {
             let honest = run(Fault::None, |h, ns| $scenario(h, ns)).await;
             assert!(
                 matches!(honest, Ok(Verdict::Passed)),
-                "the honest store must pass: {honest:?}"
+                "the honest resource must pass: {honest:?}"
             );
-            let faulty = run($fault, |h, ns| $scenario(h, ns)).await;
-            assert!(
-                faulty.is_err(),
-                "{:?} went unnoticed by {}",
-                $fault,
-                stringify!($scenario)
-            );
+            for attempt in 1..=RUNS {
+                let faulty = run($fault, |h, ns| $scenario(h, ns)).await;
+                assert!(
+                    faulty.is_err(),
+                    "{:?} went unnoticed by {} in run {attempt} of {RUNS}: {faulty:?}",
+                    $fault,
+                    stringify!($scenario)
+                );
+            }
         }
     };
 }
 
+// Store scenarios.
 catches!(
     stale_tokens_are_caught,
     Fault::AcceptsStale,
     store::older_token_is_fenced
 );
 catches!(
-    stale_tokens_caught_by_race,
+    stale_tokens_caught_by_the_race,
     Fault::AcceptsStale,
     store::concurrent_writers_with_mixed_tokens
+);
+catches!(
+    stale_tokens_caught_by_the_claim_race,
+    Fault::AcceptsStale,
+    store::concurrent_claims_and_writes
+);
+catches!(
+    stale_tokens_caught_after_a_restart,
+    Fault::AcceptsStale,
+    store::state_survives_restart
 );
 catches!(
     dropped_mark_on_delete_is_caught,
@@ -208,7 +374,7 @@ catches!(
     store::equal_token_strict_is_fenced
 );
 catches!(
-    ignored_strict_policy_caught_by_race,
+    ignored_strict_policy_caught_by_the_race,
     Fault::IgnoresStrict,
     store::concurrent_strict_writers_one_winner_per_token
 );
@@ -218,16 +384,102 @@ catches!(
     store::claim_fences_before_first_write
 );
 catches!(
+    a_claim_lowering_the_mark_is_caught,
+    Fault::ClaimLowersMark,
+    store::claim_fences_before_first_write
+);
+catches!(
     ignored_condition_is_caught,
     Fault::IgnoresCondition,
     store::revision_condition_is_checked
 );
+catches!(
+    forgotten_op_ids_are_caught,
+    Fault::ForgetsOpIds,
+    store::op_id_replay_returns_first_outcome
+);
+catches!(
+    forgotten_op_ids_caught_after_a_restart,
+    Fault::ForgetsOpIds,
+    store::state_survives_restart
+);
+catches!(
+    a_claim_lost_on_restart_is_caught,
+    Fault::RestartLosesClaims,
+    store::state_survives_restart
+);
+catches!(
+    colliding_domains_are_caught,
+    Fault::CollidesDomains,
+    store::domains_are_independent
+);
+catches!(
+    accepted_oversize_is_caught,
+    Fault::AcceptsOversize,
+    store::invalid_input_is_rejected_before_io
+);
+catches!(
+    a_refused_write_that_mutates_is_caught,
+    Fault::RefusedWriteMutates,
+    store::older_token_is_fenced
+);
 
-/// Check-then-write is caught by the races. It is a race, so it gets a few runs to show.
+// Log scenarios.
+catches!(
+    stale_appends_are_caught,
+    Fault::AcceptsStale,
+    log::log_newer_appended_older_fenced
+);
+catches!(
+    stale_appends_caught_by_the_race,
+    Fault::AcceptsStale,
+    log::log_concurrent_appenders_with_mixed_tokens
+);
+catches!(
+    stale_appends_caught_after_a_restart,
+    Fault::AcceptsStale,
+    log::log_state_survives_restart
+);
+catches!(
+    ignored_log_claim_is_caught,
+    Fault::ClaimIgnored,
+    log::log_claim_fences_before_first_append
+);
+catches!(
+    forgotten_log_op_ids_are_caught,
+    Fault::ForgetsOpIds,
+    log::log_op_id_replay_returns_first_outcome
+);
+catches!(
+    forgotten_log_op_ids_caught_after_a_restart,
+    Fault::ForgetsOpIds,
+    log::log_state_survives_restart
+);
+catches!(
+    a_log_claim_lost_on_restart_is_caught,
+    Fault::RestartLosesClaims,
+    log::log_state_survives_restart
+);
+catches!(
+    a_partial_batch_is_caught,
+    Fault::PartialBatch,
+    log::log_batch_is_all_or_nothing
+);
+catches!(
+    colliding_log_domains_are_caught,
+    Fault::CollidesDomains,
+    log::log_domains_are_independent
+);
+catches!(
+    an_oversized_batch_is_caught,
+    Fault::AcceptsOversize,
+    log::log_invalid_input_is_rejected_before_io
+);
+
+/// Check-then-write is a race: it is caught by the racing scenarios in every one of 10 runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn check_then_write_is_caught_by_the_races() {
-    let mut caught = 0;
-    for _ in 0..5 {
+async fn check_then_write_is_caught_by_the_races_every_time() {
+    for attempt in 1..=10 {
         let mixed = run(Fault::CheckThenWrite, |h, ns| {
             store::concurrent_writers_with_mixed_tokens(h, ns)
         })
@@ -236,11 +488,9 @@ async fn check_then_write_is_caught_by_the_races() {
             store::concurrent_strict_writers_one_winner_per_token(h, ns)
         })
         .await;
-        caught += usize::from(mixed.is_err()) + usize::from(strict.is_err());
+        assert!(
+            mixed.is_err() || strict.is_err(),
+            "check-then-write passed both races in run {attempt}"
+        );
     }
-    assert!(
-        caught > 0,
-        "10 racing runs against check-then-write all passed"
-    );
-    eprintln!("check-then-write caught in {caught} of 10 racing runs");
 }
