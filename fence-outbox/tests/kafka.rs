@@ -203,6 +203,10 @@ async fn the_relay_delivers_exactly_once_in_order_despite_failures_and_a_crash()
         assert_eq!(observed, expected, "order of {d}");
     }
     assert!(server.total_requests() > count as u64);
+    assert!(
+        server.requests_after_success() >= 1,
+        "relay 1 must have been killed between a successful delivery and its mark"
+    );
 
     // Another consumer of the topic that skips the two outbox headers sees only business data.
     let reader = fence(&config, &topic).await;

@@ -5,12 +5,38 @@
 
 mod support;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use async_trait::async_trait;
+use fence_outbox::{OutboxEntry, Sink, SinkError};
+use tokio::sync::Notify;
 
 use fence_core::{Domain, Fence};
 use fence_outbox::EntryStatus;
 use fence_redis::RedisFence;
 use support::{domain, fast_relay, outbox, pay, relay, token, wait_for, webhook, WebhookServer};
+
+/// Delivers; on the `left`-th delivery, holds after the receiver applied it until resumed.
+struct HoldAfterDelivery {
+    inner: Arc<dyn Sink>,
+    left: AtomicUsize,
+    delivered: Arc<Notify>,
+    resume: Arc<Notify>,
+}
+
+#[async_trait]
+impl Sink for HoldAfterDelivery {
+    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), SinkError> {
+        self.inner.deliver(entry).await?;
+        if self.left.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.delivered.notify_one();
+            self.resume.notified().await;
+        }
+        Ok(())
+    }
+}
 
 #[tokio::test]
 async fn a_redis_crash_mid_delivery_loses_and_duplicates_nothing() {
@@ -45,18 +71,23 @@ async fn a_redis_crash_mid_delivery_loses_and_duplicates_nothing() {
     // A newer worker claims order-0 before the crash; its mark must survive it.
     fence.claim(&domains[0], token(2)).await.unwrap();
 
-    let handle = relay(&outbox, webhook(), fast_relay("relay")).spawn();
-    let started = std::time::Instant::now();
-    while receiver.applied().len() < 6 {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the relay did not start delivering"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // The 6th delivery is held after the receiver applied it and before the relay can mark it:
+    // the kill lands exactly there, mid-delivery.
+    let (delivered, resume) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let sink = Arc::new(HoldAfterDelivery {
+        inner: webhook(),
+        left: AtomicUsize::new(6),
+        delivered: delivered.clone(),
+        resume: resume.clone(),
+    });
+    let handle = relay(&outbox, sink, fast_relay("relay")).spawn();
+    tokio::time::timeout(Duration::from_secs(20), delivered.notified())
+        .await
+        .expect("the relay did not reach its 6th delivery");
     let before = receiver.applied().len();
     server.kill_and_restart();
-    println!("restart: redis-server killed with SIGKILL after {before} of 20 effects were applied, and restarted");
+    resume.notify_one();
+    println!("restart: redis-server killed with SIGKILL while the relay held its 6th delivery ({before} of 20 effects applied) unmarked, and restarted");
 
     let entries = wait_for(&outbox, &domains, Duration::from_secs(60), |e| {
         e.len() == 20

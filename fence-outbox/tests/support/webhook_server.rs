@@ -34,6 +34,9 @@ struct State {
     by_key: HashMap<String, Bytes>,
     requests: HashMap<String, u32>,
     total_requests: u64,
+    /// Keys whose success (2xx) was answered, and requests that came for them afterwards.
+    answered_ok: std::collections::HashSet<String>,
+    after_success: u64,
 }
 
 /// The running server; dropped with the test's runtime.
@@ -90,6 +93,13 @@ impl WebhookServer {
     }
 
     /// Requests received in total.
+    /// Requests for keys whose success had already been answered: a delivery the relay should
+    /// have known was done (0 unless a relay lost its mark, e.g. it was killed in between).
+    /// Unlike `applied`, this is not hidden by the receiver's deduplication.
+    pub fn requests_after_success(&self) -> u64 {
+        self.state.lock().unwrap().after_success
+    }
+
     pub fn total_requests(&self) -> u64 {
         self.state.lock().unwrap().total_requests
     }
@@ -125,6 +135,9 @@ async fn handle(
     let nth = {
         let mut s = state.lock().unwrap();
         s.total_requests += 1;
+        if s.answered_ok.contains(&key) {
+            s.after_success += 1;
+        }
         let n = s.requests.entry(key.clone()).or_insert(0);
         *n += 1;
         *n
@@ -155,7 +168,7 @@ async fn handle(
         None => {
             s.by_key.insert(key.clone(), payload.clone());
             s.applied.push(Applied {
-                key,
+                key: key.clone(),
                 path: path.clone(),
                 payload,
             });
@@ -168,5 +181,6 @@ async fn handle(
             "applied, but the answer is lost",
         ));
     }
+    state.lock().unwrap().answered_ok.insert(key);
     Ok(answer(StatusCode::OK, "{\"status\":\"applied\"}"))
 }
