@@ -463,7 +463,7 @@ async fn delivered_entries_are_kept_for_the_retention_window_then_purged() {
     pay(&outbox, &d, token(1), "b", &server.url("/reject"), "dead")
         .await
         .unwrap();
-    let retention = Duration::from_millis(1500);
+    let retention = Duration::from_millis(3000);
     let config = fast_relay("relay")
         .retention(retention)
         .sweep_interval(Duration::from_millis(100));
@@ -479,9 +479,18 @@ async fn delivered_entries_are_kept_for_the_retention_window_then_purged() {
         EntryStatus::Delivered { at_ms, .. } => at_ms,
         ref other => panic!("{other:?}"),
     };
-    // Inside the window the delivered entry is still there, with its key.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Inside the window (read right after settling, far inside 3 s) the delivered entry is
+    // still there, with its key.
     let kept = outbox.entries(&d).await.unwrap();
+    let read_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        read_at < at + 3000,
+        "the read came {} ms after delivery, past the window: the machine stalled",
+        read_at - at
+    );
     assert_eq!(kept.len(), 2, "kept within the window");
     let index = outbox.fence().prefix().to_owned() + ":outbox:{p0}:index";
     let remaining = wait_for(

@@ -104,6 +104,10 @@ pub struct RedisServer {
 
 impl RedisServer {
     /// Starts a dedicated server, or skips/fails if redis-server is not installed.
+    ///
+    /// The port is chosen free, then confirmed: the server that answers on it must report our
+    /// child's process id, and if another process took the port in between, our child exits
+    /// and another port is tried. No test ever talks to a server it did not start.
     pub fn start(name: &str, extra: &[&str]) -> Option<Self> {
         if !have_redis_server() {
             unavailable("the redis-server binary")?;
@@ -114,19 +118,24 @@ impl RedisServer {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("test data dir");
-        let server = RedisServer {
-            port: free_port(),
-            dir,
-            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
-            child: Mutex::new(None),
-        };
-        server.spawn();
-        Some(server)
+        for _ in 0..5 {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("test data dir");
+            let server = RedisServer {
+                port: free_port(),
+                dir: dir.clone(),
+                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+                child: Mutex::new(None),
+            };
+            if server.spawn() {
+                return Some(server);
+            }
+        }
+        panic!("redis-server could not get a port of its own in 5 tries");
     }
 
-    fn spawn(&self) {
+    /// Starts the server on its port; false if the port turned out to be taken.
+    fn spawn(&self) -> bool {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -145,9 +154,27 @@ impl RedisServer {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server starts");
+        let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !answers(self.port) {
+        loop {
+            let exited = self
+                .child
+                .lock()
+                .unwrap()
+                .as_mut()
+                .is_some_and(|c| c.try_wait().is_ok_and(|status| status.is_some()));
+            if exited {
+                self.child.lock().unwrap().take();
+                return false; // the port was taken: our server could not bind it
+            }
+            if answers(self.port)
+                && self
+                    .cli(&["INFO", "server"])
+                    .contains(&format!("process_id:{pid}"))
+            {
+                return true;
+            }
             assert!(
                 Instant::now() < deadline,
                 "redis-server on port {} did not answer",
@@ -173,7 +200,11 @@ impl RedisServer {
     /// SIGKILL (no shutdown, no final fsync) and start again on the same port and data dir.
     pub fn kill_and_restart(&self) {
         self.kill();
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "another process took port {} while redis-server was down",
+            self.port
+        );
     }
 
     fn kill(&self) {
@@ -279,7 +310,11 @@ impl RedisCluster {
             node.kill();
         }
         for node in &self.nodes {
-            node.spawn();
+            assert!(
+                node.spawn(),
+                "another process took port {} while the cluster was down",
+                node.port
+            );
         }
         self.wait_ok();
     }
