@@ -566,16 +566,26 @@ async fn the_sweep_finds_a_domain_whose_index_hint_was_lost() {
 struct SlowSink {
     in_flight: std::sync::atomic::AtomicUsize,
     most: std::sync::atomic::AtomicUsize,
+    /// Every delivery as it started and ended: (domain, payload, started).
+    log: std::sync::Mutex<Vec<(Domain, bytes::Bytes, bool)>>,
 }
 
 #[async_trait::async_trait]
 impl fence_outbox::Sink for SlowSink {
-    async fn deliver(&self, _entry: &OutboxEntry) -> Result<(), fence_outbox::SinkError> {
+    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), fence_outbox::SinkError> {
         use std::sync::atomic::Ordering::SeqCst;
+        let note = |started| {
+            self.log
+                .lock()
+                .unwrap()
+                .push((entry.domain.clone(), entry.payload.clone(), started))
+        };
+        note(true);
         let now = self.in_flight.fetch_add(1, SeqCst) + 1;
         self.most.fetch_max(now, SeqCst);
         tokio::time::sleep(Duration::from_millis(150)).await;
         self.in_flight.fetch_sub(1, SeqCst);
+        note(false);
         Ok(())
     }
 }
@@ -595,7 +605,7 @@ async fn domains_are_served_concurrently_each_in_order() {
                 token(1),
                 &format!("pay-{n}"),
                 "https://mail.example/r",
-                "x",
+                &format!("{d}#{n}"),
             )
             .await
             .unwrap();
@@ -604,6 +614,7 @@ async fn domains_are_served_concurrently_each_in_order() {
     let sink = Arc::new(SlowSink {
         in_flight: std::sync::atomic::AtomicUsize::new(0),
         most: std::sync::atomic::AtomicUsize::new(0),
+        log: Default::default(),
     });
     let handle = relay(&outbox, sink.clone(), fast_relay("relay").concurrency(4)).spawn();
     let entries = wait_for(&outbox, &domains, Duration::from_secs(20), |e| {
@@ -618,4 +629,20 @@ async fn domains_are_served_concurrently_each_in_order() {
         (2..=4).contains(&most),
         "domains overlap, within the limit: {most}"
     );
+    // Within a domain, each delivery starts only after the previous one ended, in order.
+    let log = sink.log.lock().unwrap().clone();
+    for d in &domains {
+        let events: Vec<_> = log
+            .iter()
+            .filter(|(domain, _, _)| domain == d)
+            .map(|(_, payload, started)| (String::from_utf8_lossy(payload).into_owned(), *started))
+            .collect();
+        let expected: Vec<_> = (0..3)
+            .flat_map(|n| [(format!("{d}#{n}"), true), (format!("{d}#{n}"), false)])
+            .collect();
+        assert_eq!(
+            events, expected,
+            "{d} is served one entry at a time, in order"
+        );
+    }
 }

@@ -290,18 +290,52 @@ async fn effects_spread_over_partitions_stay_with_their_domain() {
         fence.clone(),
         fence_outbox::OutboxConfig::new(support::kinds()).partitions(4),
     );
-    let mut used = HashSet::new();
+    let mut by_partition: std::collections::HashMap<u16, HashSet<fence_core::Domain>> =
+        Default::default();
     for i in 0..16 {
         let d = domain(&format!("order-{i}"));
-        used.insert(outbox.config().partition_of(&d));
-        pay(&outbox, &d, token(1), "pay", "https://mail.example/r", "x")
-            .await
-            .unwrap();
+        by_partition
+            .entry(outbox.config().partition_of(&d))
+            .or_default()
+            .insert(d.clone());
+        pay(
+            &outbox,
+            &d,
+            token(1),
+            "pay",
+            "https://mail.example/r",
+            &d.to_string(),
+        )
+        .await
+        .unwrap();
     }
     assert!(
-        used.len() > 1,
-        "16 domains over 4 partitions use several: {used:?}"
+        by_partition.len() > 1,
+        "16 domains over 4 partitions use several: {by_partition:?}"
     );
+    // Each partition's relay sees exactly its own domains (from the index and from a sweep),
+    // and each domain's entry is its own.
+    for partition in 0..4u16 {
+        let expected = by_partition.get(&partition).cloned().unwrap_or_default();
+        for sweep in [false, true] {
+            let seen: HashSet<_> = fence_outbox::OutboxStore::candidates(&outbox, partition, sweep)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|c| c.domain)
+                .collect();
+            assert_eq!(seen, expected, "partition {partition} (sweep {sweep})");
+        }
+        for d in &expected {
+            let entries = outbox.entries(d).await.unwrap();
+            assert_eq!(entries.len(), 1, "{d}");
+            assert_eq!(
+                (&entries[0].domain, entries[0].payload.as_ref()),
+                (d, d.as_str().as_bytes()),
+                "{d}'s entry is its own"
+            );
+        }
+    }
 }
 
 #[tokio::test]

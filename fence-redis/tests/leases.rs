@@ -21,7 +21,7 @@ async fn lease_story(fence: RedisFence) {
     let leases = fence.leases();
     let domain = Domain::new("shard-7").unwrap();
     let a = leases
-        .acquire(&domain, &owner("worker-a"), Duration::from_millis(300))
+        .acquire(&domain, &owner("worker-a"), Duration::from_millis(1500))
         .await
         .unwrap();
     fence.claim(&domain, a.token).await.unwrap();
@@ -36,11 +36,25 @@ async fn lease_story(fence: RedisFence) {
         Err(FenceError::LeaseHeld { .. })
     ));
 
-    tokio::time::sleep(Duration::from_millis(450)).await; // A pauses past its lease
-    let b = leases
-        .acquire(&domain, &owner("worker-b"), Duration::from_secs(5))
-        .await
-        .unwrap();
+    // A pauses past its lease: B keeps trying until Redis expires it (an event, not a guess
+    // at how long the writes above took).
+    let started = std::time::Instant::now();
+    let b = loop {
+        match leases
+            .acquire(&domain, &owner("worker-b"), Duration::from_secs(5))
+            .await
+        {
+            Ok(b) => break b,
+            Err(FenceError::LeaseHeld { .. }) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(10),
+                    "A's lease never expired"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(other) => panic!("{other}"),
+        }
+    };
     assert!(b.token > a.token, "a new owner gets a greater token");
     fence.claim(&domain, b.token).await.unwrap();
     fence

@@ -148,23 +148,30 @@ impl NoidaServer {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("test data dir");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .expect("a free port");
-        let server = NoidaServer {
-            binary,
-            port,
-            dir,
-            child: Mutex::new(None),
-        };
-        server.spawn();
-        Some(server)
+        // A free port, confirmed once the broker listens: if another process took it in
+        // between, our broker exits (or never owns the socket) and another port is tried.
+        for _ in 0..5 {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("test data dir");
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map(|a| a.port())
+                .expect("a free port");
+            let server = NoidaServer {
+                binary: binary.clone(),
+                port,
+                dir: dir.clone(),
+                child: Mutex::new(None),
+            };
+            if server.spawn() {
+                return Some(server);
+            }
+        }
+        panic!("noida-db could not get a port of its own in 5 tries");
     }
 
-    fn spawn(&self) {
+    /// Starts the broker on its port; false if the port turned out to be another process's.
+    fn spawn(&self) -> bool {
         let log = std::fs::File::options()
             .create(true)
             .append(true)
@@ -186,9 +193,25 @@ impl NoidaServer {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("noida-db starts");
+        let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !listens(&self.bootstrap()) {
+        loop {
+            let exited = self
+                .child
+                .lock()
+                .unwrap()
+                .as_mut()
+                .is_some_and(|c| c.try_wait().is_ok_and(|status| status.is_some()));
+            if exited {
+                self.child.lock().unwrap().take();
+                return false;
+            }
+            if listens(&self.bootstrap())
+                && fence_conformance::services::owns_listener(pid, self.port)
+            {
+                return true;
+            }
             assert!(
                 Instant::now() < deadline,
                 "noida-db did not listen on {}",
@@ -245,7 +268,11 @@ impl NoidaServer {
             let _ = child.kill();
             let _ = child.wait();
         }
-        self.spawn();
+        assert!(
+            self.spawn(),
+            "another process took port {} while noida-db was down",
+            self.port
+        );
     }
 }
 

@@ -105,9 +105,9 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a dedicated server, or skips/fails if redis-server is not installed.
     ///
-    /// The port is chosen free, then confirmed: the server that answers on it must report our
-    /// child's process id, and if another process took the port in between, our child exits
-    /// and another port is tried. No test ever talks to a server it did not start.
+    /// The port is chosen free, then confirmed: the socket listening on it must be our child's,
+    /// and if another process took the port in between, our child exits and another port is
+    /// tried. No test ever talks to a server it did not start.
     pub fn start(name: &str, extra: &[&str]) -> Option<Self> {
         if !have_redis_server() {
             unavailable("the redis-server binary")?;
@@ -168,11 +168,7 @@ impl RedisServer {
                 self.child.lock().unwrap().take();
                 return false; // the port was taken: our server could not bind it
             }
-            if answers(self.port)
-                && self
-                    .cli(&["INFO", "server"])
-                    .contains(&format!("process_id:{pid}"))
-            {
+            if answers(self.port) && fence_conformance::services::owns_listener(pid, self.port) {
                 return true;
             }
             assert!(

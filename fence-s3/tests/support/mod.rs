@@ -174,19 +174,26 @@ impl WeedServer {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("test data dir");
-        let server = WeedServer {
-            binary,
-            ports: free_ports(),
-            dir,
-            child: Mutex::new(None),
-        };
-        server.spawn().await;
-        Some(server)
+        // Free ports, confirmed once the server answers: if another process took the S3 port
+        // in between, ours exits (or never owns the socket) and other ports are tried.
+        for _ in 0..5 {
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).expect("test data dir");
+            let server = WeedServer {
+                binary: binary.clone(),
+                ports: free_ports(),
+                dir: dir.clone(),
+                child: Mutex::new(None),
+            };
+            if server.spawn().await {
+                return Some(server);
+            }
+        }
+        panic!("weed mini could not get ports of its own in 5 tries");
     }
 
-    async fn spawn(&self) {
+    /// Starts the server on its ports; false if they turned out to be another process's.
+    async fn spawn(&self) -> bool {
         let [s3, master, volume, filer] = self.ports;
         let log = std::fs::File::create(self.dir.join("weed.log")).expect("log file");
         let child = Command::new(&self.binary)
@@ -214,12 +221,25 @@ impl WeedServer {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("weed mini starts");
+        let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let client = client(&self.endpoint());
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if client.head_bucket().bucket(BUCKET).send().await.is_ok() {
-                return;
+            let exited = self
+                .child
+                .lock()
+                .unwrap()
+                .as_mut()
+                .is_some_and(|c| c.try_wait().is_ok_and(|status| status.is_some()));
+            if exited {
+                self.child.lock().unwrap().take();
+                return false;
+            }
+            if client.head_bucket().bucket(BUCKET).send().await.is_ok()
+                && fence_conformance::services::owns_listener(pid, s3)
+            {
+                return true;
             }
             assert!(
                 Instant::now() < deadline,
@@ -253,7 +273,10 @@ impl WeedServer {
     /// SIGKILL and start again on the same ports and data.
     pub async fn kill_and_restart(&self) {
         self.kill();
-        self.spawn().await;
+        assert!(
+            self.spawn().await,
+            "another process took a port of weed mini while it was down"
+        );
     }
 
     /// SIGSTOP or SIGCONT the server.
