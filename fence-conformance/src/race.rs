@@ -152,10 +152,15 @@ async fn check_final_value(
     Ok(())
 }
 
-/// Writers with the given tokens race `rounds` writes each on one fresh domain; every outcome and
-/// the final state are checked against what the acceptance rule allows under any interleaving.
+/// A source of clients: each racer gets its own (a fresh holder where the adapter keeps client
+/// state), so the server, not a shared cache, decides every racing request.
+pub type Clients<'a> = &'a (dyn Fn() -> Arc<dyn FencedStore> + Sync);
+
+/// Writers with the given tokens race `rounds` writes each on one fresh domain, each through its
+/// own client from `clients`; every outcome and the final state are checked against what the
+/// acceptance rule allows under any interleaving.
 pub async fn store_race(
-    store: Arc<dyn FencedStore>,
+    clients: Clients<'_>,
     domain: &Domain,
     tokens: &[u64],
     rounds: usize,
@@ -165,7 +170,7 @@ pub async fn store_race(
     let mut set = JoinSet::new();
     let shared: Arc<[u64]> = tokens.into();
     for writer in 0..tokens.len() {
-        let (store, domain, barrier) = (store.clone(), domain.clone(), barrier.clone());
+        let (store, domain, barrier) = (clients(), domain.clone(), barrier.clone());
         let tokens = shared.clone();
         set.spawn(async move {
             let mut seen = Vec::with_capacity(rounds);
@@ -236,12 +241,12 @@ pub async fn store_race(
         "every write of the greatest token {max} must be accepted: {accepted_at_max} of {holders_of_max}"
     );
     let writes = check_revision_order(writes, false)?;
-    check_final_value(&*store, domain, writes.last(), max).await?;
+    check_final_value(&*clients(), domain, writes.last(), max).await?;
     Ok(Verdict::Passed)
 }
 
 pub(crate) async fn strict_rounds(
-    store: Arc<dyn FencedStore>,
+    clients: Clients<'_>,
     domain: &Domain,
     writers: usize,
     rounds: usize,
@@ -251,7 +256,7 @@ pub(crate) async fn strict_rounds(
         let barrier = Arc::new(Barrier::new(writers));
         let mut set = JoinSet::new();
         for writer in 0..writers {
-            let (store, domain, barrier) = (store.clone(), domain.clone(), barrier.clone());
+            let (store, domain, barrier) = (clients(), domain.clone(), barrier.clone());
             set.spawn(async move {
                 let token = FencingToken::new(round).map_err(FenceError::from)?;
                 let value = Bytes::from(format!("round {round} writer {writer}"));
@@ -291,12 +296,12 @@ pub(crate) async fn strict_rounds(
         );
         last = Some((accepted, value));
     }
-    check_final_value(&*store, domain, last.as_ref(), rounds as u64).await?;
+    check_final_value(&*clients(), domain, last.as_ref(), rounds as u64).await?;
     Ok(Verdict::Passed)
 }
 
 pub(crate) async fn claims_and_writes(
-    store: Arc<dyn FencedStore>,
+    clients: Clients<'_>,
     domain: &Domain,
     racers: usize,
     rounds: usize,
@@ -304,7 +309,7 @@ pub(crate) async fn claims_and_writes(
     let barrier = Arc::new(Barrier::new(racers));
     let mut set = JoinSet::new();
     for racer in 0..racers {
-        let (store, domain, barrier) = (store.clone(), domain.clone(), barrier.clone());
+        let (store, domain, barrier) = (clients(), domain.clone(), barrier.clone());
         set.spawn(async move {
             barrier.wait().await;
             let mut writes = Vec::new();
@@ -376,7 +381,7 @@ pub(crate) async fn claims_and_writes(
         }
     }
     let writes = check_revision_order(accepted_writes, true)?;
-    check_final_value(&*store, domain, writes.last(), greatest).await?;
+    check_final_value(&*clients(), domain, writes.last(), greatest).await?;
     Ok(Verdict::Passed)
 }
 

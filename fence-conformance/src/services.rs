@@ -99,20 +99,28 @@ pub fn owns_listener(pid: u32, port: u16) -> bool {
     let Ok(table) = std::fs::read_to_string("/proc/net/tcp") else {
         return false;
     };
-    // Local address 127.0.0.1 in /proc's little-endian hex, state 0A = LISTEN.
-    let local = format!("0100007F:{port:04X}");
-    let Some(inode) = table.lines().skip(1).find_map(|line| {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        (fields.get(1) == Some(&local.as_str()) && fields.get(3) == Some(&"0A"))
-            .then(|| fields.get(9).map(|inode| (*inode).to_owned()))
-            .flatten()
-    }) else {
-        return false;
-    };
-    let socket = format!("socket:[{inode}]");
-    std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
-        fds.flatten().any(|fd| {
-            std::fs::read_link(fd.path()).is_ok_and(|target| target.to_string_lossy() == socket)
+    // Local address 127.0.0.1 or 0.0.0.0 in /proc's little-endian hex; state 0A = LISTEN.
+    let local = [
+        format!("0100007F:{port:04X}"),
+        format!("00000000:{port:04X}"),
+    ];
+    let sockets: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let listening = fields.get(3) == Some(&"0A");
+            let ours = fields.get(1).is_some_and(|a| local.iter().any(|l| l == a));
+            (listening && ours)
+                .then(|| fields.get(9).map(|inode| format!("socket:[{inode}]")))
+                .flatten()
         })
-    })
+        .collect();
+    !sockets.is_empty()
+        && std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+            fds.flatten().any(|fd| {
+                std::fs::read_link(fd.path())
+                    .is_ok_and(|target| sockets.iter().any(|s| *s == target.to_string_lossy()))
+            })
+        })
 }

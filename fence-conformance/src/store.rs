@@ -444,7 +444,7 @@ pub async fn op_id_replay_returns_first_outcome(
     );
     fenced(
         "new op c with stale token 1",
-        store
+        h.holder()
             .write(&put(&d, t(1)?, "zombie").with_op_id(op("c")?))
             .await,
         1,
@@ -515,7 +515,7 @@ pub async fn revision_condition_is_checked(h: &dyn StoreHarness, ns: &Namespace)
     claimed("claim 3", store.claim(&d, t(3)?).await)?;
     fenced(
         "stale token 2 with a wrong revision",
-        store
+        h.holder()
             .write(&with(
                 t(2)?,
                 "x",
@@ -642,7 +642,7 @@ pub async fn concurrent_writers_with_mixed_tokens(
     let d = ns.domain("race")?;
     let writers = h.race_writers().max(2);
     race::store_race(
-        h.store(),
+        &|| h.holder(),
         &d,
         &race::mixed_tokens(writers),
         h.race_rounds(),
@@ -662,7 +662,7 @@ pub async fn concurrent_strict_writers_one_winner_per_token(
     }
     let d = ns.domain("strict-race")?;
     race::strict_rounds(
-        store,
+        &|| h.holder(),
         &d,
         h.race_writers().max(2),
         (h.race_rounds() / 3).max(3),
@@ -674,7 +674,7 @@ pub async fn concurrent_strict_writers_one_winner_per_token(
 /// acceptance, and the final mark is the greatest accepted token.
 pub async fn concurrent_claims_and_writes(h: &dyn StoreHarness, ns: &Namespace) -> ScenarioResult {
     let d = ns.domain("claim-race")?;
-    race::claims_and_writes(h.store(), &d, h.race_writers().max(2), h.race_rounds()).await
+    race::claims_and_writes(&|| h.holder(), &d, h.race_writers().max(2), h.race_rounds()).await
 }
 
 /// State and high-water marks survive a restart of the backend server: the value, its writer

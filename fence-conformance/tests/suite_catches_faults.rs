@@ -1,6 +1,8 @@
 //! The suite has teeth: a resource that breaks one sentence of the contract fails the scenarios
 //! written for that sentence, every time, while the honest reference passes them. Store and log
-//! alike; the table of faults × scenarios is the list of `catches!` below.
+//! alike; the table of faults × scenarios is the list of `catches!` below. A stale-accepting
+//! server behind caching clients shows that stale tokens reach the server through other
+//! holders' clients (`catches_behind_a_cache!`).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -475,6 +477,165 @@ catches!(
     Fault::AcceptsOversize,
     log::log_invalid_input_is_rejected_before_io
 );
+
+/// A client that refuses tokens below the greatest mark it has seen, with no request, like
+/// fence-s3's ETag cache: correct on its own, and able to hide a server that accepts stale
+/// tokens from a scenario that presents them only through the owner's client.
+struct CachingClient {
+    server: Arc<Faulty>,
+    marks: Mutex<HashMap<Domain, FencingToken>>,
+}
+
+impl CachingClient {
+    fn new(server: Arc<Faulty>) -> Self {
+        CachingClient {
+            server,
+            marks: Mutex::default(),
+        }
+    }
+
+    fn note(&self, d: &Domain, mark: Option<FencingToken>) {
+        if let Some(mark) = mark {
+            let mut marks = self.marks.lock().unwrap_or_else(|p| p.into_inner());
+            let known = marks.entry(d.clone()).or_insert(mark);
+            *known = (*known).max(mark);
+        }
+    }
+
+    fn refuse_known_stale(&self, d: &Domain, token: FencingToken) -> Result<(), FenceError> {
+        let known = self
+            .marks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(d)
+            .copied();
+        match known {
+            Some(mark) if token < mark => rule::check_claim(d, Some(mark), token),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl fmt::Debug for CachingClient {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CachingClient({:?})", self.server)
+    }
+}
+
+#[async_trait]
+impl Fence for CachingClient {
+    fn backend(&self) -> &'static str {
+        "caching"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.server.capabilities()
+    }
+
+    async fn claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.refuse_known_stale(d, token)?;
+        let claimed = self.server.claim(d, token).await?;
+        self.note(d, Some(token));
+        Ok(claimed)
+    }
+
+    async fn high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
+        let mark = self.server.high_water_mark(d).await?;
+        self.note(d, mark);
+        Ok(mark)
+    }
+}
+
+#[async_trait]
+impl FencedStore for CachingClient {
+    async fn write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        // A retry with an op id may be a replay of an accepted write: only the server knows.
+        if r.op_id().is_none() {
+            self.refuse_known_stale(r.domain(), r.token())?;
+        }
+        let outcome = self.server.write(r).await?;
+        self.note(r.domain(), Some(r.token()));
+        Ok(outcome)
+    }
+
+    async fn read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
+        let snapshot = self.server.read(d).await?;
+        self.note(d, snapshot.high_water_mark);
+        Ok(snapshot)
+    }
+}
+
+/// The owner's caching client as `store()`, a fresh one per `holder()`.
+struct Cached {
+    owner: Arc<CachingClient>,
+}
+
+#[async_trait]
+impl StoreHarness for Cached {
+    fn store(&self) -> Arc<dyn FencedStore> {
+        self.owner.clone()
+    }
+
+    fn holder(&self) -> Arc<dyn FencedStore> {
+        Arc::new(CachingClient::new(self.owner.server.clone()))
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        restart(&self.owner.server);
+        Ok(true)
+    }
+}
+
+async fn run_cached<F, Fut>(fault: Fault, scenario: F) -> ScenarioResult
+where
+    F: Fn(&'static Cached, &'static Namespace) -> Fut,
+    Fut: std::future::Future<Output = ScenarioResult>,
+{
+    let server = Arc::new(Faulty {
+        fault,
+        domains: Mutex::default(),
+    });
+    let h: &'static Cached = Box::leak(Box::new(Cached {
+        owner: Arc::new(CachingClient::new(server)),
+    }));
+    let ns: &'static Namespace = Box::leak(Box::new(Namespace::new("cached")));
+    scenario(h, ns).await
+}
+
+/// A server that accepts stale tokens behind clients that cache marks: only scenarios that
+/// present stale tokens through another holder's fresh client reach it, and each must.
+macro_rules! catches_behind_a_cache {
+    ($test:ident, $scenario:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $test() {
+            let honest = run_cached(Fault::None, |h, ns| $scenario(h, ns)).await;
+            assert!(
+                matches!(honest, Ok(Verdict::Passed)),
+                "the honest server behind caches must pass: {honest:?}"
+            );
+            for attempt in 1..=RUNS {
+                let faulty = run_cached(Fault::AcceptsStale, |h, ns| $scenario(h, ns)).await;
+                assert!(
+                    faulty.is_err(),
+                    "a stale-accepting server hidden by client caches went unnoticed by {} in run {attempt}",
+                    stringify!($scenario)
+                );
+            }
+        }
+    };
+}
+
+catches_behind_a_cache!(cache_older_token, store::older_token_is_fenced);
+catches_behind_a_cache!(
+    cache_fresh_resource,
+    store::fresh_resource_accepts_old_token_until_newer
+);
+catches_behind_a_cache!(cache_claim, store::claim_fences_before_first_write);
+catches_behind_a_cache!(cache_delete, store::delete_leaves_tombstone_keeping_hwm);
+catches_behind_a_cache!(cache_op_id, store::op_id_replay_returns_first_outcome);
+catches_behind_a_cache!(cache_restart, store::state_survives_restart);
+catches_behind_a_cache!(cache_race, store::concurrent_writers_with_mixed_tokens);
+catches_behind_a_cache!(cache_claim_race, store::concurrent_claims_and_writes);
 
 /// Check-then-write is a race: it is caught by the racing scenarios in every one of 10 runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

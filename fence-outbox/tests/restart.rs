@@ -38,7 +38,8 @@ impl Sink for HoldAfterDelivery {
     }
 }
 
-#[tokio::test]
+// Multi-threaded: the relay's tasks keep running while the test thread restarts Redis.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_redis_crash_mid_delivery_loses_and_duplicates_nothing() {
     let Some(server) = support::redis_support::RedisServer::start("outbox-restart", &[]) else {
         return;

@@ -480,10 +480,17 @@ async fn an_op_id_is_replayed_within_its_window_and_new_again_after_it() {
     let Some(url) = support::shared_url() else {
         return;
     };
-    let fence = RedisFence::builder()
+    let window = Duration::from_secs(30);
+    let connect = || {
+        RedisFence::builder()
+            .url(&url)
+            .prefix(support::unique_prefix("window"))
+            .op_id_retention(window)
+    };
+    let fence = connect().connect().await.unwrap();
+    let other = RedisFence::builder()
         .url(&url)
-        .prefix(support::unique_prefix("window"))
-        .op_id_retention(Duration::from_millis(400))
+        .prefix(fence.prefix())
         .connect()
         .await
         .unwrap();
@@ -491,33 +498,28 @@ async fn an_op_id_is_replayed_within_its_window_and_new_again_after_it() {
     let request = WriteRequest::put(domain.clone(), t(1), "once")
         .with_op_id(OperationId::new("op-1").unwrap());
     let first = fence.write(&request).await.unwrap();
-    let other = RedisFence::builder()
-        .url(&url)
-        .prefix(fence.prefix())
-        .connect()
-        .await
-        .unwrap();
     assert_eq!(
         other.write(&request).await.unwrap(),
         fence_core::WriteOutcome::Duplicate(first.accepted().clone()),
         "another client replays it within the window"
     );
-    // The record carries the window as its expiry: wait for Redis to drop it (an event, not a
-    // guess at how long that takes), then the same op id is a new operation.
+    // The record carries the window as its expiry; when it expires (forced here, instead of
+    // waiting 30 s), the same op id is a new operation.
     let key = format!("{}:{{window}}:op:1:op-1", fence.prefix());
     let mut raw = support::raw(&url).await;
     let ttl: i64 = raw.pttl(&key).await.unwrap();
     assert!(
-        ttl > 0 && ttl <= 400,
+        ttl > 0 && ttl <= window.as_millis() as i64,
         "the record expires within the window: {ttl} ms"
     );
+    let _: bool = raw.pexpire(&key, 1).await.unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while raw.exists::<_, bool>(&key).await.unwrap() {
         assert!(
             std::time::Instant::now() < deadline,
             "the op record never expired"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let again = fence.write(&request).await.unwrap();
     assert!(

@@ -21,7 +21,7 @@ async fn lease_story(fence: RedisFence) {
     let leases = fence.leases();
     let domain = Domain::new("shard-7").unwrap();
     let a = leases
-        .acquire(&domain, &owner("worker-a"), Duration::from_millis(1500))
+        .acquire(&domain, &owner("worker-a"), Duration::from_secs(4))
         .await
         .unwrap();
     fence.claim(&domain, a.token).await.unwrap();

@@ -150,6 +150,7 @@ impl S3Fence {
                         // Another writer moved the object on: a lost race like a 412.
                         use_cache = false;
                         attempt += 1;
+                        throttled = false;
                         continue;
                     }
                 },

@@ -146,14 +146,15 @@ async fn races_on_many_keys_keep_every_final_state_exact() {
     let Some((fence, _)) = shared_fence("race-many").await else {
         return;
     };
-    let store: Arc<dyn FencedStore> = Arc::new(fence);
     let mut races = tokio::task::JoinSet::new();
     for key in 0..6 {
-        let store = store.clone();
+        let fence = fence.clone();
         races.spawn(async move {
             let domain = Domain::new(format!("key-{key}")).unwrap();
+            // Every racer has its own client and cache, as separate processes would.
+            let clients = move || -> Arc<dyn FencedStore> { Arc::new(second_instance(&fence)) };
             race::store_race(
-                store,
+                &clients,
                 &domain,
                 &race::mixed_tokens(3),
                 5,

@@ -196,6 +196,7 @@ impl NoidaServer {
         let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
+        let mut foreign_since: Option<Instant> = None;
         loop {
             let exited = self
                 .child
@@ -207,10 +208,19 @@ impl NoidaServer {
                 self.child.lock().unwrap().take();
                 return false;
             }
-            if listens(&self.bootstrap())
-                && fence_conformance::services::owns_listener(pid, self.port)
-            {
-                return true;
+            if listens(&self.bootstrap()) {
+                if fence_conformance::services::owns_listener(pid, self.port) {
+                    return true;
+                }
+                // Another process listens on our port: give up this one.
+                let since = *foreign_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(1) {
+                    if let Some(mut child) = self.child.lock().unwrap().take() {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                    }
+                    return false;
+                }
             }
             assert!(
                 Instant::now() < deadline,
@@ -243,6 +253,32 @@ impl NoidaServer {
         }
     }
 
+    /// Waits until the broker's snapshot (`data/kafka.json`) has settled: at least 2 s since this
+    /// call and since the file last changed, so a snapshot written late on a loaded machine is
+    /// waited for too (up to 20 s).
+    fn wait_for_snapshot(&self) {
+        let snapshot = self.dir.join("data").join("kafka.json");
+        let called = std::time::SystemTime::now();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let changed = std::fs::metadata(&snapshot)
+                .and_then(|m| m.modified())
+                .unwrap_or(called)
+                .max(called);
+            if changed
+                .elapsed()
+                .is_ok_and(|quiet| quiet >= Duration::from_secs(2))
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "noida-db's snapshot never settled"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// SIGSTOP or SIGCONT the broker, to make requests hang.
     pub fn signal(&self, signal: &str) {
         let pid = self
@@ -263,7 +299,7 @@ impl NoidaServer {
     /// write; a crash sooner loses it, which is its documented limit, not Fence's), then kills it
     /// with SIGKILL, a crash, and starts it again on the same port and data.
     pub fn restart(&self) {
-        std::thread::sleep(Duration::from_millis(2000));
+        self.wait_for_snapshot();
         if let Some(mut child) = self.child.lock().unwrap().take() {
             let _ = child.kill();
             let _ = child.wait();

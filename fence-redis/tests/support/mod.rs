@@ -157,6 +157,7 @@ impl RedisServer {
         let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut foreign_since: Option<Instant> = None;
         loop {
             let exited = self
                 .child
@@ -168,8 +169,16 @@ impl RedisServer {
                 self.child.lock().unwrap().take();
                 return false; // the port was taken: our server could not bind it
             }
-            if answers(self.port) && fence_conformance::services::owns_listener(pid, self.port) {
-                return true;
+            if answers(self.port) {
+                if fence_conformance::services::owns_listener(pid, self.port) {
+                    return true;
+                }
+                // Another process answers on our port: give up this one.
+                let since = *foreign_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(1) {
+                    self.kill();
+                    return false;
+                }
             }
             assert!(
                 Instant::now() < deadline,

@@ -225,6 +225,7 @@ impl WeedServer {
         *self.child.lock().unwrap() = Some(child);
         let client = client(&self.endpoint());
         let deadline = Instant::now() + Duration::from_secs(60);
+        let mut foreign_since: Option<Instant> = None;
         loop {
             let exited = self
                 .child
@@ -236,10 +237,16 @@ impl WeedServer {
                 self.child.lock().unwrap().take();
                 return false;
             }
-            if client.head_bucket().bucket(BUCKET).send().await.is_ok()
-                && fence_conformance::services::owns_listener(pid, s3)
-            {
-                return true;
+            if client.head_bucket().bucket(BUCKET).send().await.is_ok() {
+                if fence_conformance::services::owns_listener(pid, s3) {
+                    return true;
+                }
+                // Another process answers on our port: give up this one.
+                let since = *foreign_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > Duration::from_secs(1) {
+                    self.kill();
+                    return false;
+                }
             }
             assert!(
                 Instant::now() < deadline,
