@@ -93,6 +93,9 @@ fn have_redis_server() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// An extra argument of [`RedisServer::start`] replaced by a port chosen free on each try.
+pub const FREE_PORT: &str = "{free port}";
+
 /// One redis-server process owned by the test, on its own port and data dir (AOF on,
 /// `appendfsync always`), killed when dropped.
 pub struct RedisServer {
@@ -124,7 +127,14 @@ impl RedisServer {
             let server = RedisServer {
                 port: free_port(),
                 dir: dir.clone(),
-                extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+                // Every extra port is chosen anew per try too (a taken one fails the try).
+                extra: extra
+                    .iter()
+                    .map(|s| match *s {
+                        FREE_PORT => free_port().to_string(),
+                        other => other.to_owned(),
+                    })
+                    .collect(),
                 child: Mutex::new(None),
             };
             if server.spawn() {
@@ -254,7 +264,6 @@ impl RedisCluster {
     pub fn start(name: &str) -> Option<Self> {
         let mut nodes = Vec::new();
         for i in 0..3 {
-            let bus = free_port().to_string();
             let node = RedisServer::start(
                 &format!("{name}-node{i}"),
                 &[
@@ -263,7 +272,7 @@ impl RedisCluster {
                     "--cluster-config-file",
                     "nodes.conf",
                     "--cluster-port",
-                    &bus,
+                    FREE_PORT,
                     "--cluster-node-timeout",
                     "3000",
                 ],
