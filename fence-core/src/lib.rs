@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod backoff;
 mod capabilities;
 mod domain;
 mod error;
@@ -15,6 +16,7 @@ mod token;
 
 pub use bytes::Bytes;
 
+pub use backoff::{random_u64, Backoff};
 pub use capabilities::{Capabilities, OpIdRetention};
 pub use domain::{Domain, MAX_DOMAIN_BYTES};
 pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation};

@@ -5,13 +5,12 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fence_core::{FenceError, InvalidInput};
+use fence_core::{Backoff, FenceError, InvalidInput};
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
 use crate::client::ensure_topic;
 use crate::error::backend;
-use crate::fence::Backoff;
 use crate::{Inner, KafkaFence};
 
 /// Default name of the fence-ledger topic.
@@ -22,6 +21,8 @@ pub const DEFAULT_TRANSACTIONAL_ID_PREFIX: &str = "fence-";
 pub const DEFAULT_MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// Default number of operation ids the ledger remembers per domain.
 pub const DEFAULT_OP_ID_RETENTION: usize = 64;
+/// Default pause between retries of an aborted transaction: 20 ms doubling to 1 s.
+const DEFAULT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(1));
 
 /// Builds a [`KafkaFence`] from your `ClientConfig` (bootstrap servers, SASL/TLS settings).
 ///
@@ -65,7 +66,7 @@ impl KafkaFenceBuilder {
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             aborted_retries: 16,
-            backoff: Backoff::default(),
+            backoff: DEFAULT_BACKOFF,
         }
     }
 
@@ -136,7 +137,7 @@ impl KafkaFenceBuilder {
     /// doubling up to `max` (default 20 ms to 1 s), so holders that keep fencing each other
     /// spread out.
     pub fn retry_backoff(mut self, base: Duration, max: Duration) -> Self {
-        self.backoff = Backoff { base, max };
+        self.backoff = Backoff::new(base, max);
         self
     }
 

@@ -9,9 +9,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::telemetry::observe;
 use fence_core::{
-    rule, AppendOutcome, AppendRequest, Appended, Capabilities, Claimed, Domain, EqualTokenPolicy,
-    Fence, FenceError, FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Operation,
-    Record,
+    rule, AppendOutcome, AppendRequest, Appended, Backoff, Capabilities, Claimed, Domain,
+    EqualTokenPolicy, Fence, FenceError, FencedLog, FencingToken, InvalidInput, LogEntry,
+    OpIdRetention, Operation, Record,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -330,7 +330,7 @@ impl KafkaFence {
                         // Most often another claimer initialised in between: start over, after
                         // a pause.
                         last = Some(error);
-                        self.inner.backoff.sleep(attempt).await;
+                        pause(self.inner.backoff, attempt).await;
                         continue;
                     }
                     Err(failure) => return Err(self.txn_error(domain, Operation::Claim, failure)),
@@ -450,7 +450,7 @@ impl KafkaFence {
                     tracing::info!(domain = domain.as_str(), token = token.get(), attempt, %error, "transaction fenced or aborted; re-claiming");
                     *guard = None;
                     last = Some(error);
-                    self.inner.backoff.sleep(attempt).await;
+                    pause(self.inner.backoff, attempt).await;
                 }
                 Err(failure) => {
                     *guard = None;
@@ -606,35 +606,10 @@ fn run_transaction(
     }
 }
 
-/// The pause between retries of an aborted transaction.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Backoff {
-    pub(crate) base: Duration,
-    pub(crate) max: Duration,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            base: Duration::from_millis(20),
-            max: Duration::from_secs(1),
-        }
-    }
-}
-
-impl Backoff {
-    /// Sleeps half of `base · 2^attempt` (capped at `max`) plus a random part of up to the
-    /// other half ("equal jitter"), so that holders that keep fencing each other spread out.
-    pub(crate) async fn sleep(self, attempt: usize) {
-        let step = self.base.saturating_mul(1 << attempt.min(16)).min(self.max);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
-        let seed = u64::from(nanos) ^ u64::from(std::process::id()).wrapping_mul(2_654_435_761);
-        let half = step / 2;
-        let jitter = Duration::from_micros(seed % (half.as_micros() as u64).max(1));
-        tokio::time::sleep(half + jitter).await;
-    }
+/// Sleeps the backoff before retry `attempt` of an aborted transaction.
+async fn pause(backoff: Backoff, attempt: usize) {
+    let attempt = u32::try_from(attempt).unwrap_or(u32::MAX);
+    tokio::time::sleep(backoff.delay(attempt)).await;
 }
 
 impl fmt::Debug for KafkaFence {

@@ -40,14 +40,9 @@ impl RetryPolicy {
     /// receiver's `Retry-After` when it asked for longer. Half the ceiling is kept so retries
     /// never collapse to zero.
     pub fn backoff(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        let exponent = attempt.saturating_sub(1).min(30);
-        let ceiling = self
-            .initial_backoff
-            .saturating_mul(1u32 << exponent)
-            .min(self.max_backoff);
-        let half = ceiling / 2;
-        let jitter = half.mul_f64(fastrand::f64());
-        (half + jitter).max(retry_after.unwrap_or_default())
+        fence_core::Backoff::new(self.initial_backoff, self.max_backoff)
+            .delay(attempt.saturating_sub(1))
+            .max(retry_after.unwrap_or_default())
     }
 }
 

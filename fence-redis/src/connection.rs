@@ -19,6 +19,9 @@ pub(crate) enum Connection {
 
 /// How often a request that provably never reached the server is sent again.
 const RESENDS: u32 = 3;
+/// The pause before each resend: 50 ms doubling to 200 ms.
+const RESEND_BACKOFF: fence_core::Backoff =
+    fence_core::Backoff::new(Duration::from_millis(50), Duration::from_millis(200));
 
 /// What `WAIT` answered after a script, when the fence waits for replicas (`None`: it does
 /// not wait).
@@ -154,7 +157,7 @@ where
                 resent += 1;
                 tracing::debug!(%error, resent, "request never reached redis; sending it again");
                 // The connection manager reconnects in the background: give it a moment.
-                tokio::time::sleep(Duration::from_millis(25 << resent)).await;
+                tokio::time::sleep(RESEND_BACKOFF.delay(resent - 1)).await;
             }
             other => return other,
         }

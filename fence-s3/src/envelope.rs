@@ -16,8 +16,6 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use fence_core::{FencingToken, Revision};
 
@@ -78,18 +76,7 @@ pub(crate) enum Invalid {
 
 /// A nonce that differs between any two writes of any process.
 pub(crate) fn fresh_nonce() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let mixed = nanos
-        ^ (u64::from(std::process::id()) << 40)
-        ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(17);
-    // splitmix64 finaliser: spreads the bits so nearby inputs give unrelated nonces.
-    let mut z = mixed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
+    fence_core::random_u64()
 }
 
 impl Header {

@@ -46,6 +46,10 @@ pub struct S3Fence {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// Between compare-and-set attempts lost to conflicts or throttling: 10 ms doubling to 1 s.
+const BACKOFF: fence_core::Backoff =
+    fence_core::Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
+
 /// The decided next version of an object.
 struct Plan {
     header: Header,
@@ -81,10 +85,8 @@ impl S3Fence {
     }
 
     pub(crate) async fn backoff(&self, attempt: usize) {
-        // Exponential with jitter from the nonce source: 10 ms, 20 ms, … capped at 1 s.
-        let base = 10u64 << attempt.min(7);
-        let jitter = crate::envelope::fresh_nonce() % base.max(1);
-        tokio::time::sleep(Duration::from_millis((base + jitter).min(1000))).await;
+        let attempt = u32::try_from(attempt).unwrap_or(u32::MAX);
+        tokio::time::sleep(BACKOFF.delay(attempt)).await;
     }
 
     fn check_size(&self, domain: &Domain, size: usize) -> Result<(), FenceError> {
