@@ -1,6 +1,7 @@
 //! The traits adapters implement, and the conveniences users call.
 
 use std::fmt;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -137,3 +138,85 @@ pub trait FencedStoreExt: FencedStore {
 }
 
 impl<T: FencedStore + ?Sized> FencedStoreExt for T {}
+
+/// Forwards every method to the shared or boxed adapter, so `Arc<MemoryFence>`,
+/// `Arc<dyn FencedStore>` and `Box<dyn FencedLog>` can be passed wherever an adapter is expected.
+macro_rules! forward_through {
+    ($($pointer:ident),*) => {$(
+        #[async_trait]
+        impl<T: Fence + ?Sized> Fence for $pointer<T> {
+            fn backend(&self) -> &'static str {
+                (**self).backend()
+            }
+
+            fn capabilities(&self) -> Capabilities {
+                (**self).capabilities()
+            }
+
+            async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+                (**self).claim(domain, token).await
+            }
+
+            async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
+                (**self).high_water_mark(domain).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: FencedStore + ?Sized> FencedStore for $pointer<T> {
+            async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+                (**self).write(request).await
+            }
+
+            async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+                (**self).read(domain).await
+            }
+        }
+
+        #[async_trait]
+        impl<T: FencedLog + ?Sized> FencedLog for $pointer<T> {
+            async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+                (**self).append(request).await
+            }
+
+            async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+                (**self).read_log(domain).await
+            }
+        }
+    )*};
+}
+
+forward_through!(Arc, Box);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemoryFence;
+
+    async fn fenced_put<S: FencedStore>(store: S, token: u64) -> Result<WriteOutcome, FenceError> {
+        let domain = Domain::new("d")?;
+        store.put(&domain, FencingToken::new(token)?, "v").await
+    }
+
+    async fn claimed_log<L: FencedLog>(log: L, token: u64) -> Result<Claimed, FenceError> {
+        log.claim(&Domain::new("l")?, FencingToken::new(token)?)
+            .await
+    }
+
+    #[tokio::test]
+    async fn shared_and_boxed_adapters_are_adapters() -> Result<(), FenceError> {
+        let memory = Arc::new(MemoryFence::new());
+        fenced_put(memory.clone(), 2).await?;
+        let shared: Arc<dyn FencedStore> = memory.clone();
+        assert!(fenced_put(shared, 1).await.is_err_and(|e| e.is_fenced()));
+        let boxed: Box<dyn FencedStore> = Box::new(memory.clone());
+        assert_eq!(boxed.backend(), "memory");
+        assert!(fenced_put(boxed, 3).await.is_ok());
+        let log: Box<dyn FencedLog> = Box::new(memory.clone());
+        claimed_log(log, 5).await?;
+        assert!(claimed_log(Arc::clone(&memory), 4)
+            .await
+            .is_err_and(|e| e.is_fenced()));
+        Ok(())
+    }
+}
