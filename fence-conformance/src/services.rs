@@ -5,7 +5,7 @@
 
 use std::fmt::Debug;
 
-use fence_core::{FenceError, FencingToken};
+use fence_core::{Claimed, Domain, Fence, FenceError, FencingToken};
 
 /// True under the project's test command.
 pub fn required() -> bool {
@@ -123,4 +123,64 @@ pub fn owns_listener(pid: u32, port: u16) -> bool {
                     .is_ok_and(|target| sockets.iter().any(|s| *s == target.to_string_lossy()))
             })
         })
+}
+
+/// One step of waiting for a test server that was just spawned as `child` on `port`, where
+/// `answers` says whether something answers there now: `Some(true)` once our child owns the
+/// listening socket, `Some(false)` when the port is not ours after all (our child exited, or
+/// another process has answered on it for a second; our child is then killed), `None` to
+/// keep waiting. `foreign_since` carries state between steps (start it at `None`).
+pub fn port_claim(
+    child: &std::sync::Mutex<Option<std::process::Child>>,
+    port: u16,
+    answers: bool,
+    foreign_since: &mut Option<std::time::Instant>,
+) -> Option<bool> {
+    let mut guard = child.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(running) = guard.as_mut() else {
+        return Some(false);
+    };
+    if running.try_wait().is_ok_and(|status| status.is_some()) {
+        guard.take();
+        return Some(false); // it could not bind the port: another process has it
+    }
+    if !answers {
+        return None;
+    }
+    if owns_listener(running.id(), port) {
+        return Some(true);
+    }
+    let since = *foreign_since.get_or_insert_with(std::time::Instant::now);
+    if since.elapsed() > std::time::Duration::from_secs(1) {
+        let _ = running.kill();
+        let _ = running.wait();
+        guard.take();
+        return Some(false);
+    }
+    None
+}
+
+/// The contract for claims behind client-side state: `a` claims 5, `b` (another process's
+/// client of the same resource) claims 6, and `a` confirming 5 again must be `Fenced` by 6, as
+/// decided at the resource, however much `a` remembers. Then `a` confirms 6 as the mark.
+pub async fn claims_are_decided_at_the_resource(a: &dyn Fence, b: &dyn Fence, domain: &Domain) {
+    let claim = |fence: &'static str, result: Result<Claimed, FenceError>| {
+        result.unwrap_or_else(|e| panic!("claim by {fence}: {e}"))
+    };
+    let first = claim("a", a.claim(domain, token(5)).await);
+    assert_eq!(first.previous_high_water_mark, None);
+    let second = claim("b", b.claim(domain, token(6)).await);
+    assert_eq!(second.previous_high_water_mark, Some(token(5)));
+    // A last saw 5: confirming 5 again must ask the resource, which says 6.
+    assert_fenced(a.claim(domain, token(5)).await, 5, 6);
+    assert_eq!(
+        a.high_water_mark(domain)
+            .await
+            .unwrap_or_else(|e| panic!("{e}")),
+        Some(token(6))
+    );
+    // Refreshed, A still refuses 5, and confirms 6 as the mark.
+    assert_fenced(a.claim(domain, token(5)).await, 5, 6);
+    let confirmed = claim("a", a.claim(domain, token(6)).await);
+    assert_eq!(confirmed.previous_high_water_mark, Some(token(6)));
 }

@@ -160,21 +160,27 @@ async fn a_broker_without_transactions_is_a_backend_error() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_claim_that_keeps_losing_its_transaction_says_so_and_is_contention() {
+/// A claim (2 retries allowed) whose ledger record the broker refuses with `error` every time.
+async fn claim_refused_three_times(
+    error: RDKafkaRespErr,
+) -> Result<fence_core::Claimed, FenceError> {
     let mock = MockCluster::new(1).unwrap();
     let fence = fence_with_two_retries(&mock);
-    // Each attempt's ledger record is refused as from a fenced producer, as when claimers keep
-    // re-initialising the id (the mock fences nothing itself).
-    let fenced = RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH;
-    mock.request_errors(RDKafkaApiKey::Produce, &[fenced, fenced, fenced]);
-    let claim = fence
+    mock.request_errors(RDKafkaApiKey::Produce, &[error, error, error]);
+    fence
         .claim(
             &Domain::new("orders").unwrap(),
             FencingToken::new(4).unwrap(),
         )
-        .await;
-    match claim {
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_that_keeps_losing_its_transaction_says_so_and_is_contention() {
+    // Each attempt's ledger record is refused as from a fenced producer, as when claimers keep
+    // re-initialising the id (the mock fences nothing itself).
+    match claim_refused_three_times(RDKafkaRespErr::RD_KAFKA_RESP_ERR_INVALID_PRODUCER_EPOCH).await
+    {
         Err(
             ref error @ FenceError::Backend {
                 ref source, kind, ..
@@ -199,17 +205,7 @@ async fn a_claim_that_keeps_losing_its_transaction_says_so_and_is_contention() {
     }
 
     // Aborts that are not contention are retried as well, but reported as what they were.
-    let mock = MockCluster::new(1).unwrap();
-    let fence = fence_with_two_retries(&mock);
-    let too_large = RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE;
-    mock.request_errors(RDKafkaApiKey::Produce, &[too_large, too_large, too_large]);
-    let claim = fence
-        .claim(
-            &Domain::new("orders").unwrap(),
-            FencingToken::new(4).unwrap(),
-        )
-        .await;
-    match claim {
+    match claim_refused_three_times(RDKafkaRespErr::RD_KAFKA_RESP_ERR_MSG_SIZE_TOO_LARGE).await {
         Err(FenceError::Backend { ref source, .. }) => assert!(
             matches!(
                 source.downcast_ref::<KafkaFenceError>(),

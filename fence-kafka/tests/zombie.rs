@@ -496,26 +496,7 @@ async fn a_claim_is_decided_at_the_ledger_not_by_what_this_process_saw() {
     };
     let b = other_process(&a, &support::shared_bootstrap().unwrap()).await;
     let domain = Domain::new("claimed").unwrap();
-    assert_eq!(
-        a.claim(&domain, t(5))
-            .await
-            .unwrap()
-            .previous_high_water_mark,
-        None
-    );
-    assert_eq!(
-        b.claim(&domain, t(6))
-            .await
-            .unwrap()
-            .previous_high_water_mark,
-        Some(t(5))
-    );
-    // A last saw 5: confirming 5 again must read the ledger, which says 6.
-    match a.claim(&domain, t(5)).await {
-        Err(FenceError::Fenced { current, .. }) => assert_eq!(current, t(6)),
-        other => panic!("expected fenced by 6, got {other:?}"),
-    }
-    assert_eq!(a.high_water_mark(&domain).await.unwrap(), Some(t(6)));
+    fence_conformance::services::claims_are_decided_at_the_resource(&a, &b, &domain).await;
 }
 
 #[tokio::test]

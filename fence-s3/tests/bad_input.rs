@@ -121,12 +121,7 @@ async fn an_oversized_object_is_refused_before_any_io() {
     let Some(endpoint) = support::shared_endpoint() else {
         return;
     };
-    let requests = support::RequestCounter::default();
-    let client = aws_sdk_s3::Client::from_conf(
-        support::config(&endpoint, support::ACCESS_KEY, support::SECRET_KEY)
-            .interceptor(requests.clone())
-            .build(),
-    );
+    let (client, requests) = support::counted_client(&endpoint);
     let fence = S3Fence::builder()
         .client(client)
         .bucket(support::BUCKET)
@@ -377,12 +372,7 @@ async fn keys_past_the_endpoint_limits_are_invalid_input_before_any_request() {
     let Some(endpoint) = support::shared_endpoint() else {
         return;
     };
-    let requests = support::RequestCounter::default();
-    let client = aws_sdk_s3::Client::from_conf(
-        support::config(&endpoint, support::ACCESS_KEY, support::SECRET_KEY)
-            .interceptor(requests.clone())
-            .build(),
-    );
+    let (client, requests) = support::counted_client(&endpoint);
     let prefix = support::unique_prefix("long");
     let fence = S3Fence::builder()
         .client(client.clone())

@@ -380,33 +380,7 @@ async fn a_claim_the_cache_would_confirm_is_decided_at_the_resource() {
         return;
     };
     let b = second_instance(&a);
-    let domain = d("job-5");
-    assert_eq!(
-        a.claim(&domain, t(5))
-            .await
-            .unwrap()
-            .previous_high_water_mark,
-        None
-    );
-    assert_eq!(
-        b.claim(&domain, t(6))
-            .await
-            .unwrap()
-            .previous_high_water_mark,
-        Some(t(5))
-    );
-    // A's cache still says 5: confirming 5 again must ask S3, which says 6.
-    assert_fenced(a.claim(&domain, t(5)).await, 5, 6);
-    assert_eq!(a.high_water_mark(&domain).await.unwrap(), Some(t(6)));
-    // And A's cache, refreshed, now refuses 5 with no request; 6 is confirmed at S3 too.
-    assert_fenced(a.claim(&domain, t(5)).await, 5, 6);
-    assert_eq!(
-        a.claim(&domain, t(6))
-            .await
-            .unwrap()
-            .previous_high_water_mark,
-        Some(t(6))
-    );
+    fence_conformance::services::claims_are_decided_at_the_resource(&a, &b, &d("job-5")).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

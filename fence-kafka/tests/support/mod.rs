@@ -193,34 +193,18 @@ impl NoidaServer {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("noida-db starts");
-        let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let deadline = Instant::now() + Duration::from_secs(20);
         let mut foreign_since: Option<Instant> = None;
         loop {
-            let exited = self
-                .child
-                .lock()
-                .unwrap()
-                .as_mut()
-                .is_some_and(|c| c.try_wait().is_ok_and(|status| status.is_some()));
-            if exited {
-                self.child.lock().unwrap().take();
-                return false;
-            }
-            if listens(&self.bootstrap()) {
-                if fence_conformance::services::owns_listener(pid, self.port) {
-                    return true;
-                }
-                // Another process listens on our port: give up this one.
-                let since = *foreign_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(1) {
-                    if let Some(mut child) = self.child.lock().unwrap().take() {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                    }
-                    return false;
-                }
+            let answering = listens(&self.bootstrap());
+            if let Some(ours) = fence_conformance::services::port_claim(
+                &self.child,
+                self.port,
+                answering,
+                &mut foreign_since,
+            ) {
+                return ours;
             }
             assert!(
                 Instant::now() < deadline,

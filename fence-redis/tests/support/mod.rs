@@ -164,31 +164,18 @@ impl RedisServer {
             .stdout(Stdio::null())
             .spawn()
             .expect("redis-server starts");
-        let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut foreign_since: Option<Instant> = None;
         loop {
-            let exited = self
-                .child
-                .lock()
-                .unwrap()
-                .as_mut()
-                .is_some_and(|c| c.try_wait().is_ok_and(|status| status.is_some()));
-            if exited {
-                self.child.lock().unwrap().take();
-                return false; // the port was taken: our server could not bind it
-            }
-            if answers(self.port) {
-                if fence_conformance::services::owns_listener(pid, self.port) {
-                    return true;
-                }
-                // Another process answers on our port: give up this one.
-                let since = *foreign_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(1) {
-                    self.kill();
-                    return false;
-                }
+            let answering = answers(self.port);
+            if let Some(ours) = fence_conformance::services::port_claim(
+                &self.child,
+                self.port,
+                answering,
+                &mut foreign_since,
+            ) {
+                return ours;
             }
             assert!(
                 Instant::now() < deadline,

@@ -104,15 +104,21 @@ pub fn shared_endpoint() -> Option<String> {
     }
 }
 
-/// A fence on the shared server with a unique prefix, counting requests.
-pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
-    let endpoint = shared_endpoint()?;
+/// A client of `endpoint` that counts every request it sends.
+pub fn counted_client(endpoint: &str) -> (aws_sdk_s3::Client, RequestCounter) {
     let counter = RequestCounter::default();
     let client = aws_sdk_s3::Client::from_conf(
-        config(&endpoint, ACCESS_KEY, SECRET_KEY)
+        config(endpoint, ACCESS_KEY, SECRET_KEY)
             .interceptor(counter.clone())
             .build(),
     );
+    (client, counter)
+}
+
+/// A fence on the shared server with a unique prefix, counting requests.
+pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
+    let endpoint = shared_endpoint()?;
+    let (client, counter) = counted_client(&endpoint);
     let fence = S3Fence::builder()
         .client(client)
         .bucket(BUCKET)
@@ -221,32 +227,19 @@ impl WeedServer {
             .stderr(Stdio::from(log))
             .spawn()
             .expect("weed mini starts");
-        let pid = child.id();
         *self.child.lock().unwrap() = Some(child);
         let client = client(&self.endpoint());
         let deadline = Instant::now() + Duration::from_secs(60);
         let mut foreign_since: Option<Instant> = None;
         loop {
-            let exited = self
-                .child
-                .lock()
-                .unwrap()
-                .as_mut()
-                .is_some_and(|c| c.try_wait().is_ok_and(|status| status.is_some()));
-            if exited {
-                self.child.lock().unwrap().take();
-                return false;
-            }
-            if client.head_bucket().bucket(BUCKET).send().await.is_ok() {
-                if fence_conformance::services::owns_listener(pid, s3) {
-                    return true;
-                }
-                // Another process answers on our port: give up this one.
-                let since = *foreign_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > Duration::from_secs(1) {
-                    self.kill();
-                    return false;
-                }
+            let answering = client.head_bucket().bucket(BUCKET).send().await.is_ok();
+            if let Some(ours) = fence_conformance::services::port_claim(
+                &self.child,
+                s3,
+                answering,
+                &mut foreign_since,
+            ) {
+                return ours;
             }
             assert!(
                 Instant::now() < deadline,
