@@ -194,7 +194,33 @@ pub async fn log_op_id_replay_returns_first_outcome(
         log.append(&batch(&d, t(1)?, &["z"]).with_op_id(OperationId::new("batch-2")?))
             .await,
     )?;
-    expect_log(&*log, &d, &[("x", 1), ("y", 1), ("z", 1)]).await?;
+    appended(
+        "a newer owner appends",
+        h.holder().append(&batch(&d, t(2)?, &["n"])).await,
+    )?;
+    // A late retry replays before the token rule, whether its client saw the newer mark or not.
+    for (client, late) in [
+        ("the owner's client", log.clone()),
+        ("a fresh client", h.holder()),
+    ] {
+        match late.append(&request).await {
+            Ok(AppendOutcome::Duplicate(again)) if again == first => {}
+            other => {
+                return Err(Failure::new(format!(
+                    "late retry through {client} after a newer owner appended: expected duplicate of {first:?}, got {other:?}"
+                )))
+            }
+        }
+    }
+    fenced(
+        "a new op id with the stale token",
+        h.holder()
+            .append(&batch(&d, t(1)?, &["zombie"]).with_op_id(OperationId::new("batch-3")?))
+            .await,
+        1,
+        2,
+    )?;
+    expect_log(&*log, &d, &[("x", 1), ("y", 1), ("z", 1), ("n", 2)]).await?;
     Ok(Verdict::Passed)
 }
 

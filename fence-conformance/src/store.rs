@@ -405,15 +405,17 @@ pub async fn op_id_replay_returns_first_outcome(
     }
     let d = ns.domain("d")?;
     let op = |id: &str| OperationId::new(id);
-    let first = accepted(
-        "first attempt of op a",
-        store
-            .write(&put(&d, t(1)?, "first").with_op_id(op("a")?))
-            .await,
-    )?;
-    let retry = store
-        .write(&put(&d, t(1)?, "first").with_op_id(op("a")?))
-        .await?;
+    // Op a creates the value: its retries must replay before the condition (now false) and,
+    // later, before the token rule.
+    let op_a = |token| {
+        Ok::<_, Failure>(
+            put(&d, token, "first")
+                .with_op_id(op("a")?)
+                .with_condition(WriteCondition::Absent),
+        )
+    };
+    let first = accepted("first attempt of op a", store.write(&op_a(t(1)?)?).await)?;
+    let retry = store.write(&op_a(t(1)?)?).await?;
     ensure!(
         retry == WriteOutcome::Duplicate(first.clone()),
         "retry of op a: expected duplicate of {first:?}, got {retry:?}"
@@ -435,13 +437,16 @@ pub async fn op_id_replay_returns_first_outcome(
         store.write(&put(&d, t(2)?, "newer")).await,
     )?;
 
-    let late_retry = store
-        .write(&put(&d, t(1)?, "first").with_op_id(op("a")?))
-        .await?;
-    ensure!(
-        late_retry == WriteOutcome::Duplicate(first.clone()),
-        "retry of op a after a newer owner wrote: expected the first outcome, got {late_retry:?}"
-    );
+    for (client, late) in [
+        ("the owner's client", store.clone()),
+        ("a fresh client", h.holder()),
+    ] {
+        let late_retry = late.write(&op_a(t(1)?)?).await?;
+        ensure!(
+            late_retry == WriteOutcome::Duplicate(first.clone()),
+            "retry of op a through {client} after a newer owner wrote: expected the first outcome, got {late_retry:?}"
+        );
+    }
     fenced(
         "new op c with stale token 1",
         h.holder()

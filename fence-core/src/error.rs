@@ -141,6 +141,20 @@ pub enum InvalidInput {
         /// The domain appended to.
         domain: Domain,
     },
+    /// An operation id the resource remembers for another kind of operation with the same token.
+    #[error(
+        "operation id `{op_id}` on domain `{domain}` was first used for a {first}, not a {now}"
+    )]
+    OpIdReused {
+        /// The domain.
+        domain: Domain,
+        /// The reused operation id.
+        op_id: crate::OperationId,
+        /// The kind it was first used for.
+        first: crate::OpKind,
+        /// The kind it is used for now.
+        now: crate::OpKind,
+    },
     /// A configuration value that cannot work.
     #[error("invalid configuration: {0}")]
     Configuration(String),

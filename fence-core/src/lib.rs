@@ -7,7 +7,9 @@ mod error;
 mod fence;
 mod issuer;
 mod memory;
+mod op_memory;
 mod outcome;
+pub mod pipeline;
 mod request;
 pub mod rule;
 mod shards;
@@ -23,6 +25,7 @@ pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation}
 pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};
 pub use issuer::{Lease, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};
 pub use memory::{MemoryFence, DEFAULT_OP_ID_RETENTION, DEFAULT_SHARDS};
+pub use op_memory::{OpKind, OpMemory, OpOutcome, OpRecord};
 pub use outcome::{
     Accepted, AppendOutcome, Appended, Claimed, Entry, LogEntry, Snapshot, WriteOutcome,
 };

@@ -1,17 +1,18 @@
 //! `MemoryFence`: the in-memory reference resource, the executable specification.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fmt;
 
 use async_trait::async_trait;
 
 use crate::capabilities::OpIdRetention;
+use crate::pipeline::{self, Current, Decision};
 use crate::shards::Shards;
 use crate::telemetry::observe_sync;
 use crate::{
-    rule, Accepted, AppendOutcome, AppendRequest, Appended, Capabilities, Claimed, Domain, Entry,
-    Fence, FenceError, FencedLog, FencedStore, FencingToken, InvalidInput, LogEntry, Mutation,
-    Operation, OperationId, Revision, Snapshot, WriteOutcome, WriteRequest,
+    AppendOutcome, AppendRequest, Capabilities, Claimed, Domain, Entry, Fence, FenceError,
+    FencedLog, FencedStore, FencingToken, LogEntry, Mutation, OpMemory, OpRecord, Operation,
+    Revision, Snapshot, WriteOutcome, WriteRequest,
 };
 
 const BACKEND: &str = "memory";
@@ -81,18 +82,6 @@ impl MemoryFence {
         total
     }
 
-    fn check_size(&self, domain: &Domain, size: usize) -> Result<(), FenceError> {
-        match self.max_value_bytes {
-            Some(max) if size > max => Err(InvalidInput::ValueTooLarge {
-                domain: domain.clone(),
-                size,
-                max,
-            }
-            .into()),
-            _ => Ok(()),
-        }
-    }
-
     fn with_state<R>(&self, domain: &Domain, f: impl FnOnce(&mut DomainState) -> R) -> R {
         self.domains.with(domain, |map| {
             f(map
@@ -106,25 +95,19 @@ impl MemoryFence {
     }
 
     fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        let domain = request.domain();
-        if let Some(value) = request.value() {
-            self.check_size(domain, value.len())?;
-        }
-        let retention = self.op_id_retention;
-        self.with_state(domain, |state| {
-            let op_key = request.op_id().map(|op| (request.token(), op.clone()));
-            let remembered = op_key
-                .as_ref()
-                .and_then(|key| state.extras.as_ref()?.write_ops.get(key));
-            if let Some(first) = remembered {
-                return Ok(WriteOutcome::Duplicate(first.clone()));
-            }
-            rule::check_token(domain, state.hwm, request.token(), request.policy())?;
-            let live = matches!(state.entry, Entry::Value { .. });
-            rule::check_condition(domain, request.condition(), live, state.revision())?;
-
-            let revision = state.revision().map_or(Revision::new(1), Revision::next);
-            let token = request.token();
+        pipeline::validate_write(request, self.max_value_bytes)?;
+        self.with_state(request.domain(), |state| {
+            let current = Current::new(
+                state.hwm,
+                matches!(state.entry, Entry::Value { .. }),
+                state.revision(),
+            );
+            let (accepted, remember) = match pipeline::decide_write(request, current, state.ops())?
+            {
+                Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
+                Decision::Apply { outcome, remember } => (outcome, remember),
+            };
+            let (token, revision) = (accepted.token, accepted.revision);
             state.entry = match request.mutation() {
                 Mutation::Put(value) => Entry::Value {
                     value: value.clone(),
@@ -133,55 +116,37 @@ impl MemoryFence {
                 },
                 Mutation::Delete => Entry::Tombstone { token, revision },
             };
-            let accepted = Accepted::new(token, revision, state.hwm);
             state.hwm = Some(token);
-            if let Some(key) = op_key {
-                state
-                    .extras()
-                    .write_ops
-                    .remember(key, accepted.clone(), retention);
-            }
+            self.remember(state, remember);
             Ok(WriteOutcome::Accepted(accepted))
         })
     }
 
     fn append_now(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
-        let domain = request.domain();
-        if request.records().is_empty() {
-            return Err(InvalidInput::EmptyBatch {
-                domain: domain.clone(),
-            }
-            .into());
-        }
-        let size = request.records().iter().map(|r| r.value.len()).sum();
-        self.check_size(domain, size)?;
-        let retention = self.op_id_retention;
-        self.with_state(domain, |state| {
-            let op_key = request.op_id().map(|op| (request.token(), op.clone()));
-            let remembered = op_key
-                .as_ref()
-                .and_then(|key| state.extras.as_ref()?.append_ops.get(key));
-            if let Some(first) = remembered {
-                return Ok(AppendOutcome::Duplicate(first.clone()));
-            }
-            rule::check_token(domain, state.hwm, request.token(), request.policy())?;
-            let token = request.token();
+        pipeline::validate_append(request, self.max_value_bytes)?;
+        self.with_state(request.domain(), |state| {
+            let (appended, remember) =
+                match pipeline::decide_append(request, state.hwm, state.ops())? {
+                    Decision::Replay(first) => return Ok(AppendOutcome::Duplicate(first)),
+                    Decision::Apply { outcome, remember } => (outcome, remember),
+                };
+            let token = appended.token;
             state.extras().log.extend(
                 request
                     .records()
                     .iter()
                     .map(|record| LogEntry::new(token, request.op_id().cloned(), record.clone())),
             );
-            let appended = Appended::new(token, request.records().len(), state.hwm);
             state.hwm = Some(token);
-            if let Some(key) = op_key {
-                state
-                    .extras()
-                    .append_ops
-                    .remember(key, appended.clone(), retention);
-            }
+            self.remember(state, remember);
             Ok(AppendOutcome::Appended(appended))
         })
+    }
+
+    fn remember(&self, state: &mut DomainState, record: Option<OpRecord>) {
+        if let Some(record) = record {
+            state.extras().ops.remember(record, self.op_id_retention);
+        }
     }
 }
 
@@ -217,10 +182,9 @@ impl Fence for MemoryFence {
     async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         observe_sync(BACKEND, Operation::Claim, domain, Some(token), || {
             self.with_state(domain, |state| {
-                rule::check_claim(domain, state.hwm, token)?;
-                let previous = state.hwm;
+                let claimed = pipeline::decide_claim(domain, state.hwm, token)?.claimed();
                 state.hwm = Some(token);
-                Ok(Claimed::new(token, previous))
+                Ok(claimed)
             })
         })
     }
@@ -289,8 +253,7 @@ struct DomainState {
 #[derive(Default)]
 struct Extras {
     log: Vec<LogEntry>,
-    write_ops: OpMemory<Accepted>,
-    append_ops: OpMemory<Appended>,
+    ops: OpMemory,
 }
 
 impl Default for DomainState {
@@ -314,48 +277,17 @@ impl DomainState {
     fn extras(&mut self) -> &mut Extras {
         self.extras.get_or_insert_with(Box::default)
     }
-}
 
-type OpKey = (FencingToken, OperationId);
-
-/// The first outcomes of the most recent operation ids of one domain, oldest evicted first.
-struct OpMemory<T> {
-    outcomes: HashMap<OpKey, T>,
-    order: VecDeque<OpKey>,
-}
-
-impl<T> Default for OpMemory<T> {
-    fn default() -> Self {
-        OpMemory {
-            outcomes: HashMap::new(),
-            order: VecDeque::new(),
-        }
-    }
-}
-
-impl<T> OpMemory<T> {
-    fn get(&self, key: &OpKey) -> Option<&T> {
-        self.outcomes.get(key)
-    }
-
-    fn remember(&mut self, key: OpKey, outcome: T, capacity: usize) {
-        if capacity == 0 {
-            return;
-        }
-        while self.order.len() >= capacity {
-            if let Some(oldest) = self.order.pop_front() {
-                self.outcomes.remove(&oldest);
-            }
-        }
-        self.order.push_back(key.clone());
-        self.outcomes.insert(key, outcome);
+    fn ops(&self) -> &OpMemory {
+        static NONE: std::sync::LazyLock<OpMemory> = std::sync::LazyLock::new(OpMemory::new);
+        self.extras.as_ref().map_or(&NONE, |extras| &extras.ops)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FencedStoreExt;
+    use crate::{FencedStoreExt, OperationId};
 
     fn t(n: u64) -> FencingToken {
         FencingToken::new(n).unwrap_or(FencingToken::MAX)

@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::telemetry::observe;
 use fence_core::{
-    rule, AppendOutcome, AppendRequest, Appended, Backoff, Capabilities, Claimed, Domain,
-    EqualTokenPolicy, Fence, FenceError, FencedLog, FencingToken, InvalidInput, LogEntry,
-    OpIdRetention, Operation, Record,
+    rule, AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy,
+    Fence, FenceError, FencedLog, FencingToken, LogEntry, OpIdRetention, Operation, Record,
 };
 use rdkafka::config::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -26,7 +26,7 @@ use crate::config::KafkaFenceBuilder;
 use crate::error::{
     backend, classify, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
 };
-use crate::ledger::{partition_for, LedgerState, OpRecord};
+use crate::ledger::{partition_for, LedgerState};
 
 /// Header carrying the domain on every fenced record.
 pub const DOMAIN_HEADER: &str = "fence-domain";
@@ -297,20 +297,22 @@ impl KafkaFence {
                 // Lost to a concurrent claimer: if a higher mark is committed now, stop without
                 // initialising a producer, which would only fence that claimer in turn.
                 let committed = self.read_ledger(domain).await?;
-                if let Err(fenced) = rule::check_claim(domain, committed.hwm, token) {
+                if let Err(fenced) = pipeline::decide_claim(domain, committed.hwm, token) {
                     drop(guard);
                     self.forget(domain, token);
                     return Err(fenced);
                 }
             }
             let mut holder = self.open(domain).await?;
-            let previous = holder.state.hwm;
-            if let Err(fenced) = rule::check_claim(domain, previous, token) {
-                drop(guard);
-                self.forget(domain, token);
-                return Err(fenced);
-            }
-            if previous != Some(token) {
+            let decision = match pipeline::decide_claim(domain, holder.state.hwm, token) {
+                Ok(decision) => decision,
+                Err(fenced) => {
+                    drop(guard);
+                    self.forget(domain, token);
+                    return Err(fenced);
+                }
+            };
+            if let ClaimDecision::Raise(_) = decision {
                 let mut next = holder.state.clone();
                 next.hwm = Some(token);
                 match self
@@ -337,7 +339,7 @@ impl KafkaFence {
                 }
             }
             *guard = Some(holder);
-            return Ok(Claimed::new(token, previous));
+            return Ok(decision.claimed());
         }
         drop(guard);
         self.forget(domain, token);
@@ -350,23 +352,8 @@ impl KafkaFence {
     async fn append_now(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         let domain = request.domain();
         let token = request.token();
-        if request.records().is_empty() {
-            return Err(InvalidInput::EmptyBatch {
-                domain: domain.clone(),
-            }
-            .into());
-        }
-        let size: usize = request.records().iter().map(|r| r.value.len()).sum();
-        if size > self.inner.max_batch_bytes {
-            return Err(InvalidInput::ValueTooLarge {
-                domain: domain.clone(),
-                size,
-                max: self.inner.max_batch_bytes,
-            }
-            .into());
-        }
+        pipeline::validate_append(request, Some(self.inner.max_batch_bytes))?;
         let strict = request.policy() == EqualTokenPolicy::Strict;
-        let op = request.op_id().map(|op| op.escaped());
         let data_partition = partition_for(domain.as_str(), self.data_partitions().await?);
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
         let slot = self.slot(domain, token);
@@ -376,44 +363,42 @@ impl KafkaFence {
             // Strict appends need a fresh look at the ledger every time.
             let fresh = strict || guard.is_none();
             if fresh {
-                if let Err(fenced) = self.check_known(domain, token, request.policy()) {
-                    *guard = None;
-                    drop(guard);
-                    self.forget(domain, token);
-                    return Err(fenced);
-                }
                 *guard = None;
+                if self.check_known(domain, token, request.policy()).is_err() {
+                    // Known stale: opening a producer would fence the owner. Decide on the
+                    // committed ledger, read without one: a late retry still learns its first
+                    // outcome, anything else is fenced.
+                    let committed = self.read_ledger(domain).await?;
+                    match pipeline::decide_append(request, committed.hwm, &committed.ops) {
+                        Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
+                        Ok(Decision::Apply { .. }) => {}
+                        Err(refused) => {
+                            drop(guard);
+                            self.forget(domain, token);
+                            return Err(refused);
+                        }
+                    }
+                }
                 *guard = Some(self.open(domain).await?);
             }
             let Some(holder) = guard.as_mut() else {
                 continue;
             };
-            if let Some(first) = op.as_deref().and_then(|op| holder.state.find(token, op)) {
-                return Ok(AppendOutcome::Duplicate(Appended::new(
-                    token,
-                    first.records,
-                    first.previous,
-                )));
-            }
-            let previous = holder.state.hwm;
-            if let Err(fenced) = rule::check_token(domain, previous, token, request.policy()) {
-                *guard = None;
-                drop(guard);
-                self.forget(domain, token);
-                return Err(fenced);
-            }
+            let (appended, remember) =
+                match pipeline::decide_append(request, holder.state.hwm, &holder.state.ops) {
+                    Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
+                    Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
+                    Err(refused) => {
+                        *guard = None;
+                        drop(guard);
+                        self.forget(domain, token);
+                        return Err(refused);
+                    }
+                };
             let mut next = holder.state.clone();
             next.hwm = Some(token);
-            if let Some(op) = &op {
-                next.remember(
-                    OpRecord {
-                        token,
-                        records: request.records().len(),
-                        previous,
-                        op: op.clone(),
-                    },
-                    self.inner.op_id_retention,
-                );
+            if let Some(record) = remember {
+                next.ops.remember(record, self.inner.op_id_retention);
             }
             let mut records: Vec<Outgoing> = request
                 .records()
@@ -436,11 +421,7 @@ impl KafkaFence {
                 Ok(()) => {
                     holder.state = next;
                     self.note_mark(domain, Some(token));
-                    return Ok(AppendOutcome::Appended(Appended::new(
-                        token,
-                        request.records().len(),
-                        previous,
-                    )));
+                    return Ok(AppendOutcome::Appended(appended));
                 }
                 Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
                     if !permanent(&error) =>

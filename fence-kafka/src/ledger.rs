@@ -10,51 +10,27 @@
 //! Only producers with the domain's transactional id write a domain's record, so after
 //! `init_transactions` the record a holder reads stays the latest until its epoch is fenced.
 
-use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use fence_core::FencingToken;
+use fence_core::{FencingToken, OpKind, OpMemory, OpRecord};
 
 const MAGIC: &str = "FENCE-KAFKA/1";
 
 /// A remembered operation id and its first outcome.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct OpRecord {
-    pub(crate) token: FencingToken,
-    pub(crate) records: usize,
-    pub(crate) previous: Option<FencingToken>,
-    pub(crate) op: String,
-}
-
-/// A domain's ledger state.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LedgerState {
     pub(crate) hwm: Option<FencingToken>,
-    pub(crate) ops: VecDeque<OpRecord>,
+    pub(crate) ops: OpMemory,
 }
 
 impl LedgerState {
-    pub(crate) fn find(&self, token: FencingToken, op: &str) -> Option<&OpRecord> {
-        self.ops.iter().find(|r| r.token == token && r.op == op)
-    }
-
-    pub(crate) fn remember(&mut self, record: OpRecord, retention: usize) {
-        self.ops.push_back(record);
-        while self.ops.len() > retention {
-            self.ops.pop_front();
-        }
-    }
-
     pub(crate) fn encode(&self) -> String {
         let mut text = format!("{MAGIC}\n");
         if let Some(hwm) = self.hwm {
             let _ = writeln!(text, "hwm {hwm}");
         }
-        for op in &self.ops {
-            let previous = op
-                .previous
-                .map_or_else(|| "-".to_owned(), |t| t.to_string());
-            let _ = writeln!(text, "op {} {} {previous} {}", op.token, op.records, op.op);
+        for op in self.ops.iter() {
+            let _ = writeln!(text, "{}", op.to_line());
         }
         text
     }
@@ -71,17 +47,14 @@ impl LedgerState {
                 .map_err(|e| format!("ledger token `{s}`: {e}"))
         };
         let mut state = LedgerState::default();
+        let mut ops = Vec::new();
         for line in lines {
             match line.split(' ').collect::<Vec<_>>()[..] {
-                ["hwm", t] if state.hwm.is_none() => state.hwm = Some(token(t)?),
-                ["op", t, n, p, op] if !op.is_empty() => state.ops.push_back(OpRecord {
-                    token: token(t)?,
-                    records: n
-                        .parse()
-                        .map_err(|_| format!("ledger record count `{n}`"))?,
-                    previous: if p == "-" { None } else { Some(token(p)?) },
-                    op: op.to_owned(),
-                }),
+                ["hwm", t] if state.hwm.is_none() && ops.is_empty() => state.hwm = Some(token(t)?),
+                ["op", ..] => ops.push(
+                    OpRecord::parse_line(line, OpKind::Append)
+                        .map_err(|why| format!("ledger {why}"))?,
+                ),
                 _ => {
                     return Err(format!(
                         "unknown ledger line `{}`",
@@ -90,6 +63,7 @@ impl LedgerState {
                 }
             }
         }
+        state.ops = OpMemory::from_records(ops);
         Ok(state)
     }
 }
@@ -112,35 +86,16 @@ mod tests {
     fn round_trips_and_refuses_garbage() {
         let mut state = LedgerState {
             hwm: FencingToken::new(u64::MAX).ok(),
-            ops: VecDeque::new(),
+            ops: OpMemory::new(),
         };
-        state.remember(
-            OpRecord {
-                token: FencingToken::MAX,
-                records: 3,
-                previous: None,
-                op: "a%2Fb".into(),
-            },
-            2,
-        );
-        state.remember(
-            OpRecord {
-                token: FencingToken::MAX,
-                records: 1,
-                previous: FencingToken::new(7).ok(),
-                op: "c".into(),
-            },
-            2,
-        );
-        state.remember(
-            OpRecord {
-                token: FencingToken::MAX,
-                records: 1,
-                previous: None,
-                op: "d".into(),
-            },
-            2,
-        );
+        for (op, records, previous) in [("a/b", 3, None), ("c", 1, Some(7)), ("d", 1, None)] {
+            let op = fence_core::OperationId::new(op).unwrap_or_else(|_| unreachable!());
+            let previous = previous.and_then(|p| FencingToken::new(p).ok());
+            let outcome = fence_core::OpOutcome::Append { records };
+            state
+                .ops
+                .remember(OpRecord::new(FencingToken::MAX, op, previous, outcome), 2);
+        }
         assert_eq!(state.ops.len(), 2);
         assert_eq!(LedgerState::decode(state.encode().as_bytes()), Ok(state));
         for bad in [

@@ -14,10 +14,9 @@
 //! fenced key is foreign or corrupt and fails closed. The nonce makes every write's bytes, and so
 //! its ETag, unique even when the payload repeats (ETag ABA).
 
-use std::collections::VecDeque;
 use std::fmt::Write as _;
 
-use fence_core::{FencingToken, Revision};
+use fence_core::{FencingToken, OpKind, OpMemory, OpRecord, Revision};
 
 /// The first line of every envelope.
 pub(crate) const MAGIC: &[u8] = b"FENCE-S3/1\n";
@@ -49,20 +48,11 @@ impl Head {
 
 /// A remembered operation id and its first outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct OpRecord {
-    pub(crate) token: FencingToken,
-    pub(crate) revision: Revision,
-    pub(crate) previous: Option<FencingToken>,
-    pub(crate) op: String,
-}
-
-/// The parsed header of a fenced object.
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Header {
     pub(crate) hwm: FencingToken,
     pub(crate) head: Head,
     pub(crate) nonce: u64,
-    pub(crate) ops: VecDeque<OpRecord>,
+    pub(crate) ops: OpMemory,
 }
 
 /// Why bytes at a fenced key are not a valid envelope.
@@ -94,11 +84,8 @@ impl Header {
             }
         }
         let _ = writeln!(text, "nonce {:016x}", self.nonce);
-        for op in &self.ops {
-            let previous = op
-                .previous
-                .map_or_else(|| "-".to_owned(), |t| t.to_string());
-            let _ = writeln!(text, "op {} {} {previous} {}", op.token, op.revision, op.op);
+        for op in self.ops.iter() {
+            let _ = writeln!(text, "{}", op.to_line());
         }
         text.push('\n');
         text.into_bytes()
@@ -153,30 +140,18 @@ impl Header {
             }
             _ => return Err(corrupt("malformed `nonce` line")),
         };
-        let mut ops = VecDeque::new();
+        let mut ops = Vec::new();
         for line in lines {
-            match line.split(' ').collect::<Vec<_>>()[..] {
-                ["op", t, r, p, op]
-                    if !op.is_empty()
-                        && op
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"._-%".contains(&b)) =>
-                {
-                    ops.push_back(OpRecord {
-                        token: token(t)?,
-                        revision: revision(r)?,
-                        previous: if p == "-" { None } else { Some(token(p)?) },
-                        op: op.to_owned(),
-                    })
-                }
-                _ => {
-                    return Err(Invalid::Corrupt(format!(
-                        "unknown header line `{}`",
-                        line.chars().take(60).collect::<String>()
-                    )))
-                }
+            if line.starts_with("op ") {
+                ops.push(OpRecord::parse_line(line, OpKind::Write).map_err(Invalid::Corrupt)?);
+            } else {
+                return Err(Invalid::Corrupt(format!(
+                    "unknown header line `{}`",
+                    line.chars().take(60).collect::<String>()
+                )));
             }
         }
+        let ops = OpMemory::from_records(ops);
         if let Head::Value { token, .. } | Head::Tombstone { token, .. } = head {
             if token > hwm {
                 return Err(corrupt("writer token above the high-water mark"));
@@ -210,12 +185,14 @@ mod tests {
                 revision: Revision::new(7),
             },
             nonce: 0x0123_4567_89ab_cdef,
-            ops: VecDeque::from([OpRecord {
-                token: t(41),
-                revision: Revision::new(7),
-                previous: None,
-                op: "order-7%2Fpay".into(),
-            }]),
+            ops: OpMemory::from_records([OpRecord::new(
+                t(41),
+                fence_core::OperationId::new("order-7/pay").unwrap_or_else(|_| unreachable!()),
+                None,
+                fence_core::OpOutcome::Write {
+                    revision: Revision::new(7),
+                },
+            )]),
         }
     }
 

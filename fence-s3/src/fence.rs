@@ -7,17 +7,17 @@ use std::time::Duration;
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use bytes::{Bytes, BytesMut};
+use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::telemetry::observe;
 use fence_core::{
-    rule, Accepted, Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore,
-    FencingToken, InvalidInput, Mutation, OpIdRetention, Operation, Revision, Snapshot,
-    WriteOutcome, WriteRequest,
+    Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
+    OpIdRetention, OpMemory, Operation, Snapshot, WriteOutcome, WriteRequest,
 };
 use tokio::sync::OnceCell;
 
 use crate::cache::{EtagCache, Known};
 use crate::config::S3FenceBuilder;
-use crate::envelope::{fresh_nonce, Head, Header, OpRecord};
+use crate::envelope::{fresh_nonce, Head, Header};
 use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
 use crate::keys::KeyScheme;
 use crate::requests::{decode, Expect};
@@ -51,9 +51,10 @@ const BACKOFF: fence_core::Backoff =
     fence_core::Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
 
 /// The decided next version of an object.
-struct Plan {
+/// A conditional write to attempt, and what to answer when it lands.
+struct Plan<T> {
     header: Header,
-    payload: Bytes,
+    outcome: T,
 }
 
 impl S3Fence {
@@ -89,28 +90,12 @@ impl S3Fence {
         tokio::time::sleep(BACKOFF.delay(attempt)).await;
     }
 
-    fn check_size(&self, domain: &Domain, size: usize) -> Result<(), FenceError> {
-        if size > self.inner.max_value_bytes {
-            return Err(InvalidInput::ValueTooLarge {
-                domain: domain.clone(),
-                size,
-                max: self.inner.max_value_bytes,
-            }
-            .into());
-        }
-        Ok(())
-    }
-
-    /// Writes the next version under a compare-and-set on `current`, the loop every mutation
-    /// shares: `decide` applies the rules to the current state and returns the plan, an early
-    /// outcome, or an error; a lost race re-reads and decides again.
     async fn conditional_update<T>(
         &self,
         domain: &Domain,
         operation: Operation,
         mut decide: impl FnMut(Option<&Header>, bool) -> Result<Step<T>, FenceError>,
-        mut payload_of: impl FnMut(&Header) -> Option<Bytes>,
-        finish: impl Fn(&Header) -> T,
+        new_payload: Option<Bytes>,
     ) -> Result<T, FenceError> {
         let key = self.object_key(domain)?;
         self.probe().await?;
@@ -141,8 +126,8 @@ impl S3Fence {
                 Err(error) => return Err(error),
             };
             // A claim on a live value rewrites the value: fetch it at exactly this version.
-            let payload = match (&current, payload_of(&plan.header)) {
-                (_, Some(payload)) => payload,
+            let payload = match (&current, &new_payload) {
+                (_, Some(payload)) => payload.clone(),
                 (Some((etag, header)), None) => match self
                     .payload_at(&key, domain, operation, etag, header)
                     .await?
@@ -156,7 +141,7 @@ impl S3Fence {
                         continue;
                     }
                 },
-                (None, None) => plan.payload,
+                (None, None) => Bytes::new(),
             };
             let mut body = BytesMut::from(&plan.header.encode()[..]);
             body.extend_from_slice(&payload);
@@ -166,7 +151,6 @@ impl S3Fence {
             };
             match self.put_conditional(&key, body.freeze(), &expect).await {
                 Ok(etag) => {
-                    let outcome = finish(&plan.header);
                     self.inner.cache.insert(
                         &key,
                         Known {
@@ -174,7 +158,7 @@ impl S3Fence {
                             header: plan.header,
                         },
                     );
-                    return Ok(outcome);
+                    return Ok(plan.outcome);
                 }
                 Err(Failure::Precondition | Failure::NotFound) => {
                     self.inner.cache.remove(&key);
@@ -230,59 +214,37 @@ impl S3Fence {
     }
 
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        let domain = request.domain();
-        let token = request.token();
+        pipeline::validate_write(request, Some(self.inner.max_value_bytes))?;
         let value = match request.mutation() {
-            Mutation::Put(value) => {
-                self.check_size(domain, value.len())?;
-                Some(value.clone())
-            }
+            Mutation::Put(value) => Some(value.clone()),
             Mutation::Delete => None,
             _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
         };
-        let op = request.op_id().map(|op| op.escaped());
         let retention = self.inner.op_id_retention;
-        let decide = |current: Option<&Header>,
-                      from_cache: bool|
-         -> Result<Step<WriteOutcome>, FenceError> {
-            if let (Some(op), Some(header)) = (&op, current) {
-                if let Some(first) = header.ops.iter().find(|r| r.token == token && r.op == *op) {
-                    return Ok(Step::Done(WriteOutcome::Duplicate(Accepted::new(
-                        token,
-                        first.revision,
-                        first.previous,
-                    ))));
-                }
-            }
-            // Safe from the cache: a cached mark is never above the real one.
-            rule::check_token(domain, current.map(|h| h.hwm), token, request.policy())?;
+        let decide = |current: Option<&Header>, from_cache: bool| {
             let head = current.map_or(Head::None, |h| h.head);
-            if let Err(mismatch) = rule::check_condition(
-                domain,
-                request.condition(),
+            let state = Current::new(
+                current.map(|h| h.hwm),
                 matches!(head, Head::Value { .. }),
                 head.revision(),
-            ) {
-                // The cached revision may be behind: confirm with a fresh read.
-                return if from_cache {
-                    Ok(Step::Reload)
-                } else {
-                    Err(mismatch)
-                };
-            }
-            let revision = head.revision().map_or(Revision::new(1), Revision::next);
-            let mut ops = current.map(|h| h.ops.clone()).unwrap_or_default();
-            if let Some(op) = &op {
-                ops.push_back(OpRecord {
-                    token,
-                    revision,
-                    previous: current.map(|h| h.hwm),
-                    op: op.clone(),
-                });
-                while ops.len() > retention {
-                    ops.pop_front();
+            );
+            let no_ops = OpMemory::new();
+            let ops = current.map_or(&no_ops, |h| &h.ops);
+            // A cached mark is never above the real one, so `Fenced` and a replay found in the
+            // cache are true; a cached revision may be behind, so a mismatch is confirmed fresh.
+            let (accepted, remember) = match pipeline::decide_write(request, state, ops) {
+                Ok(Decision::Replay(first)) => {
+                    return Ok(Step::Done(WriteOutcome::Duplicate(first)))
                 }
+                Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
+                Err(FenceError::RevisionMismatch { .. }) if from_cache => return Ok(Step::Reload),
+                Err(refused) => return Err(refused),
+            };
+            let mut ops = ops.clone();
+            if let Some(record) = remember {
+                ops.remember(record, retention);
             }
+            let (token, revision) = (accepted.token, accepted.revision);
             let head = match value {
                 Some(_) => Head::Value { token, revision },
                 None => Head::Tombstone { token, revision },
@@ -294,70 +256,41 @@ impl S3Fence {
                     nonce: fresh_nonce(),
                     ops,
                 },
-                payload: Bytes::new(),
+                outcome: WriteOutcome::Accepted(accepted),
             }))
         };
-        let previous = std::sync::Mutex::new(None);
-        let decide_and_note = |current: Option<&Header>, from_cache: bool| {
-            *previous.lock().unwrap_or_else(|p| p.into_inner()) = current.map(|h| h.hwm);
-            decide(current, from_cache)
-        };
         let payload = value.clone().unwrap_or_default();
-        self.conditional_update(
-            domain,
-            request.operation(),
-            decide_and_note,
-            |_| Some(payload.clone()),
-            |header| {
-                let revision = header.head.revision().unwrap_or(Revision::new(1));
-                WriteOutcome::Accepted(Accepted::new(
-                    token,
-                    revision,
-                    *previous.lock().unwrap_or_else(|p| p.into_inner()),
-                ))
-            },
-        )
-        .await
+        self.conditional_update(request.domain(), request.operation(), decide, Some(payload))
+            .await
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let previous = std::sync::Mutex::new(None);
-        self.conditional_update(
-            domain,
-            Operation::Claim,
-            |current, from_cache| {
-                *previous.lock().unwrap_or_else(|p| p.into_inner()) = current.map(|h| h.hwm);
-                rule::check_claim(domain, current.map(|h| h.hwm), token)?;
-                match current {
-                    // A claim confirms ownership: the cache can prove `Fenced` (its mark is
-                    // never above the real one) but not that the mark is still this token.
-                    Some(header) if header.hwm == token && from_cache => Ok(Step::Reload),
-                    Some(header) if header.hwm == token => {
-                        Ok(Step::Done(Claimed::new(token, Some(token))))
-                    }
-                    Some(header) => Ok(Step::Write(Plan {
-                        header: Header {
-                            hwm: token,
-                            nonce: fresh_nonce(),
-                            ..header.clone()
-                        },
-                        payload: Bytes::new(),
-                    })),
-                    None => Ok(Step::Write(Plan {
-                        header: Header {
-                            hwm: token,
-                            head: Head::None,
-                            nonce: fresh_nonce(),
-                            ops: Default::default(),
-                        },
-                        payload: Bytes::new(),
-                    })),
-                }
-            },
-            |_| None,
-            |_| Claimed::new(token, *previous.lock().unwrap_or_else(|p| p.into_inner())),
-        )
-        .await
+        let decide = |current: Option<&Header>, from_cache: bool| {
+            let decision = pipeline::decide_claim(domain, current.map(|h| h.hwm), token)?;
+            let header = match (decision, current) {
+                // A claim confirms ownership: the cache can prove `Fenced` (its mark is never
+                // above the real one) but not that the mark is still this token.
+                (ClaimDecision::Held(_), _) if from_cache => return Ok(Step::Reload),
+                (ClaimDecision::Held(claimed), _) => return Ok(Step::Done(claimed)),
+                (ClaimDecision::Raise(_), Some(header)) => Header {
+                    hwm: token,
+                    nonce: fresh_nonce(),
+                    ..header.clone()
+                },
+                (ClaimDecision::Raise(_), None) => Header {
+                    hwm: token,
+                    head: Head::None,
+                    nonce: fresh_nonce(),
+                    ops: OpMemory::new(),
+                },
+            };
+            Ok(Step::Write(Plan {
+                header,
+                outcome: decision.claimed(),
+            }))
+        };
+        self.conditional_update(domain, Operation::Claim, decide, None)
+            .await
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
@@ -401,7 +334,7 @@ impl S3Fence {
 
 /// What a decision step asks the update loop to do.
 enum Step<T> {
-    Write(Plan),
+    Write(Plan<T>),
     Done(T),
     Reload,
 }
