@@ -34,7 +34,7 @@ async fn credit(
         .arg(amount.to_string())
         .arg(by);
     let outcome = fence.run_script(script, &call).await?;
-    Ok(fence_redis::redis::from_redis_value(outcome.result).unwrap_or_default())
+    Ok(outcome.result.as_integer().unwrap_or_default())
 }
 
 #[tokio::main]

@@ -68,6 +68,20 @@ pub async fn put(
         .await
 }
 
+/// The live value of `domain` as text (`None`: absent or deleted); panics when the read fails.
+pub async fn value_of(
+    store: &dyn fence_core::FencedStore,
+    domain: &fence_core::Domain,
+) -> Option<String> {
+    let snapshot = store
+        .read(domain)
+        .await
+        .unwrap_or_else(|e| panic!("read of `{domain}`: {e}"));
+    snapshot
+        .value()
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+}
+
 /// Every operation of a store on `domain` with `token` (write, read, claim, high-water mark),
 /// each with its name, for checks that all of them refuse the same way.
 pub async fn every_operation(

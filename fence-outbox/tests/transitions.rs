@@ -125,7 +125,7 @@ async fn a_retried_transition_records_its_effects_once() {
         "the retry reports the first run's entries"
     );
     assert_eq!(again.keys, first.keys);
-    assert_eq!(first.result, redis::Value::BulkString(b"1999".to_vec()));
+    assert_eq!(first.result, fence_redis::ScriptValue::from("1999"));
     let entries = outbox.entries(&d).await.unwrap();
     assert_eq!(entries.len(), 2, "{entries:#?}");
     assert_eq!(entries[0].kind, "charge-card");

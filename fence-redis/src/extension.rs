@@ -1,29 +1,22 @@
-//! Building blocks for crates layered on fence-redis (such as fence-outbox): scripts that share
-//! the fence prelude, raw commands with fence error mapping, and a keyspace scan that covers
-//! every cluster master.
+//! Raw access for crates layered on fence-redis (such as fence-outbox-redis): unfenced scripts
+//! that share the prelude, single commands with the fence's error mapping, and a keyspace scan
+//! that covers every cluster master. None of it is fenced, so none of it is in the ordinary API:
+//! it exists only with the `unstable-raw` feature and may change in any release. Fenced
+//! mutations of extensions go through [`crate::FencedBody`].
 
 use std::fmt;
-use std::time::Duration;
 
-use fence_core::{Domain, FenceError, FencingToken, Operation, OperationId};
+use fence_core::{Domain, FenceError, Operation};
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::Value;
 
-use crate::connection::{Connection, Waited};
+use crate::connection::Connection;
 use crate::error::map_error;
 use crate::fence::RedisFence;
 use crate::scripts::LuaScript;
 
 /// What `WAIT` answered after [`RedisFence::eval_fenced_script`]; judge it with
 /// [`RedisFence::replicas_acknowledged`] once the script's reply says the change applied.
-#[derive(Debug)]
-pub struct ReplicaAcks(Waited);
-
-/// A Lua script that runs after fence-redis's prelude, so it can use the prelude's exact token
-/// helpers (`cmp`, `is_token`, `increment`, `field`, `load_state`, `admit`).
-///
-/// Touch only keys passed in `KEYS`, and only keys of one domain (one hash tag), so the script
-/// stays single-slot on Redis Cluster.
 pub struct RedisScript {
     script: LuaScript,
 }
@@ -52,37 +45,8 @@ impl fmt::Debug for RedisScript {
 }
 
 impl RedisFence {
-    /// The key prefix every key of this fence starts with.
-    pub fn prefix(&self) -> &str {
-        self.inner.keys.prefix()
-    }
-
-    /// The key of `domain`'s fence state hash (its high-water mark), for scripts that pass it
-    /// to the prelude's `admit`.
-    pub fn state_key(&self, domain: &Domain) -> String {
-        self.inner.keys.state(domain)
-    }
-
-    /// The key recording the first outcome of `op_id` under `token` (a same-slot placeholder
-    /// when there is no op id).
-    pub fn op_key(
-        &self,
-        domain: &Domain,
-        token: FencingToken,
-        op_id: Option<&OperationId>,
-    ) -> String {
-        self.inner.keys.op(domain, token, op_id)
-    }
-
-    /// How long op-id outcomes are kept.
-    pub fn op_id_retention(&self) -> Duration {
-        self.inner.op_id_retention
-    }
-
-    /// Runs `script` with `keys` (all of `domain`'s slot) and `args`, by `EVALSHA` with an
-    /// `EVAL` fallback. `mutating` decides how a lost reply is reported: a script that may have
-    /// written is [`FenceError::Ambiguous`] when its reply is lost. A fenced change that must
-    /// wait for replicas uses [`RedisFence::eval_fenced_script`] instead.
+    /// Runs `script` (not fenced: it may read or write any key it is given) on the node that
+    /// serves `domain`'s slot. `mutating` says whether a lost reply leaves the outcome unknown.
     pub async fn eval_script(
         &self,
         script: &RedisScript,
@@ -110,42 +74,7 @@ impl RedisFence {
         Ok(value)
     }
 
-    /// Runs a fenced change like [`RedisFence::eval_script`], followed on the same connection
-    /// by the `WAIT` the fence is configured for (see
-    /// [`crate::RedisFenceBuilder::wait_for_replicas`]). Once the reply says the change was
-    /// applied or replayed, pass the [`ReplicaAcks`] to [`RedisFence::replicas_acknowledged`].
-    pub async fn eval_fenced_script(
-        &self,
-        script: &RedisScript,
-        domain: &Domain,
-        keys: &[String],
-        args: &[&[u8]],
-    ) -> Result<(Value, ReplicaAcks), FenceError> {
-        let (value, waited) = self
-            .eval_raw(
-                &script.script,
-                domain,
-                Operation::Write,
-                true,
-                self.inner.wait,
-                keys,
-                args,
-            )
-            .await?;
-        Ok((value, ReplicaAcks(waited)))
-    }
-
-    /// The replicas that acknowledged an applied or replayed change (`None` when the fence
-    /// waits for none), or [`FenceError::Unreplicated`] when fewer than asked did in time.
-    pub fn replicas_acknowledged(
-        &self,
-        domain: &Domain,
-        acks: ReplicaAcks,
-    ) -> Result<Option<u32>, FenceError> {
-        self.replicas(domain, Operation::Write, acks.0)
-    }
-
-    /// Runs one command; on a cluster it is routed by its first key.
+    /// Runs one command (not fenced), with the fence's error mapping.
     pub async fn query(&self, cmd: &redis::Cmd) -> Result<Value, FenceError> {
         let connection = self.connection(None).await?;
         connection

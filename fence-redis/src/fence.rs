@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fence_core::telemetry::observe;
 use fence_core::{
-    Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
-    FencedStore, FencingToken, InvalidInput, Mutation, OpIdRetention, Operation, Snapshot,
+    pipeline, Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
+    FencedStore, FencingToken, Mutation, OpIdRetention, OpKind, Operation, Snapshot,
     WriteCondition, WriteOutcome, WriteRequest,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -18,9 +18,10 @@ use tokio::sync::OnceCell;
 
 use crate::config::RedisFenceBuilder;
 use crate::connection::{Connection, Waited};
+use crate::envelope::{Answer, Envelope};
 use crate::error::{self, map_error, unexpected, RedisFenceError, BACKEND};
 use crate::keys::Keys;
-use crate::reply::{parse_revision, parse_token, Reply};
+use crate::reply::{parse_revision, Reply};
 use crate::scripts::{LuaScript, CLAIM, READ, WRITE};
 
 /// How a connection is opened on first use.
@@ -93,6 +94,16 @@ impl RedisFence {
             })
             .await
             .cloned()
+    }
+
+    /// The key prefix every key of this fence starts with.
+    pub fn prefix(&self) -> &str {
+        self.inner.keys.prefix()
+    }
+
+    /// How long an operation id is remembered after its operation.
+    pub fn op_id_retention(&self) -> Duration {
+        self.inner.op_id_retention
     }
 
     /// Where this fence connects, with any password redacted.
@@ -188,18 +199,6 @@ impl RedisFence {
         Ok(Some(acknowledged))
     }
 
-    pub(crate) fn check_size(&self, domain: &Domain, size: usize) -> Result<(), FenceError> {
-        if size > self.inner.max_value_bytes {
-            return Err(InvalidInput::ValueTooLarge {
-                domain: domain.clone(),
-                size,
-                max: self.inner.max_value_bytes,
-            }
-            .into());
-        }
-        Ok(())
-    }
-
     pub(crate) fn retention_ms(&self) -> String {
         self.inner.op_id_retention.as_millis().max(1).to_string()
     }
@@ -207,11 +206,9 @@ impl RedisFence {
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         let domain = request.domain();
         let operation = request.operation();
+        pipeline::validate_write(request, Some(self.inner.max_value_bytes))?;
         let (mutation, value): (&[u8], &[u8]) = match request.mutation() {
-            Mutation::Put(value) => {
-                self.check_size(domain, value.len())?;
-                (b"put", value)
-            }
+            Mutation::Put(value) => (b"put", value),
             Mutation::Delete => (b"del", b""),
             _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
         };
@@ -222,59 +219,36 @@ impl RedisFence {
             _ => return Err(FenceError::unsupported(BACKEND, "this write condition")),
         };
         let token = request.token();
-        let keys = [
-            self.inner.keys.state(domain),
-            self.inner.keys.op(domain, token, request.op_id()),
-        ];
-        let token_text = token.to_string();
-        let retention = self.retention_ms();
-        let args: [&[u8]; 8] = [
-            token_text.as_bytes(),
-            strict_flag(request.policy()),
-            condition.as_bytes(),
-            expected.as_bytes(),
-            mutation,
-            value,
-            retention.as_bytes(),
-            if request.op_id().is_some() {
-                b"1"
-            } else {
-                b"0"
-            },
-        ];
-        let (reply, waited) = self
-            .eval_fenced(&WRITE, domain, operation, &keys, &args)
-            .await?;
-        let outcome = match reply.tag.as_str() {
-            "ok" => {
-                let revision = reply
-                    .revision(0)?
-                    .ok_or_else(|| unexpected("write", domain, "no revision"))?;
-                WriteOutcome::Accepted(Accepted::new(token, revision, reply.token(1)?))
+        let call = Envelope {
+            domain,
+            token,
+            policy: request.policy(),
+            op_id: request.op_id(),
+            kind: OpKind::Write,
+            operation,
+        };
+        let args = [condition.as_bytes(), expected.as_bytes(), mutation, value];
+        let (answer, waited) = self.run_fenced(&WRITE, &call, [], &args).await?;
+        let revision_of = |outcome: &str| {
+            parse_revision(domain, outcome)?.ok_or_else(|| {
+                FenceError::corrupt(BACKEND, domain, "operation id record has no revision")
+            })
+        };
+        let outcome = match answer {
+            Answer::Applied {
+                previous, outcome, ..
+            } => WriteOutcome::Accepted(Accepted::new(token, revision_of(&outcome)?, previous)),
+            Answer::Replayed { previous, outcome } => {
+                WriteOutcome::Duplicate(Accepted::new(token, revision_of(&outcome)?, previous))
             }
-            "dup" => {
-                let first = reply.text(0)?;
-                let (revision, previous) = first.split_once(':').ok_or_else(|| {
-                    FenceError::corrupt(BACKEND, domain, "operation id record has no separator")
-                })?;
-                let revision = parse_revision(domain, revision)?.ok_or_else(|| {
-                    FenceError::corrupt(BACKEND, domain, "operation id record has no revision")
-                })?;
-                WriteOutcome::Duplicate(Accepted::new(
-                    token,
-                    revision,
-                    parse_token(domain, previous)?,
-                ))
-            }
-            "fenced" => return Err(fenced(domain, token, &reply)?),
-            "mismatch" => {
+            Answer::Refused(reply) if reply.tag == "mismatch" => {
                 return Err(FenceError::RevisionMismatch {
                     domain: domain.clone(),
                     expected: request.condition(),
                     actual: reply.revision(0)?,
                 })
             }
-            _ => return Err(reply.into_error()),
+            Answer::Refused(reply) => return Err(reply.into_error()),
         };
         match self.replicas(domain, operation, waited)? {
             Some(replicas) => Ok(match outcome {
@@ -291,24 +265,22 @@ impl RedisFence {
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let keys = [self.inner.keys.state(domain)];
-        let token_text = token.to_string();
-        let (reply, waited) = self
-            .eval_fenced(
-                &CLAIM,
-                domain,
-                Operation::Claim,
-                &keys,
-                &[token_text.as_bytes()],
-            )
-            .await?;
-        match reply.tag.as_str() {
-            "ok" => {
+        let call = Envelope {
+            domain,
+            token,
+            policy: EqualTokenPolicy::SameOwner,
+            op_id: None,
+            kind: OpKind::Write,
+            operation: Operation::Claim,
+        };
+        let (answer, waited) = self.run_fenced(&CLAIM, &call, [], &[]).await?;
+        match answer {
+            Answer::Applied { previous, .. } => {
                 self.replicas(domain, Operation::Claim, waited)?;
-                Ok(Claimed::new(token, reply.token(0)?))
+                Ok(Claimed::new(token, previous))
             }
-            "fenced" => Err(fenced(domain, token, &reply)?),
-            _ => Err(reply.into_error()),
+            Answer::Replayed { .. } => Err(unexpected("claim", domain, "a claim replayed")),
+            Answer::Refused(reply) => Err(reply.into_error()),
         }
     }
 
@@ -343,29 +315,6 @@ impl RedisFence {
         };
         Ok(Snapshot::new(hwm, entry))
     }
-}
-
-pub(crate) fn strict_flag(policy: EqualTokenPolicy) -> &'static [u8] {
-    match policy {
-        EqualTokenPolicy::Strict => b"1",
-        _ => b"0",
-    }
-}
-
-/// The `Fenced` error from a `{'fenced', current}` reply.
-pub(crate) fn fenced(
-    domain: &Domain,
-    presented: FencingToken,
-    reply: &Reply,
-) -> Result<FenceError, FenceError> {
-    let current = reply
-        .token(0)?
-        .ok_or_else(|| FenceError::corrupt(BACKEND, domain, "fenced without a mark"))?;
-    Ok(FenceError::Fenced {
-        domain: domain.clone(),
-        presented,
-        current,
-    })
 }
 
 impl fmt::Debug for RedisFence {

@@ -2,7 +2,9 @@
 
 mod config;
 mod connection;
+mod envelope;
 mod error;
+#[cfg(feature = "unstable-raw")]
 mod extension;
 mod fence;
 mod keys;
@@ -10,6 +12,7 @@ mod lease;
 mod reply;
 mod script;
 mod scripts;
+mod value;
 
 pub use redis;
 
@@ -18,9 +21,15 @@ pub use config::{
     DEFAULT_RESPONSE_TIMEOUT, REDIS_MAX_VALUE_BYTES,
 };
 pub use error::RedisFenceError;
-pub use extension::{RedisScript, ReplicaAcks};
+/// Unfenced raw access for crates layered on fence-redis: unstable, behind the `unstable-raw`
+/// feature.
+#[cfg(feature = "unstable-raw")]
+pub mod unstable {
+    pub use crate::extension::RedisScript;
+}
 pub(crate) use fence::Inner;
 pub use fence::RedisFence;
 pub use keys::{MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};
 pub use lease::{RedisIssuer, RedisLeases};
-pub use script::{FencedScript, ScriptCall, ScriptOutcome};
+pub use script::{BodyOutcome, FencedBody, FencedScript, ReplicaAcks, ScriptCall, ScriptOutcome};
+pub use value::ScriptValue;

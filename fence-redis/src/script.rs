@@ -3,13 +3,16 @@
 use std::fmt;
 
 use fence_core::telemetry::{observe, OutcomeLabel};
-use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId};
-use redis::Value;
+use fence_core::{
+    pipeline, Domain, EqualTokenPolicy, FenceError, FencingToken, OpKind, Operation, OperationId,
+};
 
-use crate::error::BACKEND;
-use crate::fence::{fenced, strict_flag, RedisFence};
-use crate::reply::parse_token;
+use crate::connection::Waited;
+use crate::envelope::{Answer, Envelope};
+use crate::error::{unexpected, BACKEND};
+use crate::fence::RedisFence;
 use crate::scripts::LuaScript;
+use crate::value::ScriptValue;
 
 /// Your Lua mutation, wrapped so it runs only when the token passes the fence check, in the
 /// same atomic script that advances the domain's high-water mark.
@@ -42,7 +45,7 @@ impl FencedScript {
     /// Wraps a Lua body (the text of a function taking `KEYS` and `ARGV`).
     pub fn new(lua: &str) -> Self {
         FencedScript {
-            script: LuaScript::fenced_user_script(lua),
+            script: LuaScript::fenced_user_script("fenced user script", "", lua),
         }
     }
 
@@ -133,7 +136,7 @@ pub struct ScriptOutcome {
     /// The mark before the call.
     pub previous_high_water_mark: Option<FencingToken>,
     /// What the user's code returned (`Nil` for a duplicate: the first run's result is not kept).
-    pub result: Value,
+    pub result: ScriptValue,
     /// True when the operation id had already run: nothing ran again.
     pub duplicate: bool,
     /// Replicas that acknowledged, when the fence waits for them.
@@ -149,6 +152,85 @@ impl OutcomeLabel for ScriptOutcome {
         }
     }
 }
+
+/// A fenced body supplied by a crate built on fence-redis (such as an outbox): fence-redis runs
+/// it inside the same envelope as its own writes (admit → the body's guard → advance the mark →
+/// the body → remember the op), so the extension never touches the fence's state or op records.
+///
+/// The Lua `body` sets `body = function(fence, KEYS, ARGV) ... return outcome, result end`
+/// and, optionally, `guard = function(fence, KEYS, ARGV) ... end` (return a reply table such as
+/// `{ 'corrupt', reason }` to refuse before anything changes, or nil). `fence` holds `token`,
+/// `previous` (the mark before, `''` for none) and nothing to write to. `outcome` (a string) is
+/// remembered with the op id and returned on a replay; `result` is returned once. `helpers` is
+/// Lua defining local functions for the body, placed after fence-redis's prelude (whose
+/// functions, such as `is_token` and `field`, it may call).
+pub struct FencedBody {
+    script: LuaScript,
+}
+
+impl FencedBody {
+    /// A body named `name` (for errors and traces).
+    pub fn new(name: &'static str, helpers: &str, body: &str) -> Self {
+        FencedBody {
+            script: LuaScript::fenced(name, helpers, body),
+        }
+    }
+
+    /// A body whose Lua contains `--USER-SCRIPT--`, replaced by `user_lua` wrapped in a function
+    /// of its own `(KEYS, ARGV)`.
+    pub fn with_user_script(name: &'static str, helpers: &str, body: &str, user_lua: &str) -> Self {
+        let body = body.replacen("--USER-SCRIPT--", user_lua, 1);
+        Self::new(name, helpers, &body)
+    }
+
+    /// The SHA1 the server knows the script by.
+    pub fn sha(&self) -> &str {
+        &self.script.sha
+    }
+}
+
+impl fmt::Debug for FencedBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedBody")
+            .field("name", &self.script.name)
+            .field("sha", &self.script.sha)
+            .finish()
+    }
+}
+
+/// What a [`FencedBody`] run did.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct BodyOutcome {
+    /// The token of the call (now the domain's high-water mark).
+    pub token: FencingToken,
+    /// The mark before the first run.
+    pub previous_high_water_mark: Option<FencingToken>,
+    /// The outcome the body remembered (the first run's, for a duplicate).
+    pub outcome: String,
+    /// What the body returned (`Nil` for a duplicate).
+    pub result: ScriptValue,
+    /// True when the op id had already run: nothing ran again.
+    pub duplicate: bool,
+    /// What `WAIT` answered, for [`RedisFence::replicas_acknowledged`].
+    pub acks: ReplicaAcks,
+}
+
+impl OutcomeLabel for BodyOutcome {
+    fn outcome_label(&self) -> &'static str {
+        if self.duplicate {
+            "duplicate"
+        } else {
+            "accepted"
+        }
+    }
+}
+
+/// The replicas' answer to the `WAIT` after a fenced body, judged by
+/// [`RedisFence::replicas_acknowledged`] when the caller is ready (after its own follow-up
+/// writes, for example).
+#[derive(Debug)]
+pub struct ReplicaAcks(Waited);
 
 impl RedisFence {
     /// The full Redis key of a user key `name` of `domain` (the one [`ScriptCall::key`] passes).
@@ -181,40 +263,93 @@ impl RedisFence {
         script: &FencedScript,
         call: &ScriptCall,
     ) -> Result<ScriptOutcome, FenceError> {
+        let run = self
+            .run_body_now(&script.script, call, OpKind::Script)
+            .await?;
+        let replicas_acknowledged = self.replicas_acknowledged(&call.domain, run.acks)?;
+        Ok(ScriptOutcome {
+            token: run.token,
+            previous_high_water_mark: run.previous_high_water_mark,
+            result: run.result,
+            duplicate: run.duplicate,
+            replicas_acknowledged,
+        })
+    }
+
+    /// Runs an extension's fenced `body` for `call` (its keys are names under the domain, as
+    /// for [`RedisFence::user_key`]). Refusals come back as [`FenceError`]s: `Fenced`, a
+    /// reused op id, corrupt state, or whatever the body's guard answered, as a backend error.
+    /// The replicas' acknowledgement is left to [`RedisFence::replicas_acknowledged`].
+    pub async fn run_body(
+        &self,
+        body: &FencedBody,
+        call: &ScriptCall,
+    ) -> Result<BodyOutcome, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Write,
+            &call.domain,
+            Some(call.token),
+            self.run_body_now(&body.script, call, OpKind::Extension),
+        )
+        .await
+    }
+
+    /// Whether a fenced body's change reached the replicas the fence waits for: `Ok(None)`
+    /// when it waits for none, `Ok(Some(n))` when `n` acknowledged, and
+    /// [`FenceError::Unreplicated`] when fewer than asked did.
+    pub fn replicas_acknowledged(
+        &self,
+        domain: &Domain,
+        acks: ReplicaAcks,
+    ) -> Result<Option<u32>, FenceError> {
+        self.replicas(domain, Operation::Write, acks.0)
+    }
+
+    async fn run_body_now(
+        &self,
+        script: &LuaScript,
+        call: &ScriptCall,
+        kind: OpKind,
+    ) -> Result<BodyOutcome, FenceError> {
         let domain = &call.domain;
         let size: usize = call.args.iter().map(Vec::len).sum();
-        self.check_size(domain, size)?;
-        let mut keys = Vec::with_capacity(call.keys.len() + 2);
-        keys.push(self.inner.keys.state(domain));
-        keys.push(self.inner.keys.op(domain, call.token, call.op_id.as_ref()));
-        for name in &call.keys {
-            keys.push(self.inner.keys.user(domain, name)?);
-        }
-        let token_text = call.token.to_string();
-        let retention = self.retention_ms();
-        let mut args: Vec<&[u8]> = vec![
-            token_text.as_bytes(),
-            strict_flag(call.policy),
-            if call.op_id.is_some() { b"1" } else { b"0" },
-            retention.as_bytes(),
-        ];
-        args.extend(call.args.iter().map(Vec::as_slice));
-        let (reply, waited) = self
-            .eval_fenced(&script.script, domain, Operation::Write, &keys, &args)
-            .await?;
-        let (previous, result, duplicate) = match reply.tag.as_str() {
-            "ok" => (reply.token(0)?, reply.value(1), false),
-            "dup" => (parse_token(domain, &reply.text(0)?)?, Value::Nil, true),
-            "fenced" => return Err(fenced(domain, call.token, &reply)?),
-            _ => return Err(reply.into_error()),
+        pipeline::check_size(domain, size, Some(self.inner.max_value_bytes))?;
+        let keys = call
+            .keys
+            .iter()
+            .map(|name| self.inner.keys.user(domain, name))
+            .collect::<Result<Vec<_>, _>>()?;
+        let args: Vec<&[u8]> = call.args.iter().map(Vec::as_slice).collect();
+        let envelope = Envelope {
+            domain,
+            token: call.token,
+            policy: call.policy,
+            op_id: call.op_id.as_ref(),
+            kind,
+            operation: Operation::Write,
         };
-        let replicas_acknowledged = self.replicas(domain, Operation::Write, waited)?;
-        Ok(ScriptOutcome {
+        let (answer, waited) = self.run_fenced(script, &envelope, keys, &args).await?;
+        let (previous, outcome, result, duplicate) = match answer {
+            Answer::Applied {
+                previous,
+                outcome,
+                result,
+            } => {
+                let result = ScriptValue::from_reply(result)
+                    .map_err(|detail| unexpected(script.name, domain, detail))?;
+                (previous, outcome, result, false)
+            }
+            Answer::Replayed { previous, outcome } => (previous, outcome, ScriptValue::Nil, true),
+            Answer::Refused(reply) => return Err(reply.into_error()),
+        };
+        Ok(BodyOutcome {
             token: call.token,
             previous_high_water_mark: previous,
+            outcome,
             result,
             duplicate,
-            replicas_acknowledged,
+            acks: ReplicaAcks(waited),
         })
     }
 }

@@ -3,6 +3,8 @@
 use std::sync::LazyLock;
 
 const PRELUDE: &str = include_str!("lua/prelude.lua");
+const ENVELOPE: &str = include_str!("lua/fenced.lua");
+const BODY_MARKER: &str = "--BODY--";
 const USER_MARKER: &str = "--USER-SCRIPT--";
 
 /// A script with its SHA1, called by `EVALSHA` with an `EVAL` fallback on `NOSCRIPT`.
@@ -20,11 +22,26 @@ impl LuaScript {
         LuaScript { name, code, sha }
     }
 
-    /// The fenced wrapper around a user's Lua body.
-    pub(crate) fn fenced_user_script(user_body: &str) -> Self {
-        let body = include_str!("lua/fenced_script.lua").replacen(USER_MARKER, user_body, 1);
-        Self::with_prelude("fenced user script", &body)
+    /// A fenced body in the envelope (`lua/fenced.lua`), after the prelude and `helpers`.
+    pub(crate) fn fenced(name: &'static str, helpers: &str, body: &str) -> Self {
+        let envelope = ENVELOPE.replacen(BODY_MARKER, body, 1);
+        Self::with_prelude(name, &format!("{helpers}\n{envelope}"))
     }
+
+    /// The fenced body that runs a user's Lua with the user's own KEYS and ARGV.
+    pub(crate) fn fenced_user_script(name: &'static str, helpers: &str, user_body: &str) -> Self {
+        let body = include_str!("lua/fenced_script.lua").replacen(USER_MARKER, user_body, 1);
+        Self::fenced(name, helpers, &body)
+    }
+}
+
+macro_rules! fenced_scripts {
+    ($($name:ident => $file:literal),* $(,)?) => {
+        $(
+            pub(crate) static $name: LazyLock<LuaScript> =
+                LazyLock::new(|| LuaScript::fenced($file, "", include_str!(concat!("lua/", $file, ".lua"))));
+        )*
+    };
 }
 
 macro_rules! scripts {
@@ -36,9 +53,12 @@ macro_rules! scripts {
     };
 }
 
-scripts! {
+fenced_scripts! {
     WRITE => "write",
     CLAIM => "claim",
+}
+
+scripts! {
     READ => "read",
     LEASE_ACQUIRE => "lease_acquire",
     LEASE_RENEW => "lease_renew",

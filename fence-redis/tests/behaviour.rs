@@ -13,7 +13,7 @@ use fence_core::{
     WriteRequest,
 };
 use fence_redis::redis::{self, AsyncCommands};
-use fence_redis::{FencedScript, RedisFence, ScriptCall};
+use fence_redis::{FencedScript, RedisFence, ScriptCall, ScriptValue};
 use support::{shared_cluster, shared_cluster_fence, shared_fence, RedisServer};
 
 async fn flush_scripts(urls: &[String]) {
@@ -51,7 +51,7 @@ async fn script_flush_case(fence: RedisFence, urls: Vec<String>) {
         .run_script(&script, &ScriptCall::new(domain, t(3)).key("n"))
         .await
         .expect("user script after flush");
-    assert_eq!(outcome.result, redis::Value::Int(1));
+    assert_eq!(outcome.result, ScriptValue::Integer(1));
 }
 
 #[tokio::test]
@@ -145,7 +145,7 @@ async fn user_script_case(fence: RedisFence, raw_url: Option<String>) {
             first.previous_high_water_mark,
             first.duplicate
         ),
-        (redis::Value::Int(1000), None, false)
+        (ScriptValue::Integer(1000), None, false)
     );
     let second = fence
         .run_script(&script, &call(6, "sku-2", "250"))
@@ -153,7 +153,7 @@ async fn user_script_case(fence: RedisFence, raw_url: Option<String>) {
         .unwrap();
     assert_eq!(
         (second.result.clone(), second.previous_high_water_mark),
-        (redis::Value::Int(1250), Some(t(5)))
+        (ScriptValue::Integer(1250), Some(t(5)))
     );
     assert_eq!(
         fence.high_water_mark(&domain).await.unwrap(),
@@ -184,10 +184,10 @@ async fn user_script_case(fence: RedisFence, raw_url: Option<String>) {
         .unwrap();
     assert_eq!(
         (once.result, once.duplicate),
-        (redis::Value::Int(1255), false)
+        (ScriptValue::Integer(1255), false)
     );
     assert!(
-        again.duplicate && again.result == redis::Value::Nil,
+        again.duplicate && again.result == ScriptValue::Nil,
         "{again:?}"
     );
 
@@ -525,5 +525,57 @@ async fn an_op_id_is_replayed_within_its_window_and_new_again_after_it() {
     assert!(
         matches!(&again, fence_core::WriteOutcome::Accepted(a) if a.revision == Revision::new(2)),
         "after the window the op id is new: {again:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_op_id_reused_for_another_kind_is_a_typed_error_and_changes_nothing() {
+    let Some(fence) = shared_fence("op-kind").await else {
+        return;
+    };
+    let domain = d("op-kind");
+    let op = OperationId::new("pay-7").unwrap();
+    let write = WriteRequest::put(domain.clone(), t(4), "paid").with_op_id(op.clone());
+    fence.write(&write).await.unwrap();
+    let script = FencedScript::new("return redis.call('INCR', KEYS[1])");
+    let call = ScriptCall::new(domain.clone(), t(4))
+        .key("n")
+        .with_op_id(op.clone());
+    match fence.run_script(&script, &call).await {
+        Err(FenceError::InvalidInput(fence_core::InvalidInput::OpIdReused {
+            op_id,
+            first,
+            now,
+            ..
+        })) => {
+            assert_eq!(op_id, op);
+            assert_eq!(first, fence_core::OpKind::Write);
+            assert_eq!(now, fence_core::OpKind::Script);
+        }
+        other => panic!("expected a reused op id, got {other:?}"),
+    }
+    // The script did not run, and the write's own retry still replays.
+    let counter = fence.user_key(&domain, "n").unwrap();
+    let mut raw = support::raw(support::shared_url().as_deref().unwrap()).await;
+    assert!(!raw.exists::<_, bool>(&counter).await.unwrap());
+    assert!(fence.write(&write).await.unwrap().is_duplicate());
+    // The other way round: a script's op id is not a write's.
+    let script_op = ScriptCall::new(domain.clone(), t(4))
+        .key("n")
+        .with_op_id(OperationId::new("count-1").unwrap());
+    fence.run_script(&script, &script_op).await.unwrap();
+    let reused = WriteRequest::put(domain.clone(), t(4), "x")
+        .with_op_id(OperationId::new("count-1").unwrap());
+    assert!(matches!(
+        fence.write(&reused).await,
+        Err(FenceError::InvalidInput(
+            fence_core::InvalidInput::OpIdReused { .. }
+        ))
+    ));
+    assert_eq!(
+        fence_conformance::services::value_of(&fence, &domain)
+            .await
+            .as_deref(),
+        Some("paid")
     );
 }

@@ -5,11 +5,11 @@ use std::sync::Arc;
 
 use fence_core::telemetry::observe;
 use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId};
-use fence_redis::redis::{self, Value};
-use fence_redis::{RedisFence, RedisScript};
+use fence_redis::redis;
+use fence_redis::{FencedBody, RedisFence, ScriptCall, ScriptValue};
 
 use super::codec::pack;
-use super::reply::{corrupt, parse, with_presented, Reply};
+use super::reply::{corrupt, parse};
 use super::scripts;
 use crate::config::OutboxConfig;
 use crate::effect::{Effect, EffectKinds};
@@ -34,7 +34,7 @@ pub struct RedisOutbox {
 /// Your state change, as a Lua body run under the fence (see [`fence_redis::FencedScript`] for
 /// the rules: `KEYS` are the keys you name, `ARGV` your arguments). Build it once and reuse it.
 pub struct OutboxScript {
-    script: RedisScript,
+    script: FencedBody,
 }
 
 impl OutboxScript {
@@ -160,7 +160,7 @@ pub struct Recorded {
     /// True when the op id had already run: nothing ran or was recorded again.
     pub duplicate: bool,
     /// What the state change returned (`Nil` for a duplicate).
-    pub result: Value,
+    pub result: ScriptValue,
     /// Replicas that acknowledged the transition, when the fence waits for them (fewer than
     /// asked is [`FenceError::Unreplicated`], never a plain success).
     pub replicas_acknowledged: Option<u32>,
@@ -266,119 +266,63 @@ impl RedisOutbox {
     /// Runs the script; also says whether the domain already had pending entries.
     async fn run(&self, script: &OutboxScript, t: &Transition) -> Result<Ran, FenceError> {
         let domain = &t.domain;
-        // The fence's own state and op-id keys, then the outbox's, then the user's.
-        let mut keys = vec![
-            self.fence.state_key(domain),
-            self.fence.op_key(domain, t.token, Some(&t.op_id)),
-            self.fence.user_key(domain, META)?,
-            self.fence.user_key(domain, ENTRIES)?,
-        ];
-        for name in &t.keys {
-            keys.push(self.fence.user_key(domain, name)?);
-        }
         let effect_keys = t.keys_of_effects();
         let token_text = t.token.to_string();
-        let retention = self.fence.op_id_retention().as_millis().max(1).to_string();
-        let partition = self.config.partition_of(domain).to_string();
-        let effects = t.effects.len().to_string();
-        let user_args = t.args.len().to_string();
-        let strict: &[u8] = if t.policy == EqualTokenPolicy::Strict {
-            b"1"
-        } else {
-            b"0"
-        };
-        let mut args: Vec<&[u8]> = vec![
-            token_text.as_bytes(),
-            strict,
-            b"1",
-            retention.as_bytes(),
-            partition.as_bytes(),
-            domain.as_str().as_bytes(),
-            effects.as_bytes(),
-            user_args.as_bytes(),
-        ];
-        args.extend(t.args.iter().map(Vec::as_slice));
-        let records: Vec<Vec<u8>> = t
-            .effects
-            .iter()
-            .zip(&effect_keys)
-            .map(|(effect, key)| {
-                pack(
-                    &token_text,
-                    key.as_str(),
-                    effect.kind(),
-                    effect.destination(),
-                    effect.payload(),
-                )
-            })
-            .collect();
-        args.extend(records.iter().map(Vec::as_slice));
-        let (value, acks) = self
-            .fence
-            .eval_fenced_script(&script.script, domain, &keys, &args)
-            .await?;
-        let reply = parse(domain, value).map_err(|e| with_presented(e, t.token))?;
-        let had_pending = reply.text(domain, 2).is_ok_and(|flag| flag == "1");
-        Ok(Ran {
-            recorded: self.recorded(t, reply, effect_keys)?,
-            had_pending,
-            acks,
-        })
-    }
-
-    fn recorded(
-        &self,
-        t: &Transition,
-        reply: Reply,
-        effect_keys: Vec<IdempotencyKey>,
-    ) -> Result<Recorded, FenceError> {
-        let domain = &t.domain;
-        let duplicate = match reply.tag.as_str() {
-            "ok" => false,
-            "dup" => true,
-            other => {
-                return Err(corrupt(
-                    domain,
-                    format!("unexpected transition reply `{other}`"),
-                ))
-            }
-        };
-        // Both carry `previous|first|last`.
-        let outcome = reply.text(domain, 0)?;
-        let mut parts = outcome.split('|');
-        let (Some(previous), Some(first), Some(last), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(corrupt(
-                domain,
-                format!("operation id record `{outcome}` is malformed"),
+        // The outbox's keys, then the user's; the fence adds its own in front.
+        let mut call = ScriptCall::new(domain.clone(), t.token)
+            .with_op_id(t.op_id.clone())
+            .with_policy(t.policy)
+            .key(META)
+            .key(ENTRIES)
+            .arg(self.config.partition_of(domain).to_string())
+            .arg(domain.as_str())
+            .arg(t.effects.len().to_string())
+            .arg(t.args.len().to_string());
+        for name in &t.keys {
+            call = call.key(name);
+        }
+        for arg in &t.args {
+            call = call.arg(arg);
+        }
+        for (effect, key) in t.effects.iter().zip(&effect_keys) {
+            call = call.arg(pack(
+                &token_text,
+                key.as_str(),
+                effect.kind(),
+                effect.destination(),
+                effect.payload(),
             ));
+        }
+        let run = self.fence.run_body(&script.script, &call).await?;
+        let (had_pending, result) = match &run.result {
+            ScriptValue::Array(items) => (
+                items.first().and_then(ScriptValue::as_str) == Some("1"),
+                items.get(1).cloned().unwrap_or_default(),
+            ),
+            _ => (false, ScriptValue::Nil),
         };
-        let number = |text: &str| {
-            text.parse::<u64>()
-                .map_err(|_| corrupt(domain, format!("`{text}` is not a sequence number")))
-        };
-        let previous = if previous.is_empty() {
-            None
-        } else {
-            Some(
-                previous
-                    .parse::<FencingToken>()
-                    .map_err(|_| corrupt(domain, "operation id record holds a bad mark"))?,
-            )
-        };
-        Ok(Recorded {
-            token: t.token,
-            previous_high_water_mark: previous,
-            seqs: number(first)?..=number(last)?,
-            keys: effect_keys,
-            duplicate,
-            result: if duplicate {
-                Value::Nil
-            } else {
-                reply.fields.get(1).cloned().unwrap_or(Value::Nil)
+        let (first, last) = run
+            .outcome
+            .split_once('|')
+            .and_then(|(first, last)| Some((first.parse::<u64>().ok()?, last.parse::<u64>().ok()?)))
+            .ok_or_else(|| {
+                corrupt(
+                    domain,
+                    format!("transition outcome `{}` is not `first|last`", run.outcome),
+                )
+            })?;
+        Ok(Ran {
+            recorded: Recorded {
+                token: t.token,
+                previous_high_water_mark: run.previous_high_water_mark,
+                seqs: first..=last,
+                keys: effect_keys,
+                duplicate: run.duplicate,
+                result,
+                replicas_acknowledged: None,
             },
-            replicas_acknowledged: None,
+            had_pending,
+            acks: run.acks,
         })
     }
 

@@ -2,19 +2,19 @@
 
 use std::sync::LazyLock;
 
-use fence_redis::RedisScript;
+use fence_redis::unstable::RedisScript;
+use fence_redis::FencedBody;
 
 const COMMON: &str = include_str!("lua/common.lua");
-const USER_MARKER: &str = "--USER-SCRIPT--";
 
 fn script(name: &'static str, body: &str) -> RedisScript {
     RedisScript::new(name, &format!("{COMMON}\n{body}"))
 }
 
-/// The transition script around a user's Lua body.
-pub(crate) fn transition(user_body: &str) -> RedisScript {
-    let body = include_str!("lua/transition.lua").replacen(USER_MARKER, user_body, 1);
-    script("outbox transition", &body)
+/// The transition body around a user's Lua, run in fence-redis's fenced envelope.
+pub(crate) fn transition(user_lua: &str) -> FencedBody {
+    let body = include_str!("lua/transition.lua");
+    FencedBody::with_user_script("outbox transition", COMMON, body, user_lua)
 }
 
 macro_rules! scripts {

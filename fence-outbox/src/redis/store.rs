@@ -27,7 +27,7 @@ impl RedisOutbox {
     /// Runs a relay script that carries the relay token first; maps a refusal to `Fenced`.
     async fn relay_script(
         &self,
-        script: &fence_redis::RedisScript,
+        script: &fence_redis::unstable::RedisScript,
         domain: &Domain,
         relay: FencingToken,
         args: &[&[u8]],

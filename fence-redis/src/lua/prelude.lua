@@ -80,8 +80,9 @@ local function increment(s)
 end
 
 -- What every fenced mutation checks first: state integrity, operation-id replay, the token rule.
--- Returns the state, or nil and the reply to return as is.
-local function admit(state_key, op_key, token, strict, has_op)
+-- An op-id record is `<kind>|<previous mark>|<outcome>`. Returns the state, or nil and the reply
+-- to return as is.
+local function admit(state_key, op_key, token, strict, has_op, kind)
   local s, reason = load_state(state_key, false)
   if not s then return nil, { 'corrupt', reason } end
   if has_op then
@@ -91,7 +92,12 @@ local function admit(state_key, op_key, token, strict, has_op)
       -- any connection, waits for the replicas to hold the first run's change.
       local ttl = redis.call('PTTL', op_key)
       if ttl > 0 then redis.call('PEXPIRE', op_key, ttl) end
-      return nil, { 'dup', first }
+      local stored, previous, outcome = string.match(first, '^(%a)|([0-9]*)|(.*)$')
+      if not stored then
+        return nil, { 'corrupt', 'operation id record ' .. op_key .. ' is not `kind|mark|outcome`' }
+      end
+      if stored ~= kind then return nil, { 'op_kind', stored } end
+      return nil, { 'dup', previous, outcome }
     end
   end
   local current = stale(s, token, strict)
