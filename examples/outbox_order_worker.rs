@@ -12,12 +12,12 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fence_core::{Domain, FenceError, FencingToken, LeaseManager, MemoryLeases, OwnerId, Record};
 use fence_examples::{kafka_fence_for_run, redis_builder, ReceiptWebhook, Timeline};
-use fence_outbox::kafka::{KafkaOutbox, KafkaRelayStore, KafkaTransition};
-use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, EntryStatus, OutboxEntry, OutboxError, OutboxStore,
     Relay, RelayConfig, WebhookSink,
 };
+use fence_outbox_kafka::{KafkaOutbox, KafkaRelayStore, KafkaTransition};
+use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -75,7 +75,7 @@ impl Orders {
         );
         match self {
             Orders::Redis(outbox) => {
-                let transition = Transition::new(order.clone(), token, op)
+                let transition = RedisTransition::new(order.clone(), token, op)
                     .key("order")
                     .arg("status")
                     .arg(format!("paid by {worker}"))

@@ -5,9 +5,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use fence_core::{AppendRequest, Domain, Fence, FencedLog, FencingToken, Record};
-use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use fence_kafka::rdkafka::client::DefaultClientContext;
-use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::producer::{
     BaseRecord, DefaultProducerContext, Producer, ThreadedProducer,
 };
@@ -52,8 +49,7 @@ fn plain_transaction(
 async fn run_cases() -> Result<Vec<Row>, String> {
     let bootstrap =
         std::env::var("FENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", &bootstrap);
+    let config = fence_testkit::kafka::client_config(&bootstrap);
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?
@@ -61,18 +57,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for (records, rounds, batch) in [(1usize, 6, 10), (100, 4, 5), (1000, 3, 2)] {
         let topic = format!("bench-{run}-{records}");
-        let admin: AdminClient<DefaultClientContext> =
-            config.create().map_err(|e| e.to_string())?;
-        for result in admin
-            .create_topics(
-                &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
-                &AdminOptions::new(),
-            )
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            result.map_err(|(t, code)| format!("creating {t}: {code}"))?;
-        }
+        fence_testkit::kafka::try_create_topic(&config, &topic, 1).await?;
         let fence = KafkaFence::builder(config.clone())
             .data_topic(&topic)
             .ledger_topic(format!("{topic}-ledger"))

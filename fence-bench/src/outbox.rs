@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fence_core::{FencingToken, OperationId};
-use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
 use fence_outbox::{DestinationRule, Effect, EffectKinds};
+use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_redis::redis;
 
 use crate::measure::{compare, Plan};
@@ -57,16 +57,19 @@ async fn run_cases() -> Result<Vec<Row>, String> {
                 let op = OperationId::new(format!("op-{}", n.fetch_add(1, Ordering::Relaxed)));
                 let (domain, payload) = (d[i % d.len()].clone(), p.clone());
                 async move {
-                    let transition =
-                        Transition::new(domain, FencingToken::MIN, op.map_err(|e| e.to_string())?)
-                            .key("order")
-                            .arg("status")
-                            .arg("paid")
-                            .effect(Effect::new(
-                                "send-receipt-email",
-                                "https://mail.example/send",
-                                payload,
-                            ));
+                    let transition = RedisTransition::new(
+                        domain,
+                        FencingToken::MIN,
+                        op.map_err(|e| e.to_string())?,
+                    )
+                    .key("order")
+                    .arg("status")
+                    .arg("paid")
+                    .effect(Effect::new(
+                        "send-receipt-email",
+                        "https://mail.example/send",
+                        payload,
+                    ));
                     outbox
                         .transition(&script, &transition)
                         .await

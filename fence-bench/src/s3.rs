@@ -1,57 +1,27 @@
 //! S3 (SeaweedFS): steady and cold fenced PUT vs plain PUT, with requests per write counted.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use bytes::Bytes;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use fence_core::{Domain, FencedStore, FencingToken, WriteRequest};
-use fence_s3::aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
-use fence_s3::aws_sdk_s3::config::{
-    BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
-};
 use fence_s3::aws_sdk_s3::primitives::ByteStream;
-use fence_s3::aws_sdk_s3::{self, Client};
+use fence_s3::aws_sdk_s3::Client;
 use fence_s3::S3Fence;
+use fence_testkit::s3::RequestCounter;
 
 use crate::measure::{compare, Plan};
 use crate::report::Row;
-
-#[derive(Clone, Debug, Default)]
-struct Requests(Arc<AtomicUsize>);
-
-impl Intercept for Requests {
-    fn name(&self) -> &'static str {
-        "Requests"
-    }
-
-    fn read_before_transmit(
-        &self,
-        _: &BeforeTransmitInterceptorContextRef<'_>,
-        _: &RuntimeComponents,
-        _: &mut ConfigBag,
-    ) -> Result<(), aws_sdk_s3::error::BoxError> {
-        self.0.fetch_add(1, Ordering::SeqCst);
-        Ok(())
-    }
-}
 
 fn env(name: &str, default: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| default.to_owned())
 }
 
-fn client(requests: Option<Requests>) -> Client {
-    let mut config = aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new("us-east-1"))
-        .endpoint_url(env("FENCE_S3_ENDPOINT", "http://127.0.0.1:8333"))
-        .force_path_style(true)
-        .credentials_provider(Credentials::new(
-            env("FENCE_S3_ACCESS_KEY", "fence-test-access"),
-            env("FENCE_S3_SECRET_KEY", "fence-test-secret"),
-            None,
-            None,
-            "bench",
-        ));
+fn client(requests: Option<RequestCounter>) -> Client {
+    let mut config = fence_testkit::s3::config(
+        &env("FENCE_S3_ENDPOINT", "http://127.0.0.1:8333"),
+        &env("FENCE_S3_ACCESS_KEY", fence_testkit::s3::ACCESS_KEY),
+        &env("FENCE_S3_SECRET_KEY", fence_testkit::s3::SECRET_KEY),
+    );
     if let Some(requests) = requests {
         config = config.interceptor(requests);
     }
@@ -75,7 +45,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
     let mut rows = Vec::new();
     for (label, size, rounds, batch) in [("1 KiB", 1024usize, 6, 40), ("1 MiB", 1 << 20, 4, 8)] {
         for cold in [false, true] {
-            let requests = Requests::default();
+            let requests = RequestCounter::default();
             let mut builder = S3Fence::builder()
                 .client(client(Some(requests.clone())))
                 .bucket(&bucket)
@@ -102,7 +72,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            requests.0.store(0, Ordering::SeqCst);
+            requests.take();
             let plan = Plan {
                 rounds,
                 batch,
@@ -151,7 +121,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
                 &fenced,
                 &unfenced,
             );
-            row.requests_per_write = Some(requests.0.load(Ordering::SeqCst) as f64 / writes as f64);
+            row.requests_per_write = Some(requests.take() as f64 / writes as f64);
             rows.push(row);
         }
     }

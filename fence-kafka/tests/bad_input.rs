@@ -1,7 +1,7 @@
 //! Bad input against Kafka: typed errors before any I/O, and a corrupt ledger fails closed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::kafka as support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! scripts/test, or YOUR cluster: `FENCE_KAFKA_BOOTSTRAP=host:9092 [FENCE_KAFKA_PROPERTIES='security.protocol=SASL_SSL;...'] cargo test -p fence-kafka --test conformance`.
 #![allow(clippy::expect_used)]
 
-mod support;
+use fence_testkit::kafka as support;
 
 use std::sync::{Arc, Mutex};
 

@@ -2,7 +2,7 @@
 //! by a newer claim, read_committed visibility, and the consumer-side filter.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::kafka as support;
 
 use fence_conformance::services::token as t;
 

@@ -78,16 +78,18 @@ impl Worker {
             }
             self.not_before.remove(&key);
         }
+        // Nothing was pending: the domain may leave the store's candidates (a transition
+        // meanwhile keeps it there). Entries still retained come back with the next sweep.
         let purged = self
             .store
-            .purge(domain, self.token, self.config.retention)
+            .purge(
+                candidate,
+                self.token,
+                self.config.retention,
+                entries.is_empty(),
+            )
             .await?;
         report.purged += purged.removed as u64;
-        // Nothing was pending: the domain leaves the index (a transition meanwhile changes the
-        // version, and then it stays). Entries still retained come back with the next sweep.
-        if entries.is_empty() {
-            self.store.forget(self.config.partition, candidate).await?;
-        }
         Ok(())
     }
 

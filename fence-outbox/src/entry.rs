@@ -62,6 +62,30 @@ pub struct OutboxEntry {
 }
 
 impl OutboxEntry {
+    /// An entry as a backend read it: `effect` recorded by the transition of `token` as the
+    /// domain's entry `seq`, under `key`, at `recorded_at_ms`.
+    pub fn new(
+        domain: Domain,
+        seq: u64,
+        key: IdempotencyKey,
+        effect: crate::Effect,
+        token: FencingToken,
+        recorded_at_ms: u64,
+        status: EntryStatus,
+    ) -> Self {
+        OutboxEntry {
+            domain,
+            seq,
+            key,
+            kind: effect.kind().to_owned(),
+            destination: effect.destination().to_owned(),
+            payload: effect.payload().clone(),
+            token,
+            recorded_at_ms,
+            status,
+        }
+    }
+
     /// Delivery attempts started so far.
     pub fn attempts(&self) -> u32 {
         match &self.status {
@@ -114,4 +138,16 @@ pub enum Settlement {
         /// The last failure.
         error: String,
     },
+}
+
+impl Settlement {
+    /// The one-letter code backends store (`d` delivered, `r` retry, `x` dead letter) and the
+    /// error to keep with it (empty when delivered).
+    pub fn code(&self) -> (char, &str) {
+        match self {
+            Settlement::Delivered => ('d', ""),
+            Settlement::Retry { error } => ('r', error),
+            Settlement::DeadLetter { error } => ('x', error),
+        }
+    }
 }

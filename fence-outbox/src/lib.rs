@@ -5,11 +5,7 @@ mod delivery;
 mod effect;
 mod entry;
 mod error;
-#[cfg(feature = "kafka")]
-pub mod kafka;
 mod key;
-#[cfg(feature = "redis")]
-pub mod redis;
 mod relay;
 mod retry;
 mod sink;

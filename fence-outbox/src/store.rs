@@ -15,8 +15,9 @@ use crate::error::OutboxError;
 pub struct Candidate {
     /// The domain.
     pub domain: Domain,
-    /// The index entry's version; [`OutboxStore::forget`] removes the entry only if it is
-    /// unchanged, so a transition that lands meanwhile is never dropped from the index.
+    /// What the store listed it at, opaque to the relay: a store that drops drained domains
+    /// from its candidates (see [`OutboxStore::purge`]) drops one only if it is unchanged since,
+    /// so a transition that lands meanwhile is never dropped.
     pub version: String,
 }
 
@@ -36,14 +37,12 @@ impl Candidate {
 pub struct Purged {
     /// Delivered entries removed because their retention window passed.
     pub removed: usize,
-    /// Nothing is pending and nothing delivered is retained: the domain can leave the index.
-    pub idle: bool,
 }
 
 impl Purged {
     /// A purge result.
-    pub fn new(removed: usize, idle: bool) -> Self {
-        Purged { removed, idle }
+    pub fn new(removed: usize) -> Self {
+        Purged { removed }
     }
 }
 
@@ -82,15 +81,15 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
         settlement: &Settlement,
     ) -> Result<bool, OutboxError>;
 
-    /// Removes delivered entries older than `retention` (dead letters stay).
+    /// Ends the relay's visit of `candidate`, under the relay's token: removes delivered
+    /// entries settled more than `retention` ago (dead letters stay). When `drained` (nothing
+    /// was pending when the visit began), the store may stop listing the domain, unless it
+    /// changed since `candidate` was listed.
     async fn purge(
         &self,
-        domain: &Domain,
+        candidate: &Candidate,
         relay: FencingToken,
         retention: Duration,
+        drained: bool,
     ) -> Result<Purged, OutboxError>;
-
-    /// Removes an idle domain from `partition`'s index if its entry is still at `candidate`'s
-    /// version.
-    async fn forget(&self, partition: u16, candidate: &Candidate) -> Result<(), OutboxError>;
 }

@@ -2,7 +2,7 @@
 //! fenced user scripts, replica acknowledgements, ambiguous timeouts and kill -9 restarts.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::redis as support;
 
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 

@@ -3,7 +3,7 @@
 //! can SIGKILL and restart them without disturbing other tests.
 #![allow(clippy::expect_used)]
 
-mod support;
+use fence_testkit::redis as support;
 
 use std::sync::{Arc, Mutex};
 

@@ -1,7 +1,7 @@
 //! Redis leases and the token issuer, end to end against real servers.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::redis as support;
 
 use std::sync::Arc;
 use std::time::Duration;

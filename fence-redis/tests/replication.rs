@@ -3,7 +3,7 @@
 //! is never reported as plain success, and a failover at that moment loses it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::redis as support;
 
 use std::time::{Duration, Instant};
 

@@ -1,7 +1,7 @@
 //! Bad input and foreign state against SeaweedFS: typed errors, and nothing overwritten.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::s3 as support;
 
 use fence_conformance::services::every_operation;
 use fence_core::{

@@ -3,7 +3,7 @@
 //! commit-pointer pattern.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::s3 as support;
 
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 

@@ -3,7 +3,7 @@
 //! honour only one of the two conditions. Fencing itself is tested against SeaweedFS.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::s3 as support;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;

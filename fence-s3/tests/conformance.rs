@@ -2,7 +2,7 @@
 //! restart scenario can SIGKILL and restart it without disturbing other tests.
 #![allow(clippy::expect_used)]
 
-mod support;
+use fence_testkit::s3 as support;
 
 use std::sync::{Arc, Mutex};
 

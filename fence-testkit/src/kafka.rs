@@ -1,18 +1,8 @@
-//! Test support: the shared broker that `scripts/test` starts, dedicated noida-db brokers a test
+//! Kafka: the shared broker that `scripts/test` starts, dedicated noida-db brokers a test
 //! owns (to restart them), or your own cluster (`FENCE_KAFKA_BOOTSTRAP`, `FENCE_KAFKA_PROPERTIES`).
-#![allow(
-    dead_code,
-    unreachable_pub,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
 
-use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -20,7 +10,9 @@ use fence_kafka::rdkafka::client::DefaultClientContext;
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::KafkaFence;
 
-pub use fence_conformance::services::unavailable;
+use crate::process::ManagedProcess;
+
+use crate::unavailable;
 
 /// A client config for `bootstrap`, plus `FENCE_KAFKA_PROPERTIES` (`key=value;key=value`: your
 /// security settings).
@@ -38,49 +30,81 @@ pub fn client_config(bootstrap: &str) -> ClientConfig {
     config
 }
 
-fn listens(address: &str) -> bool {
-    address
-        .parse()
-        .ok()
-        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok())
-}
-
 /// The shared broker's bootstrap address, if it listens.
 pub fn shared_bootstrap() -> Option<String> {
     let bootstrap =
         std::env::var("FENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
-    if bootstrap.split(',').next().is_some_and(listens) {
+    if bootstrap.split(',').next().is_some_and(crate::listens) {
         Some(bootstrap)
     } else {
         unavailable(&format!("the Kafka broker at {bootstrap}")).map(|_| String::new())
     }
 }
 
+/// A unique topic name for `name` (topics allow `[a-zA-Z0-9._-]`).
 pub fn unique(name: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "fence-test-{name}-{}-{nanos}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("fence-test-{name}-{}", crate::unique_suffix())
+}
+
+/// Creates `topic` with `partitions` partitions (replication 1); the error says why not.
+pub async fn try_create_topic(
+    config: &ClientConfig,
+    topic: &str,
+    partitions: i32,
+) -> Result<(), String> {
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| format!("admin client: {e}"))?;
+    let results = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new(),
+        )
+        .await
+        .map_err(|e| format!("creating {topic}: {e}"))?;
+    for result in results {
+        result.map_err(|(topic, code)| format!("creating {topic}: {code}"))?;
+    }
+    Ok(())
 }
 
 /// Creates a data topic with one partition.
 pub async fn create_topic(config: &ClientConfig, topic: &str) {
-    let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
-    let results = admin
-        .create_topics(
-            &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
+    try_create_topic(config, topic, 1)
         .await
-        .expect("create topic");
-    for result in results {
-        result.expect("topic created");
-    }
+        .expect("topic created");
+}
+
+/// Creates a fresh topic with `partitions` partitions on the shared broker; `None` (loud skip)
+/// when the broker is absent.
+pub async fn fresh_topic(test: &str, partitions: i32) -> Option<(ClientConfig, String)> {
+    let config = client_config(&shared_bootstrap()?);
+    let topic = unique(test);
+    try_create_topic(&config, &topic, partitions)
+        .await
+        .expect("topic created");
+    Some((config, topic))
+}
+
+/// A fence on `topic` (each call is a separate client, like a separate process).
+pub async fn fence_on_topic(config: &ClientConfig, topic: &str) -> KafkaFence {
+    KafkaFence::builder(config.clone())
+        .data_topic(topic)
+        .ledger_topic(format!("{topic}-ledger"))
+        .transactional_id_prefix(format!("{topic}-"))
+        .timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .expect("connect to the broker")
 }
 
 /// A fence on fresh topics of `bootstrap`.
@@ -98,6 +122,7 @@ pub async fn fence_on(bootstrap: &str, name: &str) -> KafkaFence {
         .expect("connect to the broker")
 }
 
+/// A fence on fresh topics of the shared broker; `None` (loud skip) when it is absent.
 pub async fn shared_fence(name: &str) -> Option<KafkaFence> {
     let bootstrap = shared_bootstrap()?;
     Some(fence_on(&bootstrap, name).await)
@@ -107,7 +132,7 @@ fn noida_binary() -> Option<PathBuf> {
     if let Ok(path) = std::env::var("FENCE_NOIDA_BIN") {
         return Some(PathBuf::from(path));
     }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services/noida-venv/lib");
+    let venv = crate::services_dir().join("noida-venv/lib");
     std::fs::read_dir(venv)
         .ok()?
         .flatten()
@@ -129,55 +154,44 @@ pub fn external_cluster() -> Option<String> {
 pub struct NoidaServer {
     binary: PathBuf,
     port: u16,
-    dir: PathBuf,
-    child: Mutex<Option<Child>>,
+    process: ManagedProcess,
 }
 
 impl NoidaServer {
+    /// Starts a broker named `name` on a free port; `None` (loud skip) without a noida-db binary.
+    ///
+    /// A free port, confirmed once the broker listens: if another process took it in between,
+    /// our broker exits (or never owns the socket) and another port is tried.
     pub fn start(name: &str) -> Option<Self> {
         let Some(binary) = noida_binary() else {
             unavailable("the noida-db binary (set FENCE_NOIDA_BIN or run scripts/test)")?;
             return None;
         };
-        static N: AtomicU64 = AtomicU64::new(0);
-        let root = std::env::var("FENCE_SERVICES_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services"));
-        let dir = root.join("noida-tests").join(format!(
-            "{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        // A free port, confirmed once the broker listens: if another process took it in
-        // between, our broker exits (or never owns the socket) and another port is tried.
-        for _ in 0..5 {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("test data dir");
-            let port = TcpListener::bind("127.0.0.1:0")
-                .and_then(|l| l.local_addr())
-                .map(|a| a.port())
-                .expect("a free port");
-            let server = NoidaServer {
-                binary: binary.clone(),
-                port,
-                dir: dir.clone(),
-                child: Mutex::new(None),
-            };
-            if server.spawn() {
-                return Some(server);
-            }
-        }
-        panic!("noida-db could not get a port of its own in 5 tries");
+        Some(ManagedProcess::start(
+            "noida-db",
+            "noida-tests",
+            name,
+            |process| {
+                let server = NoidaServer {
+                    binary: binary.clone(),
+                    port: crate::free_port(),
+                    process,
+                };
+                server.spawn().then_some(server)
+            },
+        ))
     }
 
     /// Starts the broker on its port; false if the port turned out to be another process's.
     fn spawn(&self) -> bool {
+        let dir = self.process.dir();
         let log = std::fs::File::options()
             .create(true)
             .append(true)
-            .open(self.dir.join("noida.log"))
+            .open(dir.join("noida.log"))
             .expect("log");
-        let child = Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        command
             .args([
                 "start",
                 "--only",
@@ -188,60 +202,26 @@ impl NoidaServer {
                 &self.port.to_string(),
                 "--data-dir",
             ])
-            .arg(self.dir.join("data"))
+            .arg(dir.join("data"))
             .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("noida-db starts");
-        *self.child.lock().unwrap() = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let mut foreign_since: Option<Instant> = None;
-        loop {
-            let answering = listens(&self.bootstrap());
-            if let Some(ours) = fence_conformance::services::port_claim(
-                &self.child,
-                self.port,
-                answering,
-                &mut foreign_since,
-            ) {
-                return ours;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "noida-db did not listen on {}",
-                self.bootstrap()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .stderr(Stdio::from(log));
+        let bootstrap = self.bootstrap();
+        self.process
+            .spawn_and_wait(&mut command, self.port, Duration::from_secs(20), || {
+                crate::listens(&bootstrap)
+            })
     }
 
+    /// The broker's bootstrap address.
     pub fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
-    }
-
-    fn stop(&self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = Command::new("kill")
-                .arg("-TERM")
-                .arg(child.id().to_string())
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 
     /// Waits until the broker's snapshot (`data/kafka.json`) has settled: at least 2 s since this
     /// call and since the file last changed, so a snapshot written late on a loaded machine is
     /// waited for too (up to 20 s).
     fn wait_for_snapshot(&self) {
-        let snapshot = self.dir.join("data").join("kafka.json");
+        let snapshot = self.process.dir().join("data").join("kafka.json");
         let called = std::time::SystemTime::now();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -265,18 +245,7 @@ impl NoidaServer {
 
     /// SIGSTOP or SIGCONT the broker, to make requests hang.
     pub fn signal(&self, signal: &str) {
-        let pid = self
-            .child
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(Child::id)
-            .expect("running");
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(pid.to_string())
-            .status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
+        self.process.signal(signal);
     }
 
     /// Waits out the broker's snapshot delay (noida-db writes its data to disk ~1.2 s after a
@@ -284,21 +253,11 @@ impl NoidaServer {
     /// with SIGKILL, a crash, and starts it again on the same port and data.
     pub fn restart(&self) {
         self.wait_for_snapshot();
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.kill();
         assert!(
             self.spawn(),
             "another process took port {} while noida-db was down",
             self.port
         );
-    }
-}
-
-impl Drop for NoidaServer {
-    fn drop(&mut self) {
-        self.stop();
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

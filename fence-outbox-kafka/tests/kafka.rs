@@ -2,24 +2,26 @@
 //! the state records, and the relay's fenced progress marks. Leases come from the real Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
+use fence_testkit::outbox as support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fence_conformance::services::{domain, token};
 use fence_core::{Domain, FenceError, FencedLog, LeaseManager, Record};
 use fence_kafka::rdkafka::message::{Headers, Message};
-use fence_outbox::kafka::{
-    KafkaOutbox, KafkaRelayStore, KafkaTransition, KEY_HEADER, PROGRESS_HEADER,
-};
 use fence_outbox::{
     Effect, EntryStatus, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink,
     SinkError,
 };
+use fence_outbox_kafka::{
+    KafkaOutbox, KafkaRelayStore, KafkaTransition, KEY_HEADER, PROGRESS_HEADER,
+};
 use fence_redis::RedisFence;
-use support::kafka::{fence, fresh_topics};
-use support::{domain, fast_relay, op, token, webhook, WebhookServer};
+use fence_testkit::kafka::{fence_on_topic as fence, fresh_topic as fresh_topics};
+use fence_testkit::webhook::WebhookServer;
+use support::{fast_relay, op, webhook};
 use tokio::sync::{watch, Notify};
 
 fn pay(d: &Domain, t: u64, op_id: &str, url: &str, payload: &str) -> KafkaTransition {
@@ -124,7 +126,7 @@ async fn the_relay_delivers_exactly_once_in_order_despite_failures_and_a_crash()
     let Some((config, topic)) = fresh_topics("kafka-relay", 2).await else {
         return;
     };
-    let Some(leases) = support::standalone("kafka-relay-leases").await else {
+    let Some(leases) = fence_testkit::redis::shared_fence("kafka-relay-leases").await else {
         return;
     };
     let server = WebhookServer::start().await;
@@ -243,7 +245,7 @@ async fn a_paused_relay_cannot_mark_after_its_successor() {
     let Some((config, topic)) = fresh_topics("kafka-zombie", 1).await else {
         return;
     };
-    let Some(leases) = support::standalone("kafka-zombie-leases").await else {
+    let Some(leases) = fence_testkit::redis::shared_fence("kafka-zombie-leases").await else {
         return;
     };
     let server = WebhookServer::start().await;
@@ -278,7 +280,7 @@ async fn a_paused_relay_cannot_mark_after_its_successor() {
     });
     entered.notified().await;
     // A's lease ends while it is paused; B, another client, takes over and delivers.
-    support::expire_relay_lease(&leases).await;
+    fence_testkit::redis::expire_lease(&leases, &fast_relay("x").lease_domain().unwrap()).await;
     let successor_outbox = KafkaOutbox::with_config(
         fence(&config, &topic).await,
         OutboxConfig::new(support::kinds()),
@@ -328,7 +330,7 @@ async fn dead_letters_after_the_attempt_limit() {
     let Some((config, topic)) = fresh_topics("kafka-dead", 1).await else {
         return;
     };
-    let Some(leases) = support::standalone("kafka-dead-leases").await else {
+    let Some(leases) = fence_testkit::redis::shared_fence("kafka-dead-leases").await else {
         return;
     };
     let outbox = KafkaOutbox::with_config(

@@ -23,8 +23,11 @@ use tokio::net::TcpListener;
 /// One applied effect, in the order the server applied them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
+    /// The idempotency key.
     pub key: String,
+    /// The request path.
     pub path: String,
+    /// The payload.
     pub payload: Bytes,
 }
 
@@ -47,6 +50,7 @@ pub struct WebhookServer {
 }
 
 impl WebhookServer {
+    /// Starts the server on a free loopback port.
     pub async fn start() -> WebhookServer {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
@@ -100,6 +104,7 @@ impl WebhookServer {
         self.state.lock().unwrap().after_success
     }
 
+    /// Every request received, retries included.
     pub fn total_requests(&self) -> u64 {
         self.state.lock().unwrap().total_requests
     }

@@ -12,13 +12,13 @@ use fence_kafka::rdkafka::message::{Headers, Message, OwnedMessage};
 use fence_kafka::{DOMAIN_HEADER, TOKEN_HEADER};
 use tokio::sync::Mutex;
 
-use super::outbox::KafkaOutbox;
-use super::progress::Progress;
-use super::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER, PROGRESS_HEADER};
-use crate::entry::{EntryStatus, OutboxEntry, Settlement};
-use crate::error::OutboxError;
-use crate::key::IdempotencyKey;
-use crate::store::{Candidate, OutboxStore, Purged};
+use crate::outbox::KafkaOutbox;
+use crate::progress::Progress;
+use crate::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER, PROGRESS_HEADER};
+use fence_outbox::IdempotencyKey;
+use fence_outbox::OutboxError;
+use fence_outbox::{Candidate, OutboxStore, Purged};
+use fence_outbox::{EntryStatus, OutboxEntry, Settlement};
 
 const BACKEND: &str = "kafka";
 
@@ -198,20 +198,19 @@ impl KafkaRelayStore {
             .to_millis()
             .and_then(|ms| u64::try_from(ms).ok())
             .unwrap_or_else(now_ms);
-        Ok(OutboxEntry {
-            domain: domain.clone(),
+        let payload = Bytes::copy_from_slice(message.payload().unwrap_or_default());
+        Ok(OutboxEntry::new(
+            domain.clone(),
             seq,
-            key: IdempotencyKey::from_recorded(key),
-            kind,
-            destination,
-            payload: Bytes::copy_from_slice(message.payload().unwrap_or_default()),
+            IdempotencyKey::from_recorded(key),
+            fence_outbox::Effect::new(kind, destination, payload),
             token,
             recorded_at_ms,
-            status: EntryStatus::Pending {
+            EntryStatus::Pending {
                 attempts: 0,
                 last_error: None,
             },
-        })
+        ))
     }
 
     /// Appends a mark under the relay's token (fenced), then folds it into the view.
@@ -339,11 +338,8 @@ impl OutboxStore for KafkaRelayStore {
         if view.head(domain) != Some(seq) {
             return Ok(false);
         }
-        let (outcome, error) = match settlement {
-            Settlement::Delivered => ('d', String::new()),
-            Settlement::Retry { error } => ('r', error.clone()),
-            Settlement::DeadLetter { error } => ('x', error.clone()),
-        };
+        let (outcome, error) = settlement.code();
+        let error = error.to_owned();
         let progress = Progress::Settle {
             domain: domain.clone(),
             seq,
@@ -357,30 +353,24 @@ impl OutboxStore for KafkaRelayStore {
 
     /// Forgets delivered entries older than `retention` from the view; the records themselves
     /// age out with the topic's retention. Dead letters stay visible in [`Self::entries`].
+    /// Candidates come from the view, so a drained domain needs nothing more.
     async fn purge(
         &self,
-        domain: &Domain,
+        candidate: &Candidate,
         _relay: FencingToken,
         retention: Duration,
+        _drained: bool,
     ) -> Result<Purged, OutboxError> {
         let mut view = self.view.lock().await;
         let cutoff =
             now_ms().saturating_sub(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX));
-        let Some(entries) = view.domains.get_mut(domain) else {
-            return Ok(Purged::new(0, true));
+        let Some(entries) = view.domains.get_mut(&candidate.domain) else {
+            return Ok(Purged::new(0));
         };
         let before = entries.len();
         entries.retain(
             |_, e| !matches!(e.status, EntryStatus::Delivered { at_ms, .. } if at_ms < cutoff),
         );
-        let removed = before - entries.len();
-        let idle = entries
-            .values()
-            .all(|e| matches!(e.status, EntryStatus::DeadLettered { .. }));
-        Ok(Purged::new(removed, idle))
-    }
-
-    async fn forget(&self, _partition: u16, _candidate: &Candidate) -> Result<(), OutboxError> {
-        Ok(())
+        Ok(Purged::new(before - entries.len()))
     }
 }

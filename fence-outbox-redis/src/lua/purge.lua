@@ -5,7 +5,7 @@ if not o then return { 'corrupt', reason } end
 local relay = ARGV[1]
 local stale = relay_stale(o, relay)
 if stale then return stale end
-if o.last == 0 then return { 'ok', '0', '1' } end
+if o.last == 0 then return { 'ok', '0' } end
 redis.call('HSET', KEYS[1], 'relay', relay)
 local cutoff = server_ms() - tonumber(ARGV[2])
 local removed, most, purged = 0, tonumber(ARGV[3]), o.purged
@@ -25,5 +25,4 @@ while purged < o.done and removed < most do
   purged = seq
 end
 redis.call('HSET', KEYS[1], 'purged', fmt(purged))
-local idle = (o.done == o.last and purged == o.done) and '1' or '0'
-return { 'ok', tostring(removed), idle }
+return { 'ok', tostring(removed) }

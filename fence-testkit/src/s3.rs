@@ -1,20 +1,13 @@
-//! Test support: the shared SeaweedFS that `scripts/test` starts, dedicated `weed mini`
+//! S3: the shared SeaweedFS that `scripts/test` starts, dedicated `weed mini`
 //! processes a test owns (to kill, pause and restart), a request counter, and a scripted fake
 //! endpoint for status codes real servers cannot be made to answer on demand.
-#![allow(
-    dead_code,
-    unreachable_pub,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_s3::config::{
@@ -22,19 +15,25 @@ use aws_sdk_s3::config::{
 };
 use fence_s3::S3Fence;
 
+use crate::process::ManagedProcess;
+
 pub mod scripted;
 
+/// The access key of the test servers.
 pub const ACCESS_KEY: &str = "fence-test-access";
+/// The secret key of the test servers.
 pub const SECRET_KEY: &str = "fence-test-secret";
+/// The bucket the test servers hold.
 pub const BUCKET: &str = "fence-test";
 
-pub use fence_conformance::services::unavailable;
+use crate::unavailable;
 
 /// Counts every HTTP request the client sends.
 #[derive(Clone, Debug, Default)]
 pub struct RequestCounter(Arc<AtomicUsize>);
 
 impl RequestCounter {
+    /// The requests counted since the last call, resetting the count.
     pub fn take(&self) -> usize {
         self.0.swap(0, Ordering::SeqCst)
     }
@@ -66,25 +65,18 @@ pub fn config(endpoint: &str, access: &str, secret: &str) -> aws_sdk_s3::config:
         .credentials_provider(Credentials::new(access, secret, None, None, "fence-tests"))
 }
 
+/// A client of `endpoint` with the test credentials.
 pub fn client(endpoint: &str) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(config(endpoint, ACCESS_KEY, SECRET_KEY).build())
 }
 
 /// A unique key prefix per test run.
 pub fn unique_prefix(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "fence-test/{test}/{}.{nanos}.{}/",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
+    format!("fence-test/{test}/{}/", crate::unique_suffix())
 }
 
 fn listens(port: u16) -> bool {
-    TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(300)).is_ok()
+    crate::listens(&format!("127.0.0.1:{port}"))
 }
 
 /// The shared SeaweedFS endpoint, if it listens.
@@ -133,9 +125,7 @@ pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
 fn weed_binary() -> Option<PathBuf> {
     let path = std::env::var("FENCE_WEED_BIN")
         .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services/seaweedfs-venv/bin/weed")
-        });
+        .unwrap_or_else(|_| crate::services_dir().join("seaweedfs-venv/bin/weed"));
     path.exists().then_some(path)
 }
 
@@ -157,56 +147,47 @@ fn free_ports() -> [u16; 4] {
     }
 }
 
-/// A `weed mini` owned by the test (its own ports and data dir), killed when dropped.
+/// A `weed mini` owned by the test (its own ports and data dir), stopped when dropped.
 pub struct WeedServer {
     binary: PathBuf,
     ports: [u16; 4],
-    dir: PathBuf,
-    child: Mutex<Option<Child>>,
+    process: ManagedProcess,
 }
 
 impl WeedServer {
+    /// Starts `weed mini` on free ports with the test bucket; `None` (loud skip) without weed.
+    ///
+    /// Free ports, confirmed once the server answers: if another process took the S3 port in
+    /// between, ours exits (or never owns the socket) and other ports are tried.
     pub async fn start(name: &str) -> Option<Self> {
         let Some(binary) = weed_binary() else {
             unavailable("the SeaweedFS `weed` binary (set FENCE_WEED_BIN or run scripts/test)")?;
             return None;
         };
-        static N: AtomicU64 = AtomicU64::new(0);
-        let root = std::env::var("FENCE_SERVICES_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services"));
-        let dir = root.join("seaweedfs-tests").join(format!(
-            "{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        // Free ports, confirmed once the server answers: if another process took the S3 port
-        // in between, ours exits (or never owns the socket) and other ports are tried.
-        for _ in 0..5 {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("test data dir");
-            let server = WeedServer {
-                binary: binary.clone(),
-                ports: free_ports(),
-                dir: dir.clone(),
-                child: Mutex::new(None),
-            };
-            if server.spawn().await {
-                return Some(server);
-            }
-        }
-        panic!("weed mini could not get ports of its own in 5 tries");
+        let started =
+            ManagedProcess::start_async("weed mini", "seaweedfs-tests", name, |process| {
+                let server = WeedServer {
+                    binary: binary.clone(),
+                    ports: free_ports(),
+                    process,
+                };
+                async move { server.spawn().await.then_some(server) }
+            })
+            .await;
+        Some(started)
     }
 
     /// Starts the server on its ports; false if they turned out to be another process's.
     async fn spawn(&self) -> bool {
         let [s3, master, volume, filer] = self.ports;
-        let log = std::fs::File::create(self.dir.join("weed.log")).expect("log file");
-        let child = Command::new(&self.binary)
+        let dir = self.process.dir();
+        let log = std::fs::File::create(dir.join("weed.log")).expect("log file");
+        let mut command = Command::new(&self.binary);
+        command
             .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
             .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
             .arg("mini")
-            .arg(format!("-dir={}", self.dir.join("data").display()))
+            .arg(format!("-dir={}", dir.join("data").display()))
             .args([
                 "-ip=127.0.0.1",
                 "-ip.bind=127.0.0.1",
@@ -224,55 +205,33 @@ impl WeedServer {
             .arg(format!("-filer.port={filer}"))
             .arg(format!("-bucket={BUCKET}"))
             .stdout(Stdio::from(log.try_clone().expect("log file")))
-            .stderr(Stdio::from(log))
-            .spawn()
-            .expect("weed mini starts");
-        *self.child.lock().unwrap() = Some(child);
+            .stderr(Stdio::from(log));
+        let mut readiness = self
+            .process
+            .spawn(&mut command, s3, Duration::from_secs(60));
         let client = client(&self.endpoint());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let mut foreign_since: Option<Instant> = None;
         loop {
             let answering = client.head_bucket().bucket(BUCKET).send().await.is_ok();
-            if let Some(ours) = fence_conformance::services::port_claim(
-                &self.child,
-                s3,
-                answering,
-                &mut foreign_since,
-            ) {
+            if let Some(ours) = self.process.ready(&mut readiness, answering) {
                 return ours;
             }
-            assert!(
-                Instant::now() < deadline,
-                "weed mini did not become ready; see {}",
-                self.dir.join("weed.log").display()
-            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 
+    /// Its S3 endpoint URL.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.ports[0])
     }
 
+    /// Its process id.
     pub fn pid(&self) -> u32 {
-        self.child
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(Child::id)
-            .expect("running")
-    }
-
-    fn kill(&self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.process.pid()
     }
 
     /// SIGKILL and start again on the same ports and data.
     pub async fn kill_and_restart(&self) {
-        self.kill();
+        self.process.kill();
         assert!(
             self.spawn().await,
             "another process took a port of weed mini while it was down"
@@ -281,17 +240,6 @@ impl WeedServer {
 
     /// SIGSTOP or SIGCONT the server.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid().to_string())
-            .status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
-    }
-}
-
-impl Drop for WeedServer {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.process.signal(signal);
     }
 }

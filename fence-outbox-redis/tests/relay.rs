@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::Domain;
-use fence_outbox::redis::RedisOutbox;
 use fence_outbox::{EntryStatus, OutboxEntry, OutboxStore};
+use fence_outbox_redis::RedisOutbox;
 use fence_redis::redis;
 use support::{domain, fast_relay, outbox, pay, relay, token, wait_for, webhook, WebhookServer};
 use tokio::sync::{watch, Notify};

@@ -1,24 +1,15 @@
-//! Test support: dedicated redis-server processes this test owns (so it can kill, pause and
-//! restart them), and the shared servers that `scripts/test` starts.
-#![allow(
-    dead_code,
-    unreachable_pub,
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic
-)]
+//! Redis: dedicated redis-server processes a test owns (so it can kill, pause and restart
+//! them), and the shared servers that `scripts/test` starts.
 
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fence_redis::RedisFence;
 
-pub use fence_conformance::services::unavailable;
+use crate::process::ManagedProcess;
+use crate::{free_port, unavailable};
 
 fn answers(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
@@ -58,31 +49,9 @@ pub fn shared_cluster() -> Option<Vec<String>> {
     }
 }
 
-/// A unique key prefix per test run.
+/// A unique key prefix per test run (short enough for every fence's 64-byte limit).
 pub fn unique_prefix(test: &str) -> String {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    format!(
-        "fence-test:{test}:{}.{nanos}.{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-fn data_root() -> PathBuf {
-    let root = std::env::var("FENCE_SERVICES_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services"));
-    root.join("redis-tests")
+    format!("ft:{test}:{}", crate::unique_suffix())
 }
 
 fn have_redis_server() -> bool {
@@ -99,10 +68,10 @@ pub const FREE_PORT: &str = "{free port}";
 /// One redis-server process owned by the test, on its own port and data dir (AOF on,
 /// `appendfsync always`), killed when dropped.
 pub struct RedisServer {
+    /// The port it listens on.
     pub port: u16,
-    dir: PathBuf,
     extra: Vec<String>,
-    child: Mutex<Option<Child>>,
+    process: ManagedProcess,
 }
 
 impl RedisServer {
@@ -115,38 +84,33 @@ impl RedisServer {
         if !have_redis_server() {
             unavailable("the redis-server binary")?;
         }
-        static N: AtomicU64 = AtomicU64::new(0);
-        let dir = data_root().join(format!(
-            "{name}-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        for _ in 0..5 {
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).expect("test data dir");
-            let server = RedisServer {
-                port: free_port(),
-                dir: dir.clone(),
-                // Every extra port is chosen anew per try too (a taken one fails the try).
-                extra: extra
-                    .iter()
-                    .map(|s| match *s {
-                        FREE_PORT => free_port().to_string(),
-                        other => other.to_owned(),
-                    })
-                    .collect(),
-                child: Mutex::new(None),
-            };
-            if server.spawn() {
-                return Some(server);
-            }
-        }
-        panic!("redis-server could not get a port of its own in 5 tries");
+        Some(ManagedProcess::start(
+            "redis-server",
+            "redis-tests",
+            name,
+            |process| {
+                let server = RedisServer {
+                    port: free_port(),
+                    // Every extra port is chosen anew per try too (a taken one fails the try).
+                    extra: extra
+                        .iter()
+                        .map(|s| match *s {
+                            FREE_PORT => free_port().to_string(),
+                            other => other.to_owned(),
+                        })
+                        .collect(),
+                    process,
+                };
+                server.spawn().then_some(server)
+            },
+        ))
     }
 
     /// Starts the server on its port; false if the port turned out to be taken.
     fn spawn(&self) -> bool {
-        let child = Command::new("redis-server")
+        let dir = self.process.dir();
+        let mut command = Command::new("redis-server");
+        command
             .args([
                 "--port",
                 &self.port.to_string(),
@@ -157,51 +121,31 @@ impl RedisServer {
             ])
             .args(["--appendonly", "yes", "--appendfsync", "always"])
             .arg("--dir")
-            .arg(&self.dir)
+            .arg(dir)
             .arg("--logfile")
-            .arg(self.dir.join("redis.log"))
+            .arg(dir.join("redis.log"))
             .args(&self.extra)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        *self.child.lock().unwrap() = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut foreign_since: Option<Instant> = None;
-        loop {
-            let answering = answers(self.port);
-            if let Some(ours) = fence_conformance::services::port_claim(
-                &self.child,
-                self.port,
-                answering,
-                &mut foreign_since,
-            ) {
-                return ours;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "redis-server on port {} did not answer",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            .stdout(Stdio::null());
+        let port = self.port;
+        self.process
+            .spawn_and_wait(&mut command, port, Duration::from_secs(10), || {
+                answers(port)
+            })
     }
 
+    /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Its process id.
     pub fn pid(&self) -> u32 {
-        self.child
-            .lock()
-            .unwrap()
-            .as_ref()
-            .map(Child::id)
-            .expect("running")
+        self.process.pid()
     }
 
     /// SIGKILL (no shutdown, no final fsync) and start again on the same port and data dir.
     pub fn kill_and_restart(&self) {
-        self.kill();
+        self.process.kill();
         assert!(
             self.spawn(),
             "another process took port {} while redis-server was down",
@@ -209,22 +153,12 @@ impl RedisServer {
         );
     }
 
-    fn kill(&self) {
-        if let Some(mut child) = self.child.lock().unwrap().take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
     /// SIGSTOP or SIGCONT the server, to make requests hang.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.pid().to_string())
-            .status();
-        assert!(status.is_ok_and(|s| s.success()), "kill -{signal}");
+        self.process.signal(signal);
     }
 
+    /// Runs `redis-cli` against it and returns the output.
     pub fn cli(&self, args: &[&str]) -> String {
         let out = Command::new("redis-cli")
             .args(["-p", &self.port.to_string()])
@@ -235,19 +169,14 @@ impl RedisServer {
     }
 }
 
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 /// A dedicated 3-master Redis Cluster owned by the test.
 pub struct RedisCluster {
+    /// The masters, in slot order.
     pub nodes: Vec<RedisServer>,
 }
 
 impl RedisCluster {
+    /// Starts three masters and joins them into a cluster; `None` (loud skip) without redis-server.
     pub fn start(name: &str) -> Option<Self> {
         let mut nodes = Vec::new();
         for i in 0..3 {
@@ -301,6 +230,7 @@ impl RedisCluster {
         }
     }
 
+    /// The masters' URLs.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
     }
@@ -308,7 +238,7 @@ impl RedisCluster {
     /// SIGKILL every node, start them again from their data dirs, wait for the cluster.
     pub fn kill_and_restart(&self) {
         for node in &self.nodes {
-            node.kill();
+            node.process.kill();
         }
         for node in &self.nodes {
             assert!(
@@ -357,4 +287,21 @@ pub async fn raw(url: &str) -> fence_redis::redis::aio::MultiplexedConnection {
         .get_multiplexed_async_connection_with_config(&config)
         .await
         .expect("a test connection")
+}
+
+/// Deletes `domain`'s lease on the shared standalone server (where `fence` lives), as its TTL
+/// would.
+pub async fn expire_lease(fence: &RedisFence, domain: &fence_core::Domain) {
+    // fence-redis keeps a lease at `<prefix>:{<domain>}:lease`.
+    let key = fence
+        .user_key(domain, "x")
+        .expect("a valid key")
+        .replace(":u:x", ":lease");
+    let url = shared_url().expect("the shared Redis");
+    let mut raw = raw(&url).await;
+    let _: () = fence_redis::redis::cmd("DEL")
+        .arg(&key)
+        .query_async(&mut raw)
+        .await
+        .expect("DEL the lease");
 }

@@ -8,13 +8,13 @@ use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, 
 use fence_redis::redis;
 use fence_redis::{FencedBody, RedisFence, ScriptCall, ScriptValue};
 
-use super::codec::pack;
-use super::reply::{corrupt, parse};
-use super::scripts;
-use crate::config::OutboxConfig;
-use crate::effect::{Effect, EffectKinds};
-use crate::error::OutboxError;
-use crate::key::IdempotencyKey;
+use crate::codec::pack;
+use crate::reply::{corrupt, parse};
+use crate::scripts;
+use fence_outbox::IdempotencyKey;
+use fence_outbox::OutboxConfig;
+use fence_outbox::OutboxError;
+use fence_outbox::{Effect, EffectKinds};
 
 pub(crate) const BACKEND: &str = "redis";
 pub(crate) const META: &str = "ob:meta";
@@ -70,7 +70,7 @@ impl fmt::Debug for OutboxScript {
 /// The operation id is required: it makes a retried transition a no-op (no second set of
 /// entries) and it is part of every effect's [`IdempotencyKey`].
 #[derive(Clone)]
-pub struct Transition {
+pub struct RedisTransition {
     domain: Domain,
     token: FencingToken,
     op_id: OperationId,
@@ -80,10 +80,10 @@ pub struct Transition {
     effects: Vec<Effect>,
 }
 
-impl Transition {
+impl RedisTransition {
     /// A transition of `domain` under `token`, identified by `op_id`.
     pub fn new(domain: Domain, token: FencingToken, op_id: OperationId) -> Self {
-        Transition {
+        RedisTransition {
             domain,
             token,
             op_id,
@@ -131,10 +131,10 @@ impl Transition {
     }
 }
 
-impl fmt::Debug for Transition {
+impl fmt::Debug for RedisTransition {
     // Arguments and payloads may be secret: only their counts are shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Transition")
+        f.debug_struct("RedisTransition")
             .field("domain", &self.domain)
             .field("token", &self.token)
             .field("op_id", &self.op_id)
@@ -148,7 +148,7 @@ impl fmt::Debug for Transition {
 /// What a transition recorded.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
-pub struct Recorded {
+pub struct RedisRecorded {
     /// The token the transition carried (now the domain's high-water mark).
     pub token: FencingToken,
     /// The mark before the transition.
@@ -168,7 +168,7 @@ pub struct Recorded {
 
 /// A run of the transition script, and whether the domain already had pending entries.
 struct Ran {
-    recorded: Recorded,
+    recorded: RedisRecorded,
     had_pending: bool,
     /// What `WAIT` answered, judged after the index hint is written.
     acks: fence_redis::ReplicaAcks,
@@ -180,7 +180,7 @@ impl fence_core::telemetry::OutcomeLabel for Ran {
     }
 }
 
-impl fence_core::telemetry::OutcomeLabel for Recorded {
+impl fence_core::telemetry::OutcomeLabel for RedisRecorded {
     fn outcome_label(&self) -> &'static str {
         if self.duplicate {
             "duplicate"
@@ -224,8 +224,8 @@ impl RedisOutbox {
     pub async fn transition(
         &self,
         script: &OutboxScript,
-        transition: &Transition,
-    ) -> Result<Recorded, OutboxError> {
+        transition: &RedisTransition,
+    ) -> Result<RedisRecorded, OutboxError> {
         self.check(transition)?;
         let recorded = observe(
             BACKEND,
@@ -252,7 +252,7 @@ impl RedisOutbox {
         Ok(recorded)
     }
 
-    fn check(&self, t: &Transition) -> Result<(), OutboxError> {
+    fn check(&self, t: &RedisTransition) -> Result<(), OutboxError> {
         if let Some(name) = t.keys.iter().find(|name| name.starts_with("ob:")) {
             return Err(OutboxError::InvalidName {
                 what: "transition key",
@@ -264,7 +264,7 @@ impl RedisOutbox {
     }
 
     /// Runs the script; also says whether the domain already had pending entries.
-    async fn run(&self, script: &OutboxScript, t: &Transition) -> Result<Ran, FenceError> {
+    async fn run(&self, script: &OutboxScript, t: &RedisTransition) -> Result<Ran, FenceError> {
         let domain = &t.domain;
         let effect_keys = t.keys_of_effects();
         let token_text = t.token.to_string();
@@ -312,7 +312,7 @@ impl RedisOutbox {
                 )
             })?;
         Ok(Ran {
-            recorded: Recorded {
+            recorded: RedisRecorded {
                 token: t.token,
                 previous_high_water_mark: run.previous_high_water_mark,
                 seqs: first..=last,
@@ -350,7 +350,10 @@ impl RedisOutbox {
 
     /// Every entry of `domain` still kept: pending, delivered within the retention window,
     /// and dead letters, in order.
-    pub async fn entries(&self, domain: &Domain) -> Result<Vec<crate::OutboxEntry>, OutboxError> {
+    pub async fn entries(
+        &self,
+        domain: &Domain,
+    ) -> Result<Vec<fence_outbox::OutboxEntry>, OutboxError> {
         let keys = [
             self.fence.user_key(domain, META)?,
             self.fence.user_key(domain, ENTRIES)?,
@@ -368,9 +371,9 @@ impl RedisOutbox {
     pub async fn dead_letters(
         &self,
         domain: &Domain,
-    ) -> Result<Vec<crate::OutboxEntry>, OutboxError> {
+    ) -> Result<Vec<fence_outbox::OutboxEntry>, OutboxError> {
         let mut entries = self.entries(domain).await?;
-        entries.retain(|e| matches!(e.status, crate::EntryStatus::DeadLettered { .. }));
+        entries.retain(|e| matches!(e.status, fence_outbox::EntryStatus::DeadLettered { .. }));
         Ok(entries)
     }
 

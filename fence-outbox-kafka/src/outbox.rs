@@ -10,11 +10,11 @@ use fence_core::{
 };
 use fence_kafka::KafkaFence;
 
-use super::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER};
-use crate::config::OutboxConfig;
-use crate::effect::{Effect, EffectKinds};
-use crate::error::OutboxError;
-use crate::key::IdempotencyKey;
+use crate::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER};
+use fence_outbox::IdempotencyKey;
+use fence_outbox::OutboxConfig;
+use fence_outbox::OutboxError;
+use fence_outbox::{Effect, EffectKinds};
 
 /// A fenced outbox on Kafka: [`KafkaOutbox::transition`] appends your state records and the
 /// effect records in one producer transaction under the domain's fencing token.

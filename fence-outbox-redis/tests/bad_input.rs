@@ -7,16 +7,16 @@ mod support;
 use std::time::Duration;
 
 use fence_core::{Fence, FenceError, OwnerId};
-use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
 use fence_outbox::{
     Effect, EntryStatus, OutboxConfig, OutboxError, RelayConfig, RetryPolicy,
     DEFAULT_MAX_PAYLOAD_BYTES,
 };
+use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_redis::{redis, RedisFence};
 use support::{domain, fast_relay, op, outbox, relay, token, wait_for, webhook, WebhookServer};
 
-fn with_effect(effect: Effect) -> Transition {
-    Transition::new(domain("order-bad"), token(1), op("pay"))
+fn with_effect(effect: Effect) -> RedisTransition {
+    RedisTransition::new(domain("order-bad"), token(1), op("pay"))
         .key("order")
         .arg("status")
         .arg("paid")
@@ -40,7 +40,7 @@ async fn bad_effects_are_refused_before_any_io() {
     };
     let outbox = outbox(&fence);
     let script = OutboxScript::hset();
-    let cases: Vec<(Transition, &str)> = vec![
+    let cases: Vec<(RedisTransition, &str)> = vec![
         (
             with_effect(Effect::new("send-sms", "https://sms.example", "x")),
             "unknown kind",
@@ -75,13 +75,13 @@ async fn bad_effects_are_refused_before_any_io() {
         ),
         (
             (0..17).fold(
-                Transition::new(domain("order-bad"), token(1), op("many")),
+                RedisTransition::new(domain("order-bad"), token(1), op("many")),
                 |t, i| t.effect(Effect::new("enqueue", "q", format!("{i}"))),
             ),
             "too many effects",
         ),
         (
-            Transition::new(domain("order-bad"), token(1), op("reserved")).key("ob:meta"),
+            RedisTransition::new(domain("order-bad"), token(1), op("reserved")).key("ob:meta"),
             "reserved key name",
         ),
     ];
@@ -266,7 +266,7 @@ async fn a_destination_the_sink_cannot_use_is_dead_lettered_at_once() {
     let outbox = outbox(&fence);
     let d = domain("order-bad");
     // `enqueue` accepts opaque destinations, which the webhook sink cannot reach.
-    let t = Transition::new(d.clone(), token(1), op("q")).effect(Effect::new(
+    let t = RedisTransition::new(d.clone(), token(1), op("q")).effect(Effect::new(
         "enqueue",
         "orders-out",
         "x",

@@ -3,9 +3,9 @@
 use fence_core::{Domain, FenceError, FencingToken};
 use fence_redis::redis::Value;
 
-use super::codec::unpack;
-use crate::entry::{EntryStatus, OutboxEntry};
-use crate::key::IdempotencyKey;
+use crate::codec::unpack;
+use fence_outbox::IdempotencyKey;
+use fence_outbox::{EntryStatus, OutboxEntry};
 
 pub(crate) struct Reply {
     pub(crate) tag: String,
@@ -63,7 +63,7 @@ pub(crate) fn with_presented(error: FenceError, presented: FencingToken) -> Fenc
 
 /// A corrupt-state error of `domain`.
 pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
-    FenceError::corrupt(super::outbox::BACKEND, domain, detail)
+    FenceError::corrupt(crate::outbox::BACKEND, domain, detail)
 }
 
 fn text(domain: &Domain, value: &Value) -> Result<String, FenceError> {
@@ -139,16 +139,14 @@ impl Reply {
             },
             _ => return Err(bad("unknown status or no settle time")),
         };
-        Ok(OutboxEntry {
-            domain: domain.clone(),
+        Ok(OutboxEntry::new(
+            domain.clone(),
             seq,
-            key: IdempotencyKey::from_recorded(record.key),
-            kind: record.kind,
-            destination: record.destination,
-            payload: record.payload,
+            IdempotencyKey::from_recorded(record.key),
+            fence_outbox::Effect::new(record.kind, record.destination, record.payload),
             token,
-            recorded_at_ms: record.recorded_at_ms,
+            record.recorded_at_ms,
             status,
-        })
+        ))
     }
 }

@@ -6,12 +6,12 @@ use async_trait::async_trait;
 use fence_core::{Domain, FencingToken};
 use fence_redis::redis::{self, Value};
 
-use super::outbox::{RedisOutbox, BACKEND, ENTRIES, META};
-use super::reply::{corrupt, parse, with_presented};
-use super::scripts;
-use crate::entry::{OutboxEntry, Settlement};
-use crate::error::OutboxError;
-use crate::store::{Candidate, OutboxStore, Purged};
+use crate::outbox::{RedisOutbox, BACKEND, ENTRIES, META};
+use crate::reply::{corrupt, parse, with_presented};
+use crate::scripts;
+use fence_outbox::OutboxError;
+use fence_outbox::{Candidate, OutboxStore, Purged};
+use fence_outbox::{OutboxEntry, Settlement};
 
 /// The most delivered entries one purge call removes.
 const PURGE_BATCH: usize = 1000;
@@ -31,7 +31,7 @@ impl RedisOutbox {
         domain: &Domain,
         relay: FencingToken,
         args: &[&[u8]],
-    ) -> Result<super::reply::Reply, OutboxError> {
+    ) -> Result<crate::reply::Reply, OutboxError> {
         let keys = self.outbox_keys(domain)?;
         let relay_text = relay.to_string();
         let mut all: Vec<&[u8]> = vec![relay_text.as_bytes()];
@@ -166,17 +166,14 @@ impl OutboxStore for RedisOutbox {
         settlement: &Settlement,
     ) -> Result<bool, OutboxError> {
         let seq_text = seq.to_string();
-        let (outcome, error): (&[u8], &str) = match settlement {
-            Settlement::Delivered => (b"d", ""),
-            Settlement::Retry { error } => (b"r", error),
-            Settlement::DeadLetter { error } => (b"x", error),
-        };
+        let (code, error) = settlement.code();
+        let outcome = code.to_string();
         let reply = self
             .relay_script(
                 &scripts::SETTLE,
                 domain,
                 relay,
-                &[seq_text.as_bytes(), outcome, error.as_bytes()],
+                &[seq_text.as_bytes(), outcome.as_bytes(), error.as_bytes()],
             )
             .await?;
         match reply.tag.as_str() {
@@ -188,10 +185,12 @@ impl OutboxStore for RedisOutbox {
 
     async fn purge(
         &self,
-        domain: &Domain,
+        candidate: &Candidate,
         relay: FencingToken,
         retention: Duration,
+        drained: bool,
     ) -> Result<Purged, OutboxError> {
+        let domain = &candidate.domain;
         let retention = retention.as_millis().to_string();
         let batch = PURGE_BATCH.to_string();
         let reply = self
@@ -203,11 +202,18 @@ impl OutboxStore for RedisOutbox {
             )
             .await?;
         let removed = usize::try_from(reply.number(domain, 0)?).unwrap_or(usize::MAX);
-        Ok(Purged::new(removed, reply.text(domain, 1)? == "1"))
+        if drained {
+            self.forget(candidate).await?;
+        }
+        Ok(Purged::new(removed))
     }
+}
 
-    async fn forget(&self, partition: u16, candidate: &Candidate) -> Result<(), OutboxError> {
-        let key = [self.index_key(partition)];
+impl RedisOutbox {
+    /// Removes a drained domain from its partition's index if its entry is still at
+    /// `candidate`'s version.
+    async fn forget(&self, candidate: &Candidate) -> Result<(), OutboxError> {
+        let key = [self.index_key(self.config.partition_of(&candidate.domain))];
         let value = self
             .fence
             .eval_script(

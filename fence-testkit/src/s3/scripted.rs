@@ -18,6 +18,7 @@ pub struct Request {
 }
 
 impl Request {
+    /// True when the request carries header `name` (lowercase).
     pub fn has_header(&self, name: &str) -> bool {
         self.head
             .lines()
@@ -28,8 +29,11 @@ impl Request {
 /// A scripted answer.
 #[derive(Clone, Debug)]
 pub struct Reply {
+    /// The HTTP status.
     pub status: u16,
+    /// Extra headers.
     pub headers: Vec<(String, String)>,
+    /// The body.
     pub body: String,
 }
 

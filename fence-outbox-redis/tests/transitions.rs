@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use fence_core::{Fence, FenceError};
-use fence_outbox::redis::{OutboxScript, RedisOutbox, Transition};
 use fence_outbox::{EntryStatus, IdempotencyKey, OutboxError};
+use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_redis::redis;
 use fence_redis::RedisFence;
 use support::{domain, op, outbox, pay, token};
@@ -103,7 +103,7 @@ async fn a_retried_transition_records_its_effects_once() {
     let script = OutboxScript::new(
         "redis.call('HINCRBY', KEYS[1], 'paid_cents', ARGV[1]); return redis.call('HGET', KEYS[1], 'paid_cents')",
     );
-    let transition = Transition::new(d.clone(), token(3), op("pay-42"))
+    let transition = RedisTransition::new(d.clone(), token(3), op("pay-42"))
         .key("order")
         .arg("1999")
         .effect(fence_outbox::Effect::new(
@@ -163,7 +163,7 @@ async fn a_failing_state_change_records_no_entry_and_can_be_retried() {
         .await
         .unwrap();
     let failing = OutboxScript::new("return redis.call('INCR', KEYS[1])");
-    let t = Transition::new(d.clone(), token(1), op("count"))
+    let t = RedisTransition::new(d.clone(), token(1), op("count"))
         .key("counter")
         .effect(fence_outbox::Effect::new("enqueue", "audit", "counted"));
     let error = outbox.transition(&failing, &t).await.unwrap_err();

@@ -1,0 +1,72 @@
+//! Fence's test kit (not published): managed server processes a test owns (redis-server,
+//! `weed mini`, noida-db) to kill, pause and restart; the shared servers `scripts/test` starts;
+//! unique names per test; the client set-up tests and fence-bench share; a real local webhook
+//! server. One module per backend, each behind its feature.
+//!
+//! Under the project's test command (`FENCE_REQUIRE_SERVICES=1`) a shared server that does not
+//! answer fails the test; in a bare `cargo test` it is skipped with a loud notice
+//! ([`unavailable`]).
+// Panicking on a broken test set-up is this crate's job.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[cfg(feature = "kafka")]
+pub mod kafka;
+#[cfg(feature = "outbox")]
+pub mod outbox;
+pub mod process;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "s3")]
+pub mod s3;
+#[cfg(feature = "webhook")]
+pub mod webhook;
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+pub use fence_conformance::services::{required, unavailable};
+
+/// `<pid>.<nanos>.<n>`: unique across processes and calls, the tail of every test's names.
+pub fn unique_suffix() -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{}.{}.{}",
+        std::process::id(),
+        nanos % 1_000_000_000_000,
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// True when something accepts TCP connections at `address` (`host:port`) within 300 ms.
+pub fn listens(address: &str) -> bool {
+    address
+        .parse()
+        .ok()
+        .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok())
+}
+
+/// A loopback port free right now (the caller confirms it once its server answers).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// The folder for the data of servers tests own: `$FENCE_SERVICES_DIR/<what>`, by default
+/// under the repository's ignored `.services` folder.
+pub fn data_root(what: &str) -> PathBuf {
+    services_dir().join(what)
+}
+
+/// `$FENCE_SERVICES_DIR`, or the repository's `.services` folder.
+pub fn services_dir() -> PathBuf {
+    std::env::var("FENCE_SERVICES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.services"))
+}

@@ -1,0 +1,109 @@
+//! Outbox relays: test-sized relay settings, the effect kinds the tests register, the webhook
+//! sink aimed at [`crate::webhook::WebhookServer`], and sinks that crash or pause mid-delivery.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fence_core::{OperationId, OwnerId};
+use fence_outbox::{
+    DestinationRule, EffectKinds, OutboxEntry, RelayConfig, RetryPolicy, Sink, SinkError,
+    WebhookSink,
+};
+use tokio::sync::Notify;
+
+/// The kinds the tests use.
+pub fn kinds() -> EffectKinds {
+    EffectKinds::new()
+        .register("send-receipt-email", DestinationRule::HttpUrl)
+        .and_then(|k| k.register("charge-card", DestinationRule::HttpUrl))
+        .and_then(|k| k.register("enqueue", DestinationRule::Opaque))
+        .expect("valid kinds")
+}
+
+/// An operation id from a literal.
+pub fn op(name: &str) -> OperationId {
+    OperationId::new(name).expect("valid op id")
+}
+
+/// A relay config with test-sized timings.
+pub fn fast_relay(owner: &str) -> RelayConfig {
+    RelayConfig::new("test", OwnerId::new(owner).unwrap())
+        // Timeouts with room for a loaded 2-core machine: exact attempt counts must not depend
+        // on a healthy request answering within a few hundred milliseconds.
+        .lease_ttl(Duration::from_millis(4000))
+        .poll_interval(Duration::from_millis(20))
+        .delivery_timeout(Duration::from_millis(1500))
+        .retry(RetryPolicy::new(
+            6,
+            Duration::from_millis(20),
+            Duration::from_millis(100),
+        ))
+}
+
+/// A webhook sink with a test-sized timeout.
+pub fn webhook() -> Arc<dyn Sink> {
+    Arc::new(
+        WebhookSink::new()
+            .expect("webhook sink")
+            .timeout(Duration::from_millis(1200)),
+    )
+}
+
+/// A sink that delivers, and after `left` successes hangs forever before returning, so the
+/// relay can be killed between the delivery and its mark.
+pub struct CrashAfterDeliveries {
+    inner: Arc<dyn Sink>,
+    left: std::sync::atomic::AtomicUsize,
+    crashed: Arc<Notify>,
+}
+
+impl CrashAfterDeliveries {
+    /// Delivers through `inner`, and hangs after `left` deliveries, notifying `crashed`.
+    pub fn new(inner: Arc<dyn Sink>, left: usize, crashed: Arc<Notify>) -> Self {
+        CrashAfterDeliveries {
+            inner,
+            left: std::sync::atomic::AtomicUsize::new(left),
+            crashed,
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for CrashAfterDeliveries {
+    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), SinkError> {
+        self.inner.deliver(entry).await?;
+        if self.left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) == 1 {
+            self.crashed.notify_one();
+            std::future::pending::<()>().await;
+        }
+        Ok(())
+    }
+}
+
+/// A sink that pauses inside `deliver` until released, like a relay stuck in GC.
+pub struct PausingSink {
+    inner: Arc<dyn Sink>,
+    entered: Arc<Notify>,
+    release: Arc<Notify>,
+}
+
+impl PausingSink {
+    /// Notifies `entered` inside `deliver`, then waits for `release` before delivering.
+    pub fn new(inner: Arc<dyn Sink>, entered: Arc<Notify>, release: Arc<Notify>) -> Self {
+        PausingSink {
+            inner,
+            entered,
+            release,
+        }
+    }
+}
+
+#[async_trait]
+impl Sink for PausingSink {
+    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), SinkError> {
+        self.entered.notify_one();
+        self.release.notified().await;
+        self.inner.deliver(entry).await
+    }
+}
