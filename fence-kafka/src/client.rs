@@ -7,11 +7,11 @@ use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{BorrowedMessage, Message, OwnedMessage};
 use rdkafka::producer::{DefaultProducerContext, Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::error::KafkaFenceError;
+use crate::record::CommittedRecord;
 
 /// A transactional producer for one domain's transactional id.
 pub(crate) type TxnProducer = ThreadedProducer<DefaultProducerContext>;
@@ -60,7 +60,7 @@ pub(crate) fn read_partition(
     partition: i32,
     from: i64,
     timeout: Duration,
-) -> Result<Vec<OwnedMessage>, KafkaError> {
+) -> Result<Vec<CommittedRecord>, KafkaError> {
     let consumer: BaseConsumer = base
         .clone()
         .set("group.id", "fence-reader")
@@ -80,7 +80,7 @@ pub(crate) fn read_partition(
     let mut messages = Vec::new();
     loop {
         match consumer.poll(Duration::from_millis(50)) {
-            Some(Ok(message)) => messages.push(owned(&message)),
+            Some(Ok(message)) => messages.push(CommittedRecord::from_message(&message)),
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(error)) => return Err(error),
         }
@@ -101,10 +101,6 @@ pub(crate) fn read_partition(
             ));
         }
     }
-}
-
-fn owned(message: &BorrowedMessage<'_>) -> OwnedMessage {
-    message.detach()
 }
 
 /// The number of partitions of `topic`.
@@ -153,9 +149,4 @@ pub(crate) async fn ensure_topic(
         }
     }
     Ok(())
-}
-
-/// The message's value, or an empty slice.
-pub(crate) fn payload(message: &OwnedMessage) -> &[u8] {
-    message.payload().unwrap_or_default()
 }

@@ -1,8 +1,7 @@
 //! Configuration of a [`KafkaFence`].
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{Backoff, FenceError, InvalidInput};
@@ -50,6 +49,7 @@ pub struct KafkaFenceBuilder {
     op_id_retention: usize,
     aborted_retries: usize,
     backoff: Backoff,
+    max_holders: usize,
 }
 
 impl KafkaFenceBuilder {
@@ -67,6 +67,7 @@ impl KafkaFenceBuilder {
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             aborted_retries: 16,
             backoff: DEFAULT_BACKOFF,
+            max_holders: crate::DEFAULT_MAX_HOLDERS,
         }
     }
 
@@ -114,6 +115,14 @@ impl KafkaFenceBuilder {
     /// Refuses appends whose values add up to more, before any I/O.
     pub fn max_batch_bytes(mut self, max: usize) -> Self {
         self.max_batch_bytes = max;
+        self
+    }
+
+    /// How many holders (one initialised transactional producer per domain and token in use)
+    /// the fence keeps (default [`crate::DEFAULT_MAX_HOLDERS`], at least 1): past it, idle ones
+    /// are dropped and their producers closed; a dropped holder claims again on its next append.
+    pub fn max_holders(mut self, count: usize) -> Self {
+        self.max_holders = count;
         self
     }
 
@@ -207,8 +216,7 @@ impl KafkaFenceBuilder {
                 op_id_retention: self.op_id_retention,
                 aborted_retries: self.aborted_retries,
                 backoff: self.backoff,
-                holders: Mutex::new(HashMap::new()),
-                known_marks: Mutex::new(HashMap::new()),
+                holders: crate::holders::Holders::new(self.max_holders),
             }),
         })
     }

@@ -12,10 +12,10 @@ use std::fmt;
 use fence_core::{FenceError, FencingToken, InvalidInput};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use rdkafka::message::Message;
 
 use crate::error::backend;
-use crate::fence::{DOMAIN_HEADER, TOKEN_HEADER};
+use crate::record::{CommittedRecord, FenceHeaders};
 
 /// What the filter decided for one record.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,30 +50,20 @@ impl TokenFilter {
     }
 
     /// Judges one record (and remembers its token when admitted).
-    pub fn admit<M: Message>(&mut self, message: &M) -> Admission {
-        let Some(headers) = message.headers() else {
+    pub fn admit(&mut self, record: &CommittedRecord) -> Admission {
+        let Some(FenceHeaders {
+            domain,
+            token: Some(token),
+            ..
+        }) = record.fence_headers()
+        else {
             return Admission::Unfenced;
         };
-        let (mut domain, mut token) = (None, None);
-        for header in headers.iter() {
-            match header.key {
-                DOMAIN_HEADER => domain = header.value.and_then(|v| std::str::from_utf8(v).ok()),
-                TOKEN_HEADER => {
-                    token = header
-                        .value
-                        .and_then(|v| std::str::from_utf8(v).ok())
-                        .and_then(|t| t.parse::<FencingToken>().ok())
-                }
-                _ => {}
-            }
-        }
-        let (Some(domain), Some(token)) = (domain, token) else {
-            return Admission::Unfenced;
-        };
+        let domain = domain.as_str();
         match self.highest.get(domain) {
             Some(&highest) if token < highest => {
                 self.dropped += 1;
-                metrics::counter!("fence_consumer_dropped_total", "topic" => message.topic().to_owned(), "reason" => "stale").increment(1);
+                metrics::counter!("fence_consumer_dropped_total", "topic" => record.topic.clone(), "reason" => "stale").increment(1);
                 Admission::Stale {
                     domain: domain.to_owned(),
                     token,
@@ -144,10 +134,11 @@ impl FencedConsumer {
 
     /// The next admitted record; stale ones (and unfenced ones, unless allowed) are skipped and
     /// counted.
-    pub async fn recv(&mut self) -> Result<OwnedMessage, FenceError> {
+    pub async fn recv(&mut self) -> Result<CommittedRecord, FenceError> {
         loop {
             let message = self.consumer.recv().await.map_err(|e| backend(None, e))?;
-            match self.filter.admit(&message) {
+            let record = CommittedRecord::from_message(&message);
+            match self.filter.admit(&record) {
                 Admission::Stale {
                     domain,
                     token,
@@ -169,7 +160,7 @@ impl FencedConsumer {
                         "dropped a record without fence headers"
                     );
                 }
-                _ => return Ok(message.detach()),
+                _ => return Ok(record),
             }
         }
     }

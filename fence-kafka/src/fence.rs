@@ -1,39 +1,28 @@
 //! `KafkaFence`: fenced, transactional appends on Kafka.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::telemetry::observe;
 use fence_core::{
-    rule, AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy,
-    Fence, FenceError, FencedLog, FencingToken, LogEntry, OpIdRetention, Operation, Record,
+    AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy, Fence,
+    FenceError, FencedLog, FencingToken, LogEntry, OpIdRetention, Operation, Record,
 };
 use rdkafka::config::ClientConfig;
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer};
 use tokio::sync::OnceCell;
 
-use crate::client::{
-    blocking, partition_count, payload, read_partition, transactional_producer, TxnProducer,
-};
+use crate::client::{blocking, partition_count, read_partition, transactional_producer};
 use crate::config::KafkaFenceBuilder;
 use crate::error::{
-    backend, classify, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
+    backend, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
 };
+use crate::holders::{Holder, Holders};
 use crate::ledger::{partition_for, LedgerState};
-
-/// Header carrying the domain on every fenced record.
-pub const DOMAIN_HEADER: &str = "fence-domain";
-/// Header carrying the fencing token on every fenced record.
-pub const TOKEN_HEADER: &str = "fence-token";
-/// Header carrying the operation id, when the append has one.
-pub const OP_HEADER: &str = "fence-op";
+use crate::record::CommittedRecord;
+use crate::txn::{pause, Outgoing};
 
 pub(crate) struct Inner {
     pub(crate) config: ClientConfig,
@@ -50,28 +39,7 @@ pub(crate) struct Inner {
     pub(crate) op_id_retention: usize,
     pub(crate) aborted_retries: usize,
     pub(crate) backoff: Backoff,
-    pub(crate) holders: Mutex<HashMap<(Domain, FencingToken), Slot>>,
-    /// The greatest mark seen per domain. Marks never decrease, so a token below it is stale
-    /// for certain and is refused without initialising a producer, which would abort the
-    /// owner's open transaction.
-    pub(crate) known_marks: Mutex<HashMap<Domain, FencingToken>>,
-}
-
-/// One holder (domain, token): its initialised producer and the ledger state it wrote last.
-pub(crate) struct Holder {
-    producer: Arc<TxnProducer>,
-    state: LedgerState,
-}
-
-pub(crate) type Slot = Arc<tokio::sync::Mutex<Option<Holder>>>;
-
-/// A record ready to send inside a transaction.
-struct Outgoing {
-    topic: String,
-    partition: i32,
-    key: Option<Bytes>,
-    value: Bytes,
-    headers: Vec<(String, Bytes)>,
+    pub(crate) holders: Holders,
 }
 
 /// Fenced appends on Kafka, safe against zombie producers.
@@ -124,7 +92,7 @@ impl KafkaFence {
         &self,
         partition: i32,
         from: i64,
-    ) -> Result<Vec<rdkafka::message::OwnedMessage>, FenceError> {
+    ) -> Result<Vec<CommittedRecord>, FenceError> {
         let (config, topic, timeout) = (
             self.inner.config.clone(),
             self.inner.data_topic.clone(),
@@ -134,6 +102,18 @@ impl KafkaFence {
             .await
             .map_err(|e| backend(None, e))?
             .map_err(|e| backend(None, e))
+    }
+
+    /// Drops the holder of (domain, token): its transactional producer is closed. Call it when
+    /// a lease ends; the next append of that token claims again. Holders are also bounded
+    /// (`max_holders`): idle ones are dropped first when the bound is reached.
+    pub fn release(&self, domain: &Domain, token: FencingToken) {
+        self.inner.holders.forget(domain, token);
+    }
+
+    /// How many holders (initialised producers) this fence keeps now.
+    pub fn holders(&self) -> usize {
+        self.inner.holders.len()
     }
 
     pub(crate) async fn ledger_partitions(&self) -> Result<i32, FenceError> {
@@ -162,48 +142,6 @@ impl KafkaFence {
         .copied()
     }
 
-    fn slot(&self, domain: &Domain, token: FencingToken) -> Slot {
-        let mut holders = self.inner.holders.lock().unwrap_or_else(|p| p.into_inner());
-        holders.entry((domain.clone(), token)).or_default().clone()
-    }
-
-    fn note_mark(&self, domain: &Domain, mark: Option<FencingToken>) {
-        let Some(mark) = mark else { return };
-        let mut marks = self
-            .inner
-            .known_marks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let known = marks.entry(domain.clone()).or_insert(mark);
-        *known = (*known).max(mark);
-    }
-
-    /// Refuses a token already known to be stale, with no I/O.
-    fn check_known(
-        &self,
-        domain: &Domain,
-        token: FencingToken,
-        policy: EqualTokenPolicy,
-    ) -> Result<(), FenceError> {
-        let known = self
-            .inner
-            .known_marks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(domain)
-            .copied();
-        match known {
-            // Under the same-owner policy an equal mark may be this holder's own claim.
-            Some(mark) if token < mark => rule::check_token(domain, Some(mark), token, policy),
-            _ => Ok(()),
-        }
-    }
-
-    fn forget(&self, domain: &Domain, token: FencingToken) {
-        let mut holders = self.inner.holders.lock().unwrap_or_else(|p| p.into_inner());
-        holders.remove(&(domain.clone(), token));
-    }
-
     /// Reads the domain's committed ledger state.
     async fn read_ledger(&self, domain: &Domain) -> Result<LedgerState, FenceError> {
         let partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
@@ -217,13 +155,17 @@ impl KafkaFence {
             .map_err(|e| backend(Some(domain), e))?
             .map_err(|e| backend(Some(domain), e))?;
         let key = domain.as_str().as_bytes();
-        let state = match messages.iter().rev().find(|m| m.key() == Some(key)) {
+        let state = match messages
+            .iter()
+            .rev()
+            .find(|m| m.key.as_deref() == Some(key))
+        {
             None => LedgerState::default(),
-            Some(message) => LedgerState::decode(payload(message)).map_err(|why| {
+            Some(message) => LedgerState::decode(&message.value).map_err(|why| {
                 FenceError::corrupt(BACKEND, domain, format!("fence ledger: {why}"))
             })?,
         };
-        self.note_mark(domain, state.hwm);
+        self.inner.holders.note_mark(domain, state.hwm);
         Ok(state)
     }
 
@@ -246,47 +188,11 @@ impl KafkaFence {
         })
     }
 
-    fn ledger_record(&self, domain: &Domain, partition: i32, state: &LedgerState) -> Outgoing {
-        Outgoing {
-            topic: self.inner.ledger_topic.clone(),
-            partition,
-            key: Some(Bytes::copy_from_slice(domain.as_str().as_bytes())),
-            value: Bytes::from(state.encode()),
-            headers: Vec::new(),
-        }
-    }
-
-    /// Sends `records` in one transaction on `producer`.
-    async fn transact(
-        &self,
-        producer: &Arc<TxnProducer>,
-        records: Vec<Outgoing>,
-    ) -> Result<(), TxnFailure> {
-        let (producer, timeout) = (producer.clone(), self.inner.timeout);
-        match blocking(move || run_transaction(&producer, records, timeout)).await {
-            Ok(result) => result,
-            // The worker may have died after the commit was sent: the outcome is unknown.
-            Err(worker) => Err(TxnFailure::Ambiguous(KafkaError::Canceled))
-                .inspect_err(|_| tracing::error!(%worker, "transaction worker failed")),
-        }
-    }
-
-    fn txn_error(&self, domain: &Domain, operation: Operation, failure: TxnFailure) -> FenceError {
-        match failure {
-            TxnFailure::Ambiguous(error) => FenceError::Ambiguous {
-                domain: domain.clone(),
-                operation,
-                source: Box::new(KafkaFenceError::Kafka(error)),
-            },
-            TxnFailure::Fenced(error) | TxnFailure::Aborted(error) | TxnFailure::Failed(error) => {
-                backend(Some(domain), error)
-            }
-        }
-    }
-
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        self.check_known(domain, token, EqualTokenPolicy::SameOwner)?;
-        let slot = self.slot(domain, token);
+        self.inner
+            .holders
+            .check_known(domain, token, EqualTokenPolicy::SameOwner)?;
+        let slot = self.inner.holders.slot(domain, token);
         let mut guard = slot.lock().await;
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
         let attempts = self.inner.aborted_retries + 1;
@@ -299,7 +205,7 @@ impl KafkaFence {
                 let committed = self.read_ledger(domain).await?;
                 if let Err(fenced) = pipeline::decide_claim(domain, committed.hwm, token) {
                     drop(guard);
-                    self.forget(domain, token);
+                    self.inner.holders.forget(domain, token);
                     return Err(fenced);
                 }
             }
@@ -308,7 +214,7 @@ impl KafkaFence {
                 Ok(decision) => decision,
                 Err(fenced) => {
                     drop(guard);
-                    self.forget(domain, token);
+                    self.inner.holders.forget(domain, token);
                     return Err(fenced);
                 }
             };
@@ -324,7 +230,7 @@ impl KafkaFence {
                 {
                     Ok(()) => {
                         holder.state = next;
-                        self.note_mark(domain, Some(token));
+                        self.inner.holders.note_mark(domain, Some(token));
                     }
                     Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
                         if !permanent(&error) =>
@@ -342,7 +248,7 @@ impl KafkaFence {
             return Ok(decision.claimed());
         }
         drop(guard);
-        self.forget(domain, token);
+        self.inner.holders.forget(domain, token);
         Err(match last {
             Some(error) if !fenced_by_another_producer(&error) => backend(Some(domain), error),
             _ => backend(Some(domain), KafkaFenceError::ClaimContended { attempts }),
@@ -356,7 +262,7 @@ impl KafkaFence {
         let strict = request.policy() == EqualTokenPolicy::Strict;
         let data_partition = partition_for(domain.as_str(), self.data_partitions().await?);
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
-        let slot = self.slot(domain, token);
+        let slot = self.inner.holders.slot(domain, token);
         let mut guard = slot.lock().await;
         let mut last = None;
         for attempt in 0..=self.inner.aborted_retries {
@@ -364,7 +270,12 @@ impl KafkaFence {
             let fresh = strict || guard.is_none();
             if fresh {
                 *guard = None;
-                if self.check_known(domain, token, request.policy()).is_err() {
+                if self
+                    .inner
+                    .holders
+                    .check_known(domain, token, request.policy())
+                    .is_err()
+                {
                     // Known stale: opening a producer would fence the owner. Decide on the
                     // committed ledger, read without one: a late retry still learns its first
                     // outcome, anything else is fenced.
@@ -374,7 +285,7 @@ impl KafkaFence {
                         Ok(Decision::Apply { .. }) => {}
                         Err(refused) => {
                             drop(guard);
-                            self.forget(domain, token);
+                            self.inner.holders.forget(domain, token);
                             return Err(refused);
                         }
                     }
@@ -391,7 +302,7 @@ impl KafkaFence {
                     Err(refused) => {
                         *guard = None;
                         drop(guard);
-                        self.forget(domain, token);
+                        self.inner.holders.forget(domain, token);
                         return Err(refused);
                     }
                 };
@@ -404,13 +315,7 @@ impl KafkaFence {
                 .records()
                 .iter()
                 .map(|record| {
-                    self.data_record(
-                        domain,
-                        data_partition,
-                        token,
-                        request.op_id().map(|o| o.as_str()),
-                        record,
-                    )
+                    self.data_record(domain, data_partition, token, request.op_id(), record)
                 })
                 .collect();
             // The ledger moves with the data when the mark or the remembered op ids change.
@@ -420,7 +325,7 @@ impl KafkaFence {
             match self.transact(&holder.producer, records).await {
                 Ok(()) => {
                     holder.state = next;
-                    self.note_mark(domain, Some(token));
+                    self.inner.holders.note_mark(domain, Some(token));
                     return Ok(AppendOutcome::Appended(appended));
                 }
                 Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
@@ -450,32 +355,6 @@ impl KafkaFence {
         })
     }
 
-    fn data_record(
-        &self,
-        domain: &Domain,
-        partition: i32,
-        token: FencingToken,
-        op: Option<&str>,
-        record: &Record,
-    ) -> Outgoing {
-        let mut headers = record.headers.clone();
-        headers.push((
-            DOMAIN_HEADER.to_owned(),
-            Bytes::copy_from_slice(domain.as_str().as_bytes()),
-        ));
-        headers.push((TOKEN_HEADER.to_owned(), Bytes::from(token.to_string())));
-        if let Some(op) = op {
-            headers.push((OP_HEADER.to_owned(), Bytes::copy_from_slice(op.as_bytes())));
-        }
-        Outgoing {
-            topic: self.inner.data_topic.clone(),
-            partition,
-            key: record.key.clone(),
-            value: record.value.clone(),
-            headers,
-        }
-    }
-
     async fn read_log_now(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         let partition = self.data_partition(domain).await?;
         let (config, topic, timeout) = (
@@ -489,108 +368,31 @@ impl KafkaFence {
             .map_err(|e| backend(Some(domain), e))?;
         let mut entries = Vec::new();
         for message in &messages {
-            let Some(headers) = message.headers() else {
-                continue;
+            let Some(fence) = message.fence_headers() else {
+                continue; // not a fenced record
             };
-            let mut fence = (None, None, None);
-            let mut user = Vec::new();
-            for header in headers.iter() {
-                let value = header.value.unwrap_or_default();
-                match header.key {
-                    DOMAIN_HEADER => fence.0 = Some(value),
-                    TOKEN_HEADER => fence.1 = Some(value),
-                    OP_HEADER => fence.2 = Some(value),
-                    name => user.push((name.to_owned(), Bytes::copy_from_slice(value))),
-                }
+            if fence.domain != domain.as_str() {
+                continue; // another domain's record
             }
-            if fence.0 != Some(domain.as_str().as_bytes()) {
-                continue; // another domain's record, or not a fenced one
-            }
-            let token = std::str::from_utf8(fence.1.unwrap_or_default())
-                .ok()
-                .and_then(|t| t.parse::<FencingToken>().ok())
-                .ok_or_else(|| {
-                    FenceError::corrupt(
-                        BACKEND,
-                        domain,
-                        format!(
-                            "record at offset {} has no valid token header",
-                            message.offset()
-                        ),
-                    )
-                })?;
-            let op_id = fence
-                .2
-                .and_then(|op| std::str::from_utf8(op).ok())
-                .and_then(|op| fence_core::OperationId::new(op).ok());
+            let token = fence.token.ok_or_else(|| {
+                FenceError::corrupt(
+                    BACKEND,
+                    domain,
+                    format!(
+                        "record at offset {} has no valid token header",
+                        message.offset
+                    ),
+                )
+            })?;
             let record = Record {
-                key: message.key().map(Bytes::copy_from_slice),
-                value: Bytes::copy_from_slice(payload(message)),
-                headers: user,
+                key: message.key.clone(),
+                value: message.value.clone(),
+                headers: message.user_headers(),
             };
-            entries.push(LogEntry::new(token, op_id, record));
+            entries.push(LogEntry::new(token, fence.op_id, record));
         }
         Ok(entries)
     }
-}
-
-/// One transaction: begin, send every record, commit. Blocking.
-fn run_transaction(
-    producer: &TxnProducer,
-    records: Vec<Outgoing>,
-    timeout: Duration,
-) -> Result<(), TxnFailure> {
-    producer
-        .begin_transaction()
-        .map_err(|e| classify(e, false))?;
-    for outgoing in &records {
-        let mut headers = OwnedHeaders::new_with_capacity(outgoing.headers.len());
-        for (name, value) in &outgoing.headers {
-            headers = headers.insert(Header {
-                key: name,
-                value: Some(&value[..]),
-            });
-        }
-        let mut record = BaseRecord::<[u8], [u8]>::to(&outgoing.topic)
-            .partition(outgoing.partition)
-            .payload(&outgoing.value[..])
-            .headers(headers);
-        if let Some(key) = &outgoing.key {
-            record = record.key(&key[..]);
-        }
-        loop {
-            match producer.send(record) {
-                Ok(()) => break,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), returned)) => {
-                    record = returned;
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err((error, _)) => {
-                    let _ = producer.abort_transaction(timeout);
-                    return Err(match classify(error, false) {
-                        TxnFailure::Failed(error) => TxnFailure::Aborted(error),
-                        other => other,
-                    });
-                }
-            }
-        }
-    }
-    match producer.commit_transaction(timeout) {
-        Ok(()) => Ok(()),
-        Err(error) => match classify(error, true) {
-            TxnFailure::Aborted(error) => {
-                let _ = producer.abort_transaction(timeout);
-                Err(TxnFailure::Aborted(error))
-            }
-            other => Err(other),
-        },
-    }
-}
-
-/// Sleeps the backoff before retry `attempt` of an aborted transaction.
-async fn pause(backoff: Backoff, attempt: usize) {
-    let attempt = u32::try_from(attempt).unwrap_or(u32::MAX);
-    tokio::time::sleep(backoff.delay(attempt)).await;
 }
 
 impl fmt::Debug for KafkaFence {

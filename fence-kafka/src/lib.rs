@@ -5,7 +5,10 @@ mod config;
 mod consumer;
 mod error;
 mod fence;
+mod holders;
 mod ledger;
+mod record;
+mod txn;
 
 pub use rdkafka;
 
@@ -16,4 +19,6 @@ pub use config::{
 pub use consumer::{Admission, FencedConsumer, TokenFilter};
 pub use error::KafkaFenceError;
 pub(crate) use fence::Inner;
-pub use fence::{KafkaFence, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};
+pub use fence::KafkaFence;
+pub use holders::DEFAULT_MAX_HOLDERS;
+pub use record::{CommittedRecord, FenceHeaders, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};

@@ -198,12 +198,7 @@ async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
             .await
             .expect("records arrive")
             .unwrap();
-        seen.push(
-            String::from_utf8_lossy(
-                fence_kafka::rdkafka::Message::payload(&message).unwrap_or_default(),
-            )
-            .into_owned(),
-        );
+        seen.push(String::from_utf8_lossy(&message.value[..]).into_owned());
     }
     assert_eq!(seen, ["t7", "t8", "unfenced"]);
     assert_eq!(consumer.filter().dropped(), 1);
@@ -218,12 +213,7 @@ async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
             .await
             .expect("records arrive")
             .unwrap();
-        seen.push(
-            String::from_utf8_lossy(
-                fence_kafka::rdkafka::Message::payload(&message).unwrap_or_default(),
-            )
-            .into_owned(),
-        );
+        seen.push(String::from_utf8_lossy(&message.value[..]).into_owned());
     }
     assert_eq!(seen, ["t7", "t8"]);
     let late = tokio::time::timeout(Duration::from_secs(3), strict.recv()).await;
@@ -240,15 +230,7 @@ async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
     ));
     let mut filter = TokenFilter::new();
     assert_eq!(
-        filter.admit(&fence_kafka::rdkafka::message::OwnedMessage::new(
-            None,
-            None,
-            "t".into(),
-            fence_kafka::rdkafka::Timestamp::NotAvailable,
-            0,
-            0,
-            None
-        )),
+        filter.admit(&fence_kafka::CommittedRecord::new("t", 0, 0, "plain")),
         Admission::Unfenced
     );
 }

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::{AppendRequest, Domain, FencedLog, FencingToken, Record};
-use fence_kafka::rdkafka::message::{Headers, Message, OwnedMessage};
+use fence_kafka::CommittedRecord;
 use fence_kafka::{DOMAIN_HEADER, TOKEN_HEADER};
 use tokio::sync::Mutex;
 
@@ -63,16 +63,8 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn header<'a>(message: &'a OwnedMessage, name: &str) -> Option<&'a [u8]> {
-    message
-        .headers()?
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value)
-}
-
-fn text(message: &OwnedMessage, name: &str) -> Option<String> {
-    header(message, name).and_then(|v| String::from_utf8(v.to_vec()).ok())
+fn text(message: &CommittedRecord, name: &str) -> Option<String> {
+    message.header_text(name).map(str::to_owned)
 }
 
 impl View {
@@ -145,19 +137,19 @@ impl KafkaRelayStore {
             let from = view.next.get(&partition).copied().unwrap_or(0);
             let messages = fence.read_committed(partition, from).await?;
             for message in &messages {
-                view.next.insert(partition, message.offset() + 1);
+                view.next.insert(partition, message.offset + 1);
                 let Some(domain) = text(message, DOMAIN_HEADER).and_then(|d| Domain::new(d).ok())
                 else {
                     continue;
                 };
                 if domain == self.progress_domain {
-                    match Progress::decode(message.payload().unwrap_or_default()) {
+                    match Progress::decode(&message.value) {
                         Ok(p) => progress.push(p),
                         Err(error) => {
-                            tracing::warn!(offset = message.offset(), %error, "skipping a corrupt progress record")
+                            tracing::warn!(offset = message.offset, %error, "skipping a corrupt progress record")
                         }
                     }
-                } else if header(message, KEY_HEADER).is_some()
+                } else if message.header(KEY_HEADER).is_some()
                     && self.outbox.config.partition_of(&domain) == self.partition
                 {
                     match self.entry_of(&domain, message) {
@@ -169,7 +161,7 @@ impl KafkaRelayStore {
                                 .or_insert(entry);
                         }
                         Err(error) => {
-                            tracing::warn!(domain = domain.as_str(), offset = message.offset(), %error,
+                            tracing::warn!(domain = domain.as_str(), offset = message.offset, %error,
                             "an effect record is malformed; it is dead-lettered")
                         }
                     }
@@ -185,8 +177,8 @@ impl KafkaRelayStore {
     }
 
     /// An entry from an effect record; a malformed one becomes a dead letter, never a loss.
-    fn entry_of(&self, domain: &Domain, message: &OwnedMessage) -> Result<OutboxEntry, String> {
-        let seq = u64::try_from(message.offset()).map_err(|_| "negative offset")?;
+    fn entry_of(&self, domain: &Domain, message: &CommittedRecord) -> Result<OutboxEntry, String> {
+        let seq = u64::try_from(message.offset).map_err(|_| "negative offset")?;
         let token = text(message, TOKEN_HEADER)
             .and_then(|t| t.parse::<FencingToken>().ok())
             .ok_or("no valid fence-token header")?;
@@ -194,11 +186,10 @@ impl KafkaRelayStore {
         let kind = text(message, KIND_HEADER).ok_or("no effect kind header")?;
         let destination = text(message, DESTINATION_HEADER).ok_or("no destination header")?;
         let recorded_at_ms = message
-            .timestamp()
-            .to_millis()
+            .timestamp_ms
             .and_then(|ms| u64::try_from(ms).ok())
             .unwrap_or_else(now_ms);
-        let payload = Bytes::copy_from_slice(message.payload().unwrap_or_default());
+        let payload = message.value.clone();
         Ok(OutboxEntry::new(
             domain.clone(),
             seq,

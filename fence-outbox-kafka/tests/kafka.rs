@@ -10,7 +10,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fence_conformance::services::{domain, token};
 use fence_core::{Domain, FenceError, FencedLog, LeaseManager, Record};
-use fence_kafka::rdkafka::message::{Headers, Message};
 use fence_outbox::{
     Effect, EntryStatus, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink,
     SinkError,
@@ -215,11 +214,7 @@ async fn the_relay_delivers_exactly_once_in_order_despite_failures_and_a_crash()
     let (mut business, mut progress) = (0, 0);
     for partition in 0..reader.data_partition_count().await.unwrap() {
         for message in reader.read_committed(partition, 0).await.unwrap() {
-            let has = |name: &str| {
-                message
-                    .headers()
-                    .is_some_and(|h| h.iter().any(|header| header.key == name))
-            };
+            let has = |name: &str| message.header(name).is_some();
             if has(KEY_HEADER) {
                 continue;
             }
@@ -227,7 +222,7 @@ async fn the_relay_delivers_exactly_once_in_order_despite_failures_and_a_crash()
                 progress += 1;
                 continue;
             }
-            let value = message.payload().unwrap_or_default();
+            let value = &message.value;
             assert!(
                 value.starts_with(b"{\"order\""),
                 "an unmarked record that is not business data: {}",
