@@ -112,7 +112,7 @@ impl Fence for Faulty {
             .with_survives_restart(true)
     }
 
-    async fn claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn do_claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.with(d, |s| {
             if self.fault != Fault::ClaimLowersMark {
                 rule::check_claim(d, s.hwm, token)?;
@@ -125,14 +125,14 @@ impl Fence for Faulty {
         })
     }
 
-    async fn high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
+    async fn do_high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.with(d, |s| s.hwm))
     }
 }
 
 #[async_trait]
 impl FencedStore for Faulty {
-    async fn write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn do_write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         let d = r.domain();
         if let Mutation::Put(value) = r.mutation() {
             self.check_size(d, value.len())?;
@@ -195,7 +195,7 @@ impl FencedStore for Faulty {
         })
     }
 
-    async fn read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
+    async fn do_read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
         Ok(self.with(d, |s| {
             let entry = match &s.entry {
                 None => Entry::Absent,
@@ -216,7 +216,7 @@ impl FencedStore for Faulty {
 
 #[async_trait]
 impl FencedLog for Faulty {
-    async fn append(&self, r: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+    async fn do_append(&self, r: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         let d = r.domain();
         if r.records().is_empty() {
             return Err(InvalidInput::EmptyBatch { domain: d.clone() }.into());
@@ -258,7 +258,7 @@ impl FencedLog for Faulty {
         })
     }
 
-    async fn read_log(&self, d: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+    async fn do_read_log(&self, d: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         Ok(self.with(d, |s| s.log.clone()))
     }
 }
@@ -532,14 +532,14 @@ impl Fence for CachingClient {
         self.server.capabilities()
     }
 
-    async fn claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn do_claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.refuse_known_stale(d, token)?;
         let claimed = self.server.claim(d, token).await?;
         self.note(d, Some(token));
         Ok(claimed)
     }
 
-    async fn high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
+    async fn do_high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
         let mark = self.server.high_water_mark(d).await?;
         self.note(d, mark);
         Ok(mark)
@@ -548,7 +548,7 @@ impl Fence for CachingClient {
 
 #[async_trait]
 impl FencedStore for CachingClient {
-    async fn write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn do_write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         // A retry with an op id may be a replay of an accepted write: only the server knows.
         if r.op_id().is_none() {
             self.refuse_known_stale(r.domain(), r.token())?;
@@ -558,7 +558,7 @@ impl FencedStore for CachingClient {
         Ok(outcome)
     }
 
-    async fn read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
+    async fn do_read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
         let snapshot = self.server.read(d).await?;
         self.note(d, snapshot.high_water_mark);
         Ok(snapshot)

@@ -8,11 +8,10 @@ use async_trait::async_trait;
 use crate::capabilities::OpIdRetention;
 use crate::pipeline::{self, Current, Decision};
 use crate::shards::Shards;
-use crate::telemetry::observe_sync;
 use crate::{
     AppendOutcome, AppendRequest, Capabilities, Claimed, Domain, Entry, Fence, FenceError,
-    FencedLog, FencedStore, FencingToken, LogEntry, Mutation, OpMemory, OpRecord, Operation,
-    Revision, Snapshot, WriteOutcome, WriteRequest,
+    FencedLog, FencedStore, FencingToken, LogEntry, Mutation, OpMemory, OpRecord, Revision,
+    Snapshot, WriteOutcome, WriteRequest,
 };
 
 const BACKEND: &str = "memory";
@@ -179,66 +178,49 @@ impl Fence for MemoryFence {
             .with_max_value_bytes(self.max_value_bytes)
     }
 
-    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        observe_sync(BACKEND, Operation::Claim, domain, Some(token), || {
-            self.with_state(domain, |state| {
-                let claimed = pipeline::decide_claim(domain, state.hwm, token)?.claimed();
-                state.hwm = Some(token);
-                Ok(claimed)
-            })
+    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.with_state(domain, |state| {
+            let claimed = pipeline::decide_claim(domain, state.hwm, token)?.claimed();
+            state.hwm = Some(token);
+            Ok(claimed)
         })
     }
 
-    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        observe_sync(BACKEND, Operation::HighWaterMark, domain, None, || {
-            Ok(self.peek_state(domain, |state| state.and_then(|s| s.hwm)))
-        })
+    async fn do_high_water_mark(
+        &self,
+        domain: &Domain,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        Ok(self.peek_state(domain, |state| state.and_then(|s| s.hwm)))
     }
 }
 
 #[async_trait]
 impl FencedStore for MemoryFence {
-    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        observe_sync(
-            BACKEND,
-            request.operation(),
-            request.domain(),
-            Some(request.token()),
-            || self.write_now(request),
-        )
+    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        self.write_now(request)
     }
 
-    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-        observe_sync(BACKEND, Operation::Read, domain, None, || {
-            Ok(self.peek_state(domain, |state| match state {
-                Some(state) => Snapshot::new(state.hwm, state.entry.clone()),
-                None => Snapshot::new(None, Entry::Absent),
-            }))
-        })
+    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        Ok(self.peek_state(domain, |state| match state {
+            Some(state) => Snapshot::new(state.hwm, state.entry.clone()),
+            None => Snapshot::new(None, Entry::Absent),
+        }))
     }
 }
 
 #[async_trait]
 impl FencedLog for MemoryFence {
-    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
-        observe_sync(
-            BACKEND,
-            Operation::Append,
-            request.domain(),
-            Some(request.token()),
-            || self.append_now(request),
-        )
+    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+        self.append_now(request)
     }
 
-    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
-        observe_sync(BACKEND, Operation::ReadLog, domain, None, || {
-            Ok(self.peek_state(domain, |state| {
-                state
-                    .and_then(|s| s.extras.as_ref())
-                    .map(|e| e.log.clone())
-                    .unwrap_or_default()
-            }))
-        })
+    async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+        Ok(self.peek_state(domain, |state| {
+            state
+                .and_then(|s| s.extras.as_ref())
+                .map(|e| e.log.clone())
+                .unwrap_or_default()
+        }))
     }
 }
 

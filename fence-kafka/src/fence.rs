@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_core::pipeline::{self, ClaimDecision, Decision};
-use fence_core::telemetry::observe;
 use fence_core::{
     AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy, Fence,
     FenceError, FencedLog, FencingToken, LogEntry, OpIdRetention, Operation, Record,
@@ -423,46 +422,25 @@ impl Fence for KafkaFence {
             .with_survives_restart(true)
     }
 
-    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Claim,
-            domain,
-            Some(token),
-            self.claim_now(domain, token),
-        )
-        .await
+    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.claim_now(domain, token).await
     }
 
-    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        observe(BACKEND, Operation::HighWaterMark, domain, None, async {
-            Ok(self.read_ledger(domain).await?.hwm)
-        })
-        .await
+    async fn do_high_water_mark(
+        &self,
+        domain: &Domain,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        Ok(self.read_ledger(domain).await?.hwm)
     }
 }
 
 #[async_trait]
 impl FencedLog for KafkaFence {
-    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Append,
-            request.domain(),
-            Some(request.token()),
-            self.append_now(request),
-        )
-        .await
+    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+        self.append_now(request).await
     }
 
-    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
-        observe(
-            BACKEND,
-            Operation::ReadLog,
-            domain,
-            None,
-            self.read_log_now(domain),
-        )
-        .await
+    async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+        self.read_log_now(domain).await
     }
 }

@@ -10,6 +10,9 @@ mod ledger;
 mod record;
 mod txn;
 
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+
 pub use rdkafka;
 
 pub use config::{

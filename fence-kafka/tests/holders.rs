@@ -37,7 +37,11 @@ async fn holders_are_bounded_and_released_holders_claim_again() {
     // "a" was dropped as idle: its next append claims again and is accepted.
     fence.append(&batch("a", 1, "a2")).await.unwrap();
     fence.release(&domain("a"), token(1));
-    assert!(fence.holders() <= 1, "{} holders after release", fence.holders());
+    assert!(
+        fence.holders() <= 1,
+        "{} holders after release",
+        fence.holders()
+    );
     // A newer owner takes "a"; the released old holder is refused when it comes back.
     fence.claim(&domain("a"), token(2)).await.unwrap();
     assert_fenced(fence.append(&batch("a", 1, "zombie")).await, 1, 2);

@@ -4,6 +4,9 @@ mod outbox;
 mod progress;
 mod store;
 
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+
 pub use outbox::{KafkaOutbox, KafkaRecorded, KafkaTransition};
 pub use store::KafkaRelayStore;
 

@@ -6,4 +6,7 @@ mod reply;
 mod scripts;
 mod store;
 
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+
 pub use outbox::{OutboxScript, RedisOutbox, RedisRecorded, RedisTransition};

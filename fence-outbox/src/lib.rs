@@ -13,6 +13,9 @@ mod store;
 #[cfg(feature = "webhook")]
 mod webhook;
 
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+
 pub use config::{OutboxConfig, DEFAULT_MAX_EFFECTS, DEFAULT_MAX_PAYLOAD_BYTES};
 pub use effect::{
     check_destination, DestinationRule, Effect, EffectKinds, MAX_DESTINATION_BYTES, MAX_KIND_BYTES,

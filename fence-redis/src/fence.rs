@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::telemetry::observe;
 use fence_core::{
     pipeline, Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
     FencedStore, FencingToken, Mutation, OpIdRetention, OpKind, Operation, Snapshot,
@@ -341,46 +340,25 @@ impl Fence for RedisFence {
             .with_survives_restart(self.inner.durable)
     }
 
-    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Claim,
-            domain,
-            Some(token),
-            self.claim_now(domain, token),
-        )
-        .await
+    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.claim_now(domain, token).await
     }
 
-    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        observe(BACKEND, Operation::HighWaterMark, domain, None, async {
-            Ok(self.read_now(domain, false).await?.high_water_mark)
-        })
-        .await
+    async fn do_high_water_mark(
+        &self,
+        domain: &Domain,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        Ok(self.read_now(domain, false).await?.high_water_mark)
     }
 }
 
 #[async_trait]
 impl FencedStore for RedisFence {
-    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        observe(
-            BACKEND,
-            request.operation(),
-            request.domain(),
-            Some(request.token()),
-            self.write_now(request),
-        )
-        .await
+    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        self.write_now(request).await
     }
 
-    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Read,
-            domain,
-            None,
-            self.read_now(domain, true),
-        )
-        .await
+    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        self.read_now(domain, true).await
     }
 }

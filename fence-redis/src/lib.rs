@@ -14,6 +14,9 @@ mod script;
 mod scripts;
 mod value;
 
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+
 pub use redis;
 
 pub use config::{

@@ -8,7 +8,6 @@ use async_trait::async_trait;
 use aws_sdk_s3::Client;
 use bytes::{Bytes, BytesMut};
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
-use fence_core::telemetry::observe;
 use fence_core::{
     Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
     OpIdRetention, OpMemory, Operation, Snapshot, WriteOutcome, WriteRequest,
@@ -364,50 +363,25 @@ impl Fence for S3Fence {
             .with_survives_restart(true)
     }
 
-    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Claim,
-            domain,
-            Some(token),
-            self.claim_now(domain, token),
-        )
-        .await
+    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.claim_now(domain, token).await
     }
 
-    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        observe(
-            BACKEND,
-            Operation::HighWaterMark,
-            domain,
-            None,
-            self.hwm_now(domain),
-        )
-        .await
+    async fn do_high_water_mark(
+        &self,
+        domain: &Domain,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        self.hwm_now(domain).await
     }
 }
 
 #[async_trait]
 impl FencedStore for S3Fence {
-    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        observe(
-            BACKEND,
-            request.operation(),
-            request.domain(),
-            Some(request.token()),
-            self.write_now(request),
-        )
-        .await
+    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        self.write_now(request).await
     }
 
-    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Read,
-            domain,
-            None,
-            self.read_now(domain),
-        )
-        .await
+    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        self.read_now(domain).await
     }
 }

@@ -10,6 +10,9 @@ mod pointer;
 mod probe;
 mod requests;
 
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+
 pub use aws_sdk_s3;
 
 pub use config::{
