@@ -100,7 +100,7 @@ impl Reply {
     /// Entries laid out as `seq, record, status, attempts, last error, settled ms`.
     pub(crate) fn entries(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, FenceError> {
         const WIDTH: usize = 6;
-        if self.fields.len() % WIDTH != 0 {
+        if !self.fields.len().is_multiple_of(WIDTH) {
             return Err(corrupt(domain, "entry reply is truncated"));
         }
         (0..self.fields.len() / WIDTH)

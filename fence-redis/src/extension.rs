@@ -15,8 +15,8 @@ use crate::error::map_error;
 use crate::fence::RedisFence;
 use crate::scripts::LuaScript;
 
-/// What `WAIT` answered after [`RedisFence::eval_fenced_script`]; judge it with
-/// [`RedisFence::replicas_acknowledged`] once the script's reply says the change applied.
+/// An unfenced script: fence-redis's prelude (exact token comparison, `field`, `is_token`)
+/// followed by a body, run by [`RedisFence::eval_script`].
 pub struct RedisScript {
     script: LuaScript,
 }

@@ -63,7 +63,7 @@ impl S3Fence {
     }
 
     /// The object key of a domain: the prefix plus the domain's injective escaped form (the
-    /// crate docs state the layout), or [`InvalidInput::KeyTooLong`] when the endpoint could
+    /// crate docs state the layout), or [`fence_core::InvalidInput::KeyTooLong`] when the endpoint could
     /// not store it.
     pub fn object_key(&self, domain: &Domain) -> Result<String, FenceError> {
         self.inner.keys.object(domain)
