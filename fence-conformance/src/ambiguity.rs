@@ -87,3 +87,53 @@ where
     }
     panic!("no answer after 5 s: {last:?}")
 }
+
+/// The contract for a request whose reply never comes (the server paused past the client's
+/// timeout): run through `store` on `domain`, with `pause` and `resume` stopping and continuing
+/// the real server (SIGSTOP / SIGCONT). The write is `Ambiguous` and retryable, and its retry
+/// with the same operation id, retried until the server answers again (up to `patience`),
+/// learns the outcome: applied exactly once, one revision above what was there before.
+pub async fn paused_write_is_ambiguous_and_a_retry_applies_once(
+    store: &dyn FencedStore,
+    domain: &Domain,
+    pause: impl FnOnce(),
+    resume: impl FnOnce(),
+    patience: Duration,
+) {
+    let before = store
+        .read(domain)
+        .await
+        .unwrap_or_else(|e| panic!("read before: {e}"))
+        .revision();
+    let expected = before.map_or(Revision::new(1), Revision::next);
+    let op = OperationId::new("paused-op").unwrap_or_else(|e| panic!("{e}"));
+    let request = WriteRequest::put(domain.clone(), token(1), "once").with_op_id(op);
+    pause();
+    let paused = store.write(&request).await;
+    resume();
+    match &paused {
+        Err(e @ FenceError::Ambiguous { .. }) => assert!(e.is_retryable(), "{e}"),
+        other => panic!("a write whose reply never came must be ambiguous, got {other:?}"),
+    }
+    let deadline = std::time::Instant::now() + patience;
+    let retry = loop {
+        match store.write(&request).await {
+            Ok(outcome) => break outcome,
+            Err(error) if std::time::Instant::now() < deadline => {
+                assert!(error.is_retryable(), "the retry failed for good: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            Err(error) => panic!("the retry never learned the outcome: {error}"),
+        }
+    };
+    assert_eq!(
+        retry.accepted().revision,
+        expected,
+        "applied exactly once: {retry:?}"
+    );
+    let after = store
+        .read(domain)
+        .await
+        .unwrap_or_else(|e| panic!("read after: {e}"));
+    assert_eq!(after.revision(), Some(expected), "applied exactly once");
+}

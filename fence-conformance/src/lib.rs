@@ -3,6 +3,7 @@
 #![allow(clippy::panic)]
 
 pub mod ambiguity;
+pub mod entry;
 mod harness;
 pub mod log;
 mod namespace;

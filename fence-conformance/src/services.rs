@@ -82,6 +82,38 @@ pub async fn value_of(
         .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
+/// The contract for an oversized value, through `store` whose limit is `max` bytes: a put of
+/// `max + 1` bytes on the fresh `domain` is `ValueTooLarge` naming both sizes, and nothing
+/// reached the resource: `requests_sent` (when the adapter can count its requests) says none
+/// was sent, and the domain still has no mark.
+pub async fn oversized_value_is_refused_before_io(
+    store: &dyn fence_core::FencedStore,
+    domain: &fence_core::Domain,
+    max: usize,
+    requests_sent: Option<&dyn Fn() -> usize>,
+) {
+    let request = fence_core::WriteRequest::put(domain.clone(), token(1), vec![0u8; max + 1]);
+    match store.write(&request).await {
+        Err(FenceError::InvalidInput(fence_core::InvalidInput::ValueTooLarge {
+            size,
+            max: limit,
+            ..
+        })) => assert_eq!((size, limit), (max + 1, max)),
+        other => panic!("an oversized value must be refused, got {other:?}"),
+    }
+    if let Some(sent) = requests_sent {
+        assert_eq!(sent(), 0, "refused before any request");
+    }
+    assert_eq!(
+        store
+            .high_water_mark(domain)
+            .await
+            .unwrap_or_else(|e| panic!("mark of `{domain}`: {e}")),
+        None,
+        "nothing was written"
+    );
+}
+
 /// Every operation of a store on `domain` with `token` (write, read, claim, high-water mark),
 /// each with its name, for checks that all of them refuse the same way.
 pub async fn every_operation(

@@ -655,3 +655,100 @@ async fn check_then_write_is_caught_by_the_races_every_time() {
         );
     }
 }
+
+/// An entry point over the faulty store: each run is a write, so the revision counts runs.
+struct EntryOver(Arc<Faulty>);
+
+#[async_trait]
+impl fence_conformance::entry::EntryHarness for EntryOver {
+    async fn run(
+        &self,
+        call: &fence_conformance::entry::Call,
+    ) -> Result<fence_conformance::entry::Ran, FenceError> {
+        let mut request =
+            WriteRequest::put(call.domain.clone(), call.token, "run").with_policy(call.policy);
+        if let Some(op_id) = &call.op_id {
+            request = request.with_op_id(op_id.clone());
+        }
+        let outcome = self.0.write(&request).await?;
+        Ok(fence_conformance::entry::Ran {
+            duplicate: outcome.is_duplicate(),
+            previous: outcome.accepted().previous_high_water_mark,
+        })
+    }
+
+    async fn applied(&self, domain: &Domain) -> Result<u64, FenceError> {
+        Ok(self.0.read(domain).await?.revision().map_or(0, |r| r.get()))
+    }
+
+    fn fence(&self) -> Arc<dyn Fence> {
+        self.0.clone()
+    }
+}
+
+async fn run_entry<F, Fut>(fault: Fault, scenario: F) -> ScenarioResult
+where
+    F: Fn(&'static EntryOver, &'static Namespace) -> Fut,
+    Fut: std::future::Future<Output = ScenarioResult>,
+{
+    let h: &'static EntryOver = Box::leak(Box::new(EntryOver(Arc::new(Faulty {
+        fault,
+        domains: Mutex::default(),
+    }))));
+    let ns: &'static Namespace = Box::leak(Box::new(Namespace::new("entry-faults")));
+    scenario(h, ns).await
+}
+
+macro_rules! entry_catches {
+    ($test:ident, $fault:expr, $scenario:path) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $test() {
+            let honest = run_entry(Fault::None, |h, ns| $scenario(h, ns)).await;
+            assert!(
+                matches!(honest, Ok(Verdict::Passed)),
+                "the honest entry point must pass: {honest:?}"
+            );
+            for attempt in 1..=RUNS {
+                let faulty = run_entry($fault, |h, ns| $scenario(h, ns)).await;
+                assert!(
+                    faulty.is_err(),
+                    "{:?} went unnoticed by {} in run {attempt} of {RUNS}: {faulty:?}",
+                    $fault,
+                    stringify!($scenario)
+                );
+            }
+        }
+    };
+}
+
+// Entry-point scenarios (fenced scripts, outbox transitions).
+entry_catches!(
+    stale_runs_are_caught,
+    Fault::AcceptsStale,
+    fence_conformance::entry::entry_newer_runs_older_fenced
+);
+entry_catches!(
+    stale_runs_are_caught_by_the_race,
+    Fault::AcceptsStale,
+    fence_conformance::entry::entry_concurrent_runs_with_mixed_tokens
+);
+entry_catches!(
+    an_entry_ignoring_strict_is_caught,
+    Fault::IgnoresStrict,
+    fence_conformance::entry::entry_equal_token_policy
+);
+entry_catches!(
+    an_entry_ignoring_claims_is_caught,
+    Fault::ClaimIgnored,
+    fence_conformance::entry::entry_claim_fences_before_first_run
+);
+entry_catches!(
+    an_entry_forgetting_op_ids_is_caught,
+    Fault::ForgetsOpIds,
+    fence_conformance::entry::entry_op_id_replay_returns_first_run
+);
+entry_catches!(
+    an_entry_with_colliding_domains_is_caught,
+    Fault::CollidesDomains,
+    fence_conformance::entry::entry_domains_are_independent
+);

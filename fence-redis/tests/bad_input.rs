@@ -5,8 +5,8 @@ use fence_testkit::redis as support;
 
 use fence_conformance::services::every_operation;
 use fence_core::{
-    BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput,
-    OperationId, WriteRequest,
+    BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencingToken, OperationId,
+    WriteRequest,
 };
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{RedisFence, RedisFenceError};
@@ -168,25 +168,13 @@ async fn an_oversized_value_is_refused_before_any_io() {
         .max_value_bytes(1024)
         .build()
         .unwrap();
-    let domain = Domain::new("big").unwrap();
-    let request = WriteRequest::put(
-        domain.clone(),
-        FencingToken::new(1).unwrap(),
-        vec![0u8; 1025],
-    );
-    match fence.write(&request).await {
-        Err(FenceError::InvalidInput(InvalidInput::ValueTooLarge {
-            size: 1025,
-            max: 1024,
-            ..
-        })) => {}
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(
-        fence.high_water_mark(&domain).await.unwrap(),
+    fence_conformance::services::oversized_value_is_refused_before_io(
+        &fence,
+        &Domain::new("big").unwrap(),
+        1024,
         None,
-        "nothing was written"
-    );
+    )
+    .await;
 }
 
 #[tokio::test]

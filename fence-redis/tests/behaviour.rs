@@ -298,34 +298,14 @@ async fn timeout_after_send_is_ambiguous_and_a_retry_never_applies_twice() {
         .connect()
         .await
         .unwrap();
-    let domain = d("ambiguous");
-    let request = WriteRequest::put(domain.clone(), t(1), "once")
-        .with_op_id(OperationId::new("op-1").unwrap());
-    server.signal("STOP");
-    let paused = fence.write(&request).await;
-    server.signal("CONT");
-    match &paused {
-        Err(e @ FenceError::Ambiguous { .. }) => assert!(e.is_retryable()),
-        other => panic!("a write whose reply never came must be ambiguous, got {other:?}"),
-    }
-    let mut retry = fence.write(&request).await;
-    for _ in 0..20 {
-        if retry.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        retry = fence.write(&request).await;
-    }
-    let retry = retry.expect("the retry learns the outcome");
-    assert_eq!(
-        retry.accepted().revision,
-        Revision::new(1),
-        "applied exactly once: {retry:?}"
-    );
-    assert_eq!(
-        fence.read(&domain).await.unwrap().revision(),
-        Some(Revision::new(1))
-    );
+    fence_conformance::ambiguity::paused_write_is_ambiguous_and_a_retry_applies_once(
+        &fence,
+        &d("ambiguous"),
+        || server.signal("STOP"),
+        || server.signal("CONT"),
+        Duration::from_secs(5),
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -5,8 +5,7 @@ use fence_testkit::s3 as support;
 
 use fence_conformance::services::every_operation;
 use fence_core::{
-    BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencingToken, InvalidInput,
-    WriteRequest,
+    BackendErrorKind, Domain, FenceError, FencedStore, FencingToken, InvalidInput, WriteRequest,
 };
 use fence_s3::{S3Fence, S3FenceError};
 
@@ -129,22 +128,14 @@ async fn an_oversized_object_is_refused_before_any_io() {
         .max_value_bytes(1024)
         .build()
         .unwrap();
-    let domain = Domain::new("big").unwrap();
-    let request = WriteRequest::put(
-        domain.clone(),
-        FencingToken::new(1).unwrap(),
-        vec![0u8; 1025],
-    );
-    match fence.write(&request).await {
-        Err(FenceError::InvalidInput(InvalidInput::ValueTooLarge {
-            size: 1025,
-            max: 1024,
-            ..
-        })) => {}
-        other => panic!("{other:?}"),
-    }
-    assert_eq!(requests.take(), 0, "refused before any request");
-    assert_eq!(fence.high_water_mark(&domain).await.unwrap(), None);
+    let sent = || requests.take();
+    fence_conformance::services::oversized_value_is_refused_before_io(
+        &fence,
+        &Domain::new("big").unwrap(),
+        1024,
+        Some(&sent),
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use fence_conformance::race;
-use fence_core::{
-    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, OperationId, Revision, WriteRequest,
-};
+use fence_core::{Domain, EqualTokenPolicy, Fence, FencedStore, Revision, WriteRequest};
 use fence_s3::{Immutable, S3Fence};
 use support::{shared_fence, WeedServer};
 
@@ -333,35 +331,17 @@ async fn a_timeout_after_send_is_ambiguous_and_a_retry_never_applies_twice() {
         .connect()
         .await
         .unwrap();
+    // A first write, so the paused one is a compare-and-set on an existing object.
     let domain = d("ambiguous");
     put(&fence, &domain, 1, "before").await.unwrap();
-    let request = WriteRequest::put(domain.clone(), t(1), "once")
-        .with_op_id(OperationId::new("op-1").unwrap());
-    server.signal("STOP");
-    let paused = fence.write(&request).await;
-    server.signal("CONT");
-    assert!(
-        matches!(paused, Err(FenceError::Ambiguous { .. })),
-        "{paused:?}"
-    );
-    let mut retry = fence.write(&request).await;
-    for _ in 0..30 {
-        if retry.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        retry = fence.write(&request).await;
-    }
-    let retry = retry.expect("the retry learns the outcome");
-    assert_eq!(
-        retry.accepted().revision,
-        Revision::new(2),
-        "applied exactly once: {retry:?}"
-    );
-    assert_eq!(
-        fence.read(&domain).await.unwrap().revision(),
-        Some(Revision::new(2))
-    );
+    fence_conformance::ambiguity::paused_write_is_ambiguous_and_a_retry_applies_once(
+        &fence,
+        &domain,
+        || server.signal("STOP"),
+        || server.signal("CONT"),
+        Duration::from_secs(6),
+    )
+    .await;
 }
 
 /// Another process's fence: its own client and its own cache, on the same objects.

@@ -107,3 +107,12 @@ impl Sink for PausingSink {
         self.inner.deliver(entry).await
     }
 }
+
+/// The fence's verdict inside an outbox error; panics on any other refusal (the suites only
+/// send transitions the outbox accepts).
+pub fn fence_error(error: fence_outbox::OutboxError) -> fence_core::FenceError {
+    match error {
+        fence_outbox::OutboxError::Fence(error) => error,
+        other => panic!("a transition of the suite was refused by the outbox: {other}"),
+    }
+}
