@@ -15,7 +15,7 @@ use crate::{Inner, KafkaFence};
 /// Default name of the fence-ledger topic.
 pub const DEFAULT_LEDGER_TOPIC: &str = "fence-ledger";
 /// Default prefix of the per-domain transactional ids.
-pub const DEFAULT_TRANSACTIONAL_ID_PREFIX: &str = "fence-";
+pub const DEFAULT_TRANSACTIONAL_ID_PREFIX: &str = "fence";
 /// Default greatest size of one append (sum of record values).
 pub const DEFAULT_MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// Default number of operation ids the ledger remembers per domain.
@@ -92,7 +92,7 @@ impl KafkaFenceBuilder {
         self
     }
 
-    /// The prefix of the per-domain transactional ids (default
+    /// The prefix of the per-domain transactional ids, `<prefix>:<escaped domain>` (default
     /// [`DEFAULT_TRANSACTIONAL_ID_PREFIX`]).
     pub fn transactional_id_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.transactional_id_prefix = prefix.into();

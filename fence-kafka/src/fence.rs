@@ -61,9 +61,16 @@ impl KafkaFence {
         KafkaFenceBuilder::new(config)
     }
 
-    /// The transactional id of a domain: the prefix plus the domain's injective escaped form.
+    /// The transactional id of a domain: the prefix, `:`, and the domain's escaped form. An
+    /// escaped domain never holds `:`, so the last `:` splits every id one way only: no two
+    /// (prefix, domain) pairs share an id (prefix `t1` with domain `2x` is `t1:2x`, prefix `t12`
+    /// with domain `x` is `t12:x`).
     pub fn transactional_id(&self, domain: &Domain) -> String {
-        format!("{}{}", self.inner.transactional_id_prefix, domain.escaped())
+        format!(
+            "{}:{}",
+            self.inner.transactional_id_prefix,
+            domain.escaped()
+        )
     }
 
     /// The data topic.
@@ -442,5 +449,41 @@ impl FencedLog for KafkaFence {
 
     async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         self.read_log_now(domain).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fence_with_prefix(prefix: &str) -> KafkaFence {
+        let mut config = ClientConfig::new();
+        config.set("bootstrap.servers", "127.0.0.1:1");
+        KafkaFence::builder(config)
+            .data_topic("events")
+            .transactional_id_prefix(prefix)
+            .build()
+            .unwrap_or_else(|e| unreachable!("{e}"))
+    }
+
+    #[test]
+    fn transactional_ids_are_injective_across_prefixes_and_domains() {
+        let d = |name: &str| Domain::new(name).unwrap_or_else(|e| unreachable!("{e}"));
+        let pairs = [
+            ("t1", "2x"),
+            ("t12", "x"),
+            ("t1:", "x"),
+            ("t1", ":x"),
+            ("", "t1:x"),
+        ];
+        let ids: std::collections::HashSet<String> = pairs
+            .iter()
+            .map(|(prefix, domain)| fence_with_prefix(prefix).transactional_id(&d(domain)))
+            .collect();
+        assert_eq!(ids.len(), pairs.len(), "{ids:?}");
+        assert_eq!(
+            fence_with_prefix("fence").transactional_id(&d("orders")),
+            "fence:orders"
+        );
     }
 }
