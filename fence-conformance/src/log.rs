@@ -199,6 +199,9 @@ pub async fn log_op_id_replay_returns_first_outcome(
         h.holder().append(&batch(&d, t(2)?, &["n"])).await,
     )?;
     // A late retry replays before the token rule, whether its client saw the newer mark or not.
+    // The owner's client reads the newer mark first: a client that refuses tokens it knows
+    // are stale without asking the resource must still replay.
+    log.high_water_mark(&d).await?;
     for (client, late) in [
         ("the owner's client", log.clone()),
         ("a fresh client", h.holder()),

@@ -437,6 +437,9 @@ pub async fn op_id_replay_returns_first_outcome(
         store.write(&put(&d, t(2)?, "newer")).await,
     )?;
 
+    // The owner's client reads the newer mark first: a client that refuses tokens it knows
+    // are stale without asking the resource must still replay.
+    store.high_water_mark(&d).await?;
     for (client, late) in [
         ("the owner's client", store.clone()),
         ("a fresh client", h.holder()),

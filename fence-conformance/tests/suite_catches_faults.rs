@@ -49,6 +49,8 @@ enum Fault {
     RefusedWriteMutates,
     /// Only the first record of a batch is committed.
     PartialBatch,
+    /// Checks the token before looking up the op id: a late retry is `Fenced`, not replayed.
+    ReplaysAfterTokenRule,
 }
 
 #[derive(Default)]
@@ -157,6 +159,9 @@ impl FencedStore for Faulty {
             tokio::task::yield_now().await;
         }
         self.with(d, |s| {
+            if self.fault == Fault::ReplaysAfterTokenRule {
+                rule::check_token(d, s.hwm, r.token(), policy)?;
+            }
             if let Some(first) = op.as_ref().and_then(|op| s.ops.get(op)) {
                 if self.remembers() {
                     let (revision, previous, _) = *first;
@@ -224,6 +229,9 @@ impl FencedLog for Faulty {
         self.check_size(d, r.records().iter().map(|x| x.value.len()).sum())?;
         let op = r.op_id().map(|op| (r.token(), op.as_str().to_owned()));
         self.with(d, |s| {
+            if self.fault == Fault::ReplaysAfterTokenRule {
+                rule::check_token(d, s.hwm, r.token(), r.policy())?;
+            }
             if let Some(&(_, previous, records)) = op.as_ref().and_then(|op| s.ops.get(op)) {
                 if self.remembers() {
                     return Ok(AppendOutcome::Duplicate(Appended::new(
@@ -424,6 +432,12 @@ catches!(
     a_refused_write_that_mutates_is_caught,
     Fault::RefusedWriteMutates,
     store::older_token_is_fenced
+);
+
+catches!(
+    a_replay_after_the_token_rule_is_caught,
+    Fault::ReplaysAfterTokenRule,
+    store::op_id_replay_returns_first_outcome
 );
 
 // Log scenarios.
@@ -721,6 +735,12 @@ macro_rules! entry_catches {
     };
 }
 
+catches!(
+    a_log_replay_after_the_token_rule_is_caught,
+    Fault::ReplaysAfterTokenRule,
+    log::log_op_id_replay_returns_first_outcome
+);
+
 // Entry-point scenarios (fenced scripts, outbox transitions).
 entry_catches!(
     stale_runs_are_caught,
@@ -751,4 +771,14 @@ entry_catches!(
     an_entry_with_colliding_domains_is_caught,
     Fault::CollidesDomains,
     fence_conformance::entry::entry_domains_are_independent
+);
+entry_catches!(
+    an_entry_replaying_after_the_token_rule_is_caught,
+    Fault::ReplaysAfterTokenRule,
+    fence_conformance::entry::entry_op_id_replay_returns_first_run
+);
+entry_catches!(
+    an_entry_whose_refused_runs_still_apply_is_caught,
+    Fault::RefusedWriteMutates,
+    fence_conformance::entry::entry_newer_runs_older_fenced
 );

@@ -141,6 +141,16 @@ pub enum InvalidInput {
         /// The domain appended to.
         domain: Domain,
     },
+    /// A name the adapter reserves for its own state (a fence header on a Kafka record).
+    #[error("{what} `{name}` on domain `{domain}` is reserved for the fence")]
+    ReservedName {
+        /// The domain.
+        domain: Domain,
+        /// What kind of name (`record header`).
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
     /// An operation id the resource remembers for another kind of operation with the same token.
     #[error(
         "operation id `{op_id}` on domain `{domain}` was first used for a {first}, not a {now}"

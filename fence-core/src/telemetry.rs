@@ -42,6 +42,15 @@ accepted_label!(
     ()
 );
 
+/// The label of an outcome that may be a replay: `duplicate` or `accepted`.
+pub fn replay_label(duplicate: bool) -> &'static str {
+    if duplicate {
+        "duplicate"
+    } else {
+        "accepted"
+    }
+}
+
 impl OutcomeLabel for crate::WriteOutcome {
     fn outcome_label(&self) -> &'static str {
         crate::WriteOutcome::outcome_label(self)

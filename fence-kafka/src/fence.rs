@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
     AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy, Fence,
-    FenceError, FencedLog, FencingToken, LogEntry, OpIdRetention, Operation, Record,
+    FenceError, FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Operation, Record,
 };
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
@@ -20,7 +20,7 @@ use crate::error::{
 };
 use crate::holders::{Holder, Holders};
 use crate::ledger::{partition_for, LedgerState};
-use crate::record::CommittedRecord;
+use crate::record::{is_fence_header, CommittedRecord};
 use crate::txn::{pause, Outgoing};
 
 pub(crate) struct Inner {
@@ -265,6 +265,7 @@ impl KafkaFence {
         let domain = request.domain();
         let token = request.token();
         pipeline::validate_append(request, Some(self.inner.max_batch_bytes))?;
+        check_headers(request)?;
         let strict = request.policy() == EqualTokenPolicy::Strict;
         let data_partition = partition_for(domain.as_str(), self.data_partitions().await?);
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
@@ -276,25 +277,27 @@ impl KafkaFence {
             let fresh = strict || guard.is_none();
             if fresh {
                 *guard = None;
-                if self
+                if let Err(stale) = self
                     .inner
                     .holders
                     .check_known(domain, token, request.policy())
-                    .is_err()
                 {
                     // Known stale: opening a producer would fence the owner. Decide on the
                     // committed ledger, read without one: a late retry still learns its first
-                    // outcome, anything else is fenced.
+                    // outcome; anything else is fenced, by the ledger or, if the ledger is
+                    // below a mark already seen (lost or reset), by that mark.
                     let committed = self.read_ledger(domain).await?;
-                    match pipeline::decide_append(request, committed.hwm, &committed.ops) {
-                        Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
-                        Ok(Decision::Apply { .. }) => {}
-                        Err(refused) => {
-                            drop(guard);
-                            self.inner.holders.forget(domain, token);
-                            return Err(refused);
-                        }
-                    }
+                    let refused =
+                        match pipeline::decide_append(request, committed.hwm, &committed.ops) {
+                            Ok(Decision::Replay(first)) => {
+                                return Ok(AppendOutcome::Duplicate(first))
+                            }
+                            Ok(Decision::Apply { .. }) => stale,
+                            Err(refused) => refused,
+                        };
+                    drop(guard);
+                    self.inner.holders.forget(domain, token);
+                    return Err(refused);
                 }
                 *guard = Some(self.open(domain).await?);
             }
@@ -398,6 +401,25 @@ impl KafkaFence {
             entries.push(LogEntry::new(token, fence.op_id, record));
         }
         Ok(entries)
+    }
+}
+
+/// Refuses user headers that would pose as fence headers: readers trust those to say which
+/// domain and token wrote a record.
+fn check_headers(request: &AppendRequest) -> Result<(), FenceError> {
+    let reserved = request
+        .records()
+        .iter()
+        .flat_map(|record| record.headers.iter())
+        .find(|(name, _)| is_fence_header(name));
+    match reserved {
+        Some((name, _)) => Err(InvalidInput::ReservedName {
+            domain: request.domain().clone(),
+            what: "record header",
+            name: name.clone(),
+        }
+        .into()),
+        None => Ok(()),
     }
 }
 

@@ -96,15 +96,17 @@ impl CommittedRecord {
         self
     }
 
-    /// The value of the first header `name`.
+    /// The value of the last header `name` (fence-kafka adds its fence headers after the
+    /// user's, and refuses user headers with their names).
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
+            .rev()
             .find(|(key, _)| key == name)
             .map(|(_, value)| &value[..])
     }
 
-    /// The value of the first header `name`, if it is UTF-8.
+    /// The value of the last header `name`, if it is UTF-8.
     pub fn header_text(&self, name: &str) -> Option<&str> {
         std::str::from_utf8(self.header(name)?).ok()
     }
@@ -126,7 +128,7 @@ impl CommittedRecord {
     pub fn user_headers(&self) -> Vec<(String, Bytes)> {
         self.headers
             .iter()
-            .filter(|(key, _)| ![DOMAIN_HEADER, TOKEN_HEADER, OP_HEADER].contains(&key.as_str()))
+            .filter(|(key, _)| !is_fence_header(key))
             .cloned()
             .collect()
     }
@@ -144,6 +146,11 @@ impl std::fmt::Debug for CommittedRecord {
             .field("headers", &self.headers.len())
             .finish()
     }
+}
+
+/// True for the names of the fence headers.
+pub(crate) fn is_fence_header(name: &str) -> bool {
+    [DOMAIN_HEADER, TOKEN_HEADER, OP_HEADER].contains(&name)
 }
 
 /// The fence headers an append of `domain` under `token` (and `op_id`) adds to each record.

@@ -154,3 +154,33 @@ async fn a_corrupt_ledger_record_fails_closed() {
         "nothing was appended"
     );
 }
+
+#[tokio::test]
+async fn a_record_posing_with_fence_headers_is_refused_before_any_io() {
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", "127.0.0.1:1");
+    let fence = KafkaFence::builder(config)
+        .data_topic("events")
+        .build()
+        .unwrap();
+    for name in [
+        fence_kafka::DOMAIN_HEADER,
+        fence_kafka::TOKEN_HEADER,
+        fence_kafka::OP_HEADER,
+    ] {
+        let forged = Record::new("v").with_header(name, "18446744073709551615");
+        let refused = fence
+            .append(&AppendRequest::new(
+                Domain::new("d").unwrap(),
+                FencingToken::new(1).unwrap(),
+                vec![Record::new("fine"), forged],
+            ))
+            .await;
+        match refused {
+            Err(FenceError::InvalidInput(InvalidInput::ReservedName { name: n, .. })) => {
+                assert_eq!(n, name)
+            }
+            other => panic!("a forged {name} header must be refused, got {other:?}"),
+        }
+    }
+}

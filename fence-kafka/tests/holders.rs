@@ -42,8 +42,17 @@ async fn holders_are_bounded_and_released_holders_claim_again() {
         "{} holders after release",
         fence.holders()
     );
-    // A newer owner takes "a"; the released old holder is refused when it comes back.
-    fence.claim(&domain("a"), token(2)).await.unwrap();
+    // A newer owner takes "a" through another process's fence; the released old holder is
+    // refused when it comes back, by the ledger (this fence never saw mark 2).
+    let newer = KafkaFence::builder(support::client_config(&bootstrap))
+        .data_topic(&topic)
+        .ledger_topic(format!("{topic}-ledger"))
+        .transactional_id_prefix(format!("{topic}-"))
+        .timeout(Duration::from_secs(20))
+        .connect()
+        .await
+        .unwrap();
+    newer.claim(&domain("a"), token(2)).await.unwrap();
     assert_fenced(fence.append(&batch("a", 1, "zombie")).await, 1, 2);
     let values: Vec<String> = fence
         .read_log(&domain("a"))

@@ -10,7 +10,7 @@ use fence_core::{
 };
 use fence_kafka::KafkaFence;
 
-use crate::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER};
+use crate::{DESTINATION_HEADER, KEY_HEADER, KIND_HEADER, PROGRESS_HEADER};
 use fence_outbox::IdempotencyKey;
 use fence_outbox::OutboxConfig;
 use fence_outbox::OutboxError;
@@ -131,6 +131,20 @@ impl KafkaOutbox {
     /// are refused before any I/O.
     pub async fn transition(&self, t: &KafkaTransition) -> Result<KafkaRecorded, OutboxError> {
         self.config.check_effects(&t.domain, &t.effects)?;
+        // A state record posing as an effect (or a progress mark) would be delivered.
+        let reserved = [KEY_HEADER, KIND_HEADER, DESTINATION_HEADER, PROGRESS_HEADER];
+        if let Some((name, _)) = t
+            .records
+            .iter()
+            .flat_map(|record| record.headers.iter())
+            .find(|(name, _)| reserved.contains(&name.as_str()))
+        {
+            return Err(OutboxError::InvalidName {
+                what: "state record header",
+                value: name.clone(),
+                reason: "names of the outbox's own headers are reserved",
+            });
+        }
         let keys = t.keys_of_effects();
         let mut records = t.records.clone();
         for (effect, key) in t.effects.iter().zip(&keys) {

@@ -9,7 +9,6 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use fence_core::{AppendRequest, Domain, FencedLog, FencingToken, Record};
 use fence_kafka::CommittedRecord;
-use fence_kafka::{DOMAIN_HEADER, TOKEN_HEADER};
 use tokio::sync::Mutex;
 
 use crate::outbox::KafkaOutbox;
@@ -138,7 +137,9 @@ impl KafkaRelayStore {
             let messages = fence.read_committed(partition, from).await?;
             for message in &messages {
                 view.next.insert(partition, message.offset + 1);
-                let Some(domain) = text(message, DOMAIN_HEADER).and_then(|d| Domain::new(d).ok())
+                let Some(domain) = message
+                    .fence_headers()
+                    .and_then(|fence| Domain::new(fence.domain).ok())
                 else {
                     continue;
                 };
@@ -179,8 +180,9 @@ impl KafkaRelayStore {
     /// An entry from an effect record; a malformed one becomes a dead letter, never a loss.
     fn entry_of(&self, domain: &Domain, message: &CommittedRecord) -> Result<OutboxEntry, String> {
         let seq = u64::try_from(message.offset).map_err(|_| "negative offset")?;
-        let token = text(message, TOKEN_HEADER)
-            .and_then(|t| t.parse::<FencingToken>().ok())
+        let token = message
+            .fence_headers()
+            .and_then(|fence| fence.token)
             .ok_or("no valid fence-token header")?;
         let key = text(message, KEY_HEADER).ok_or("idempotency key is not UTF-8")?;
         let kind = text(message, KIND_HEADER).ok_or("no effect kind header")?;

@@ -362,3 +362,22 @@ async fn dead_letters_after_the_attempt_limit() {
     }
     assert_eq!((report.retried, report.dead_lettered), (2, 1));
 }
+
+#[tokio::test]
+async fn a_state_record_posing_as_an_effect_is_refused_before_any_io() {
+    let mut config = fence_kafka::rdkafka::config::ClientConfig::new();
+    config.set("bootstrap.servers", "127.0.0.1:1");
+    let fence = fence_kafka::KafkaFence::builder(config)
+        .data_topic("events")
+        .build()
+        .unwrap();
+    let outbox = KafkaOutbox::with_config(fence, OutboxConfig::new(support::kinds()));
+    for name in [KEY_HEADER, PROGRESS_HEADER] {
+        let transition = KafkaTransition::new(domain("order-x"), token(1), op("pay"))
+            .record(Record::new("state").with_header(name, "order-x:1:pay:0"));
+        match outbox.transition(&transition).await {
+            Err(OutboxError::InvalidName { value, .. }) => assert_eq!(value, name),
+            other => panic!("a state record with {name} must be refused, got {other:?}"),
+        }
+    }
+}

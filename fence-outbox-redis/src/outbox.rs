@@ -182,11 +182,7 @@ impl fence_core::telemetry::OutcomeLabel for Ran {
 
 impl fence_core::telemetry::OutcomeLabel for RedisRecorded {
     fn outcome_label(&self) -> &'static str {
-        if self.duplicate {
-            "duplicate"
-        } else {
-            "accepted"
-        }
+        fence_core::telemetry::replay_label(self.duplicate)
     }
 }
 

@@ -81,10 +81,11 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
         settlement: &Settlement,
     ) -> Result<bool, OutboxError>;
 
-    /// Ends the relay's visit of `candidate`, under the relay's token: removes delivered
-    /// entries settled more than `retention` ago (dead letters stay). When `drained` (nothing
-    /// was pending when the visit began), the store may stop listing the domain, unless it
-    /// changed since `candidate` was listed.
+    /// Ends the relay's visit of `candidate`: removes delivered entries settled more than
+    /// `retention` ago (dead letters stay), under the relay's token. When `drained` (nothing was
+    /// pending when the visit began), the store may stop listing the domain, unless it changed
+    /// since `candidate` was listed (the version guards that step, not the token: a stale
+    /// relay dropping a listing only delays the next visit until the sweep).
     async fn purge(
         &self,
         candidate: &Candidate,

@@ -227,7 +227,9 @@ impl RedisFence {
             operation,
         };
         let args = [condition.as_bytes(), expected.as_bytes(), mutation, value];
-        let (answer, waited) = self.run_fenced(&WRITE, &call, [], &args).await?;
+        // The body writes the entry fields: the state key is its KEYS[1] too.
+        let state = [self.inner.keys.state(domain)];
+        let (answer, waited) = self.run_fenced(&WRITE, &call, state, &args).await?;
         let revision_of = |outcome: &str| {
             parse_revision(domain, outcome)?.ok_or_else(|| {
                 FenceError::corrupt(BACKEND, domain, "operation id record has no revision")

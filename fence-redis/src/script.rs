@@ -45,7 +45,7 @@ impl FencedScript {
     /// Wraps a Lua body (the text of a function taking `KEYS` and `ARGV`).
     pub fn new(lua: &str) -> Self {
         FencedScript {
-            script: LuaScript::fenced_user_script("fenced user script", "", lua),
+            script: LuaScript::fenced_user_script("fenced user script", lua),
         }
     }
 
@@ -145,11 +145,7 @@ pub struct ScriptOutcome {
 
 impl OutcomeLabel for ScriptOutcome {
     fn outcome_label(&self) -> &'static str {
-        if self.duplicate {
-            "duplicate"
-        } else {
-            "accepted"
-        }
+        fence_core::telemetry::replay_label(self.duplicate)
     }
 }
 
@@ -160,7 +156,8 @@ impl OutcomeLabel for ScriptOutcome {
 /// The Lua `body` sets `body = function(fence, KEYS, ARGV) ... return outcome, result end`
 /// and, optionally, `guard = function(fence, KEYS, ARGV) ... end` (return a reply table such as
 /// `{ 'corrupt', reason }` to refuse before anything changes, or nil). `fence` holds `token`,
-/// `previous` (the mark before, `''` for none) and nothing to write to. `outcome` (a string) is
+/// `previous` (the mark before, `''` for none) and `state` (the domain's entry fields, to read);
+/// the body gets no name of a fence key, so it cannot write the fence's state or op records. `outcome` (a string) is
 /// remembered with the op id and returned on a replay; `result` is returned once. `helpers` is
 /// Lua defining local functions for the body, placed after fence-redis's prelude (whose
 /// functions, such as `is_token` and `field`, it may call).
@@ -176,11 +173,13 @@ impl FencedBody {
         }
     }
 
-    /// A body whose Lua contains `--USER-SCRIPT--`, replaced by `user_lua` wrapped in a function
-    /// of its own `(KEYS, ARGV)`.
+    /// A body that calls `fenced_user_script(KEYS, ARGV)`: `user_lua` (your user's code) as a
+    /// function defined before everything else, so it sees only the KEYS and ARGV the body
+    /// passes it and can overwrite none of the envelope's, the helpers' or the body's variables.
     pub fn with_user_script(name: &'static str, helpers: &str, body: &str, user_lua: &str) -> Self {
-        let body = body.replacen("--USER-SCRIPT--", user_lua, 1);
-        Self::new(name, helpers, &body)
+        FencedBody {
+            script: LuaScript::fenced_with_user(name, user_lua, helpers, body),
+        }
     }
 
     /// The SHA1 the server knows the script by.
@@ -218,11 +217,7 @@ pub struct BodyOutcome {
 
 impl OutcomeLabel for BodyOutcome {
     fn outcome_label(&self) -> &'static str {
-        if self.duplicate {
-            "duplicate"
-        } else {
-            "accepted"
-        }
+        fence_core::telemetry::replay_label(self.duplicate)
     }
 }
 

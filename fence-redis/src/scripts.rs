@@ -5,7 +5,6 @@ use std::sync::LazyLock;
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const ENVELOPE: &str = include_str!("lua/fenced.lua");
 const BODY_MARKER: &str = "--BODY--";
-const USER_MARKER: &str = "--USER-SCRIPT--";
 
 /// A script with its SHA1, called by `EVALSHA` with an `EVAL` fallback on `NOSCRIPT`.
 #[derive(Debug)]
@@ -17,21 +16,42 @@ pub(crate) struct LuaScript {
 
 impl LuaScript {
     pub(crate) fn with_prelude(name: &'static str, body: &str) -> Self {
-        let code = format!("{PRELUDE}\n{body}");
+        Self::compose(name, "", body)
+    }
+
+    fn compose(name: &'static str, preamble: &str, body: &str) -> Self {
+        let code = format!("{preamble}{PRELUDE}\n{body}");
         let sha = redis::Script::new(&code).get_hash().to_owned();
         LuaScript { name, code, sha }
     }
 
     /// A fenced body in the envelope (`lua/fenced.lua`), after the prelude and `helpers`.
     pub(crate) fn fenced(name: &'static str, helpers: &str, body: &str) -> Self {
+        Self::fenced_with_user(name, "", helpers, body)
+    }
+
+    /// A fenced body that calls `fenced_user_script(KEYS, ARGV)`: `user_lua` as a function
+    /// defined before everything else, so it sees none of the prelude's, the helpers', the
+    /// envelope's or the body's variables and can overwrite none of them.
+    pub(crate) fn fenced_with_user(
+        name: &'static str,
+        user_lua: &str,
+        helpers: &str,
+        body: &str,
+    ) -> Self {
+        let preamble = if user_lua.is_empty() {
+            String::new()
+        } else {
+            format!("local fenced_user_script = function(KEYS, ARGV)\n{user_lua}\nend\n")
+        };
         let envelope = ENVELOPE.replacen(BODY_MARKER, body, 1);
-        Self::with_prelude(name, &format!("{helpers}\n{envelope}"))
+        Self::compose(name, &preamble, &format!("{helpers}\n{envelope}"))
     }
 
     /// The fenced body that runs a user's Lua with the user's own KEYS and ARGV.
-    pub(crate) fn fenced_user_script(name: &'static str, helpers: &str, user_body: &str) -> Self {
-        let body = include_str!("lua/fenced_script.lua").replacen(USER_MARKER, user_body, 1);
-        Self::fenced(name, helpers, &body)
+    pub(crate) fn fenced_user_script(name: &'static str, user_lua: &str) -> Self {
+        let body = include_str!("lua/fenced_script.lua");
+        Self::fenced_with_user(name, user_lua, "", body)
     }
 }
 

@@ -559,3 +559,39 @@ async fn an_op_id_reused_for_another_kind_is_a_typed_error_and_changes_nothing()
         Some("paid")
     );
 }
+
+#[tokio::test]
+async fn op_records_of_the_format_before_the_envelope_still_replay() {
+    let Some(fence) = shared_fence("legacy-ops").await else {
+        return;
+    };
+    let url = support::shared_url().unwrap();
+    let mut raw = support::raw(&url).await;
+    let domain = d("legacy");
+    let key = |op: &str| format!("{}:{{legacy}}:op:1:{op}", fence.prefix());
+    // A write's `revision:previous`, a script's `previous`, as the earlier release wrote them.
+    let _: () = raw.set(key("w-op"), "1:").await.unwrap();
+    let _: () = raw.set(key("s-op"), "").await.unwrap();
+    let write = WriteRequest::put(domain.clone(), t(1), "again")
+        .with_op_id(OperationId::new("w-op").unwrap());
+    assert_eq!(
+        fence.write(&write).await.unwrap(),
+        fence_core::WriteOutcome::Duplicate(fence_core::Accepted::new(
+            t(1),
+            Revision::new(1),
+            None
+        ))
+    );
+    let script = FencedScript::new("return redis.call('INCR', KEYS[1])");
+    let call = ScriptCall::new(domain.clone(), t(1))
+        .key("n")
+        .with_op_id(OperationId::new("s-op").unwrap());
+    let replayed = fence.run_script(&script, &call).await.unwrap();
+    assert!(replayed.duplicate && replayed.previous_high_water_mark.is_none());
+    // Nothing ran: no value, no counter.
+    assert!(fence_conformance::services::value_of(&fence, &domain)
+        .await
+        .is_none());
+    let counter = fence.user_key(&domain, "n").unwrap();
+    assert!(!raw.exists::<_, bool>(&counter).await.unwrap());
+}

@@ -52,14 +52,11 @@ impl S3Fence {
     ) -> Result<Immutable, FenceError> {
         observe(BACKEND, Operation::Write, domain, None, async {
             let key = self.immutable_key(domain, name)?;
-            if bytes.len() > self.inner.max_value_bytes {
-                return Err(fence_core::InvalidInput::ValueTooLarge {
-                    domain: domain.clone(),
-                    size: bytes.len(),
-                    max: self.inner.max_value_bytes,
-                }
-                .into());
-            }
+            fence_core::pipeline::check_size(
+                domain,
+                bytes.len(),
+                Some(self.inner.max_value_bytes),
+            )?;
             match self.put_conditional(&key, bytes, &Expect::Absent).await {
                 Ok(_) => Ok(Immutable::Created(key)),
                 Err(Failure::Precondition | Failure::Conflict) => Ok(Immutable::AlreadyExists(key)),

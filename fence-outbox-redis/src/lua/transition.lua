@@ -15,9 +15,8 @@ body = function(fence, KEYS, ARGV)
   local user_keys, user_argv = {}, {}
   for i = 3, #KEYS do user_keys[#user_keys + 1] = KEYS[i] end
   for i = 1, user_args do user_argv[i] = ARGV[4 + i] end
-  local result = (function(KEYS, ARGV)
---USER-SCRIPT--
-  end)(user_keys, user_argv)
+  -- The user's Lua, defined before everything else: it sees only its own KEYS and ARGV.
+  local result = fenced_user_script(user_keys, user_argv)
 
   -- Entries come after the user's code: a failing user script leaves none behind (and, in the
   -- envelope, no op-id record), so a retry runs the whole transition again.

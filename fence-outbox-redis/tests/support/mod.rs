@@ -49,8 +49,7 @@ pub async fn pay(
 }
 
 pub fn relay(outbox: &RedisOutbox, sink: Arc<dyn Sink>, config: RelayConfig) -> Relay {
-    let leases: Arc<dyn LeaseManager> = Arc::new(outbox.fence().leases());
-    Relay::new(Arc::new(outbox.clone()), sink, leases, config).expect("valid relay config")
+    relay_result(outbox, sink, config).expect("valid relay config")
 }
 
 /// Waits until `check` holds on `domain`'s entries, or fails after `limit`.

@@ -2,9 +2,14 @@
 -- admit (state integrity, op-id replay, the token rule) → the body's guard → advance the mark →
 -- the body → remember the op. A body sets `guard` (optional: a refusal reply, or nil) and `body`
 -- (returns the outcome to remember, a string, and the result to reply with); both get the fence
--- context (`state`, `state_key`, `token`, `previous`) and the body's own KEYS and ARGV.
+-- context (`token`, `previous`, and `state`, the domain's entry fields, read-only) and the
+-- body's own KEYS and ARGV. They are defined before the envelope's variables, so no body (and
+-- no user Lua inside one) can see or overwrite them.
 -- KEYS: state, op-id key, then the body's. ARGV: token, strict, has op id, op-id retention ms,
 -- op kind (one letter), then the body's.
+local guard, body
+--BODY--
+
 local state_key, op_key = KEYS[1], KEYS[2]
 local token, strict, has_op, kind = ARGV[1], ARGV[2] == '1', ARGV[3] == '1', ARGV[5]
 
@@ -13,10 +18,8 @@ if not s then return refusal end
 local body_keys, body_argv = {}, {}
 for i = 3, #KEYS do body_keys[#body_keys + 1] = KEYS[i] end
 for i = 6, #ARGV do body_argv[#body_argv + 1] = ARGV[i] end
-local fence = { state = s, state_key = state_key, token = token, previous = s.hwm or '' }
-
-local guard, body
---BODY--
+local previous = s.hwm or ''
+local fence = { state = s, token = token, previous = previous }
 
 if guard then
   local refused = guard(fence, body_keys, body_argv)
@@ -29,6 +32,6 @@ local outcome, result = body(fence, body_keys, body_argv)
 outcome = outcome or ''
 -- The record comes after the body: a body that fails leaves none, so a retry runs it again.
 if has_op then
-  redis.call('SET', op_key, kind .. '|' .. fence.previous .. '|' .. outcome, 'PX', ARGV[4])
+  redis.call('SET', op_key, kind .. '|' .. previous .. '|' .. outcome, 'PX', ARGV[4])
 end
-return { 'ok', fence.previous, outcome, result }
+return { 'ok', previous, outcome, result }

@@ -1,7 +1,5 @@
--- A user's fenced script, in the envelope: the user's Lua sees only its own KEYS and ARGV.
+-- A user's fenced script, in the envelope. The user's Lua is the function `fenced_user_script`,
+-- defined before everything else: it sees only its own KEYS and ARGV.
 body = function(fence, KEYS, ARGV)
-  local result = (function(KEYS, ARGV)
---USER-SCRIPT--
-  end)(KEYS, ARGV)
-  return '', result
+  return '', fenced_user_script(KEYS, ARGV)
 end

@@ -79,6 +79,18 @@ local function increment(s)
   return string.char(unpack(digits))
 end
 
+-- An op-id record in the format before the envelope (written within one retention window
+-- before an upgrade): a write's `revision:previous`, a script's `previous`, an outbox
+-- transition's `previous|first|last`. Returns kind, previous mark and outcome, or nil.
+local function legacy_record(record)
+  local revision, previous = string.match(record, '^([0-9]+):([0-9]*)$')
+  if revision then return 'w', previous, revision end
+  if string.match(record, '^[0-9]*$') then return 's', record, '' end
+  local mark, first, last = string.match(record, '^([0-9]*)|([0-9]+)|([0-9]+)$')
+  if mark then return 'x', mark, first .. '|' .. last end
+  return nil
+end
+
 -- What every fenced mutation checks first: state integrity, operation-id replay, the token rule.
 -- An op-id record is `<kind>|<previous mark>|<outcome>`. Returns the state, or nil and the reply
 -- to return as is.
@@ -93,6 +105,7 @@ local function admit(state_key, op_key, token, strict, has_op, kind)
       local ttl = redis.call('PTTL', op_key)
       if ttl > 0 then redis.call('PEXPIRE', op_key, ttl) end
       local stored, previous, outcome = string.match(first, '^(%a)|([0-9]*)|(.*)$')
+      if not stored then stored, previous, outcome = legacy_record(first) end
       if not stored then
         return nil, { 'corrupt', 'operation id record ' .. op_key .. ' is not `kind|mark|outcome`' }
       end

@@ -1,4 +1,4 @@
--- Fenced put or delete, in the envelope. ARGV: condition ('any'|'absent'|'rev'),
+-- Fenced put or delete, in the envelope. KEYS: state. ARGV: condition ('any'|'absent'|'rev'),
 -- expected revision, mutation ('put'|'del'), value. Outcome and result: the new revision.
 guard = function(fence, KEYS, ARGV)
   local s, condition = fence.state, ARGV[1]
@@ -12,11 +12,10 @@ body = function(fence, KEYS, ARGV)
   local s = fence.state
   local revision = string.format('%.0f', (s.rev and tonumber(s.rev) or 0) + 1)
   if ARGV[3] == 'put' then
-    redis.call('HSET', fence.state_key, 'rev', revision, 'tok', fence.token, 'state', 'v',
-      'val', ARGV[4])
+    redis.call('HSET', KEYS[1], 'rev', revision, 'tok', fence.token, 'state', 'v', 'val', ARGV[4])
   else
-    redis.call('HSET', fence.state_key, 'rev', revision, 'tok', fence.token, 'state', 't')
-    redis.call('HDEL', fence.state_key, 'val')
+    redis.call('HSET', KEYS[1], 'rev', revision, 'tok', fence.token, 'state', 't')
+    redis.call('HDEL', KEYS[1], 'val')
   end
   return revision, revision
 end
