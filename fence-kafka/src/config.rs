@@ -33,7 +33,7 @@ const DEFAULT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duratio
 ///     .data_topic("payments")
 ///     .ledger_topic("payments-fence-ledger")
 ///     .build()?;
-/// assert_eq!(fence.transactional_id(&fence_core::Domain::new("partition 7")?), "fence-partition%207");
+/// assert_eq!(fence.transactional_id(&fence_core::Domain::new("partition 7")?), "fence:partition%207");
 /// # Ok::<(), fence_core::FenceError>(())
 /// ```
 pub struct KafkaFenceBuilder {
