@@ -20,10 +20,8 @@ end
 
 -- Loads and validates a domain's outbox; returns nil and a reason when foreign or corrupt.
 local function load_outbox(meta_key, entries_key)
-  local m = redis.pcall('HMGET', meta_key, 'outbox', 'last', 'done', 'purged', 'relay')
-  if m['err'] then
-    return nil, 'key ' .. meta_key .. ' holds a ' .. redis.call('TYPE', meta_key)['ok'] .. ', not outbox state'
-  end
+  local m, wrong = hash_fields(meta_key, 'outbox state', 'outbox', 'last', 'done', 'purged', 'relay')
+  if not m then return nil, wrong end
   local count = redis.pcall('HLEN', entries_key)
   if type(count) == 'table' and count['err'] then
     return nil, 'key ' .. entries_key .. ' holds a ' .. redis.call('TYPE', entries_key)['ok'] .. ', not outbox entries'

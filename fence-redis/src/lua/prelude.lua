@@ -29,13 +29,20 @@ local function field(v)
   return v
 end
 
+-- The `fields` of hash `key` (HMGET answers for a missing key too, in one command), or nil and
+-- a reason naming `what` the key should hold when it holds another type.
+local function hash_fields(key, what, ...)
+  local f = redis.pcall('HMGET', key, ...)
+  if f['err'] then
+    return nil, 'key ' .. key .. ' holds a ' .. redis.call('TYPE', key)['ok'] .. ', not ' .. what
+  end
+  return f
+end
+
 -- Loads and validates a domain's state hash; returns nil and a reason for foreign or corrupt state.
 local function load_state(key, with_value)
-  -- HMGET answers for a missing key too, and refuses a key of another type: one command.
-  local f = redis.pcall('HMGET', key, 'fence', 'hwm', 'rev', 'tok', 'state')
-  if f['err'] then
-    return nil, 'key ' .. key .. ' holds a ' .. redis.call('TYPE', key)['ok'] .. ', not fence state'
-  end
+  local f, wrong = hash_fields(key, 'fence state', 'fence', 'hwm', 'rev', 'tok', 'state')
+  if not f then return nil, wrong end
   if not f[1] and not f[2] and not f[3] and not f[4] and not f[5] then
     -- No fence fields: a missing key, or someone else's hash.
     if redis.call('EXISTS', key) == 0 then return {} end
