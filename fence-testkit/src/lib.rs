@@ -13,6 +13,8 @@
 pub mod kafka;
 #[cfg(feature = "outbox")]
 pub mod outbox;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod process;
 #[cfg(feature = "redis")]
 pub mod redis;

@@ -1,0 +1,25 @@
+-- fence-postgres schema, version 1. `fence_schema` is replaced by the schema you choose.
+-- Tokens are u64: numeric(20,0), compared exactly by the server; bigint stops at 2^63 - 1.
+CREATE SCHEMA IF NOT EXISTS fence_schema;
+
+-- One row per domain: its high-water mark and its entry (value or tombstone).
+CREATE TABLE IF NOT EXISTS fence_schema.fence_marks (
+    domain   text PRIMARY KEY,
+    hwm      numeric(20,0),          -- NULL only inside the transaction that creates the row
+    state    "char",                 -- 'v' value, 't' tombstone, NULL: no entry (a claim alone)
+    revision bigint,
+    writer   numeric(20,0),          -- the token that wrote the entry
+    value    bytea
+);
+
+-- Operation ids of recent fenced operations, the newest `op_id_retention` per domain.
+CREATE TABLE IF NOT EXISTS fence_schema.fence_ops (
+    seq      bigserial PRIMARY KEY,
+    domain   text NOT NULL,
+    token    numeric(20,0) NOT NULL,
+    op_id    text NOT NULL,
+    kind     text NOT NULL,          -- 'write'
+    revision bigint NOT NULL,
+    previous numeric(20,0),
+    UNIQUE (domain, token, op_id)
+);

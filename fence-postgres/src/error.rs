@@ -1,0 +1,65 @@
+//! Every sqlx error mapped in one place.
+
+use fence_core::{BackendErrorKind, Domain, FenceError, Operation};
+
+/// The backend's name in errors and metrics.
+pub(crate) const BACKEND: &str = "postgres";
+
+/// What went wrong at PostgreSQL.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PostgresFenceError {
+    /// An error from the driver or the server.
+    #[error("postgres: {0}")]
+    Sql(#[from] sqlx::Error),
+}
+
+/// The class of a sqlx error: whether a retry can help.
+pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
+    match error {
+        sqlx::Error::Database(db) => match db.code().as_deref() {
+            // insufficient_privilege, invalid_password, invalid_authorization_specification
+            Some("42501" | "28P01" | "28000") => BackendErrorKind::PermissionDenied,
+            // undefined_table, invalid_schema_name: not migrated
+            Some("42P01" | "3F000") => BackendErrorKind::NotFound,
+            // serialization_failure, deadlock_detected, lock_not_available
+            Some("40001" | "40P01" | "55P03") => BackendErrorKind::Contention,
+            // query_canceled (statement timeout), admin_shutdown, cannot_connect_now, too_many_connections
+            Some("57014" | "57P01" | "57P03" | "53300") => BackendErrorKind::Unavailable,
+            _ => BackendErrorKind::Rejected,
+        },
+        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+            BackendErrorKind::Unavailable
+        }
+        _ => BackendErrorKind::Rejected,
+    }
+}
+
+/// Maps a sqlx error of `operation` on `domain`. `after_send`: the request may have taken effect
+/// (a `COMMIT` whose answer was lost), so a lost connection is `Ambiguous`, never a guess.
+pub(crate) fn map_error(
+    error: sqlx::Error,
+    domain: &Domain,
+    operation: Operation,
+    after_send: bool,
+) -> FenceError {
+    let lost = matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_));
+    if after_send && lost {
+        return FenceError::Ambiguous {
+            domain: domain.clone(),
+            operation,
+            source: Box::new(PostgresFenceError::Sql(error)),
+        };
+    }
+    FenceError::backend(
+        BACKEND,
+        kind_of(&error),
+        Some(domain),
+        PostgresFenceError::Sql(error),
+    )
+}
+
+/// State at the resource that is not Fence's, or is damaged.
+pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
+    FenceError::corrupt(BACKEND, domain, detail)
+}

@@ -1,0 +1,13 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod fence;
+mod schema;
+
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+pub use sqlx;
+
+pub use error::PostgresFenceError;
+pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
+pub use schema::{migrate, SCHEMA_SQL};

@@ -1,0 +1,124 @@
+//! PostgreSQL-specific behaviour against the shared server: exact u64 tokens, rows that are
+//! not Fence's, the bounded op-id memory, a missing schema.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
+use fence_core::{BackendErrorKind, Fence, FenceError, FencedStore, FencingToken};
+use fence_postgres::PostgresFence;
+use fence_testkit::postgres::{pool, shared_url, unique_schema};
+
+async fn shared(test: &str) -> Option<(PostgresFence, sqlx::PgPool)> {
+    let url = shared_url()?;
+    let pool = pool(&url).await;
+    let schema = unique_schema(test);
+    fence_postgres::migrate(&pool, &schema).await.unwrap();
+    Some((PostgresFence::new(pool.clone(), &schema).unwrap(), pool))
+}
+
+#[tokio::test]
+async fn tokens_are_exact_across_the_bigint_limit() {
+    let Some((fence, _)) = shared("exact").await else {
+        return;
+    };
+    let domain = d("exact");
+    let (below, limit, max) = (i64::MAX as u64, 1u64 << 63, u64::MAX);
+    put(&fence, &domain, limit, "2^63").await.unwrap();
+    assert_fenced(put(&fence, &domain, below, "2^63 - 1").await, below, limit);
+    assert_eq!(
+        fence.high_water_mark(&domain).await.unwrap(),
+        Some(FencingToken::new(limit).unwrap())
+    );
+    put(&fence, &domain, max, "max").await.unwrap();
+    assert_fenced(put(&fence, &domain, max - 1, "max - 1").await, max - 1, max);
+    let snapshot = fence.read(&domain).await.unwrap();
+    assert_eq!(snapshot.high_water_mark, Some(FencingToken::MAX));
+    assert_eq!(snapshot.written_by(), Some(FencingToken::MAX));
+}
+
+#[tokio::test]
+async fn rows_that_are_not_fences_fail_closed_and_stay_as_they_are() {
+    let Some((fence, pool)) = shared("corrupt").await else {
+        return;
+    };
+    let marks = format!("{}.fence_marks", fence.schema());
+    let rows = [
+        ("null-mark", "NULL, NULL, NULL, NULL"),
+        ("negative", "-1, NULL, NULL, NULL"),
+        ("too-big", "18446744073709551616, NULL, NULL, NULL"),
+        ("writer-above", "5, 'v', 1, 6"),
+        ("odd-state", "5, 'x', 1, 5"),
+        ("half-entry", "5, 'v', NULL, 5"),
+    ];
+    for (name, values) in rows {
+        sqlx::query(&format!(
+            "INSERT INTO {marks} (domain, hwm, state, revision, writer) VALUES ('{name}', {values})"
+        ))
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    for (name, _) in rows {
+        let domain = d(name);
+        for (what, result) in [
+            ("write", put(&fence, &domain, 9, "x").await.map(|_| ())),
+            ("read", fence.read(&domain).await.map(|_| ())),
+            ("claim", fence.claim(&domain, t(9)).await.map(|_| ())),
+            ("mark", fence.high_water_mark(&domain).await.map(|_| ())),
+        ] {
+            assert!(
+                matches!(result, Err(FenceError::CorruptState { .. })),
+                "{what} on `{name}`: {result:?}"
+            );
+        }
+    }
+    let unchanged: i64 = sqlx::query_scalar(&format!(
+        "SELECT count(*) FROM {marks} WHERE value IS NULL AND (hwm IS NULL OR hwm <> 9)"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(unchanged, rows.len() as i64, "nothing was overwritten");
+}
+
+#[tokio::test]
+async fn the_op_id_memory_keeps_the_newest_ids() {
+    let Some((fence, pool)) = shared("retention").await else {
+        return;
+    };
+    let fence = fence.with_op_id_retention(4);
+    let other = PostgresFence::new(pool, fence.schema())
+        .unwrap()
+        .with_op_id_retention(4);
+    fence_conformance::retention::store_keeps_the_last_op_ids(&fence, &other, &d("retention"))
+        .await;
+}
+
+#[tokio::test]
+async fn a_missing_schema_and_a_bad_schema_name_are_typed_errors() {
+    let Some(url) = shared_url() else {
+        return;
+    };
+    let pool = pool(&url).await;
+    let never_migrated = PostgresFence::new(pool.clone(), &unique_schema("missing")).unwrap();
+    let error = put(&never_migrated, &d("x"), 1, "v").await.unwrap_err();
+    assert_eq!(
+        error.backend_kind(),
+        Some(BackendErrorKind::NotFound),
+        "{error}"
+    );
+    assert!(!error.is_retryable());
+    for bad in [
+        "",
+        "Fence",
+        "fence-x",
+        "1fence",
+        "fence;drop",
+        &"x".repeat(64),
+    ] {
+        assert!(PostgresFence::new(pool.clone(), bad).is_err(), "{bad:?}");
+        assert!(
+            fence_postgres::migrate(&pool, bad).await.is_err(),
+            "{bad:?}"
+        );
+    }
+}

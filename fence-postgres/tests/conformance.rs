@@ -1,0 +1,62 @@
+//! The conformance suite against real PostgreSQL servers, one per scenario (so the restart
+//! scenario can kill -9 its own server).
+#![allow(clippy::expect_used)]
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use fence_conformance::StoreHarness;
+use fence_core::{BoxError, FencedStore};
+use fence_postgres::PostgresFence;
+use fence_testkit::postgres::{pool, PostgresServer};
+
+const SCHEMA: &str = "fence";
+
+async fn fence(url: &str) -> PostgresFence {
+    let pool = pool(url).await;
+    fence_postgres::migrate(&pool, SCHEMA)
+        .await
+        .expect("migrate");
+    PostgresFence::new(pool, SCHEMA)
+        .expect("valid schema")
+        .with_max_value_bytes(64 * 1024)
+}
+
+struct Dedicated {
+    server: PostgresServer,
+    fence: Mutex<PostgresFence>,
+}
+
+#[async_trait]
+impl StoreHarness for Dedicated {
+    fn store(&self) -> Arc<dyn FencedStore> {
+        Arc::new(self.fence.lock().expect("lock").clone())
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        self.server.kill_and_restart();
+        let fresh = fence(&self.server.url()).await;
+        *self.fence.lock().expect("lock") = fresh;
+        Ok(true)
+    }
+
+    fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .acquire_timeout(std::time::Duration::from_secs(2))
+            .connect_lazy("postgres://fence@127.0.0.1:1/postgres")
+            .expect("a valid URL");
+        Some(Arc::new(
+            PostgresFence::new(pool, SCHEMA)
+                .expect("valid schema")
+                .with_max_value_bytes(64 * 1024),
+        ))
+    }
+}
+
+async fn dedicated() -> Option<Dedicated> {
+    let server = PostgresServer::start("conformance")?;
+    let fence = Mutex::new(fence(&server.url()).await);
+    Some(Dedicated { server, fence })
+}
+
+fence_conformance::store_conformance!(dedicated);

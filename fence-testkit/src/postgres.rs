@@ -1,0 +1,161 @@
+//! PostgreSQL: the shared server `scripts/test` starts, and dedicated servers a test owns (to
+//! kill and restart them), run as the `postgres` user like the shared one.
+
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+use crate::process::ManagedProcess;
+use crate::unavailable;
+
+/// The shared server's URL, if it listens.
+pub fn shared_url() -> Option<String> {
+    let url = std::env::var("FENCE_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://fence@127.0.0.1:5440/postgres".into());
+    let address = url
+        .rsplit('@')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned();
+    if crate::listens(&address) {
+        Some(url)
+    } else {
+        unavailable(&format!("the shared PostgreSQL at {url}")).map(|_| String::new())
+    }
+}
+
+/// A unique schema name for `test` (`[a-z_][a-z0-9_]*`, at most 63 bytes).
+pub fn unique_schema(test: &str) -> String {
+    let test: String = test
+        .chars()
+        .take(24)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("ft_{test}_{}", crate::unique_suffix().replace('.', "_"))
+}
+
+/// A pool of up to 16 connections to `url`.
+pub async fn pool(url: &str) -> PgPool {
+    PgPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .expect("connect to PostgreSQL")
+}
+
+fn bin_dir() -> PathBuf {
+    std::env::var("FENCE_POSTGRES_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| PathBuf::from("/usr/lib/postgresql/15/bin"))
+}
+
+/// The uid and gid of the `postgres` user, from /etc/passwd.
+fn postgres_user() -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.first() == Some(&"postgres"))
+            .then(|| Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?)))
+            .flatten()
+    })
+}
+
+/// A postgres server owned by the test (its own port and data dir), stopped when dropped.
+pub struct PostgresServer {
+    /// The port it listens on.
+    pub port: u16,
+    user: (u32, u32),
+    process: ManagedProcess,
+}
+
+impl PostgresServer {
+    /// Initialises a data dir and starts a server on a free port; `None` (loud skip) without
+    /// the PostgreSQL binaries or the `postgres` user.
+    pub fn start(name: &str) -> Option<Self> {
+        let (Some(user), true) = (postgres_user(), bin_dir().join("postgres").exists()) else {
+            unavailable("the PostgreSQL binaries and the postgres user (run scripts/test)")?;
+            return None;
+        };
+        Some(ManagedProcess::start(
+            "postgres",
+            "postgres-tests",
+            name,
+            |process| {
+                let dir = process.dir().to_path_buf();
+                std::os::unix::fs::chown(&dir, Some(user.0), Some(user.1)).expect("chown data dir");
+                let initdb = Command::new(bin_dir().join("initdb"))
+                    .arg("-D")
+                    .arg(dir.join("data"))
+                    .args(["-A", "trust", "-U", "fence", "--no-sync"])
+                    .uid(user.0)
+                    .gid(user.1)
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .expect("initdb runs");
+                assert!(initdb.success(), "initdb failed in {}", dir.display());
+                let server = PostgresServer {
+                    port: crate::free_port(),
+                    user,
+                    process,
+                };
+                server.spawn().then_some(server)
+            },
+        ))
+    }
+
+    /// Starts the server on its port and data; false if the port turned out to be taken.
+    fn spawn(&self) -> bool {
+        let dir = self.process.dir();
+        let log = std::fs::File::create(dir.join("postgres.log")).expect("log file");
+        let mut command = Command::new(bin_dir().join("postgres"));
+        command
+            .arg("-D")
+            .arg(dir.join("data"))
+            .args([
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-k",
+            ])
+            .arg(dir)
+            .uid(self.user.0)
+            .gid(self.user.1)
+            .stdout(Stdio::from(log.try_clone().expect("log file")))
+            .stderr(Stdio::from(log));
+        let address = format!("127.0.0.1:{}", self.port);
+        self.process
+            .spawn_and_wait(&mut command, self.port, Duration::from_secs(20), || {
+                crate::listens(&address)
+            })
+    }
+
+    /// Its connection URL.
+    pub fn url(&self) -> String {
+        format!("postgres://fence@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// SIGKILL (a crash: no shutdown checkpoint) and start again on the same port and data.
+    pub fn kill_and_restart(&self) {
+        self.process.kill();
+        // The postmaster's children notice its death and exit; the new postmaster waits for them.
+        assert!(
+            self.spawn(),
+            "another process took port {} while postgres was down",
+            self.port
+        );
+    }
+}
