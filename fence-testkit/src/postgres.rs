@@ -93,6 +93,8 @@ impl PostgresServer {
             "postgres-tests",
             name,
             |process| {
+                // A fast shutdown: a smart one would wait for the test's pool to leave.
+                let process = process.with_stop_signal("INT");
                 let dir = process.dir().to_path_buf();
                 std::os::unix::fs::chown(&dir, Some(user.0), Some(user.1)).expect("chown data dir");
                 let initdb = Command::new(bin_dir().join("initdb"))

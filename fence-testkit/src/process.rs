@@ -15,6 +15,7 @@ pub struct ManagedProcess {
     what: &'static str,
     dir: PathBuf,
     child: Mutex<Option<Child>>,
+    stop_signal: &'static str,
 }
 
 /// Waiting for a just-spawned server: see [`ManagedProcess::ready`].
@@ -72,7 +73,15 @@ impl ManagedProcess {
             what,
             dir: dir.to_path_buf(),
             child: Mutex::new(None),
+            stop_signal: "TERM",
         }
+    }
+
+    /// Stops the server with `signal` instead of SIGTERM (PostgreSQL: `INT`, a fast shutdown
+    /// that does not wait for clients to leave).
+    pub fn with_stop_signal(mut self, signal: &'static str) -> Self {
+        self.stop_signal = signal;
+        self
     }
 
     /// The server's data dir.
@@ -161,11 +170,11 @@ impl ManagedProcess {
         }
     }
 
-    /// SIGTERM, then SIGKILL after `grace`.
+    /// The stop signal (SIGTERM unless set), then SIGKILL after `grace`.
     pub fn stop(&self, grace: Duration) {
         if let Some(mut child) = self.lock().take() {
             let _ = Command::new("kill")
-                .arg("-TERM")
+                .arg(format!("-{}", self.stop_signal))
                 .arg(child.id().to_string())
                 .status();
             let deadline = Instant::now() + grace;

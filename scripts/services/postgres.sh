@@ -38,5 +38,7 @@ postgres_start() {
 }
 
 postgres_stop() {
+  # A fast shutdown (SIGINT): a smart one (SIGTERM) would wait for every client to leave.
+  [ -f "$postgres_dir/postgres.pid" ] && kill -INT "$(cat "$postgres_dir/postgres.pid")" 2>/dev/null
   stop_pidfile "$postgres_dir/postgres.pid" 10
 }
