@@ -330,17 +330,23 @@ where
 /// How many times each fault is run against its scenario: it must be caught every time.
 const RUNS: usize = 5;
 
+/// `$test` runs `$scenario` on the honest resource (it must pass) and `RUNS` times on one with
+/// `$fault` (it must fail every time), through `$run` (`run` for stores and logs by default,
+/// `run_entry` for entry points).
 macro_rules! catches {
     ($test:ident, $fault:expr, $scenario:path) => {
+        catches!($test, $fault, $scenario, run);
+    };
+    ($test:ident, $fault:expr, $scenario:path, $run:ident) => {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $test() {
-            let honest = run(Fault::None, |h, ns| $scenario(h, ns)).await;
+            let honest = $run(Fault::None, |h, ns| $scenario(h, ns)).await;
             assert!(
                 matches!(honest, Ok(Verdict::Passed)),
                 "the honest resource must pass: {honest:?}"
             );
             for attempt in 1..=RUNS {
-                let faulty = run($fault, |h, ns| $scenario(h, ns)).await;
+                let faulty = $run($fault, |h, ns| $scenario(h, ns)).await;
                 assert!(
                     faulty.is_err(),
                     "{:?} went unnoticed by {} in run {attempt} of {RUNS}: {faulty:?}",
@@ -713,28 +719,6 @@ where
     scenario(h, ns).await
 }
 
-macro_rules! entry_catches {
-    ($test:ident, $fault:expr, $scenario:path) => {
-        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-        async fn $test() {
-            let honest = run_entry(Fault::None, |h, ns| $scenario(h, ns)).await;
-            assert!(
-                matches!(honest, Ok(Verdict::Passed)),
-                "the honest entry point must pass: {honest:?}"
-            );
-            for attempt in 1..=RUNS {
-                let faulty = run_entry($fault, |h, ns| $scenario(h, ns)).await;
-                assert!(
-                    faulty.is_err(),
-                    "{:?} went unnoticed by {} in run {attempt} of {RUNS}: {faulty:?}",
-                    $fault,
-                    stringify!($scenario)
-                );
-            }
-        }
-    };
-}
-
 catches!(
     a_log_replay_after_the_token_rule_is_caught,
     Fault::ReplaysAfterTokenRule,
@@ -742,43 +726,51 @@ catches!(
 );
 
 // Entry-point scenarios (fenced scripts, outbox transitions).
-entry_catches!(
+catches!(
     stale_runs_are_caught,
     Fault::AcceptsStale,
-    fence_conformance::entry::entry_newer_runs_older_fenced
+    fence_conformance::entry::entry_newer_runs_older_fenced,
+    run_entry
 );
-entry_catches!(
+catches!(
     stale_runs_are_caught_by_the_race,
     Fault::AcceptsStale,
-    fence_conformance::entry::entry_concurrent_runs_with_mixed_tokens
+    fence_conformance::entry::entry_concurrent_runs_with_mixed_tokens,
+    run_entry
 );
-entry_catches!(
+catches!(
     an_entry_ignoring_strict_is_caught,
     Fault::IgnoresStrict,
-    fence_conformance::entry::entry_equal_token_policy
+    fence_conformance::entry::entry_equal_token_policy,
+    run_entry
 );
-entry_catches!(
+catches!(
     an_entry_ignoring_claims_is_caught,
     Fault::ClaimIgnored,
-    fence_conformance::entry::entry_claim_fences_before_first_run
+    fence_conformance::entry::entry_claim_fences_before_first_run,
+    run_entry
 );
-entry_catches!(
+catches!(
     an_entry_forgetting_op_ids_is_caught,
     Fault::ForgetsOpIds,
-    fence_conformance::entry::entry_op_id_replay_returns_first_run
+    fence_conformance::entry::entry_op_id_replay_returns_first_run,
+    run_entry
 );
-entry_catches!(
+catches!(
     an_entry_with_colliding_domains_is_caught,
     Fault::CollidesDomains,
-    fence_conformance::entry::entry_domains_are_independent
+    fence_conformance::entry::entry_domains_are_independent,
+    run_entry
 );
-entry_catches!(
+catches!(
     an_entry_replaying_after_the_token_rule_is_caught,
     Fault::ReplaysAfterTokenRule,
-    fence_conformance::entry::entry_op_id_replay_returns_first_run
+    fence_conformance::entry::entry_op_id_replay_returns_first_run,
+    run_entry
 );
-entry_catches!(
+catches!(
     an_entry_whose_refused_runs_still_apply_is_caught,
     Fault::RefusedWriteMutates,
-    fence_conformance::entry::entry_newer_runs_older_fenced
+    fence_conformance::entry::entry_newer_runs_older_fenced,
+    run_entry
 );
