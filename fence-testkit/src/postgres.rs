@@ -152,12 +152,16 @@ impl PostgresServer {
 
     /// SIGKILL (a crash: no shutdown checkpoint) and start again on the same port and data.
     pub fn kill_and_restart(&self) {
-        self.process.kill();
-        // The postmaster's children notice its death and exit; the new postmaster waits for them.
-        assert!(
-            self.spawn(),
-            "another process took port {} while postgres was down",
-            self.port
-        );
+        // The whole server crashes: backends left behind would keep the shared memory attached
+        // and the new postmaster would refuse the data dir.
+        self.process.kill_with_children();
+        if !self.spawn() {
+            let log = std::fs::read_to_string(self.process.dir().join("postgres.log"))
+                .unwrap_or_default();
+            panic!(
+                "postgres did not come back on port {}; its log:\n{log}",
+                self.port
+            );
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! one to listen on, and the kill / stop / pause / restart every managed server offers.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -170,6 +170,27 @@ impl ManagedProcess {
         }
     }
 
+    /// SIGKILL to the process and every child it had forked, then waits until they have all
+    /// exited: a crashed server whose children outlive it (PostgreSQL's backends keep its shared
+    /// memory attached) would refuse to start again on the same data.
+    pub fn kill_with_children(&self) {
+        let Some(pid) = self.lock().as_ref().map(Child::id) else {
+            return;
+        };
+        let children = children_of(pid);
+        self.kill();
+        for child in &children {
+            let _ = Command::new("kill")
+                .args(["-KILL", &child.to_string()])
+                .stderr(Stdio::null())
+                .status();
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while children.iter().any(|&child| alive(child)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The stop signal (SIGTERM unless set), then SIGKILL after `grace`.
     pub fn stop(&self, grace: Duration) {
         if let Some(mut child) = self.lock().take() {
@@ -208,6 +229,31 @@ impl Drop for ManagedProcess {
         self.stop(Duration::from_secs(10));
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// The processes whose parent is `pid` (from `/proc/*/stat`).
+fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&candidate| stat_field(candidate, 1).as_deref() == Some(&pid.to_string()))
+        .collect()
+}
+
+/// Field `index` after the command name in `/proc/<pid>/stat` (0 = state, 1 = parent pid).
+fn stat_field(pid: u32, index: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may itself contain spaces or parentheses.
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    rest.split_whitespace().nth(index).map(str::to_owned)
+}
+
+/// True while `pid` runs (a zombie has exited: it holds no memory, files or sockets).
+fn alive(pid: u32) -> bool {
+    stat_field(pid, 0).is_some_and(|state| state != "Z" && state != "X")
 }
 
 /// True when process `pid` holds the socket listening on 127.0.0.1:`port` (read from `/proc`):
