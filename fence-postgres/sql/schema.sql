@@ -18,8 +18,8 @@ CREATE TABLE IF NOT EXISTS fence_schema.fence_ops (
     domain   text NOT NULL,
     token    numeric(20,0) NOT NULL,
     op_id    text NOT NULL,
-    kind     text NOT NULL,          -- 'write'
-    revision bigint NOT NULL,
+    kind     text NOT NULL,          -- 'write' or 'transaction' (a fenced transaction)
+    revision bigint,                 -- the revision a write produced; NULL for a transaction
     previous numeric(20,0),
     UNIQUE (domain, token, op_id)
 );

@@ -1,6 +1,8 @@
 //! `PostgresFence`: the fenced store on PostgreSQL.
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
@@ -12,8 +14,8 @@ use fence_core::{
 use sqlx::postgres::{PgPool, PgRow};
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 
-use crate::error::{corrupt, map_error, BACKEND};
-use crate::schema::Schema;
+use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
+use crate::schema::{check_shape, Schema, Shape};
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
@@ -41,12 +43,14 @@ pub struct PostgresFence {
     schema: Schema,
     max_value_bytes: usize,
     op_id_retention: usize,
+    /// Set once the tables were found with the expected shape (checked on first use).
+    shape_checked: Arc<AtomicBool>,
 }
 
 /// What a locked mark row holds.
-struct Locked {
-    current: Current,
-    hwm: Option<FencingToken>,
+pub(crate) struct Locked {
+    pub(crate) current: Current,
+    pub(crate) hwm: Option<FencingToken>,
 }
 
 impl PostgresFence {
@@ -57,6 +61,7 @@ impl PostgresFence {
             schema: Schema::new(schema)?,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
+            shape_checked: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -77,14 +82,42 @@ impl PostgresFence {
         self.schema.name()
     }
 
+    /// Checks, once per fence, that the tables have the shape [`crate::migrate`] gives them:
+    /// tables of another shape fail closed (`CorruptState`) before anything is read or written.
+    async fn ensure_shape(&self, domain: &Domain, operation: Operation) -> Result<(), FenceError> {
+        if self.shape_checked.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match check_shape(&self.pool, &self.schema)
+            .await
+            .map_err(|e| map_error(e, domain, operation, false))?
+        {
+            None => {
+                self.shape_checked.store(true, Ordering::Release);
+                Ok(())
+            }
+            Some(Shape::Wrong(detail)) => Err(corrupt(domain, detail)),
+            Some(Shape::Missing(table)) => Err(FenceError::backend(
+                BACKEND,
+                fence_core::BackendErrorKind::NotFound,
+                Some(domain),
+                PostgresFenceError::NotMigrated {
+                    schema: self.schema.name().to_owned(),
+                    table,
+                },
+            )),
+        }
+    }
+
     /// Begins a transaction and locks the domain's mark row in it (creating the row if
     /// missing; a refusal drops the transaction, which rolls the creation back). Concurrent
     /// holders of the domain wait on the lock until this transaction ends.
-    async fn lock(
+    pub(crate) async fn lock(
         &self,
         domain: &Domain,
         operation: Operation,
     ) -> Result<(Transaction<'static, Postgres>, Locked), FenceError> {
+        self.ensure_shape(domain, operation).await?;
         let mut tx = self
             .pool
             .begin()
@@ -124,12 +157,12 @@ impl PostgresFence {
         };
         let domain = request.domain();
         let operation = request.operation();
-        let (marks, ops) = (self.schema.marks(), self.schema.ops());
-        let retention = i64::try_from(self.op_id_retention).unwrap_or(i64::MAX);
+        let marks = self.schema.marks();
         let (mut tx, locked) = self.lock(domain, operation).await?;
         let remembered = match request.op_id() {
             Some(op_id) => {
-                find_op(&mut tx, &ops, domain, request.token(), op_id, operation).await?
+                self.find_write(&mut tx, domain, request.token(), op_id)
+                    .await?
             }
             None => OpMemory::new(),
         };
@@ -155,33 +188,39 @@ impl PostgresFence {
         .await
         .map_err(|e| map_error(e, domain, operation, false))?;
         if let Some(record) = remember {
-            if retention > 0 {
-                remember_op(&mut tx, &ops, domain, &record, retention, operation).await?;
-            }
+            let revision = match record.outcome {
+                OpOutcome::Write { revision } => revision,
+                _ => return Err(FenceError::unsupported(BACKEND, "this operation kind")),
+            };
+            let (token, op_id, previous) = (record.token, &record.op_id, record.previous);
+            self.remember(
+                &mut tx,
+                domain,
+                token,
+                op_id,
+                Some(revision),
+                previous,
+                operation,
+            )
+            .await?;
         }
         commit(tx, domain, operation).await?;
         Ok(WriteOutcome::Accepted(accepted))
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let marks = self.schema.marks();
         let (mut tx, locked) = self.lock(domain, Operation::Claim).await?;
         let decision = pipeline::decide_claim(domain, locked.hwm, token)?;
         if let ClaimDecision::Raise(_) = decision {
-            sqlx::query(&format!(
-                "UPDATE {marks} SET hwm = $2::numeric WHERE domain = $1"
-            ))
-            .bind(domain.as_str())
-            .bind(token.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, domain, Operation::Claim, false))?;
+            self.raise_mark(&mut tx, domain, token, Operation::Claim)
+                .await?;
         }
         commit(tx, domain, Operation::Claim).await?;
         Ok(decision.claimed())
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        self.ensure_shape(domain, Operation::Read).await?;
         let row = sqlx::query(&format!(
             "SELECT hwm::text, state, revision, writer::text, value FROM {} WHERE domain = $1",
             self.schema.marks()
@@ -257,7 +296,7 @@ fn decode_head(
 }
 
 /// Commits: a failure once `COMMIT` was sent leaves the outcome unknown (`Ambiguous`).
-async fn commit(
+pub(crate) async fn commit(
     tx: Transaction<'static, Postgres>,
     domain: &Domain,
     operation: Operation,
@@ -271,88 +310,144 @@ fn revision_i64(revision: Revision) -> i64 {
     i64::try_from(revision.get()).unwrap_or(i64::MAX)
 }
 
-/// The remembered write of (token, op id), as a one-record memory (empty when not found).
-async fn find_op(
-    conn: &mut PgConnection,
-    ops: &str,
-    domain: &Domain,
-    token: FencingToken,
-    op_id: &OperationId,
-    operation: Operation,
-) -> Result<OpMemory, FenceError> {
-    let row = sqlx::query(&format!(
-        "SELECT kind, revision, previous::text FROM {ops} \
-         WHERE domain = $1 AND token = $2::numeric AND op_id = $3"
-    ))
-    .bind(domain.as_str())
-    .bind(token.to_string())
-    .bind(op_id.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(|e| map_error(e, domain, operation, false))?;
-    let Some(row) = row else {
-        return Ok(OpMemory::new());
-    };
-    let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-    let kind: String = row.try_get(0).map_err(column)?;
-    let revision: i64 = row.try_get(1).map_err(column)?;
-    let previous: Option<String> = row.try_get(2).map_err(column)?;
-    if kind != "write" || revision < 1 {
-        return Err(corrupt(
-            domain,
-            format!("operation record of kind `{kind}`"),
-        ));
+impl PostgresFence {
+    /// Raises the locked mark row's mark to `token` (the entry stays as it is).
+    pub(crate) async fn raise_mark(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        token: FencingToken,
+        operation: Operation,
+    ) -> Result<(), FenceError> {
+        sqlx::query(&format!(
+            "UPDATE {} SET hwm = $2::numeric WHERE domain = $1",
+            self.schema.marks()
+        ))
+        .bind(domain.as_str())
+        .bind(token.to_string())
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| map_error(e, domain, operation, false))?;
+        Ok(())
     }
-    let previous = previous
-        .map(|p| p.parse::<FencingToken>())
-        .transpose()
-        .map_err(|e| corrupt(domain, format!("operation record's previous mark: {e}")))?;
-    let outcome = OpOutcome::Write {
-        revision: Revision::new(revision.unsigned_abs()),
-    };
-    Ok(OpMemory::from_records([OpRecord::new(
-        token,
-        op_id.clone(),
-        previous,
-        outcome,
-    )]))
-}
 
-/// Remembers `record` and forgets the domain's records beyond the newest `retention`.
-async fn remember_op(
-    conn: &mut PgConnection,
-    ops: &str,
-    domain: &Domain,
-    record: &OpRecord,
-    retention: i64,
-    operation: Operation,
-) -> Result<(), FenceError> {
-    let OpOutcome::Write { revision } = record.outcome else {
-        return Err(FenceError::unsupported(BACKEND, "this operation kind"));
-    };
-    debug_assert_eq!(record.outcome.kind(), OpKind::Write);
-    sqlx::query(&format!(
-        "INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) \
-         VALUES ($1, $2::numeric, $3, 'write', $4, $5::numeric)"
-    ))
-    .bind(domain.as_str())
-    .bind(record.token.to_string())
-    .bind(record.op_id.as_str())
-    .bind(revision_i64(revision))
-    .bind(record.previous.map(|p| p.to_string()))
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| map_error(e, domain, operation, false))?;
-    sqlx::query(&format!(
-        "DELETE FROM {ops} WHERE domain = $1 AND seq <= \
-         (SELECT seq FROM {ops} WHERE domain = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)"
-    ))
-    .bind(domain.as_str())
-    .bind(retention)
-    .execute(&mut *conn)
-    .await
-    .map_err(|e| map_error(e, domain, operation, false))?;
-    Ok(())
+    /// The operation record of (token, op id): kind, revision, previous mark.
+    pub(crate) async fn find_op_row(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &OperationId,
+    ) -> Result<Option<PgRow>, FenceError> {
+        sqlx::query(&format!(
+            "SELECT kind, revision, previous::text FROM {} \
+             WHERE domain = $1 AND token = $2::numeric AND op_id = $3",
+            self.schema.ops()
+        ))
+        .bind(domain.as_str())
+        .bind(token.to_string())
+        .bind(op_id.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| map_error(e, domain, Operation::Write, false))
+    }
+
+    /// The remembered write of (token, op id), as a one-record memory (empty when not found);
+    /// an op id first used for a fenced transaction is [`InvalidInput::OpIdReused`].
+    async fn find_write(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &OperationId,
+    ) -> Result<OpMemory, FenceError> {
+        let Some(row) = self.find_op_row(conn, domain, token, op_id).await? else {
+            return Ok(OpMemory::new());
+        };
+        let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
+        let kind: String = row.try_get(0).map_err(column)?;
+        let revision: Option<i64> = row.try_get(1).map_err(column)?;
+        let previous: Option<String> = row.try_get(2).map_err(column)?;
+        let revision = match (kind.as_str(), revision) {
+            ("write", Some(revision)) if revision >= 1 => revision,
+            ("transaction", None) => {
+                return Err(InvalidInput::OpIdReused {
+                    domain: domain.clone(),
+                    op_id: op_id.clone(),
+                    first: OpKind::Script,
+                    now: OpKind::Write,
+                }
+                .into())
+            }
+            _ => {
+                return Err(corrupt(
+                    domain,
+                    format!("operation record of kind `{kind}` with revision {revision:?}"),
+                ))
+            }
+        };
+        let previous = previous
+            .map(|p| p.parse::<FencingToken>())
+            .transpose()
+            .map_err(|e| corrupt(domain, format!("operation record's previous mark: {e}")))?;
+        let outcome = OpOutcome::Write {
+            revision: Revision::new(revision.unsigned_abs()),
+        };
+        Ok(OpMemory::from_records([OpRecord::new(
+            token,
+            op_id.clone(),
+            previous,
+            outcome,
+        )]))
+    }
+
+    /// Remembers (token, op id) — a write with its `revision`, or a fenced transaction
+    /// (`None`) — and forgets the domain's records beyond the newest `op_id_retention`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn remember(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &OperationId,
+        revision: Option<Revision>,
+        previous: Option<FencingToken>,
+        operation: Operation,
+    ) -> Result<(), FenceError> {
+        let retention = i64::try_from(self.op_id_retention).unwrap_or(i64::MAX);
+        if retention == 0 {
+            return Ok(()); // replay detection is off
+        }
+        let ops = self.schema.ops();
+        let kind = if revision.is_some() {
+            "write"
+        } else {
+            "transaction"
+        };
+        sqlx::query(&format!(
+            "INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) \
+             VALUES ($1, $2::numeric, $3, $4, $5, $6::numeric)"
+        ))
+        .bind(domain.as_str())
+        .bind(token.to_string())
+        .bind(op_id.as_str())
+        .bind(kind)
+        .bind(revision.map(revision_i64))
+        .bind(previous.map(|p| p.to_string()))
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| map_error(e, domain, operation, false))?;
+        sqlx::query(&format!(
+            "DELETE FROM {ops} WHERE domain = $1 AND seq <= \
+             (SELECT seq FROM {ops} WHERE domain = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)"
+        ))
+        .bind(domain.as_str())
+        .bind(retention)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| map_error(e, domain, operation, false))?;
+        Ok(())
+    }
 }
 
 impl fmt::Debug for PostgresFence {

@@ -2,7 +2,9 @@
 
 mod error;
 mod fence;
+mod row;
 mod schema;
+mod transaction;
 
 /// The contract this crate implements, so users need one dependency.
 pub use fence_core;
@@ -10,4 +12,8 @@ pub use sqlx;
 
 pub use error::PostgresFenceError;
 pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
+pub use row::RowFence;
 pub use schema::{migrate, SCHEMA_SQL};
+pub use transaction::{
+    Begun, BoxFuture, FencedTransaction, Transacted, TransactionError, TransactionRequest,
+};

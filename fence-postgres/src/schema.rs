@@ -8,25 +8,31 @@ use crate::error::BACKEND;
 /// The schema's SQL, with `fence_schema` standing for the schema you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 
+/// `name` if it is a plain SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to
+/// splice into SQL without quoting; `what` names it in the error.
+pub(crate) fn identifier(what: &str, name: &str) -> Result<String, InvalidInput> {
+    let valid = !name.is_empty()
+        && name.len() <= 63
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+    if valid {
+        Ok(name.to_owned())
+    } else {
+        Err(InvalidInput::Configuration(format!(
+            "{what} `{name}` must match [a-z_][a-z0-9_]* and be at most 63 bytes"
+        )))
+    }
+}
+
 /// A validated schema name (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to splice into SQL.
 #[derive(Clone, Debug)]
 pub(crate) struct Schema(String);
 
 impl Schema {
     pub(crate) fn new(name: &str) -> Result<Self, InvalidInput> {
-        let valid = !name.is_empty()
-            && name.len() <= 63
-            && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-        if valid {
-            Ok(Schema(name.to_owned()))
-        } else {
-            Err(InvalidInput::Configuration(format!(
-                "schema name `{name}` must match [a-z_][a-z0-9_]* and be at most 63 bytes"
-            )))
-        }
+        Ok(Schema(identifier("schema name", name)?))
     }
 
     pub(crate) fn name(&self) -> &str {
@@ -40,6 +46,84 @@ impl Schema {
     pub(crate) fn ops(&self) -> String {
         format!("{}.fence_ops", self.0)
     }
+}
+
+/// The columns `migrate` creates, as `format_type` spells their types.
+const EXPECTED: &[(&str, &[(&str, &str)])] = &[
+    (
+        "fence_marks",
+        &[
+            ("domain", "text"),
+            ("hwm", "numeric(20,0)"),
+            ("state", "\"char\""),
+            ("revision", "bigint"),
+            ("writer", "numeric(20,0)"),
+            ("value", "bytea"),
+        ],
+    ),
+    (
+        "fence_ops",
+        &[
+            ("seq", "bigint"),
+            ("domain", "text"),
+            ("token", "numeric(20,0)"),
+            ("op_id", "text"),
+            ("kind", "text"),
+            ("revision", "bigint"),
+            ("previous", "numeric(20,0)"),
+        ],
+    ),
+];
+
+/// What is wrong with the tables found in a schema.
+pub(crate) enum Shape {
+    /// A table is missing: the schema was not migrated.
+    Missing(&'static str),
+    /// A table exists with other columns.
+    Wrong(String),
+}
+
+/// Compares the fence's tables in `schema` with what [`migrate`] creates.
+pub(crate) async fn check_shape(
+    pool: &PgPool,
+    schema: &Schema,
+) -> Result<Option<Shape>, sqlx::Error> {
+    let columns: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
+         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
+         JOIN pg_namespace n ON n.oid = c.relnamespace \
+         WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops') \
+         AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum",
+    )
+    .bind(schema.name())
+    .fetch_all(pool)
+    .await?;
+    for (table, expected) in EXPECTED {
+        let found: Vec<(&str, &str)> = columns
+            .iter()
+            .filter(|(t, _, _)| t == table)
+            .map(|(_, name, kind)| (name.as_str(), kind.as_str()))
+            .collect();
+        if found.is_empty() {
+            return Ok(Some(Shape::Missing(table)));
+        }
+        if found != *expected {
+            let list = |columns: &[(&str, &str)]| {
+                columns
+                    .iter()
+                    .map(|(name, kind)| format!("{name} {kind}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            return Ok(Some(Shape::Wrong(format!(
+                "{}.{table} has columns ({}), expected ({})",
+                schema.name(),
+                list(&found),
+                list(expected)
+            ))));
+        }
+    }
+    Ok(None)
 }
 
 /// Creates the fence's tables in `schema` (idempotent: existing tables are left as they are).

@@ -1,0 +1,168 @@
+//! The seeds' per-row form: a token column beside your data, on your own table, checked by
+//! the `UPDATE` itself, with the affected-row count mapped to `Fenced`.
+
+use std::fmt::Display;
+
+use fence_core::{BackendErrorKind, Domain, EqualTokenPolicy, FenceError, FencingToken, Operation};
+use sqlx::postgres::Postgres;
+use sqlx::{Encode, PgConnection, QueryBuilder, Type};
+
+use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
+use crate::schema::identifier;
+
+/// Fenced updates of single rows of your table, each row its own domain (`<table>/<key>`).
+///
+/// The update is the seed's statement,
+/// `UPDATE accounts SET …, fence_token = $t WHERE id = $k AND (fence_token IS NULL OR fence_token <= $t)`
+/// (`<` under [`EqualTokenPolicy::Strict`]): the row is its own mark, no Fence table is
+/// involved, and a row whose token column is NULL has accepted no token yet. The token column
+/// holds u64 tokens exactly as `numeric(20,0)`; a `bigint` column works up to 2^63 − 1.
+///
+/// Zero rows updated becomes [`FenceError::Fenced`] with the row's current token, or a
+/// `NotFound` backend error when the row does not exist. Run it inside your own transaction
+/// (any `&mut PgConnection`, a `Transaction` included) to combine it with other statements.
+///
+/// ```no_run
+/// # async fn run(pool: sqlx::PgPool) -> Result<(), Box<dyn std::error::Error>> {
+/// use fence_core::FencingToken;
+/// let accounts = fence_postgres::RowFence::new("public", "accounts", "id", "fence_token")?;
+/// let mut conn = pool.acquire().await?;
+/// accounts
+///     .update(&mut conn, 7_i64, FencingToken::new(12)?, |set| {
+///         set.push("balance = ").push_bind(90_i64);
+///     })
+///     .await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RowFence {
+    table: String,
+    key: String,
+    token: String,
+    policy: EqualTokenPolicy,
+}
+
+impl RowFence {
+    /// Fences rows of `schema.table`, found by `key_column`, with their token in `token_column`
+    /// (all plain identifiers: `[a-z_][a-z0-9_]*`).
+    pub fn new(
+        schema: &str,
+        table: &str,
+        key_column: &str,
+        token_column: &str,
+    ) -> Result<Self, fence_core::InvalidInput> {
+        Ok(RowFence {
+            table: format!(
+                "{}.{}",
+                identifier("schema name", schema)?,
+                identifier("table name", table)?
+            ),
+            key: identifier("key column", key_column)?,
+            token: identifier("token column", token_column)?,
+            policy: EqualTokenPolicy::SameOwner,
+        })
+    }
+
+    /// The equal-token policy (same owner by default).
+    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The domain of the row with `key`, as errors name it.
+    pub fn domain(&self, key: impl Display) -> Result<Domain, FenceError> {
+        Ok(Domain::new(format!("{}/{key}", self.table))?)
+    }
+
+    /// Updates the row with `key` under `token`: `set` appends the `SET` list's assignments
+    /// (`set.push("balance = ").push_bind(90)`), the token column and the condition are added
+    /// here. `Ok` means exactly this row was updated.
+    pub async fn update<'a, K>(
+        &self,
+        conn: &mut PgConnection,
+        key: K,
+        token: FencingToken,
+        set: impl FnOnce(&mut QueryBuilder<'a, Postgres>),
+    ) -> Result<(), FenceError>
+    where
+        K: Display + Clone + Send + Encode<'a, Postgres> + Type<Postgres> + 'a,
+    {
+        let domain = self.domain(&key)?;
+        let operation = Operation::Write;
+        let compare = match self.policy {
+            EqualTokenPolicy::Strict => "<",
+            _ => "<=",
+        };
+        let mut query = QueryBuilder::new(format!("UPDATE {} SET ", self.table));
+        set(&mut query);
+        query
+            .push(format!(", {} = ", self.token))
+            .push_bind(token.to_string())
+            .push(format!("::numeric WHERE {} = ", self.key))
+            .push_bind(key.clone())
+            // A negative token is not Fence's: the row is refused and reported corrupt.
+            .push(format!(
+                " AND ({0} IS NULL OR ({0} >= 0 AND {0} {compare} ",
+                self.token
+            ))
+            .push_bind(token.to_string())
+            .push("::numeric))");
+        let updated = query
+            .build()
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| map_error(e, &domain, operation, false))?
+            .rows_affected();
+        match updated {
+            1 => Ok(()),
+            0 => Err(self.refusal(conn, &domain, key, token).await),
+            n => Err(corrupt(
+                &domain,
+                format!(
+                    "{n} rows have this key in {}: the key column is not unique",
+                    self.table
+                ),
+            )),
+        }
+    }
+
+    /// Why zero rows were updated: the row's current token (`Fenced`), or no such row.
+    async fn refusal<'a, K>(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        key: K,
+        token: FencingToken,
+    ) -> FenceError
+    where
+        K: Send + Encode<'a, Postgres> + Type<Postgres> + 'a,
+    {
+        let mut query = QueryBuilder::new(format!(
+            "SELECT {}::text FROM {} WHERE {} = ",
+            self.token, self.table, self.key
+        ));
+        query.push_bind(key);
+        let current: Result<Option<Option<String>>, sqlx::Error> =
+            query.build_query_scalar().fetch_optional(&mut *conn).await;
+        match current {
+            Err(e) => map_error(e, domain, Operation::Write, false),
+            Ok(Some(Some(text))) => match text.parse::<FencingToken>() {
+                Ok(current) => FenceError::Fenced {
+                    domain: domain.clone(),
+                    presented: token,
+                    current,
+                },
+                Err(e) => corrupt(domain, format!("token column `{text}`: {e}")),
+            },
+            // Missing at the update (a row created since is not this update's business).
+            Ok(_) => FenceError::backend(
+                BACKEND,
+                BackendErrorKind::NotFound,
+                Some(domain),
+                PostgresFenceError::RowMissing {
+                    table: self.table.clone(),
+                },
+            ),
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! Fenced transactions: your SQL on your tables, in the transaction that holds the domain's
+//! mark row, so a stale holder's SQL never commits.
+
+use std::fmt;
+use std::future::Future;
+use std::ops::{Deref, DerefMut};
+use std::pin::Pin;
+
+use fence_core::telemetry::{observe, OutcomeLabel};
+use fence_core::{
+    rule, Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, OpKind, Operation,
+    OperationId,
+};
+use sqlx::{PgConnection, Postgres, Row, Transaction};
+
+use crate::error::{corrupt, map_error, BACKEND};
+use crate::fence::{commit, PostgresFence};
+
+/// The future your transaction's work returns (`Box::pin(async move { … })`).
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A fenced transaction's domain, token, op id and equal-token policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TransactionRequest {
+    domain: Domain,
+    token: FencingToken,
+    op_id: Option<OperationId>,
+    policy: EqualTokenPolicy,
+}
+
+impl TransactionRequest {
+    /// A transaction on `domain` under `token`, same-owner policy, no op id.
+    pub fn new(domain: Domain, token: FencingToken) -> Self {
+        TransactionRequest {
+            domain,
+            token,
+            op_id: None,
+            policy: EqualTokenPolicy::SameOwner,
+        }
+    }
+
+    /// Remembers the transaction under `op_id` (in the same transaction): a retry after an
+    /// ambiguous commit answers [`Transacted::Duplicate`] and runs nothing again.
+    pub fn with_op_id(mut self, op_id: OperationId) -> Self {
+        self.op_id = Some(op_id);
+        self
+    }
+
+    /// The equal-token policy (same owner by default: a lease holder runs many transactions).
+    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// The token.
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The op id, if any.
+    pub fn op_id(&self) -> Option<&OperationId> {
+        self.op_id.as_ref()
+    }
+
+    /// The equal-token policy.
+    pub fn policy(&self) -> EqualTokenPolicy {
+        self.policy
+    }
+}
+
+/// What a fenced transaction did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Transacted<T> {
+    /// Your work ran and everything committed; the domain's mark is the request's token.
+    Committed {
+        /// What your work returned.
+        value: T,
+        /// The mark before the transaction.
+        previous_high_water_mark: Option<FencingToken>,
+    },
+    /// The op id had committed before: nothing ran again.
+    Duplicate {
+        /// The mark before the first run.
+        previous_high_water_mark: Option<FencingToken>,
+    },
+}
+
+impl<T> Transacted<T> {
+    /// The mark before the (first) run.
+    pub fn previous_high_water_mark(&self) -> Option<FencingToken> {
+        match self {
+            Transacted::Committed {
+                previous_high_water_mark,
+                ..
+            }
+            | Transacted::Duplicate {
+                previous_high_water_mark,
+            } => *previous_high_water_mark,
+        }
+    }
+
+    /// True for a replayed op id.
+    pub fn is_duplicate(&self) -> bool {
+        matches!(self, Transacted::Duplicate { .. })
+    }
+}
+
+/// Why a fenced transaction did not commit (or may not have).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransactionError<E> {
+    /// The fence refused (`Fenced`, invalid input, corrupt state), the database failed, or the
+    /// commit's answer was lost (`Ambiguous`: retry with the same op id to learn the outcome).
+    #[error(transparent)]
+    Fence(#[from] FenceError),
+    /// Your work returned an error: the whole transaction, mark included, was rolled back.
+    #[error(
+        "the fenced transaction on domain `{domain}` was rolled back: its work failed: {error}"
+    )]
+    Work {
+        /// The domain.
+        domain: Domain,
+        /// What your work returned.
+        error: E,
+    },
+}
+
+/// What [`PostgresFence::begin`] found.
+#[derive(Debug)]
+pub enum Begun {
+    /// The token was admitted: the transaction holds the domain's mark row, already raised to
+    /// the token. Run your statements on it, then [`FencedTransaction::commit`].
+    Admitted(FencedTransaction),
+    /// The op id had committed before: nothing to run again.
+    Duplicate {
+        /// The mark before the first run.
+        previous_high_water_mark: Option<FencingToken>,
+    },
+}
+
+/// A database transaction admitted by the fence: it holds the domain's mark row (raised to its
+/// token) until it ends, so no other holder of the domain commits in between. Dereferences to
+/// the transaction's `PgConnection`; dropping it without [`FencedTransaction::commit`] rolls
+/// everything back, the mark included.
+pub struct FencedTransaction {
+    tx: Transaction<'static, Postgres>,
+    domain: Domain,
+    token: FencingToken,
+    previous_high_water_mark: Option<FencingToken>,
+}
+
+impl FencedTransaction {
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        &self.domain
+    }
+
+    /// The admitted token (the mark once committed).
+    pub fn token(&self) -> FencingToken {
+        self.token
+    }
+
+    /// The mark before this transaction.
+    pub fn previous_high_water_mark(&self) -> Option<FencingToken> {
+        self.previous_high_water_mark
+    }
+
+    /// Commits your statements and the mark together. A connection lost once `COMMIT` was sent
+    /// is [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome.
+    pub async fn commit(self) -> Result<(), FenceError> {
+        commit(self.tx, &self.domain, Operation::Write).await
+    }
+
+    /// Rolls everything back, the mark included.
+    pub async fn rollback(self) -> Result<(), FenceError> {
+        self.tx
+            .rollback()
+            .await
+            .map_err(|e| map_error(e, &self.domain, Operation::Write, false))
+    }
+}
+
+impl Deref for FencedTransaction {
+    type Target = PgConnection;
+
+    fn deref(&self) -> &PgConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for FencedTransaction {
+    fn deref_mut(&mut self) -> &mut PgConnection {
+        &mut self.tx
+    }
+}
+
+impl fmt::Debug for FencedTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedTransaction")
+            .field("domain", &self.domain)
+            .field("token", &self.token)
+            .field("previous_high_water_mark", &self.previous_high_water_mark)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutcomeLabel for Begun {
+    fn outcome_label(&self) -> &'static str {
+        fence_core::telemetry::replay_label(matches!(self, Begun::Duplicate { .. }))
+    }
+}
+
+impl PostgresFence {
+    /// Begins a fenced transaction: locks the domain's mark row, answers a remembered op id
+    /// with [`Begun::Duplicate`], refuses a stale token ([`FenceError::Fenced`]: below the
+    /// mark, or equal under [`EqualTokenPolicy::Strict`]), then raises the mark to the token
+    /// and remembers the op id, all in the transaction it hands you.
+    ///
+    /// Holders of one domain serialize on the mark row: keep the transaction short. Run every
+    /// statement on it (savepoints through `sqlx::Connection::begin` are fine); never send
+    /// `COMMIT` or `ROLLBACK` yourself.
+    ///
+    /// ```no_run
+    /// # async fn run(fence: fence_postgres::PostgresFence) -> Result<(), Box<dyn std::error::Error>> {
+    /// use fence_core::{Domain, FencingToken};
+    /// use fence_postgres::{Begun, TransactionRequest};
+    /// let request = TransactionRequest::new(Domain::new("account-7")?, FencingToken::new(12)?);
+    /// if let Begun::Admitted(mut tx) = fence.begin(&request).await? {
+    ///     sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 7")
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    ///     tx.commit().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Write,
+            request.domain(),
+            Some(request.token()),
+            self.begin_now(request),
+        )
+        .await
+    }
+
+    /// Runs `work` — your SQL on your tables — in a fenced transaction ([`PostgresFence::begin`])
+    /// and commits only if the fence admitted the token and `work` succeeded; an error from
+    /// `work` rolls everything back. `work` gets the transaction's connection and may capture
+    /// only owned data (clone or move what it needs); use [`PostgresFence::begin`] to borrow.
+    ///
+    /// ```no_run
+    /// # async fn run(fence: fence_postgres::PostgresFence) -> Result<(), Box<dyn std::error::Error>> {
+    /// use fence_core::{Domain, FencingToken};
+    /// use fence_postgres::TransactionRequest;
+    /// let request = TransactionRequest::new(Domain::new("account-7")?, FencingToken::new(12)?);
+    /// let outcome = fence
+    ///     .transaction(&request, |conn| {
+    ///         Box::pin(async move {
+    ///             sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 7")
+    ///                 .execute(&mut *conn)
+    ///                 .await
+    ///         })
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn transaction<T, E, F>(
+        &self,
+        request: &TransactionRequest,
+        work: F,
+    ) -> Result<Transacted<T>, TransactionError<E>>
+    where
+        F: for<'c> FnOnce(&'c mut PgConnection) -> BoxFuture<'c, Result<T, E>> + Send,
+        T: Send,
+        E: Send,
+    {
+        let mut tx = match self.begin(request).await? {
+            Begun::Admitted(tx) => tx,
+            Begun::Duplicate {
+                previous_high_water_mark,
+            } => {
+                return Ok(Transacted::Duplicate {
+                    previous_high_water_mark,
+                })
+            }
+        };
+        let previous_high_water_mark = tx.previous_high_water_mark();
+        match work(&mut tx).await {
+            Ok(value) => {
+                tx.commit().await?;
+                Ok(Transacted::Committed {
+                    value,
+                    previous_high_water_mark,
+                })
+            }
+            // Dropping the transaction rolls it back, the mark included.
+            Err(error) => Err(TransactionError::Work {
+                domain: request.domain().clone(),
+                error,
+            }),
+        }
+    }
+
+    async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
+        let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
+        let (mut tx, locked) = self.lock(domain, operation).await?;
+        // The pipeline's order: op-id replay, then the token rule, then apply.
+        if let Some(op_id) = request.op_id() {
+            if let Some(previous) = self.find_transaction(&mut tx, domain, token, op_id).await? {
+                return Ok(Begun::Duplicate {
+                    previous_high_water_mark: previous,
+                });
+            }
+        }
+        rule::check_token(domain, locked.hwm, token, request.policy())?;
+        if locked.hwm != Some(token) {
+            self.raise_mark(&mut tx, domain, token, operation).await?;
+        }
+        if let Some(op_id) = request.op_id() {
+            self.remember(&mut tx, domain, token, op_id, None, locked.hwm, operation)
+                .await?;
+        }
+        Ok(Begun::Admitted(FencedTransaction {
+            tx,
+            domain: domain.clone(),
+            token,
+            previous_high_water_mark: locked.hwm,
+        }))
+    }
+    /// The mark before the remembered transaction (token, op id), if it committed; an op id
+    /// first used for a write is [`InvalidInput::OpIdReused`].
+    async fn find_transaction(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &OperationId,
+    ) -> Result<Option<Option<FencingToken>>, FenceError> {
+        let Some(row) = self.find_op_row(conn, domain, token, op_id).await? else {
+            return Ok(None);
+        };
+        let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
+        let kind: String = row.try_get(0).map_err(column)?;
+        match kind.as_str() {
+            "transaction" => {}
+            "write" => {
+                return Err(InvalidInput::OpIdReused {
+                    domain: domain.clone(),
+                    op_id: op_id.clone(),
+                    first: OpKind::Write,
+                    now: OpKind::Script,
+                }
+                .into())
+            }
+            other => {
+                return Err(corrupt(
+                    domain,
+                    format!("operation record of kind `{other}`"),
+                ))
+            }
+        }
+        let previous: Option<String> = row.try_get(2).map_err(column)?;
+        let previous = previous
+            .map(|p| p.parse::<FencingToken>())
+            .transpose()
+            .map_err(|e| corrupt(domain, format!("operation record's previous mark: {e}")))?;
+        Ok(Some(previous))
+    }
+}

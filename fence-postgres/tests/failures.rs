@@ -1,0 +1,220 @@
+//! Bad input and failing infrastructure against the shared server: each is a typed error that
+//! says whether a retry can help, and nothing is lost or overwritten.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::time::Duration;
+
+use fence_conformance::services::{
+    domain as d, oversized_value_is_refused_before_io, put, value_of,
+};
+use fence_core::{BackendErrorKind, Domain, Fence, FenceError, FencedStore, MAX_DOMAIN_BYTES};
+use fence_postgres::{Begun, PostgresFence, TransactionRequest};
+use fence_testkit::postgres::{pool, shared_url, unique_schema};
+use sqlx::postgres::PgPoolOptions;
+use sqlx::PgPool;
+
+/// A migrated schema on the shared server, a fence on the test pool, and the server's URL.
+async fn migrated(test: &str) -> Option<(PostgresFence, PgPool, String)> {
+    let url = shared_url()?;
+    let pool = pool(&url).await;
+    let schema = unique_schema(test);
+    fence_postgres::migrate(&pool, &schema).await.unwrap();
+    Some((
+        PostgresFence::new(pool.clone(), &schema).unwrap(),
+        pool,
+        url,
+    ))
+}
+
+/// A fence on the same schema through a pool of its own options.
+async fn through(options: PgPoolOptions, url: &str, fence: &PostgresFence) -> PostgresFence {
+    let pool = options.connect_lazy(url).unwrap();
+    PostgresFence::new(pool, fence.schema()).unwrap()
+}
+
+fn assert_kind(error: &FenceError, kind: BackendErrorKind, retryable: bool) {
+    assert_eq!(error.backend_kind(), Some(kind), "{error}");
+    assert_eq!(error.is_retryable(), retryable, "{error}");
+}
+
+#[tokio::test]
+async fn a_table_of_another_shape_fails_closed() {
+    let Some(url) = shared_url() else {
+        return;
+    };
+    let pool = pool(&url).await;
+    let schema = unique_schema("shape");
+    // fence_marks with a text mark: the values would parse, the shape is still not Fence's.
+    sqlx::raw_sql(&format!(
+        "CREATE SCHEMA {schema};
+         CREATE TABLE {schema}.fence_marks (domain text PRIMARY KEY, hwm text, state \"char\",
+             revision bigint, writer numeric(20,0), value bytea);
+         INSERT INTO {schema}.fence_marks (domain, hwm) VALUES ('d', '5');"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    fence_postgres::migrate(&pool, &schema).await.unwrap(); // adds fence_ops, keeps the rest
+    let fence = PostgresFence::new(pool.clone(), &schema).unwrap();
+    for (what, result) in [
+        ("write", put(&fence, &d("d"), 9, "x").await.map(|_| ())),
+        ("read", fence.read(&d("d")).await.map(|_| ())),
+        (
+            "claim",
+            fence
+                .claim(&d("d"), fence_core::FencingToken::new(9).unwrap())
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        match result {
+            Err(FenceError::CorruptState { detail, .. }) => {
+                assert!(detail.contains("hwm text"), "{what}: {detail}")
+            }
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    let hwm: String = sqlx::query_scalar(&format!("SELECT hwm FROM {schema}.fence_marks"))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(hwm, "5", "nothing was overwritten");
+}
+
+#[tokio::test]
+async fn oversized_values_and_long_domains() {
+    let Some((fence, _, _)) = migrated("sizes").await else {
+        return;
+    };
+    let fence = fence.with_max_value_bytes(1024);
+    oversized_value_is_refused_before_io(&fence, &d("big"), 1024, None).await;
+    let longest = Domain::new("d".repeat(MAX_DOMAIN_BYTES)).unwrap();
+    put(&fence, &longest, 1, "v").await.unwrap();
+    assert_eq!(value_of(&fence, &longest).await.as_deref(), Some("v"));
+}
+
+#[tokio::test]
+async fn a_read_only_transaction_is_refused_and_writes_nothing() {
+    let Some((fence, _, url)) = migrated("read_only").await else {
+        return;
+    };
+    let read_only = through(
+        PgPoolOptions::new().after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SET default_transaction_read_only = on")
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+        }),
+        &url,
+        &fence,
+    )
+    .await;
+    let error = put(&read_only, &d("ro"), 1, "v").await.unwrap_err();
+    assert_kind(&error, BackendErrorKind::PermissionDenied, false);
+    assert_eq!(fence.high_water_mark(&d("ro")).await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn wrong_credentials_are_a_permission_error() {
+    let Some((fence, _, url)) = migrated("credentials").await else {
+        return;
+    };
+    let stranger = url.replace("fence@", "no_such_role@");
+    let denied = through(PgPoolOptions::new(), &stranger, &fence).await;
+    let error = put(&denied, &d("creds"), 1, "v").await.unwrap_err();
+    assert_kind(&error, BackendErrorKind::PermissionDenied, false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_pool_and_a_statement_timeout_are_retryable_and_write_nothing() {
+    let Some((fence, _, url)) = migrated("timeouts").await else {
+        return;
+    };
+    let domain = d("held");
+    put(&fence, &domain, 1, "first").await.unwrap();
+
+    // One connection, held by an open fenced transaction: the next call times out waiting.
+    let single = through(
+        PgPoolOptions::new()
+            .max_connections(1)
+            .acquire_timeout(Duration::from_millis(300)),
+        &url,
+        &fence,
+    )
+    .await;
+    let Begun::Admitted(holder) = single
+        .begin(&TransactionRequest::new(
+            domain.clone(),
+            fence_core::FencingToken::new(2).unwrap(),
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("token 2 is admitted");
+    };
+    let error = put(&single, &d("other"), 1, "v").await.unwrap_err();
+    assert_kind(&error, BackendErrorKind::Unavailable, true);
+
+    // The mark row is locked by that transaction: a statement timeout cancels the wait.
+    let impatient = through(
+        PgPoolOptions::new().after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::query("SET statement_timeout = '300ms'")
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+        }),
+        &url,
+        &fence,
+    )
+    .await;
+    let error = put(&impatient, &domain, 3, "third").await.unwrap_err();
+    assert_kind(&error, BackendErrorKind::Unavailable, true);
+    holder.rollback().await.unwrap();
+    assert_eq!(value_of(&fence, &domain).await.as_deref(), Some("first"));
+    put(&impatient, &domain, 3, "third").await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_gone_mid_transaction_commits_nothing() {
+    let Some((fence, pool, _)) = migrated("gone").await else {
+        return;
+    };
+    let domain = d("gone");
+    put(&fence, &domain, 1, "first").await.unwrap();
+    let Begun::Admitted(mut tx) = fence
+        .begin(&TransactionRequest::new(
+            domain.clone(),
+            fence_core::FencingToken::new(2).unwrap(),
+        ))
+        .await
+        .unwrap()
+    else {
+        panic!("token 2 is admitted");
+    };
+    let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(backend)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(terminated);
+    // The commit's connection is gone: the outcome is reported as unknown, never as success.
+    let commit = tx.commit().await;
+    assert!(
+        matches!(&commit, Err(e) if e.is_retryable()),
+        "a commit on a terminated connection: {commit:?}"
+    );
+    // Reading back shows it did not apply; the mark and value are intact.
+    assert_eq!(
+        fence.high_water_mark(&domain).await.unwrap(),
+        Some(fence_core::FencingToken::new(1).unwrap())
+    );
+    assert_eq!(value_of(&fence, &domain).await.as_deref(), Some("first"));
+}

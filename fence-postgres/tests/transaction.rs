@@ -1,0 +1,357 @@
+//! Fenced transactions against the shared server: a stale holder's SQL never commits, holders
+//! of one domain serialize on the mark row, a lost commit answer is ambiguous and a retry with
+//! the same op id learns the outcome, and races over many domains keep commit order.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fence_conformance::proxy::TcpProxy;
+use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
+use fence_core::{
+    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, InvalidInput, OperationId,
+    WriteRequest,
+};
+use fence_postgres::{Begun, PostgresFence, Transacted, TransactionError, TransactionRequest};
+use fence_testkit::postgres::{pool, shared_url, unique_schema};
+use sqlx::PgPool;
+
+/// A migrated fence in a fresh schema, and a user table `<schema>.ledger` that logs, in commit
+/// order, the token of every transaction that committed.
+async fn shared(test: &str) -> Option<(PostgresFence, PgPool, String)> {
+    let url = shared_url()?;
+    let pool = pool(&url).await;
+    let schema = unique_schema(test);
+    fence_postgres::migrate(&pool, &schema).await.unwrap();
+    let ledger = format!("{schema}.ledger");
+    sqlx::query(&format!(
+        "CREATE TABLE {ledger} (seq bigserial PRIMARY KEY, domain text NOT NULL, token numeric(20,0) NOT NULL)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    Some((
+        PostgresFence::new(pool.clone(), &schema).unwrap(),
+        pool,
+        ledger,
+    ))
+}
+
+/// Runs a fenced transaction that logs its token in `ledger`.
+async fn log_token(
+    fence: &PostgresFence,
+    ledger: &str,
+    request: &TransactionRequest,
+) -> Result<Transacted<()>, TransactionError<sqlx::Error>> {
+    let sql = format!("INSERT INTO {ledger} (domain, token) VALUES ($1, $2::numeric)");
+    let (domain, token) = (
+        request.domain().as_str().to_owned(),
+        request.token().to_string(),
+    );
+    fence
+        .transaction(request, |conn| {
+            Box::pin(async move {
+                sqlx::query(&sql)
+                    .bind(domain)
+                    .bind(token)
+                    .execute(conn)
+                    .await
+                    .map(|_| ())
+            })
+        })
+        .await
+}
+
+/// The tokens logged for `domain`, in commit order.
+async fn logged(pool: &PgPool, ledger: &str, domain: &Domain) -> Vec<u64> {
+    let rows: Vec<String> = sqlx::query_scalar(&format!(
+        "SELECT token::text FROM {ledger} WHERE domain = $1 ORDER BY seq"
+    ))
+    .bind(domain.as_str())
+    .fetch_all(pool)
+    .await
+    .unwrap();
+    rows.iter().map(|r| r.parse().unwrap()).collect()
+}
+
+/// The fence's error of a refused transaction (panics on a work error).
+fn fence_error<E: std::fmt::Debug>(error: TransactionError<E>) -> FenceError {
+    match error {
+        TransactionError::Fence(e) => e,
+        other => panic!("expected a fence error, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_stale_holders_work_never_runs_and_a_failed_work_commits_nothing() {
+    let Some((fence, pool, ledger)) = shared("stale_txn").await else {
+        return;
+    };
+    let domain = d("account");
+    log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(6)),
+    )
+    .await
+    .unwrap();
+
+    // The stale holder: refused before its work runs.
+    let ran = Arc::new(AtomicBool::new(false));
+    let flag = ran.clone();
+    let stale = fence
+        .transaction(&TransactionRequest::new(domain.clone(), t(5)), |_conn| {
+            Box::pin(async move {
+                flag.store(true, Ordering::SeqCst);
+                Ok::<(), sqlx::Error>(())
+            })
+        })
+        .await;
+    assert_fenced(stale.map_err(fence_error), 5, 6);
+    assert!(!ran.load(Ordering::SeqCst), "a stale holder's work ran");
+
+    // A newer holder whose work fails: its statements and the mark roll back together.
+    let failing = fence
+        .transaction(&TransactionRequest::new(domain.clone(), t(9)), {
+            let ledger = ledger.clone();
+            |conn| {
+                Box::pin(async move {
+                    sqlx::query(&format!(
+                        "INSERT INTO {ledger} (domain, token) VALUES ('account', 9)"
+                    ))
+                    .execute(&mut *conn)
+                    .await?;
+                    sqlx::query("SELECT 1/0").execute(&mut *conn).await
+                })
+            }
+        })
+        .await;
+    assert!(
+        matches!(&failing, Err(TransactionError::Work { domain: failed, .. }) if *failed == domain),
+        "{failing:?}"
+    );
+    assert_eq!(fence.high_water_mark(&domain).await.unwrap(), Some(t(6)));
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![6]);
+
+    // A dropped (never committed) admitted transaction rolls back too.
+    let Begun::Admitted(mut tx) = fence
+        .begin(&TransactionRequest::new(domain.clone(), t(10)))
+        .await
+        .unwrap()
+    else {
+        panic!("token 10 is admitted");
+    };
+    sqlx::query(&format!(
+        "INSERT INTO {ledger} (domain, token) VALUES ('account', 10)"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    drop(tx);
+    assert_eq!(fence.high_water_mark(&domain).await.unwrap(), Some(t(6)));
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn holders_of_one_domain_serialize_on_the_mark_row() {
+    let Some((fence, pool, ledger)) = shared("serialize").await else {
+        return;
+    };
+    let domain = d("account");
+    let Begun::Admitted(mut old) = fence
+        .begin(&TransactionRequest::new(domain.clone(), t(5)))
+        .await
+        .unwrap()
+    else {
+        panic!("token 5 is admitted");
+    };
+    // The new holder waits on the mark row while the old one's transaction is open.
+    let newer = tokio::spawn({
+        let (fence, ledger, domain) = (fence.clone(), ledger.clone(), domain.clone());
+        async move { log_token(&fence, &ledger, &TransactionRequest::new(domain, t(6))).await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(!newer.is_finished(), "token 6 did not wait for the lock");
+    sqlx::query(&format!(
+        "INSERT INTO {ledger} (domain, token) VALUES ('account', 5)"
+    ))
+    .execute(&mut *old)
+    .await
+    .unwrap();
+    old.commit().await.unwrap();
+    let newer = newer.await.unwrap().unwrap();
+    assert_eq!(newer.previous_high_water_mark(), Some(t(5)));
+    let late = log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(5)),
+    )
+    .await;
+    assert_fenced(late.map_err(fence_error), 5, 6);
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![5, 6]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_commit_answer_is_ambiguous_and_the_retry_replays() {
+    let Some((_, _, ledger)) = shared("lost_commit").await else {
+        return;
+    };
+    let url = shared_url().unwrap();
+    let upstream = url
+        .rsplit('@')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap();
+    let proxy = TcpProxy::start(upstream).await.unwrap();
+    let proxied = url.replace(&upstream.to_string(), &proxy.address().to_string());
+    let schema = ledger.trim_end_matches(".ledger");
+    let fence = PostgresFence::new(pool(&proxied).await, schema).unwrap();
+    let domain = d("account");
+    let request = TransactionRequest::new(domain.clone(), t(3))
+        .with_op_id(OperationId::new("statement-2026-11").unwrap());
+
+    // The work is the last step before COMMIT: from then on the server gets requests and the
+    // client gets no answer. COMMIT reaches the server and applies.
+    let Begun::Admitted(mut tx) = fence.begin(&request).await.unwrap() else {
+        panic!("token 3 is admitted");
+    };
+    sqlx::query(&format!(
+        "INSERT INTO {ledger} (domain, token) VALUES ('account', 3)"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    proxy.lose_replies();
+    let cut = tx.commit().await;
+    proxy.forward();
+    assert!(
+        matches!(cut, Err(FenceError::Ambiguous { .. })),
+        "a commit whose answer was lost must be ambiguous: {cut:?}"
+    );
+    assert!(cut.unwrap_err().is_retryable());
+
+    // The retry with the same op id learns that it committed, and runs nothing again.
+    let retry = log_token(&fence, &ledger, &request).await.unwrap();
+    assert_eq!(
+        retry,
+        Transacted::Duplicate {
+            previous_high_water_mark: None
+        }
+    );
+    let direct = pool(&url).await;
+    assert_eq!(logged(&direct, &ledger, &domain).await, vec![3]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn races_over_many_domains_commit_in_token_order() {
+    let Some((fence, pool, ledger)) = shared("race_txn").await else {
+        return;
+    };
+    let domains: Vec<Domain> = (0..6).map(|i| d(&format!("account-{i}"))).collect();
+    let mut tasks = tokio::task::JoinSet::new();
+    for holder in 0..10_u64 {
+        let (fence, ledger, domains) = (fence.clone(), ledger.clone(), domains.clone());
+        tasks.spawn(async move {
+            let mut outcomes = Vec::new();
+            for round in 0..12_u64 {
+                // Mixed tokens: holders take turns being newest, and some arrive late.
+                let token = 1 + (holder * 7 + round * 3) % 25;
+                let domain = domains[((holder + round) % 6) as usize].clone();
+                let policy = if round % 4 == 0 {
+                    EqualTokenPolicy::Strict
+                } else {
+                    EqualTokenPolicy::SameOwner
+                };
+                let request = TransactionRequest::new(domain.clone(), t(token)).with_policy(policy);
+                let result = log_token(&fence, &ledger, &request).await;
+                outcomes.push((domain, token, result));
+            }
+            outcomes
+        });
+    }
+    let mut committed = std::collections::HashMap::<Domain, Vec<u64>>::new();
+    let mut fenced = 0;
+    while let Some(outcomes) = tasks.join_next().await {
+        for (domain, token, result) in outcomes.unwrap() {
+            match result {
+                Ok(Transacted::Committed { .. }) => {
+                    committed.entry(domain).or_default().push(token)
+                }
+                Err(TransactionError::Fence(FenceError::Fenced { .. })) => fenced += 1,
+                other => panic!("{domain} token {token}: {other:?}"),
+            }
+        }
+    }
+    assert!(fenced > 0, "the race produced no stale holder");
+    for domain in &domains {
+        let log = logged(&pool, &ledger, domain).await;
+        let mut mine = committed.remove(domain).unwrap_or_default();
+        mine.sort_unstable();
+        let mut sorted_log = log.clone();
+        sorted_log.sort_unstable();
+        assert_eq!(
+            sorted_log, mine,
+            "{domain}: the committed runs are the logged ones"
+        );
+        assert!(
+            log.windows(2).all(|w| w[0] <= w[1]),
+            "{domain}: a token below an earlier commit committed: {log:?}"
+        );
+        assert_eq!(
+            fence.high_water_mark(domain).await.unwrap(),
+            log.last().map(|&n| t(n)),
+            "{domain}: the mark is the last committed token"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_op_id_belongs_to_a_write_or_a_transaction_not_both() {
+    let Some((fence, _, ledger)) = shared("op_kinds").await else {
+        return;
+    };
+    let domain = d("account");
+    let op = OperationId::new("pay-1").unwrap();
+    fence
+        .write(&WriteRequest::put(domain.clone(), t(2), "v").with_op_id(op.clone()))
+        .await
+        .unwrap();
+    let reused = log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(2)).with_op_id(op),
+    )
+    .await;
+    assert!(
+        matches!(
+            fence_error(reused.unwrap_err()),
+            FenceError::InvalidInput(InvalidInput::OpIdReused { .. })
+        ),
+        "a write's op id reused for a transaction"
+    );
+    let op = OperationId::new("pay-2").unwrap();
+    log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(2)).with_op_id(op.clone()),
+    )
+    .await
+    .unwrap();
+    let reused = fence
+        .write(&WriteRequest::put(domain.clone(), t(2), "w").with_op_id(op))
+        .await;
+    assert!(
+        matches!(
+            reused,
+            Err(FenceError::InvalidInput(InvalidInput::OpIdReused { .. }))
+        ),
+        "{reused:?}"
+    );
+    // A store write and a transaction share the domain's mark.
+    put(&fence, &domain, 4, "newer").await.unwrap();
+    let stale = log_token(&fence, &ledger, &TransactionRequest::new(domain, t(3))).await;
+    assert_fenced(stale.map_err(fence_error), 3, 4);
+}
