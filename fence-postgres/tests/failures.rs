@@ -32,6 +32,13 @@ async fn through(options: PgPoolOptions, url: &str, fence: &PostgresFence) -> Po
     PostgresFence::new(pool, fence.schema()).unwrap()
 }
 
+/// Pool options that run `set` on every new connection.
+fn with_setting(set: &'static str) -> PgPoolOptions {
+    PgPoolOptions::new().after_connect(move |conn, _| {
+        Box::pin(async move { sqlx::query(set).execute(conn).await.map(|_| ()) })
+    })
+}
+
 fn assert_kind(error: &FenceError, kind: BackendErrorKind, retryable: bool) {
     assert_eq!(error.backend_kind(), Some(kind), "{error}");
     assert_eq!(error.is_retryable(), retryable, "{error}");
@@ -99,14 +106,7 @@ async fn a_read_only_transaction_is_refused_and_writes_nothing() {
         return;
     };
     let read_only = through(
-        PgPoolOptions::new().after_connect(|conn, _| {
-            Box::pin(async move {
-                sqlx::query("SET default_transaction_read_only = on")
-                    .execute(conn)
-                    .await
-                    .map(|_| ())
-            })
-        }),
+        with_setting("SET default_transaction_read_only = on"),
         &url,
         &fence,
     )
@@ -159,14 +159,7 @@ async fn a_busy_pool_and_a_statement_timeout_are_retryable_and_write_nothing() {
 
     // The mark row is locked by that transaction: a statement timeout cancels the wait.
     let impatient = through(
-        PgPoolOptions::new().after_connect(|conn, _| {
-            Box::pin(async move {
-                sqlx::query("SET statement_timeout = '300ms'")
-                    .execute(conn)
-                    .await
-                    .map(|_| ())
-            })
-        }),
+        with_setting("SET statement_timeout = '300ms'"),
         &url,
         &fence,
     )
