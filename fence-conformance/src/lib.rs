@@ -5,6 +5,7 @@
 pub mod ambiguity;
 pub mod entry;
 mod harness;
+pub mod lease;
 pub mod log;
 mod namespace;
 pub mod proxy;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::shards::Shards;
-use crate::telemetry::observe_sync;
+use crate::telemetry::observe;
 use crate::{Domain, FenceError, FencingToken, InvalidInput, Operation, OwnerId};
 
 /// Issues fencing tokens: strictly increasing per domain, never reused, never wrapped.
@@ -21,8 +21,23 @@ use crate::{Domain, FenceError, FencingToken, InvalidInput, Operation, OwnerId};
 /// - At `u64::MAX` it fails with [`FenceError::TokenExhausted`].
 #[async_trait]
 pub trait TokenIssuer: Send + Sync + fmt::Debug {
-    /// Issues the domain's next token.
-    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError>;
+    /// The backend's short name, used in errors, spans and metrics.
+    fn backend(&self) -> &'static str;
+
+    /// Issues the domain's next token (traced and counted).
+    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+        observe(
+            self.backend(),
+            Operation::Issue,
+            domain,
+            None,
+            self.do_issue(domain),
+        )
+        .await
+    }
+
+    /// The issuer's `issue`, without telemetry: implement this one, call [`TokenIssuer::issue`].
+    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError>;
 }
 
 /// The in-memory issuer: per-domain counters, for tests and the demo. Not durable.
@@ -80,10 +95,12 @@ impl Default for MemoryIssuer {
 
 #[async_trait]
 impl TokenIssuer for MemoryIssuer {
-    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
-        observe_sync("memory", Operation::Issue, domain, None, || {
-            self.issue_now(domain)
-        })
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+        self.issue_now(domain)
     }
 }
 
@@ -132,19 +149,63 @@ impl Lease {
 ///   [`FenceError::LeaseLost`]. The token counter is never reset by release or expiry.
 #[async_trait]
 pub trait LeaseManager: Send + Sync + fmt::Debug {
-    /// Acquires the domain's lease for `ttl` and issues a fresh token.
+    /// The backend's short name, used in errors, spans and metrics.
+    fn backend(&self) -> &'static str;
+
+    /// Acquires the domain's lease for `ttl` and issues a fresh token (traced and counted).
     async fn acquire(
+        &self,
+        domain: &Domain,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> Result<Lease, FenceError> {
+        observe(
+            self.backend(),
+            Operation::Lease,
+            domain,
+            None,
+            self.do_acquire(domain, owner, ttl),
+        )
+        .await
+    }
+
+    /// Extends a held lease by `ttl` from now, keeping its token (traced and counted).
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        observe(
+            self.backend(),
+            Operation::Lease,
+            &lease.domain,
+            Some(lease.token),
+            self.do_renew(lease, ttl),
+        )
+        .await
+    }
+
+    /// Releases a held lease (traced and counted).
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
+        observe(
+            self.backend(),
+            Operation::Lease,
+            &lease.domain,
+            Some(lease.token),
+            self.do_release(lease),
+        )
+        .await
+    }
+
+    /// The backend's `acquire`, without telemetry: implement this one.
+    async fn do_acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError>;
 
-    /// Extends a held lease by `ttl` from now, keeping its token.
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError>;
+    /// The backend's `renew`, without telemetry: implement this one.
+    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError>;
 
-    /// Releases a held lease.
-    async fn release(&self, lease: &Lease) -> Result<(), FenceError>;
+    /// The backend's `release`, without telemetry: implement this one.
+    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError>;
 }
 
 struct Held {
@@ -199,92 +260,76 @@ fn check_ttl(ttl: Duration) -> Result<(), FenceError> {
 
 #[async_trait]
 impl LeaseManager for MemoryLeases {
-    async fn acquire(
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    async fn do_acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
-        observe_sync("memory", Operation::Lease, domain, None, || {
-            check_ttl(ttl)?;
-            let now = Instant::now();
-            let mut held = self.held();
-            if let Some(current) = held.get(domain) {
-                if current.expires > now && current.owner != *owner {
-                    return Err(FenceError::LeaseHeld {
-                        domain: domain.clone(),
-                    });
-                }
+        check_ttl(ttl)?;
+        let now = Instant::now();
+        let mut held = self.held();
+        if let Some(current) = held.get(domain) {
+            if current.expires > now && current.owner != *owner {
+                return Err(FenceError::LeaseHeld {
+                    domain: domain.clone(),
+                });
             }
-            let token = self.issuer.issue_now(domain)?;
-            let expires = now + ttl;
-            held.insert(
-                domain.clone(),
-                Held {
-                    owner: owner.clone(),
-                    token,
-                    expires,
-                },
-            );
-            Ok(Lease::new(domain.clone(), owner.clone(), token, expires))
-        })
+        }
+        let token = self.issuer.issue_now(domain)?;
+        let expires = now + ttl;
+        held.insert(
+            domain.clone(),
+            Held {
+                owner: owner.clone(),
+                token,
+                expires,
+            },
+        );
+        Ok(Lease::new(domain.clone(), owner.clone(), token, expires))
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
-        observe_sync(
-            "memory",
-            Operation::Lease,
-            &lease.domain,
-            Some(lease.token),
-            || {
-                check_ttl(ttl)?;
-                let now = Instant::now();
-                let mut held = self.held();
-                match held.get_mut(&lease.domain) {
-                    Some(current)
-                        if current.token == lease.token
-                            && current.owner == lease.owner
-                            && current.expires > now =>
-                    {
-                        current.expires = now + ttl;
-                        Ok(Lease::new(
-                            lease.domain.clone(),
-                            lease.owner.clone(),
-                            lease.token,
-                            current.expires,
-                        ))
-                    }
-                    _ => Err(FenceError::LeaseLost {
-                        domain: lease.domain.clone(),
-                        token: lease.token,
-                    }),
-                }
-            },
-        )
+    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        check_ttl(ttl)?;
+        let now = Instant::now();
+        let mut held = self.held();
+        match held.get_mut(&lease.domain) {
+            Some(current)
+                if current.token == lease.token
+                    && current.owner == lease.owner
+                    && current.expires > now =>
+            {
+                current.expires = now + ttl;
+                Ok(Lease::new(
+                    lease.domain.clone(),
+                    lease.owner.clone(),
+                    lease.token,
+                    current.expires,
+                ))
+            }
+            _ => Err(FenceError::LeaseLost {
+                domain: lease.domain.clone(),
+                token: lease.token,
+            }),
+        }
     }
 
-    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
-        observe_sync(
-            "memory",
-            Operation::Lease,
-            &lease.domain,
-            Some(lease.token),
-            || {
-                let mut held = self.held();
-                match held.get(&lease.domain) {
-                    Some(current)
-                        if current.token == lease.token && current.owner == lease.owner =>
-                    {
-                        held.remove(&lease.domain);
-                        Ok(())
-                    }
-                    _ => Err(FenceError::LeaseLost {
-                        domain: lease.domain.clone(),
-                        token: lease.token,
-                    }),
-                }
-            },
-        )
+    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+        let mut held = self.held();
+        match held.get(&lease.domain) {
+            Some(current) if current.token == lease.token && current.owner == lease.owner => {
+                held.remove(&lease.domain);
+                Ok(())
+            }
+            _ => Err(FenceError::LeaseLost {
+                domain: lease.domain.clone(),
+                token: lease.token,
+            }),
+        }
     }
 }
 

@@ -23,3 +23,18 @@ CREATE TABLE IF NOT EXISTS fence_schema.fence_ops (
     previous numeric(20,0),
     UNIQUE (domain, token, op_id)
 );
+
+-- Token counters of the issuer and the leases: one row per domain, never deleted by Fence.
+-- Each issue is floored at the domain's mark, so a recreated row never issues a used token.
+CREATE TABLE IF NOT EXISTS fence_schema.fence_counters (
+    domain   text PRIMARY KEY,
+    last     numeric(20,0) NOT NULL  -- the last token issued
+);
+
+-- Leases: the current owner, its token and its expiry by the server's clock.
+CREATE TABLE IF NOT EXISTS fence_schema.fence_leases (
+    domain   text PRIMARY KEY,
+    owner    text NOT NULL,
+    token    numeric(20,0) NOT NULL,
+    expires  timestamptz NOT NULL
+);

@@ -82,9 +82,22 @@ impl PostgresFence {
         self.schema.name()
     }
 
+    /// The pool the fence runs on.
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub(crate) fn tables(&self) -> &Schema {
+        &self.schema
+    }
+
     /// Checks, once per fence, that the tables have the shape [`crate::migrate`] gives them:
     /// tables of another shape fail closed (`CorruptState`) before anything is read or written.
-    async fn ensure_shape(&self, domain: &Domain, operation: Operation) -> Result<(), FenceError> {
+    pub(crate) async fn ensure_shape(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+    ) -> Result<(), FenceError> {
         if self.shape_checked.load(Ordering::Acquire) {
             return Ok(());
         }

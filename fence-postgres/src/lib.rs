@@ -2,6 +2,7 @@
 
 mod error;
 mod fence;
+mod lease;
 mod row;
 mod schema;
 mod transaction;
@@ -12,6 +13,7 @@ pub use sqlx;
 
 pub use error::PostgresFenceError;
 pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
+pub use lease::{PostgresIssuer, PostgresLeases};
 pub use row::RowFence;
 pub use schema::{migrate, SCHEMA_SQL};
 pub use transaction::{

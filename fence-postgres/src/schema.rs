@@ -46,6 +46,14 @@ impl Schema {
     pub(crate) fn ops(&self) -> String {
         format!("{}.fence_ops", self.0)
     }
+
+    pub(crate) fn counters(&self) -> String {
+        format!("{}.fence_counters", self.0)
+    }
+
+    pub(crate) fn leases(&self) -> String {
+        format!("{}.fence_leases", self.0)
+    }
 }
 
 /// The columns `migrate` creates, as `format_type` spells their types.
@@ -73,6 +81,19 @@ const EXPECTED: &[(&str, &[(&str, &str)])] = &[
             ("previous", "numeric(20,0)"),
         ],
     ),
+    (
+        "fence_counters",
+        &[("domain", "text"), ("last", "numeric(20,0)")],
+    ),
+    (
+        "fence_leases",
+        &[
+            ("domain", "text"),
+            ("owner", "text"),
+            ("token", "numeric(20,0)"),
+            ("expires", "timestamp with time zone"),
+        ],
+    ),
 ];
 
 /// What is wrong with the tables found in a schema.
@@ -92,7 +113,7 @@ pub(crate) async fn check_shape(
         "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
          JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops') \
+         WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases') \
          AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum",
     )
     .bind(schema.name())

@@ -2,18 +2,13 @@
 //! not Fence's, the bounded op-id memory, a missing schema.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 use fence_core::{BackendErrorKind, Fence, FenceError, FencedStore, FencingToken};
 use fence_postgres::PostgresFence;
 use fence_testkit::postgres::{pool, shared_url, unique_schema};
-
-async fn shared(test: &str) -> Option<(PostgresFence, sqlx::PgPool)> {
-    let url = shared_url()?;
-    let pool = pool(&url).await;
-    let schema = unique_schema(test);
-    fence_postgres::migrate(&pool, &schema).await.unwrap();
-    Some((PostgresFence::new(pool.clone(), &schema).unwrap(), pool))
-}
+use support::shared;
 
 #[tokio::test]
 async fn tokens_are_exact_across_the_bigint_limit() {

@@ -2,6 +2,8 @@
 //! says whether a retry can help, and nothing is lost or overwritten.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::time::Duration;
 
 use fence_conformance::services::{
@@ -12,18 +14,12 @@ use fence_postgres::{Begun, PostgresFence, TransactionRequest};
 use fence_testkit::postgres::{pool, shared_url, unique_schema};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
+use support::shared;
 
 /// A migrated schema on the shared server, a fence on the test pool, and the server's URL.
 async fn migrated(test: &str) -> Option<(PostgresFence, PgPool, String)> {
-    let url = shared_url()?;
-    let pool = pool(&url).await;
-    let schema = unique_schema(test);
-    fence_postgres::migrate(&pool, &schema).await.unwrap();
-    Some((
-        PostgresFence::new(pool.clone(), &schema).unwrap(),
-        pool,
-        url,
-    ))
+    let (fence, pool) = shared(test).await?;
+    Some((fence, pool, shared_url()?))
 }
 
 /// A fence on the same schema through a pool of its own options.

@@ -3,6 +3,8 @@
 //! the same op id learns the outcome, and races over many domains keep commit order.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,28 +16,21 @@ use fence_core::{
     WriteRequest,
 };
 use fence_postgres::{Begun, PostgresFence, Transacted, TransactionError, TransactionRequest};
-use fence_testkit::postgres::{pool, shared_url, unique_schema};
+use fence_testkit::postgres::{pool, shared_url};
 use sqlx::PgPool;
 
 /// A migrated fence in a fresh schema, and a user table `<schema>.ledger` that logs, in commit
 /// order, the token of every transaction that committed.
-async fn shared(test: &str) -> Option<(PostgresFence, PgPool, String)> {
-    let url = shared_url()?;
-    let pool = pool(&url).await;
-    let schema = unique_schema(test);
-    fence_postgres::migrate(&pool, &schema).await.unwrap();
-    let ledger = format!("{schema}.ledger");
+async fn with_ledger(test: &str) -> Option<(PostgresFence, PgPool, String)> {
+    let (fence, pool) = support::shared(test).await?;
+    let ledger = format!("{}.ledger", fence.schema());
     sqlx::query(&format!(
         "CREATE TABLE {ledger} (seq bigserial PRIMARY KEY, domain text NOT NULL, token numeric(20,0) NOT NULL)"
     ))
     .execute(&pool)
     .await
     .unwrap();
-    Some((
-        PostgresFence::new(pool.clone(), &schema).unwrap(),
-        pool,
-        ledger,
-    ))
+    Some((fence, pool, ledger))
 }
 
 /// Runs a fenced transaction that logs its token in `ledger`.
@@ -85,7 +80,7 @@ fn fence_error<E: std::fmt::Debug>(error: TransactionError<E>) -> FenceError {
 
 #[tokio::test]
 async fn a_stale_holders_work_never_runs_and_a_failed_work_commits_nothing() {
-    let Some((fence, pool, ledger)) = shared("stale_txn").await else {
+    let Some((fence, pool, ledger)) = with_ledger("stale_txn").await else {
         return;
     };
     let domain = d("account");
@@ -155,7 +150,7 @@ async fn a_stale_holders_work_never_runs_and_a_failed_work_commits_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn holders_of_one_domain_serialize_on_the_mark_row() {
-    let Some((fence, pool, ledger)) = shared("serialize").await else {
+    let Some((fence, pool, ledger)) = with_ledger("serialize").await else {
         return;
     };
     let domain = d("account");
@@ -194,7 +189,7 @@ async fn holders_of_one_domain_serialize_on_the_mark_row() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_lost_commit_answer_is_ambiguous_and_the_retry_replays() {
-    let Some((_, _, ledger)) = shared("lost_commit").await else {
+    let Some((_, _, ledger)) = with_ledger("lost_commit").await else {
         return;
     };
     let url = shared_url().unwrap();
@@ -247,7 +242,7 @@ async fn a_lost_commit_answer_is_ambiguous_and_the_retry_replays() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn races_over_many_domains_commit_in_token_order() {
-    let Some((fence, pool, ledger)) = shared("race_txn").await else {
+    let Some((fence, pool, ledger)) = with_ledger("race_txn").await else {
         return;
     };
     let domains: Vec<Domain> = (0..6).map(|i| d(&format!("account-{i}"))).collect();
@@ -310,7 +305,7 @@ async fn races_over_many_domains_commit_in_token_order() {
 
 #[tokio::test]
 async fn an_op_id_belongs_to_a_write_or_a_transaction_not_both() {
-    let Some((fence, _, ledger)) = shared("op_kinds").await else {
+    let Some((fence, _, ledger)) = with_ledger("op_kinds").await else {
         return;
     };
     let domain = d("account");

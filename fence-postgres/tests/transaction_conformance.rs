@@ -3,13 +3,14 @@
 //! counter, read at the server, counts the runs that committed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod support;
+
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_conformance::entry::{Call, EntryHarness, Ran};
 use fence_core::{Domain, Fence, FenceError};
 use fence_postgres::{PostgresFence, TransactionError, TransactionRequest};
-use fence_testkit::postgres::{pool, shared_url, unique_schema};
 
 struct TransactionHarness {
     fence: PostgresFence,
@@ -65,11 +66,8 @@ impl EntryHarness for TransactionHarness {
 }
 
 async fn harness() -> Option<&'static TransactionHarness> {
-    let url = shared_url()?;
-    let pool = pool(&url).await;
-    let schema = unique_schema("txn_entry");
-    fence_postgres::migrate(&pool, &schema).await.unwrap();
-    let counters = format!("{schema}.counters");
+    let (fence, pool) = support::shared("txn_entry").await?;
+    let counters = format!("{}.counters", fence.schema());
     sqlx::query(&format!(
         "CREATE TABLE {counters} (domain text PRIMARY KEY, n bigint NOT NULL)"
     ))
@@ -77,7 +75,7 @@ async fn harness() -> Option<&'static TransactionHarness> {
     .await
     .unwrap();
     Some(Box::leak(Box::new(TransactionHarness {
-        fence: PostgresFence::new(pool.clone(), &schema).unwrap(),
+        fence,
         pool,
         counters,
     })))

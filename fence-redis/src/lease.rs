@@ -4,7 +4,6 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fence_core::telemetry::observe;
 use fence_core::{
     Domain, FenceError, FencingToken, InvalidInput, Lease, LeaseManager, Operation, OwnerId,
     TokenIssuer,
@@ -149,78 +148,58 @@ impl RedisLeases {
 
 #[async_trait]
 impl LeaseManager for RedisLeases {
-    async fn acquire(
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn do_acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Lease,
-            domain,
-            None,
-            self.acquire_now(domain, owner, ttl),
-        )
-        .await
+        self.acquire_now(domain, owner, ttl).await
     }
 
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Lease,
-            &lease.domain,
-            Some(lease.token),
-            async {
-                self.renew_or_release(lease, Some(ttl))
-                    .await?
-                    .ok_or_else(|| {
-                        unexpected("lease_renew", &lease.domain, "renew returned no lease")
-                    })
-            },
-        )
-        .await
+    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        self.renew_or_release(lease, Some(ttl))
+            .await?
+            .ok_or_else(|| unexpected("lease_renew", &lease.domain, "renew returned no lease"))
     }
 
-    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
-        observe(
-            BACKEND,
-            Operation::Lease,
-            &lease.domain,
-            Some(lease.token),
-            async { self.renew_or_release(lease, None).await.map(|_| ()) },
-        )
-        .await
+    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+        self.renew_or_release(lease, None).await.map(|_| ())
     }
 }
 
 #[async_trait]
 impl TokenIssuer for RedisIssuer {
-    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
-        observe(BACKEND, Operation::Issue, domain, None, async {
-            let reply = self
-                .fence
-                .eval(
-                    &ISSUE,
-                    domain,
-                    Operation::Issue,
-                    true,
-                    &[
-                        self.fence.inner.keys.sequence(domain),
-                        self.fence.inner.keys.state(domain),
-                    ],
-                    &[],
-                )
-                .await?;
-            match reply.tag.as_str() {
-                "ok" => issued(&reply, domain),
-                "exhausted" => Err(FenceError::TokenExhausted {
-                    domain: domain.clone(),
-                }),
-                _ => Err(reply.into_error()),
-            }
-        })
-        .await
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+        let reply = self
+            .fence
+            .eval(
+                &ISSUE,
+                domain,
+                Operation::Issue,
+                true,
+                &[
+                    self.fence.inner.keys.sequence(domain),
+                    self.fence.inner.keys.state(domain),
+                ],
+                &[],
+            )
+            .await?;
+        match reply.tag.as_str() {
+            "ok" => issued(&reply, domain),
+            "exhausted" => Err(FenceError::TokenExhausted {
+                domain: domain.clone(),
+            }),
+            _ => Err(reply.into_error()),
+        }
     }
 }
 

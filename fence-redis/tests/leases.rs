@@ -6,9 +6,8 @@ use fence_testkit::redis as support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{
-    Domain, Fence, FenceError, FencedStore, LeaseManager, OwnerId, TokenIssuer, WriteRequest,
-};
+use fence_conformance::lease;
+use fence_core::{Domain, Fence, FenceError, LeaseManager, OwnerId, TokenIssuer};
 use fence_redis::redis::AsyncCommands;
 use fence_redis::RedisFence;
 use support::{shared_cluster_fence, shared_fence};
@@ -18,87 +17,10 @@ fn owner(name: &str) -> OwnerId {
 }
 
 async fn lease_story(fence: RedisFence) {
-    let leases = fence.leases();
+    let (leases, issuer) = (fence.leases(), fence.issuer());
     let domain = Domain::new("shard-7").unwrap();
-    let a = leases
-        .acquire(&domain, &owner("worker-a"), Duration::from_secs(4))
-        .await
-        .unwrap();
-    fence.claim(&domain, a.token).await.unwrap();
-    fence
-        .write(&WriteRequest::put(domain.clone(), a.token, "by A"))
-        .await
-        .unwrap();
-    assert!(matches!(
-        leases
-            .acquire(&domain, &owner("worker-b"), Duration::from_secs(5))
-            .await,
-        Err(FenceError::LeaseHeld { .. })
-    ));
-
-    // A pauses past its lease: B keeps trying until Redis expires it (an event, not a guess
-    // at how long the writes above took).
-    let started = std::time::Instant::now();
-    let b = loop {
-        match leases
-            .acquire(&domain, &owner("worker-b"), Duration::from_secs(5))
-            .await
-        {
-            Ok(b) => break b,
-            Err(FenceError::LeaseHeld { .. }) => {
-                assert!(
-                    started.elapsed() < Duration::from_secs(10),
-                    "A's lease never expired"
-                );
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(other) => panic!("{other}"),
-        }
-    };
-    assert!(b.token > a.token, "a new owner gets a greater token");
-    fence.claim(&domain, b.token).await.unwrap();
-    fence
-        .write(&WriteRequest::put(domain.clone(), b.token, "by B"))
-        .await
-        .unwrap();
-
-    // A wakes up: its lease is gone and its writes are fenced.
-    assert!(matches!(
-        leases.renew(&a, Duration::from_secs(5)).await,
-        Err(FenceError::LeaseLost { .. })
-    ));
-    match fence
-        .write(&WriteRequest::put(domain.clone(), a.token, "zombie"))
-        .await
-    {
-        Err(FenceError::Fenced {
-            presented, current, ..
-        }) => assert_eq!((presented, current), (a.token, b.token)),
-        other => panic!("stale owner's write: {other:?}"),
-    }
-    assert!(matches!(
-        leases.release(&a).await,
-        Err(FenceError::LeaseLost { .. })
-    ));
-    assert_eq!(
-        fence_conformance::services::value_of(&fence, &domain)
-            .await
-            .as_deref(),
-        Some("by B")
-    );
-
-    let b = leases.renew(&b, Duration::from_secs(5)).await.unwrap();
-    leases.release(&b).await.unwrap();
-    let c = leases
-        .acquire(&domain, &owner("worker-a"), Duration::from_secs(5))
-        .await
-        .unwrap();
-    assert!(c.token > b.token, "release never resets the token sequence");
-    let issued = fence.issuer().issue(&domain).await.unwrap();
-    assert!(
-        issued > c.token,
-        "the issuer and the leases share one sequence"
-    );
+    lease::expired_holder_is_fenced_by_the_next_owner(&fence, &leases, Some(&issuer), &domain)
+        .await;
 }
 
 #[tokio::test]
@@ -122,34 +44,8 @@ async fn concurrent_acquires_have_exactly_one_winner() {
     let Some(fence) = shared_fence("lease-race").await else {
         return;
     };
-    let leases = Arc::new(fence.leases());
     let domain = Domain::new("contended").unwrap();
-    for round in 0..5 {
-        let start = Arc::new(tokio::sync::Barrier::new(8));
-        let mut tasks = tokio::task::JoinSet::new();
-        for i in 0..8 {
-            let (leases, domain, start) = (leases.clone(), domain.clone(), start.clone());
-            tasks.spawn(async move {
-                start.wait().await;
-                leases
-                    .acquire(&domain, &owner(&format!("w{i}")), Duration::from_secs(5))
-                    .await
-            });
-        }
-        let mut winners = Vec::new();
-        while let Some(result) = tasks.join_next().await {
-            match result.unwrap() {
-                Ok(lease) => winners.push(lease),
-                Err(FenceError::LeaseHeld { .. }) => {}
-                Err(other) => panic!("{other}"),
-            }
-        }
-        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
-        // Losers issued nothing: the winner's token is the round number (one issue a round).
-        let lease = winners.remove(0);
-        assert_eq!(lease.token.get(), round + 1, "round {round}: {lease:?}");
-        leases.release(&lease).await.unwrap();
-    }
+    lease::concurrent_acquires_have_exactly_one_winner(Arc::new(fence.leases()), &domain).await;
 }
 
 #[tokio::test]
@@ -159,12 +55,7 @@ async fn issuer_is_strictly_increasing_and_refuses_to_wrap_or_read_garbage() {
     };
     let issuer = fence.issuer();
     let domain = Domain::new("issued").unwrap();
-    let mut last = issuer.issue(&domain).await.unwrap();
-    for _ in 0..50 {
-        let next = issuer.issue(&domain).await.unwrap();
-        assert!(next > last);
-        last = next;
-    }
+    lease::issuer_is_strictly_increasing(&issuer, &domain).await;
     let url = support::shared_url().unwrap();
     let mut raw = support::raw(&url).await;
     let prefix = fence_redis_prefix(&fence);

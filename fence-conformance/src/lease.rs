@@ -1,0 +1,177 @@
+//! The contract of lease backends and token issuers, run by each against its real server:
+//! an expired holder's writes are fenced by the next owner's token, renew and release act
+//! only for the current owner, acquisitions race to exactly one winner, and the issuer shares
+//! the leases' sequence. Each function panics (failing the calling test) on a breach.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fence_core::{
+    Domain, FenceError, FencedStore, LeaseManager, OwnerId, TokenIssuer, WriteRequest,
+};
+
+use crate::services::value_of;
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId::new(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The lease story on the fresh `domain`: A holds the lease and writes; B is refused until the
+/// backend expires A's lease (a short TTL, by the backend's clock); B's token is greater and
+/// fences A's late write; A can neither renew nor release; a released lease lets a new owner
+/// in with a still greater token; `issuer` (when given) continues the same sequence.
+pub async fn expired_holder_is_fenced_by_the_next_owner(
+    store: &dyn FencedStore,
+    leases: &dyn LeaseManager,
+    issuer: Option<&dyn TokenIssuer>,
+    domain: &Domain,
+) {
+    let (short, long) = (Duration::from_secs(2), Duration::from_secs(30));
+    let a = leases
+        .acquire(domain, &owner("worker-a"), short)
+        .await
+        .unwrap_or_else(|e| panic!("A acquires: {e}"));
+    store
+        .claim(domain, a.token)
+        .await
+        .unwrap_or_else(|e| panic!("A claims: {e}"));
+    store
+        .write(&WriteRequest::put(domain.clone(), a.token, "by A"))
+        .await
+        .unwrap_or_else(|e| panic!("A writes: {e}"));
+    let refused = leases.acquire(domain, &owner("worker-b"), long).await;
+    assert!(
+        matches!(refused, Err(FenceError::LeaseHeld { .. })),
+        "B while A holds: {refused:?}"
+    );
+
+    // A pauses past its lease: B keeps trying until the backend expires it (an event, not a
+    // guess at how long the writes above took).
+    let started = Instant::now();
+    let b = loop {
+        match leases.acquire(domain, &owner("worker-b"), long).await {
+            Ok(b) => break b,
+            Err(FenceError::LeaseHeld { .. }) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(15),
+                    "A's lease never expired"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(other) => panic!("B acquires: {other}"),
+        }
+    };
+    assert!(b.token > a.token, "a new owner gets a greater token");
+    store
+        .claim(domain, b.token)
+        .await
+        .unwrap_or_else(|e| panic!("B claims: {e}"));
+    store
+        .write(&WriteRequest::put(domain.clone(), b.token, "by B"))
+        .await
+        .unwrap_or_else(|e| panic!("B writes: {e}"));
+
+    // A wakes up: its lease is gone and its writes are fenced.
+    let renewed = leases.renew(&a, long).await;
+    assert!(
+        matches!(renewed, Err(FenceError::LeaseLost { .. })),
+        "A renews after B took over: {renewed:?}"
+    );
+    match store
+        .write(&WriteRequest::put(domain.clone(), a.token, "zombie"))
+        .await
+    {
+        Err(FenceError::Fenced {
+            presented, current, ..
+        }) => assert_eq!((presented, current), (a.token, b.token)),
+        other => panic!("stale owner's write: {other:?}"),
+    }
+    let released = leases.release(&a).await;
+    assert!(
+        matches!(released, Err(FenceError::LeaseLost { .. })),
+        "A releases B's lease: {released:?}"
+    );
+    assert_eq!(value_of(store, domain).await.as_deref(), Some("by B"));
+
+    let b = leases
+        .renew(&b, long)
+        .await
+        .unwrap_or_else(|e| panic!("B renews: {e}"));
+    leases
+        .release(&b)
+        .await
+        .unwrap_or_else(|e| panic!("B releases: {e}"));
+    let c = leases
+        .acquire(domain, &owner("worker-a"), long)
+        .await
+        .unwrap_or_else(|e| panic!("A acquires again after the release: {e}"));
+    assert!(c.token > b.token, "release never resets the token sequence");
+    if let Some(issuer) = issuer {
+        let issued = issuer
+            .issue(domain)
+            .await
+            .unwrap_or_else(|e| panic!("issue: {e}"));
+        assert!(
+            issued > c.token,
+            "the issuer and the leases share one sequence"
+        );
+    }
+}
+
+/// Eight owners race for the fresh `domain`'s lease, five rounds: exactly one wins each
+/// round, and losers issue nothing (the winners' tokens are consecutive).
+pub async fn concurrent_acquires_have_exactly_one_winner(
+    leases: Arc<dyn LeaseManager>,
+    domain: &Domain,
+) {
+    let mut first = None;
+    for round in 0..5_u64 {
+        let start = Arc::new(tokio::sync::Barrier::new(8));
+        let mut tasks = tokio::task::JoinSet::new();
+        for i in 0..8 {
+            let (leases, domain, start) = (leases.clone(), domain.clone(), start.clone());
+            tasks.spawn(async move {
+                start.wait().await;
+                leases
+                    .acquire(&domain, &owner(&format!("w{i}")), Duration::from_secs(30))
+                    .await
+            });
+        }
+        let mut winners = Vec::new();
+        while let Some(result) = tasks.join_next().await {
+            match result.unwrap_or_else(|e| panic!("{e}")) {
+                Ok(lease) => winners.push(lease),
+                Err(FenceError::LeaseHeld { .. }) => {}
+                Err(other) => panic!("round {round}: {other}"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
+        let lease = winners.remove(0);
+        let first = *first.get_or_insert(lease.token.get());
+        assert_eq!(
+            lease.token.get(),
+            first + round,
+            "round {round}: losers consumed tokens: {lease:?}"
+        );
+        leases
+            .release(&lease)
+            .await
+            .unwrap_or_else(|e| panic!("release: {e}"));
+    }
+}
+
+/// The issuer on the fresh `domain`: strictly increasing over many issues.
+pub async fn issuer_is_strictly_increasing(issuer: &dyn TokenIssuer, domain: &Domain) {
+    let mut last = issuer
+        .issue(domain)
+        .await
+        .unwrap_or_else(|e| panic!("issue: {e}"));
+    for _ in 0..50 {
+        let next = issuer
+            .issue(domain)
+            .await
+            .unwrap_or_else(|e| panic!("issue: {e}"));
+        assert!(next > last, "{next} after {last}");
+        last = next;
+    }
+}

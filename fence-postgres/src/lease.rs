@@ -1,0 +1,281 @@
+//! A token issuer and leases in PostgreSQL: a per-domain counter floored at the domain's mark,
+//! and lease expiry decided by the server's clock.
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use fence_core::{
+    Domain, FenceError, FencingToken, InvalidInput, Lease, LeaseManager, Operation, OwnerId,
+    TokenIssuer,
+};
+use sqlx::{PgConnection, Postgres, Row, Transaction};
+
+use crate::error::{corrupt, map_error, BACKEND};
+use crate::fence::{commit, PostgresFence};
+
+/// Issues tokens from `<schema>.fence_counters`: one row per domain, never deleted by Fence,
+/// each issue floored at the domain's mark in `fence_marks`, so a recreated or restored
+/// counter never issues a token the resource has already seen. Durable across restarts.
+#[derive(Clone, Debug)]
+pub struct PostgresIssuer {
+    fence: PostgresFence,
+}
+
+/// Leases in `<schema>.fence_leases`, whose tokens come from the issuer's counter (one
+/// sequence per domain for both). Expiry is decided by the server's clock
+/// (`clock_timestamp()`), never a client's; `renew` and `release` act only for the current
+/// owner and token. [`Lease::valid_until`] is measured on the holder's clock from before the
+/// request was sent, so it errs early.
+#[derive(Clone, Debug)]
+pub struct PostgresLeases {
+    fence: PostgresFence,
+}
+
+impl PostgresFence {
+    /// A token issuer on this fence's pool and schema.
+    pub fn issuer(&self) -> PostgresIssuer {
+        PostgresIssuer {
+            fence: self.clone(),
+        }
+    }
+
+    /// Leases on this fence's pool and schema.
+    pub fn leases(&self) -> PostgresLeases {
+        PostgresLeases {
+            fence: self.clone(),
+        }
+    }
+
+    /// Issues the domain's next token inside `tx`: the counter row is locked (created at 0 if
+    /// missing), the next token is one above the greater of the counter and the domain's mark.
+    async fn issue_in(
+        &self,
+        tx: &mut PgConnection,
+        domain: &Domain,
+        operation: Operation,
+    ) -> Result<FencingToken, FenceError> {
+        let counters = self.tables().counters();
+        let sql_error = |e| map_error(e, domain, operation, false);
+        sqlx::query(&format!(
+            "INSERT INTO {counters} (domain, last) VALUES ($1, 0) ON CONFLICT (domain) DO NOTHING"
+        ))
+        .bind(domain.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_error)?;
+        let row = sqlx::query(&format!(
+            "SELECT c.last::text, m.hwm::text FROM {counters} c \
+             LEFT JOIN {} m ON m.domain = c.domain WHERE c.domain = $1 FOR UPDATE OF c",
+            self.tables().marks()
+        ))
+        .bind(domain.as_str())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(sql_error)?;
+        let column = |e: sqlx::Error| corrupt(domain, format!("token counter: {e}"));
+        let last: String = row.try_get(0).map_err(column)?;
+        let mark: Option<String> = row.try_get(1).map_err(column)?;
+        let last: u64 = last
+            .parse()
+            .map_err(|e| corrupt(domain, format!("token counter `{last}`: {e}")))?;
+        let mark = match mark {
+            Some(text) => text
+                .parse::<FencingToken>()
+                .map_err(|e| corrupt(domain, format!("high-water mark `{text}`: {e}")))?
+                .get(),
+            None => 0,
+        };
+        let next = last
+            .max(mark)
+            .checked_add(1)
+            .ok_or_else(|| FenceError::TokenExhausted {
+                domain: domain.clone(),
+            })?;
+        sqlx::query(&format!(
+            "UPDATE {counters} SET last = $2::numeric WHERE domain = $1"
+        ))
+        .bind(domain.as_str())
+        .bind(next.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_error)?;
+        Ok(FencingToken::new(next)?)
+    }
+
+    async fn begin_plain(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+    ) -> Result<Transaction<'static, Postgres>, FenceError> {
+        self.ensure_shape(domain, operation).await?;
+        self.pool()
+            .begin()
+            .await
+            .map_err(|e| map_error(e, domain, operation, false))
+    }
+}
+
+#[async_trait]
+impl TokenIssuer for PostgresIssuer {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+        let mut tx = self.fence.begin_plain(domain, Operation::Issue).await?;
+        let token = self
+            .fence
+            .issue_in(&mut tx, domain, Operation::Issue)
+            .await?;
+        commit(tx, domain, Operation::Issue).await?;
+        Ok(token)
+    }
+}
+
+/// A TTL in whole milliseconds (at least 1).
+fn ttl_ms(ttl: Duration) -> Result<i64, FenceError> {
+    match i64::try_from(ttl.as_millis()) {
+        Ok(ms) if ms >= 1 => Ok(ms),
+        _ => Err(InvalidInput::Configuration(format!(
+            "lease ttl must be between 1 ms and {} ms, got {ttl:?}",
+            i64::MAX
+        ))
+        .into()),
+    }
+}
+
+impl PostgresLeases {
+    async fn acquire_now(
+        &self,
+        domain: &Domain,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> Result<Lease, FenceError> {
+        let ms = ttl_ms(ttl)?;
+        let operation = Operation::Lease;
+        let leases = self.fence.tables().leases();
+        let started = Instant::now();
+        let mut tx = self.fence.begin_plain(domain, operation).await?;
+        // The counter row's lock (taken by the issue below) serializes acquisitions; the
+        // lease row is read under it, so a refusal issues nothing.
+        let token = self.fence.issue_in(&mut tx, domain, operation).await?;
+        let holder: Option<(String, bool)> = sqlx::query_as(&format!(
+            "SELECT owner, expires > clock_timestamp() FROM {leases} WHERE domain = $1 FOR UPDATE"
+        ))
+        .bind(domain.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, domain, operation, false))?;
+        if let Some((current, true)) = &holder {
+            if current != owner.as_str() {
+                // Dropping the transaction rolls the issue back: losers consume no token.
+                return Err(FenceError::LeaseHeld {
+                    domain: domain.clone(),
+                });
+            }
+        }
+        sqlx::query(&format!(
+            "INSERT INTO {leases} (domain, owner, token, expires) \
+             VALUES ($1, $2, $3::numeric, clock_timestamp() + $4 * interval '1 millisecond') \
+             ON CONFLICT (domain) DO UPDATE SET owner = excluded.owner, token = excluded.token, \
+             expires = excluded.expires"
+        ))
+        .bind(domain.as_str())
+        .bind(owner.as_str())
+        .bind(token.to_string())
+        .bind(ms)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| map_error(e, domain, operation, false))?;
+        commit(tx, domain, operation).await?;
+        Ok(Lease::new(
+            domain.clone(),
+            owner.clone(),
+            token,
+            started + ttl,
+        ))
+    }
+
+    async fn renew_now(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        let ms = ttl_ms(ttl)?;
+        let domain = &lease.domain;
+        self.fence.ensure_shape(domain, Operation::Lease).await?;
+        let started = Instant::now();
+        let renewed = sqlx::query(&format!(
+            "UPDATE {} SET expires = clock_timestamp() + $4 * interval '1 millisecond' \
+             WHERE domain = $1 AND owner = $2 AND token = $3::numeric \
+             AND expires > clock_timestamp()",
+            self.fence.tables().leases()
+        ))
+        .bind(domain.as_str())
+        .bind(lease.owner.as_str())
+        .bind(lease.token.to_string())
+        .bind(ms)
+        .execute(self.fence.pool())
+        .await
+        .map_err(|e| map_error(e, domain, Operation::Lease, false))?
+        .rows_affected();
+        if renewed == 1 {
+            Ok(Lease::new(
+                domain.clone(),
+                lease.owner.clone(),
+                lease.token,
+                started + ttl,
+            ))
+        } else {
+            Err(lost(lease))
+        }
+    }
+
+    async fn release_now(&self, lease: &Lease) -> Result<(), FenceError> {
+        let domain = &lease.domain;
+        self.fence.ensure_shape(domain, Operation::Lease).await?;
+        // An expired row of this owner is removed too (no one holds it), but reported lost.
+        let live: Option<bool> = sqlx::query_scalar(&format!(
+            "DELETE FROM {} WHERE domain = $1 AND owner = $2 AND token = $3::numeric \
+             RETURNING expires > clock_timestamp()",
+            self.fence.tables().leases()
+        ))
+        .bind(domain.as_str())
+        .bind(lease.owner.as_str())
+        .bind(lease.token.to_string())
+        .fetch_optional(self.fence.pool())
+        .await
+        .map_err(|e| map_error(e, domain, Operation::Lease, false))?;
+        match live {
+            Some(true) => Ok(()),
+            _ => Err(lost(lease)),
+        }
+    }
+}
+
+fn lost(lease: &Lease) -> FenceError {
+    FenceError::LeaseLost {
+        domain: lease.domain.clone(),
+        token: lease.token,
+    }
+}
+
+#[async_trait]
+impl LeaseManager for PostgresLeases {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    async fn do_acquire(
+        &self,
+        domain: &Domain,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> Result<Lease, FenceError> {
+        self.acquire_now(domain, owner, ttl).await
+    }
+
+    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        self.renew_now(lease, ttl).await
+    }
+
+    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+        self.release_now(lease).await
+    }
+}

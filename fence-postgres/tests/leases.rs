@@ -1,0 +1,176 @@
+//! The PostgreSQL issuer and leases against real servers: the shared lease contract, a
+//! counter floored at the mark when its row is recreated, corrupt rows fail closed, and the
+//! issuer stays monotonic across a kill -9 of the server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fence_conformance::lease;
+use fence_conformance::services::{domain as d, token as t};
+use fence_core::{Fence, FenceError, LeaseManager, OwnerId, TokenIssuer};
+use fence_postgres::PostgresFence;
+use fence_testkit::postgres::{pool, PostgresServer};
+use support::shared;
+
+#[tokio::test]
+async fn an_expired_holder_is_fenced_by_the_next_owner() {
+    let Some((fence, _)) = shared("lease_story").await else {
+        return;
+    };
+    let (leases, issuer) = (fence.leases(), fence.issuer());
+    lease::expired_holder_is_fenced_by_the_next_owner(
+        &fence,
+        &leases,
+        Some(&issuer),
+        &d("shard-7"),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_acquires_have_exactly_one_winner() {
+    let Some((fence, _)) = shared("lease_race").await else {
+        return;
+    };
+    lease::concurrent_acquires_have_exactly_one_winner(Arc::new(fence.leases()), &d("contended"))
+        .await;
+}
+
+#[tokio::test]
+async fn the_counter_is_floored_at_the_mark_and_corrupt_rows_fail_closed() {
+    let Some((fence, pool)) = shared("issuer").await else {
+        return;
+    };
+    let (issuer, leases) = (fence.issuer(), fence.leases());
+    lease::issuer_is_strictly_increasing(&issuer, &d("issued")).await;
+
+    let domain = d("recreated");
+    assert_eq!(issuer.issue(&domain).await.unwrap().get(), 1);
+    fence.claim(&domain, t(12)).await.unwrap();
+    let counters = format!("{}.fence_counters", fence.schema());
+    let deleted = sqlx::query(&format!(
+        "DELETE FROM {counters} WHERE domain = 'recreated'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        issuer.issue(&domain).await.unwrap().get(),
+        13,
+        "floored above the mark 12"
+    );
+    fence.claim(&domain, t(20)).await.unwrap();
+    let lease = leases
+        .acquire(
+            &domain,
+            &OwnerId::new("after").unwrap(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.token.get(), 21, "the lease's token is floored too");
+
+    // The last token: then exhausted, with the counter left as it was.
+    sqlx::query(&format!(
+        "UPDATE {counters} SET last = 18446744073709551614 WHERE domain = 'recreated'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        issuer.issue(&domain).await.unwrap(),
+        fence_core::FencingToken::MAX
+    );
+    assert!(matches!(
+        issuer.issue(&domain).await,
+        Err(FenceError::TokenExhausted { .. })
+    ));
+
+    for (name, last) in [("negative", "-1"), ("too-big", "18446744073709551616")] {
+        sqlx::query(&format!(
+            "INSERT INTO {counters} (domain, last) VALUES ($1, {last})"
+        ))
+        .bind(name)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let issued = issuer.issue(&d(name)).await;
+        assert!(
+            matches!(issued, Err(FenceError::CorruptState { .. })),
+            "{name}: {issued:?}"
+        );
+        let acquired = leases
+            .acquire(
+                &d(name),
+                &OwnerId::new("x").unwrap(),
+                Duration::from_secs(1),
+            )
+            .await;
+        assert!(
+            matches!(acquired, Err(FenceError::CorruptState { .. })),
+            "{name}: {acquired:?}"
+        );
+        let kept: String = sqlx::query_scalar(&format!(
+            "SELECT last::text FROM {counters} WHERE domain = $1"
+        ))
+        .bind(name)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(kept, last, "a corrupt counter is not overwritten");
+    }
+    let zero = leases
+        .acquire(&d("ttl"), &OwnerId::new("x").unwrap(), Duration::ZERO)
+        .await;
+    assert!(matches!(zero, Err(FenceError::InvalidInput(_))), "{zero:?}");
+}
+
+#[tokio::test]
+async fn the_issuer_is_monotonic_across_a_crash_of_the_server() {
+    let Some(server) = PostgresServer::start("issuer-restart") else {
+        return;
+    };
+    let connect = |url: String| async move {
+        let pool = pool(&url).await;
+        fence_postgres::migrate(&pool, "fence").await.unwrap();
+        PostgresFence::new(pool, "fence").unwrap()
+    };
+    let fence = connect(server.url()).await;
+    let domain = d("durable");
+    let mut last = fence_core::FencingToken::MIN;
+    for _ in 0..5 {
+        last = fence.issuer().issue(&domain).await.unwrap();
+    }
+    let lease = fence
+        .leases()
+        .acquire(
+            &domain,
+            &OwnerId::new("a").unwrap(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(lease.token > last);
+    server.kill_and_restart();
+    let fence = connect(server.url()).await;
+    let next = fence.issuer().issue(&domain).await.unwrap();
+    assert!(
+        next > lease.token,
+        "{next} after {} before the crash",
+        lease.token
+    );
+    // The lease survived the crash too: another owner is refused until it expires.
+    let other = fence
+        .leases()
+        .acquire(&domain, &OwnerId::new("b").unwrap(), Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(other, Err(FenceError::LeaseHeld { .. })),
+        "{other:?}"
+    );
+}
