@@ -12,21 +12,11 @@ use fence_core::Domain;
 use fence_outbox::{EntryStatus, OutboxEntry, OutboxStore};
 use fence_outbox_redis::RedisOutbox;
 use fence_redis::redis;
-use support::{domain, fast_relay, outbox, pay, relay, token, wait_for, webhook, WebhookServer};
+use support::{
+    all_settled, assert_exactly_once_in_order, delivered, domain, fast_relay, outbox, pay, relay,
+    token, wait_for, webhook, WebhookServer,
+};
 use tokio::sync::{watch, Notify};
-
-fn all_settled(entries: &[OutboxEntry]) -> bool {
-    entries
-        .iter()
-        .all(|e| !matches!(e.status, EntryStatus::Pending { .. }))
-}
-
-fn delivered(entries: &[OutboxEntry]) -> usize {
-    entries
-        .iter()
-        .filter(|e| matches!(e.status, EntryStatus::Delivered { .. }))
-        .count()
-}
 
 /// Records `per_domain` payments on each of `domains`, alternating failure modes per effect.
 async fn record_payments(
@@ -59,46 +49,6 @@ async fn record_payments(
         }
     }
     recorded
-}
-
-/// Checks the server applied every entry exactly once and, per domain, in seq order.
-fn assert_exactly_once_in_order(server: &WebhookServer, entries: &[OutboxEntry]) {
-    let applied = server.applied();
-    assert_eq!(
-        applied.len(),
-        entries.len(),
-        "every entry applied exactly once"
-    );
-    for entry in entries {
-        let hits: Vec<_> = applied
-            .iter()
-            .filter(|a| a.key == entry.key.as_str())
-            .collect();
-        assert_eq!(
-            hits.len(),
-            1,
-            "entry {} applied {} times",
-            entry.key,
-            hits.len()
-        );
-        assert_eq!(hits[0].payload, entry.payload);
-    }
-    let mut domains: Vec<&Domain> = entries.iter().map(|e| &e.domain).collect();
-    domains.dedup();
-    for d in domains {
-        let expected: Vec<&str> = entries
-            .iter()
-            .filter(|e| &e.domain == d)
-            .map(|e| e.key.as_str())
-            .collect();
-        let prefix = format!("{}:", d.escaped());
-        let observed: Vec<&str> = applied
-            .iter()
-            .filter(|a| a.key.starts_with(&prefix))
-            .map(|a| a.key.as_str())
-            .collect();
-        assert_eq!(observed, expected, "domain {d} applied out of order");
-    }
 }
 
 async fn exactly_once_despite_failures_and_crashes(fence: fence_redis::RedisFence) {

@@ -27,7 +27,8 @@ pub struct RelayConfig {
     pub owner: OwnerId,
     /// The lease TTL; renewed when half of it is left.
     pub lease_ttl: Duration,
-    /// The wait between passes when there is nothing to do.
+    /// The longest wait between passes when there is nothing to do: the polling interval of
+    /// stores that cannot be notified, and the retry pace of backed-off entries.
     pub poll_interval: Duration,
     /// The most entries read per domain per pass.
     pub batch: usize,
@@ -238,7 +239,7 @@ impl Relay {
             total.add(pass);
             if idle {
                 tokio::select! {
-                    _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    _ = self.store.wait_for_work(self.config.partition, self.config.poll_interval) => {}
                     _ = shutdown.changed() => {}
                 }
             }

@@ -93,4 +93,12 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
         retention: Duration,
         drained: bool,
     ) -> Result<Purged, OutboxError>;
+
+    /// Waits, when a pass found nothing to do, until `partition` may have new work or `idle`
+    /// has passed. The default sleeps `idle` (polling); a store that can be notified of new
+    /// entries (PostgreSQL's `LISTEN`) returns as soon as one is recorded.
+    async fn wait_for_work(&self, partition: u16, idle: Duration) {
+        let _ = partition;
+        tokio::time::sleep(idle).await;
+    }
 }

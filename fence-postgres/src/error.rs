@@ -52,9 +52,11 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
     }
 }
 
-/// Maps a sqlx error of `operation` on `domain`. `after_send`: the request may have taken effect
-/// (a `COMMIT` whose answer was lost), so a lost connection is `Ambiguous`, never a guess.
-pub(crate) fn map_error(
+/// Maps a sqlx error of `operation` on `domain` to the fence's error, the one mapping of this
+/// backend (crates built on fence-postgres use it too). `after_send`: the request may have
+/// taken effect (a `COMMIT` whose answer was lost), so a lost connection is `Ambiguous`, never
+/// a guess.
+pub fn map_error(
     error: sqlx::Error,
     domain: &Domain,
     operation: Operation,

@@ -152,6 +152,7 @@ pub struct FencedTransaction {
     tx: Transaction<'static, Postgres>,
     domain: Domain,
     token: FencingToken,
+    op_id: Option<OperationId>,
     previous_high_water_mark: Option<FencingToken>,
 }
 
@@ -164,6 +165,11 @@ impl FencedTransaction {
     /// The admitted token (the mark once committed).
     pub fn token(&self) -> FencingToken {
         self.token
+    }
+
+    /// The op id the transaction is remembered under, if any.
+    pub fn op_id(&self) -> Option<&OperationId> {
+        self.op_id.as_ref()
     }
 
     /// The mark before this transaction.
@@ -205,6 +211,7 @@ impl fmt::Debug for FencedTransaction {
         f.debug_struct("FencedTransaction")
             .field("domain", &self.domain)
             .field("token", &self.token)
+            .field("op_id", &self.op_id)
             .field("previous_high_water_mark", &self.previous_high_water_mark)
             .finish_non_exhaustive()
     }
@@ -331,6 +338,7 @@ impl PostgresFence {
             tx,
             domain: domain.clone(),
             token,
+            op_id: request.op_id().cloned(),
             previous_high_water_mark: locked.hwm,
         }))
     }

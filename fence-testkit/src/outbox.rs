@@ -4,11 +4,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::webhook::WebhookServer;
 use async_trait::async_trait;
-use fence_core::{OperationId, OwnerId};
+use fence_core::{Domain, OperationId, OwnerId};
 use fence_outbox::{
-    DestinationRule, EffectKinds, OutboxEntry, RelayConfig, RetryPolicy, Sink, SinkError,
-    WebhookSink,
+    DestinationRule, EffectKinds, EntryStatus, OutboxEntry, RelayConfig, RetryPolicy, Sink,
+    SinkError, WebhookSink,
 };
 use tokio::sync::Notify;
 
@@ -114,5 +115,60 @@ pub fn fence_error(error: fence_outbox::OutboxError) -> fence_core::FenceError {
     match error {
         fence_outbox::OutboxError::Fence(error) => error,
         other => panic!("a transition of the suite was refused by the outbox: {other}"),
+    }
+}
+
+/// True when no entry is pending.
+pub fn all_settled(entries: &[OutboxEntry]) -> bool {
+    entries
+        .iter()
+        .all(|e| !matches!(e.status, EntryStatus::Pending { .. }))
+}
+
+/// How many entries were delivered.
+pub fn delivered(entries: &[OutboxEntry]) -> usize {
+    entries
+        .iter()
+        .filter(|e| matches!(e.status, EntryStatus::Delivered { .. }))
+        .count()
+}
+
+/// Checks the server applied every entry exactly once and, per domain, in seq order.
+pub fn assert_exactly_once_in_order(server: &WebhookServer, entries: &[OutboxEntry]) {
+    let applied = server.applied();
+    assert_eq!(
+        applied.len(),
+        entries.len(),
+        "every entry applied exactly once"
+    );
+    for entry in entries {
+        let hits: Vec<_> = applied
+            .iter()
+            .filter(|a| a.key == entry.key.as_str())
+            .collect();
+        assert_eq!(
+            hits.len(),
+            1,
+            "entry {} applied {} times",
+            entry.key,
+            hits.len()
+        );
+        assert_eq!(hits[0].payload, entry.payload);
+    }
+    let mut domains: Vec<&Domain> = entries.iter().map(|e| &e.domain).collect();
+    domains.dedup();
+    for d in domains {
+        let expected: Vec<&str> = entries
+            .iter()
+            .filter(|e| &e.domain == d)
+            .map(|e| e.key.as_str())
+            .collect();
+        let prefix = format!("{}:", d.escaped());
+        let observed: Vec<&str> = applied
+            .iter()
+            .filter(|a| a.key.starts_with(&prefix))
+            .map(|a| a.key.as_str())
+            .collect();
+        assert_eq!(observed, expected, "domain {d} applied out of order");
     }
 }

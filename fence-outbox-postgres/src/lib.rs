@@ -1,0 +1,11 @@
+#![doc = include_str!("../README.md")]
+
+mod notify;
+mod outbox;
+mod store;
+
+/// The contracts this crate implements, so users need one dependency.
+pub use fence_outbox;
+pub use fence_postgres;
+
+pub use outbox::{migrate, PostgresOutbox, Recorded, SCHEMA_SQL};

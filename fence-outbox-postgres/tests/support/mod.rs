@@ -1,0 +1,128 @@
+//! Test support for the PostgreSQL outbox: a migrated schema on the shared server, relays
+//! leased from PostgreSQL, and a payment transition with a state change of the test's own.
+#![allow(
+    dead_code,
+    unreachable_pub,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    // Each test binary uses its own part of this module.
+    unused_imports
+)]
+
+pub use fence_conformance::services::{domain, token};
+pub use fence_testkit::outbox::*;
+pub use fence_testkit::webhook::WebhookServer;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fence_core::{Domain, FencingToken, LeaseManager};
+use fence_outbox::{
+    Effect, IdempotencyKey, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink,
+};
+use fence_outbox_postgres::PostgresOutbox;
+use fence_postgres::{Begun, PostgresFence, TransactionRequest};
+use fence_testkit::postgres::{pool, shared_url, unique_schema};
+
+/// An outbox in a freshly migrated schema on the shared server, with an `orders(domain, status)`
+/// table for the transitions' own state change.
+pub async fn outbox(test: &str) -> Option<PostgresOutbox> {
+    let url = shared_url()?;
+    let pool = pool(&url).await;
+    let schema = unique_schema(test);
+    fence_postgres::migrate(&pool, &schema).await.unwrap();
+    let fence = PostgresFence::new(pool.clone(), &schema).unwrap();
+    fence_outbox_postgres::migrate(&fence).await.unwrap();
+    sqlx::query(&format!(
+        "CREATE TABLE {schema}.orders (domain text PRIMARY KEY, status text NOT NULL)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    Some(PostgresOutbox::new(fence, OutboxConfig::new(kinds())))
+}
+
+/// Marks the order paid and records one receipt effect to `url`, in one fenced transaction;
+/// the keys recorded (none when the op id had committed before).
+pub async fn pay(
+    outbox: &PostgresOutbox,
+    domain: &Domain,
+    token: FencingToken,
+    op_id: &str,
+    url: &str,
+    payload: &str,
+) -> Result<Vec<IdempotencyKey>, OutboxError> {
+    let request = TransactionRequest::new(domain.clone(), token).with_op_id(op(op_id));
+    let Begun::Admitted(mut tx) = outbox.fence().begin(&request).await? else {
+        return Ok(Vec::new());
+    };
+    sqlx::query(&format!(
+        "INSERT INTO {}.orders (domain, status) VALUES ($1, $2)
+         ON CONFLICT (domain) DO UPDATE SET status = excluded.status",
+        outbox.fence().schema()
+    ))
+    .bind(domain.as_str())
+    .bind(format!("paid by {token}"))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let effect = Effect::new("send-receipt-email", url, payload.to_owned());
+    let keys = outbox.record(&mut tx, &[effect]).await?;
+    tx.commit().await?;
+    Ok(keys)
+}
+
+/// A relay of `outbox`'s partition 0, leased from the same PostgreSQL.
+pub fn relay(outbox: &PostgresOutbox, sink: Arc<dyn Sink>, config: RelayConfig) -> Relay {
+    relay_result(outbox, sink, config).expect("valid relay config")
+}
+
+pub fn relay_result(
+    outbox: &PostgresOutbox,
+    sink: Arc<dyn Sink>,
+    config: RelayConfig,
+) -> Result<Relay, OutboxError> {
+    let leases: Arc<dyn LeaseManager> = Arc::new(outbox.fence().leases());
+    Relay::new(Arc::new(outbox.clone()), sink, leases, config)
+}
+
+/// Waits until `check` holds on the entries of `domains`, or fails after `limit`.
+pub async fn wait_for(
+    outbox: &PostgresOutbox,
+    domains: &[Domain],
+    limit: Duration,
+    check: impl Fn(&[OutboxEntry]) -> bool,
+) -> Vec<OutboxEntry> {
+    let started = Instant::now();
+    loop {
+        let mut all = Vec::new();
+        for d in domains {
+            all.extend(outbox.entries(d).await.unwrap());
+        }
+        if check(&all) {
+            return all;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "condition not reached within {limit:?}; entries: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Ends the test relay group's partition-0 lease now, as its TTL would (by the server's clock).
+pub async fn expire_relay_lease(outbox: &PostgresOutbox) {
+    let lease_domain = fast_relay("x").lease_domain().unwrap();
+    let expired = sqlx::query(&format!(
+        "UPDATE {}.fence_leases SET expires = clock_timestamp() - interval '1 second'
+         WHERE domain = $1",
+        outbox.fence().schema()
+    ))
+    .bind(lease_domain.as_str())
+    .execute(outbox.fence().pool())
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(expired, 1, "the relay lease existed");
+}
