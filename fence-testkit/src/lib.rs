@@ -18,6 +18,8 @@ pub mod postgres;
 pub mod process;
 #[cfg(feature = "redis")]
 pub mod redis;
+#[cfg(feature = "outbox")]
+pub mod relay_contract;
 #[cfg(feature = "s3")]
 pub mod s3;
 #[cfg(feature = "webhook")]

@@ -15,7 +15,7 @@ pub use fence_testkit::outbox::*;
 pub use fence_testkit::webhook::WebhookServer;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fence_core::{Domain, FencingToken, LeaseManager};
 use fence_outbox::{
@@ -94,20 +94,57 @@ pub async fn wait_for(
     limit: Duration,
     check: impl Fn(&[OutboxEntry]) -> bool,
 ) -> Vec<OutboxEntry> {
-    let started = Instant::now();
-    loop {
-        let mut all = Vec::new();
-        for d in domains {
-            all.extend(outbox.entries(d).await.unwrap());
-        }
-        if check(&all) {
-            return all;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "condition not reached within {limit:?}; entries: {all:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
+    let o = PostgresUnderTest {
+        outbox: outbox.clone(),
+    };
+    fence_testkit::relay_contract::wait_for(&o, domains, limit, check).await
+}
+
+/// The PostgreSQL outbox as fence-testkit's relay contract drives it.
+pub struct PostgresUnderTest {
+    pub outbox: PostgresOutbox,
+}
+
+/// A fresh outbox on the shared server.
+pub async fn under_test(test: &str) -> Option<PostgresUnderTest> {
+    Some(PostgresUnderTest {
+        outbox: outbox(test).await?,
+    })
+}
+
+#[async_trait::async_trait]
+impl fence_testkit::relay_contract::OutboxUnderTest for PostgresUnderTest {
+    async fn pay(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &str,
+        url: &str,
+        payload: &str,
+    ) -> Result<usize, OutboxError> {
+        Ok(pay(&self.outbox, domain, token, op_id, url, payload)
+            .await?
+            .len())
+    }
+
+    async fn entries(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
+        self.outbox.entries(domain).await
+    }
+
+    async fn dead_letters(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
+        self.outbox.dead_letters(domain).await
+    }
+
+    async fn discard_dead_letter(&self, domain: &Domain, seq: u64) -> Result<bool, OutboxError> {
+        self.outbox.discard_dead_letter(domain, seq).await
+    }
+
+    fn relay(&self, sink: Arc<dyn Sink>, config: RelayConfig) -> Result<Relay, OutboxError> {
+        relay_result(&self.outbox, sink, config)
+    }
+
+    async fn expire_relay_lease(&self) {
+        expire_relay_lease(&self.outbox).await;
     }
 }
 

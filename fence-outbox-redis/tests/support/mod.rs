@@ -52,33 +52,17 @@ pub fn relay(outbox: &RedisOutbox, sink: Arc<dyn Sink>, config: RelayConfig) -> 
     relay_result(outbox, sink, config).expect("valid relay config")
 }
 
-/// Waits until `check` holds on `domain`'s entries, or fails after `limit`.
+/// Waits until `check` holds on the entries of `domains`, or fails after `limit`.
 pub async fn wait_for(
     outbox: &RedisOutbox,
     domains: &[Domain],
     limit: Duration,
     check: impl Fn(&[OutboxEntry]) -> bool,
 ) -> Vec<OutboxEntry> {
-    let started = Instant::now();
-    loop {
-        let mut all = Vec::new();
-        let mut failed = None;
-        for d in domains {
-            // A restarting server refuses a while: keep polling until the deadline.
-            match outbox.entries(d).await {
-                Ok(entries) => all.extend(entries),
-                Err(error) => failed = Some(error),
-            }
-        }
-        if failed.is_none() && check(&all) {
-            return all;
-        }
-        assert!(
-            started.elapsed() < limit,
-            "condition not reached within {limit:?}; last error {failed:?}; entries: {all:#?}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    let o = RedisUnderTest {
+        outbox: outbox.clone(),
+    };
+    fence_testkit::relay_contract::wait_for(&o, domains, limit, check).await
 }
 
 pub fn relay_result(
@@ -94,4 +78,71 @@ pub fn relay_result(
 pub async fn expire_relay_lease(fence: &RedisFence) {
     let lease_domain = fast_relay("x").lease_domain().unwrap();
     fence_testkit::redis::expire_lease(fence, &lease_domain).await;
+}
+
+/// The Redis outbox as fence-testkit's relay contract drives it.
+pub struct RedisUnderTest {
+    pub outbox: RedisOutbox,
+}
+
+/// A fresh outbox on the shared standalone Redis (or the cluster).
+pub async fn under_test(test: &str, cluster: bool) -> Option<RedisUnderTest> {
+    let test = &test[..test.len().min(20)]; // the key prefix has room for a short name
+    let fence = if cluster {
+        self::cluster(test).await?
+    } else {
+        standalone(test).await?
+    };
+    Some(RedisUnderTest {
+        outbox: outbox(&fence),
+    })
+}
+
+#[async_trait::async_trait]
+impl fence_testkit::relay_contract::OutboxUnderTest for RedisUnderTest {
+    async fn pay(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &str,
+        url: &str,
+        payload: &str,
+    ) -> Result<usize, fence_outbox::OutboxError> {
+        let recorded = pay(&self.outbox, domain, token, op_id, url, payload).await?;
+        Ok(if recorded.duplicate { 0 } else { 1 })
+    }
+
+    async fn entries(
+        &self,
+        domain: &Domain,
+    ) -> Result<Vec<OutboxEntry>, fence_outbox::OutboxError> {
+        self.outbox.entries(domain).await
+    }
+
+    async fn dead_letters(
+        &self,
+        domain: &Domain,
+    ) -> Result<Vec<OutboxEntry>, fence_outbox::OutboxError> {
+        self.outbox.dead_letters(domain).await
+    }
+
+    async fn discard_dead_letter(
+        &self,
+        domain: &Domain,
+        seq: u64,
+    ) -> Result<bool, fence_outbox::OutboxError> {
+        self.outbox.discard_dead_letter(domain, seq).await
+    }
+
+    fn relay(
+        &self,
+        sink: Arc<dyn Sink>,
+        config: RelayConfig,
+    ) -> Result<Relay, fence_outbox::OutboxError> {
+        relay_result(&self.outbox, sink, config)
+    }
+
+    async fn expire_relay_lease(&self) {
+        expire_relay_lease(self.outbox.fence()).await;
+    }
 }

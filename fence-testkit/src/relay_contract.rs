@@ -1,0 +1,487 @@
+//! The relay's contract on a real outbox backend, run by each backend's tests: exactly-once
+//! observed delivery in order across a relay crash, a failing head holding back its domain
+//! only, dead letters, stuck sinks, a paused relay fenced by its successor, and concurrency
+//! within limits. Each scenario panics (failing the calling test) on a breach.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use fence_core::{Domain, FencingToken};
+use fence_outbox::{EntryStatus, OutboxEntry, OutboxError, Relay, RelayConfig, Sink};
+use tokio::sync::{watch, Notify};
+
+use crate::outbox::{
+    all_settled, assert_exactly_once_in_order, delivered, fast_relay, webhook,
+    CrashAfterDeliveries, PausingSink,
+};
+use crate::webhook::WebhookServer;
+use fence_conformance::services::{domain, token};
+
+/// An outbox backend as the relay scenarios drive it.
+#[async_trait]
+pub trait OutboxUnderTest: Send + Sync {
+    /// Marks the order `domain` paid (a state change of the backend's own) and records one
+    /// `send-receipt-email` effect to `url` with `payload`, in one fenced transition; how many
+    /// entries it recorded (0 when `op_id` had run before).
+    async fn pay(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &str,
+        url: &str,
+        payload: &str,
+    ) -> Result<usize, OutboxError>;
+
+    /// Every entry of `domain` still kept, in order.
+    async fn entries(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, OutboxError>;
+
+    /// The dead letters of `domain`.
+    async fn dead_letters(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, OutboxError>;
+
+    /// Discards dead letter `seq` of `domain`; false when it is not one.
+    async fn discard_dead_letter(&self, domain: &Domain, seq: u64) -> Result<bool, OutboxError>;
+
+    /// A relay of the outbox's partition 0 delivering to `sink`, leased from the backend.
+    fn relay(&self, sink: Arc<dyn Sink>, config: RelayConfig) -> Result<Relay, OutboxError>;
+
+    /// Ends the lease of the test relay group's partition 0 now, as its TTL would.
+    async fn expire_relay_lease(&self);
+}
+
+/// One `#[tokio::test]` per relay scenario (all of them unless listed), each on the outbox
+/// `$make(test name)` returns (`None`: a loud skip outside the test command).
+#[macro_export]
+macro_rules! relay_contract_tests {
+    ($make:expr; $($scenario:ident),* $(,)?) => {$(
+        #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+        async fn $scenario() {
+            if let Some(o) = ($make)(stringify!($scenario)).await {
+                $crate::relay_contract::$scenario(&o).await;
+            }
+        }
+    )*};
+    ($make:expr) => {
+        $crate::relay_contract_tests!($make;
+            exactly_once_despite_failures_and_a_relay_crash,
+            a_failing_head_holds_back_its_domain_only,
+            dead_letters_after_the_attempt_limit_and_the_domain_moves_on,
+            a_stuck_sink_times_out_and_the_retry_lands_once,
+            a_paused_relay_cannot_complete_after_its_successor,
+            domains_are_served_concurrently_each_in_order,
+        );
+    };
+}
+
+fn relay(o: &dyn OutboxUnderTest, sink: Arc<dyn Sink>, config: RelayConfig) -> Relay {
+    o.relay(sink, config).expect("valid relay config")
+}
+
+/// Waits until `check` holds on the entries of `domains`, or panics after `limit`; reads that
+/// fail (a restarting server) are retried until then.
+pub async fn wait_for(
+    o: &dyn OutboxUnderTest,
+    domains: &[Domain],
+    limit: Duration,
+    check: impl Fn(&[OutboxEntry]) -> bool,
+) -> Vec<OutboxEntry> {
+    let started = Instant::now();
+    loop {
+        let mut all = Vec::new();
+        let mut failed = None;
+        for d in domains {
+            match o.entries(d).await {
+                Ok(entries) => all.extend(entries),
+                Err(error) => failed = Some(error),
+            }
+        }
+        if failed.is_none() && check(&all) {
+            return all;
+        }
+        assert!(
+            started.elapsed() < limit,
+            "condition not reached within {limit:?}; last error {failed:?}; entries: {all:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Records `per_domain` payments on each of `domains`, alternating failure modes per effect.
+async fn record_payments(
+    o: &dyn OutboxUnderTest,
+    server: &WebhookServer,
+    domains: &[Domain],
+    per_domain: usize,
+) -> usize {
+    let mut recorded = 0;
+    for (d_index, d) in domains.iter().enumerate() {
+        for n in 0..per_domain {
+            let path = ["/ok", "/fail/2", "/lost/1", "/fail/1"][(d_index + n) % 4];
+            let payload = format!("{}#{n}", d.as_str());
+            recorded += o
+                .pay(
+                    d,
+                    token(1),
+                    &format!("pay-{n}"),
+                    &server.url(path),
+                    &payload,
+                )
+                .await
+                .expect("payment recorded");
+        }
+    }
+    recorded
+}
+
+/// Twelve payments on three domains with injected failures; relay 1 is killed right after
+/// its 5th successful delivery, before its mark; relay 2 takes over once the lease ends. The
+/// receiver applies every entry exactly once, in order per domain.
+pub async fn exactly_once_despite_failures_and_a_relay_crash(o: &dyn OutboxUnderTest) {
+    let server = WebhookServer::start().await;
+    let domains: Vec<Domain> = (0..3).map(|i| domain(&format!("order-{i}"))).collect();
+    let recorded = record_payments(o, &server, &domains, 4).await;
+
+    // Relay 1 is killed right after its 5th successful delivery, before it can mark it: the
+    // receiver has the effect, the outbox does not know.
+    let crashed = Arc::new(Notify::new());
+    let crashing = Arc::new(CrashAfterDeliveries::new(webhook(), 5, crashed.clone()));
+    let first = relay(o, crashing, fast_relay("relay-1")).spawn();
+    crashed.notified().await;
+    first.abort();
+    let after_crash = server.applied().len();
+
+    // Relay 2 must wait for relay 1's lease to expire, then finishes the job.
+    let second = relay(o, webhook(), fast_relay("relay-2")).spawn();
+    let entries = wait_for(o, &domains, Duration::from_secs(30), |e| {
+        e.len() == recorded && all_settled(e)
+    })
+    .await;
+    let report = second.shutdown().await.unwrap();
+    assert_eq!(delivered(&entries), recorded, "{entries:#?}");
+    assert_exactly_once_in_order(&server, &entries);
+    let attempts: u32 = entries.iter().map(OutboxEntry::attempts).sum();
+    println!(
+        "exactly-once: {recorded} entries; {} applied before relay 1 was killed; {} requests, \
+         {attempts} attempts recorded, {} applied (each key once); relay 2: {report:?}",
+        after_crash,
+        server.total_requests(),
+        server.applied().len()
+    );
+    assert!(
+        server.total_requests() > recorded as u64,
+        "failures were injected and retried"
+    );
+    assert!(
+        after_crash >= 5,
+        "relay 1 delivered at least 5 before it was killed"
+    );
+    // The kill landed mid-delivery: a delivery the receiver had answered with success was
+    // unmarked, so relay 2 sent it again (and the receiver's dedup kept it applied once).
+    assert!(
+        server.requests_after_success() >= 1,
+        "relay 1 must have been killed between a successful delivery and its mark"
+    );
+}
+
+/// A head entry that keeps failing holds back the entries behind it, and no other domain.
+pub async fn a_failing_head_holds_back_its_domain_only(o: &dyn OutboxUnderTest) {
+    let server = WebhookServer::start().await;
+    let (slow, fast) = (domain("slow"), domain("fast"));
+    o.pay(&slow, token(1), "a", &server.url("/fail/4"), "slow-1")
+        .await
+        .unwrap();
+    o.pay(&slow, token(1), "b", &server.url("/ok"), "slow-2")
+        .await
+        .unwrap();
+    o.pay(&fast, token(1), "a", &server.url("/ok"), "fast-1")
+        .await
+        .unwrap();
+    let handle = relay(o, webhook(), fast_relay("relay")).spawn();
+    let entries = wait_for(
+        o,
+        &[slow.clone(), fast.clone()],
+        Duration::from_secs(20),
+        |e| e.len() == 3 && all_settled(e),
+    )
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    let order: Vec<String> = server
+        .applied()
+        .iter()
+        .map(|a| String::from_utf8_lossy(&a.payload).into_owned())
+        .collect();
+    println!("order: applied {order:?}; relay {report:?}");
+    assert_eq!(delivered(&entries), 3);
+    let position = |p: &str| order.iter().position(|o| o == p).unwrap();
+    assert!(
+        position("slow-1") < position("slow-2"),
+        "slow-2 waited for slow-1"
+    );
+    assert!(
+        position("fast-1") < position("slow-1"),
+        "the fast domain was not held back"
+    );
+    assert_eq!(report.retried, 4);
+    assert_eq!(
+        server.requests_after_success(),
+        0,
+        "nothing is sent again once the receiver answered success"
+    );
+    assert_eq!(
+        entries
+            .iter()
+            .find(|e| e.payload == "slow-1")
+            .unwrap()
+            .attempts(),
+        5
+    );
+}
+
+/// An entry that keeps failing is dead-lettered after the attempt limit (a permanent refusal
+/// at once) and its domain moves on; an operator lists and discards dead letters.
+pub async fn dead_letters_after_the_attempt_limit_and_the_domain_moves_on(o: &dyn OutboxUnderTest) {
+    let server = WebhookServer::start().await;
+    let d = domain("order-dl");
+    o.pay(&d, token(1), "a", &server.url("/always-500"), "doomed")
+        .await
+        .unwrap();
+    o.pay(&d, token(1), "b", &server.url("/reject"), "declined")
+        .await
+        .unwrap();
+    o.pay(&d, token(1), "c", &server.url("/ok"), "fine")
+        .await
+        .unwrap();
+    let config = fast_relay("relay").retry(fence_outbox::RetryPolicy::new(
+        3,
+        Duration::from_millis(10),
+        Duration::from_millis(40),
+    ));
+    let handle = relay(o, webhook(), config).spawn();
+    let entries = wait_for(o, std::slice::from_ref(&d), Duration::from_secs(20), |e| {
+        e.len() == 3 && all_settled(e)
+    })
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    match &entries[0].status {
+        EntryStatus::DeadLettered {
+            attempts,
+            last_error,
+            ..
+        } => {
+            assert_eq!(*attempts, 3);
+            assert!(last_error.contains("500"), "{last_error}");
+        }
+        other => panic!("expected a dead letter, got {other:?}"),
+    }
+    assert_eq!(
+        server.requests_for(entries[0].key.as_str()),
+        3,
+        "exactly N attempts"
+    );
+    match &entries[1].status {
+        EntryStatus::DeadLettered {
+            attempts,
+            last_error,
+            ..
+        } => {
+            assert_eq!(*attempts, 1, "a 422 is permanent: no retry");
+            assert!(
+                last_error.contains("422") && last_error.contains("declined"),
+                "{last_error}"
+            );
+        }
+        other => panic!("expected a dead letter, got {other:?}"),
+    }
+    assert!(matches!(entries[2].status, EntryStatus::Delivered { .. }));
+    assert_eq!(report.dead_lettered, 2);
+    // An operator lists the dead letters and discards one; a delivered entry is not one.
+    assert_eq!(o.dead_letters(&d).await.unwrap().len(), 2);
+    assert!(o.discard_dead_letter(&d, 1).await.unwrap());
+    assert!(!o.discard_dead_letter(&d, 3).await.unwrap());
+    let left: Vec<u64> = o.entries(&d).await.unwrap().iter().map(|e| e.seq).collect();
+    assert_eq!(left, vec![2, 3]);
+    println!("dead-letter: {:#?}", &entries[..2]);
+}
+
+/// A delivery that hangs times out as a retryable failure; the retry lands once.
+pub async fn a_stuck_sink_times_out_and_the_retry_lands_once(o: &dyn OutboxUnderTest) {
+    let server = WebhookServer::start().await;
+    let d = domain("order-stuck");
+    o.pay(&d, token(1), "a", &server.url("/hang/2"), "eventually")
+        .await
+        .unwrap();
+    let handle = relay(o, webhook(), fast_relay("relay")).spawn();
+    let entries = wait_for(
+        o,
+        std::slice::from_ref(&d),
+        Duration::from_secs(20),
+        all_settled,
+    )
+    .await;
+    handle.shutdown().await.unwrap();
+    assert!(
+        matches!(
+            entries[0].status,
+            EntryStatus::Delivered { attempts: 3, .. }
+        ),
+        "{entries:#?}"
+    );
+    assert_eq!(server.applied().len(), 1);
+    assert_eq!(server.requests_for(entries[0].key.as_str()), 3);
+    assert_eq!(
+        server.requests_after_success(),
+        0,
+        "nothing is sent again once the receiver answered success"
+    );
+}
+
+/// Relay A pauses mid-delivery past its lease; relay B delivers and marks the entry; A's late
+/// mark is fenced, it completes nothing and drops its lease.
+pub async fn a_paused_relay_cannot_complete_after_its_successor(o: &dyn OutboxUnderTest) {
+    let server = WebhookServer::start().await;
+    let d = domain("order-z");
+    o.pay(&d, token(1), "a", &server.url("/ok"), "receipt")
+        .await
+        .unwrap();
+    let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let pausing = Arc::new(PausingSink::new(
+        webhook(),
+        entered.clone(),
+        release.clone(),
+    ));
+    let ttl = Duration::from_millis(300);
+    let zombie_config = fast_relay("relay-a")
+        .lease_ttl(ttl)
+        .delivery_timeout(Duration::from_secs(60));
+    // The delivery timeout is checked against the lease: a relay must not outlive it.
+    assert!(o.relay(pausing.clone(), zombie_config.clone()).is_err());
+    let zombie_config = zombie_config
+        .lease_ttl(Duration::from_secs(120))
+        .delivery_timeout(Duration::from_secs(60));
+    let mut zombie = o.relay(pausing, zombie_config).unwrap();
+    let (_stop, stopped) = watch::channel(false);
+    let zombie_run = tokio::spawn(async move {
+        let report = zombie.run_once(&stopped).await;
+        (report, zombie.token())
+    });
+    entered.notified().await;
+    // Relay A is paused mid-delivery. Its lease ends (the lease store expires it) and relay B
+    // delivers and marks the entry.
+    o.expire_relay_lease().await;
+    let successor = relay(o, webhook(), fast_relay("relay-b")).spawn();
+    wait_for(
+        o,
+        std::slice::from_ref(&d),
+        Duration::from_secs(10),
+        all_settled,
+    )
+    .await;
+    let b_report = successor.shutdown().await.unwrap();
+    // A wakes up, sends its (now duplicate) request, and tries to mark the entry done.
+    release.notify_one();
+    let (a_report, a_token) = zombie_run.await.unwrap();
+    let entries = o.entries(&d).await.unwrap();
+    println!("zombie relay: A {a_report:?} (token now {a_token:?}); B {b_report:?}; server saw {} requests, applied {}",
+        server.total_requests(), server.applied().len());
+    assert_eq!(a_report.fenced, 1, "A's mark was refused");
+    assert_eq!(a_report.delivered, 0, "A completed nothing");
+    assert_eq!(a_token, None, "A dropped its lease");
+    assert_eq!(b_report.delivered, 1);
+    assert_eq!(
+        server.applied().len(),
+        1,
+        "the receiver applied the effect once"
+    );
+    assert_eq!(
+        server.total_requests(),
+        2,
+        "A's late request was a deduplicated retry"
+    );
+    assert!(
+        matches!(
+            entries[0].status,
+            EntryStatus::Delivered { attempts: 2, .. }
+        ),
+        "{entries:#?}"
+    );
+}
+
+/// Domains are served concurrently within the limit, each one entry at a time, in order.
+pub async fn domains_are_served_concurrently_each_in_order(o: &dyn OutboxUnderTest) {
+    let domains: Vec<Domain> = (0..6).map(|i| domain(&format!("order-{i}"))).collect();
+    for d in &domains {
+        for n in 0..3 {
+            o.pay(
+                d,
+                token(1),
+                &format!("pay-{n}"),
+                "https://mail.example/r",
+                &format!("{d}#{n}"),
+            )
+            .await
+            .unwrap();
+        }
+    }
+    let sink = Arc::new(SlowSink {
+        in_flight: std::sync::atomic::AtomicUsize::new(0),
+        most: std::sync::atomic::AtomicUsize::new(0),
+        log: Default::default(),
+    });
+    let handle = relay(o, sink.clone(), fast_relay("relay").concurrency(4)).spawn();
+    let entries = wait_for(o, &domains, Duration::from_secs(20), |e| {
+        e.len() == 18 && all_settled(e)
+    })
+    .await;
+    handle.shutdown().await.unwrap();
+    let most = sink.most.load(std::sync::atomic::Ordering::SeqCst);
+    println!("concurrency: at most {most} deliveries at once (limit 4), 18 delivered");
+    assert_eq!(delivered(&entries), 18);
+    assert!(
+        (2..=4).contains(&most),
+        "domains overlap, within the limit: {most}"
+    );
+    // Within a domain, each delivery starts only after the previous one ended, in order.
+    let log = sink.log.lock().unwrap().clone();
+    for d in &domains {
+        let events: Vec<_> = log
+            .iter()
+            .filter(|(domain, _, _)| domain == d)
+            .map(|(_, payload, started)| (String::from_utf8_lossy(payload).into_owned(), *started))
+            .collect();
+        let expected: Vec<_> = (0..3)
+            .flat_map(|n| [(format!("{d}#{n}"), true), (format!("{d}#{n}"), false)])
+            .collect();
+        assert_eq!(
+            events, expected,
+            "{d} is served one entry at a time, in order"
+        );
+    }
+}
+
+/// A sink that takes a while and records how many deliveries overlapped.
+struct SlowSink {
+    in_flight: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+    /// Every delivery as it started and ended: (domain, payload, started).
+    log: std::sync::Mutex<Vec<(Domain, bytes::Bytes, bool)>>,
+}
+
+#[async_trait::async_trait]
+impl Sink for SlowSink {
+    async fn deliver(&self, entry: &OutboxEntry) -> Result<(), fence_outbox::SinkError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let note = |started| {
+            self.log
+                .lock()
+                .unwrap()
+                .push((entry.domain.clone(), entry.payload.clone(), started))
+        };
+        note(true);
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        self.in_flight.fetch_sub(1, SeqCst);
+        note(false);
+        Ok(())
+    }
+}
