@@ -3,21 +3,26 @@
 //! receipt to a local webhook with an Idempotency-Key. A worker that paused past its lease
 //! wakes up and tries the same: the resource rejects it, and no receipt is recorded or sent.
 //!
-//! `cargo run --example outbox_order_worker [-- --backend redis|kafka]`
-//! (Redis at `FENCE_REDIS_URL`, else `redis://127.0.0.1:6379`; Kafka at `FENCE_KAFKA_BOOTSTRAP`)
+//! `cargo run --example outbox_order_worker [-- --backend redis|kafka|postgres]`
+//! (Redis at `FENCE_REDIS_URL`, else `redis://127.0.0.1:6379`; Kafka at `FENCE_KAFKA_BOOTSTRAP`;
+//! PostgreSQL at `FENCE_POSTGRES_URL`)
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fence_core::{Domain, FenceError, FencingToken, LeaseManager, MemoryLeases, OwnerId, Record};
-use fence_examples::{kafka_fence_for_run, redis_builder, ReceiptWebhook, Timeline};
+use fence_examples::{
+    kafka_fence_for_run, postgres_fence, redis_builder, ReceiptWebhook, Timeline, POSTGRES_SCHEMA,
+};
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, EntryStatus, OutboxEntry, OutboxError, OutboxStore,
     Relay, RelayConfig, WebhookSink,
 };
 use fence_outbox_kafka::{KafkaOutbox, KafkaRelayStore, KafkaTransition};
+use fence_outbox_postgres::PostgresOutbox;
 use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
+use fence_postgres::{Begun, TransactionRequest};
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
@@ -27,6 +32,7 @@ const LEASE: Duration = Duration::from_millis(300);
 enum Orders {
     Redis(RedisOutbox),
     Kafka(KafkaOutbox, Arc<KafkaRelayStore>),
+    Postgres(PostgresOutbox),
 }
 
 impl Orders {
@@ -55,7 +61,24 @@ impl Orders {
                 let leases: Arc<dyn LeaseManager> = Arc::new(MemoryLeases::new());
                 Ok((Orders::Kafka(outbox, store), leases, description))
             }
-            other => Err(format!("unknown backend `{other}`: use redis or kafka").into()),
+            "postgres" => {
+                let fence = postgres_fence().await.map_err(|e| e.to_string())?;
+                fence_outbox_postgres::migrate(&fence).await?;
+                sqlx::query(&format!(
+                    "CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.orders \
+                     (id text PRIMARY KEY, status text NOT NULL)"
+                ))
+                .execute(fence.pool())
+                .await?;
+                let description = format!("postgres schema `{}`", fence.schema());
+                let leases: Arc<dyn LeaseManager> = Arc::new(fence.leases());
+                Ok((
+                    Orders::Postgres(PostgresOutbox::new(fence, kinds)),
+                    leases,
+                    description,
+                ))
+            }
+            other => Err(format!("unknown backend `{other}`: use redis, kafka or postgres").into()),
         }
     }
 
@@ -95,6 +118,27 @@ impl Orders {
                 let recorded = outbox.transition(&transition).await?;
                 Ok(format!("key {}", recorded.keys[0]))
             }
+            Orders::Postgres(outbox) => {
+                // The order row and the receipt entry commit in one fenced transaction.
+                let request = TransactionRequest::new(order.clone(), token).with_op_id(op);
+                let Begun::Admitted(mut tx) = outbox.fence().begin(&request).await? else {
+                    return Ok("recorded before".into());
+                };
+                sqlx::query(&format!(
+                    "INSERT INTO {POSTGRES_SCHEMA}.orders (id, status) VALUES ($1, $2) \
+                     ON CONFLICT (id) DO UPDATE SET status = excluded.status"
+                ))
+                .bind(order.as_str())
+                .bind(format!("paid by {worker}"))
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| {
+                    fence_postgres::map_error(e, order, fence_core::Operation::Write, false)
+                })?;
+                let keys = outbox.record(&mut tx, &[receipt]).await?;
+                tx.commit().await?;
+                Ok(format!("key {}", keys[0]))
+            }
         }
     }
 
@@ -102,6 +146,7 @@ impl Orders {
         match self {
             Orders::Redis(outbox) => Arc::new(outbox.clone()),
             Orders::Kafka(_, store) => store.clone(),
+            Orders::Postgres(outbox) => Arc::new(outbox.clone()),
         }
     }
 
@@ -109,6 +154,7 @@ impl Orders {
         match self {
             Orders::Redis(outbox) => outbox.entries(order).await,
             Orders::Kafka(_, store) => store.entries(order).await,
+            Orders::Postgres(outbox) => outbox.entries(order).await,
         }
     }
 }
@@ -118,7 +164,7 @@ fn backend_arg() -> Result<String, Error> {
     match (args.next().as_deref(), args.next()) {
         (None, _) => Ok("redis".into()),
         (Some("--backend"), Some(backend)) => Ok(backend),
-        _ => Err("usage: outbox_order_worker [--backend redis|kafka]".into()),
+        _ => Err("usage: outbox_order_worker [--backend redis|kafka|postgres]".into()),
     }
 }
 

@@ -20,6 +20,9 @@ pub enum Backend {
     /// Kafka: `FENCE_KAFKA_BOOTSTRAP` (default `127.0.0.1:9092`); topics created per run.
     /// Leases come from memory; the broker and the fence ledger enforce the token.
     Kafka,
+    /// PostgreSQL: `FENCE_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`;
+    /// the fence's tables in schema `fence_demo`. Leases in PostgreSQL too.
+    Postgres,
 }
 
 impl Backend {
@@ -29,6 +32,7 @@ impl Backend {
         ("redis", Backend::Redis),
         ("s3", Backend::S3),
         ("kafka", Backend::Kafka),
+        ("postgres", Backend::Postgres),
     ];
 
     /// Reads `--backend NAME` (or `--backend=NAME`) from the arguments; memory by default.
@@ -94,8 +98,35 @@ impl Backend {
                     leases: Arc::new(MemoryLeases::new()),
                 })
             }
+            Backend::Postgres => {
+                let fence = postgres_fence().await?;
+                Ok(DemoBackend {
+                    description: format!("postgres schema `{}`", fence.schema()),
+                    leases: Arc::new(fence.leases()),
+                    resource: Resource::Store(Arc::new(fence)),
+                })
+            }
         }
     }
+}
+
+/// The schema the PostgreSQL examples keep the fence's tables in.
+pub const POSTGRES_SCHEMA: &str = "fence_demo";
+
+/// A PostgreSQL fence on `FENCE_POSTGRES_URL` (else `postgres://postgres@127.0.0.1:5432/postgres`)
+/// with its tables in [`POSTGRES_SCHEMA`], created if missing (an example may; an application
+/// runs `fence_postgres::migrate` from its migrations).
+pub async fn postgres_fence() -> Result<fence_postgres::PostgresFence, Box<dyn std::error::Error>> {
+    let url = std::env::var("FENCE_POSTGRES_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(std::time::Duration::from_secs(5))
+        .connect(&url)
+        .await
+        .map_err(|e| format!("connecting to PostgreSQL (set FENCE_POSTGRES_URL): {e}"))?;
+    fence_postgres::migrate(&pool, POSTGRES_SCHEMA).await?;
+    Ok(fence_postgres::PostgresFence::new(pool, POSTGRES_SCHEMA)?)
 }
 
 /// A Redis fence builder from the environment, or for `redis://127.0.0.1:6379`.

@@ -5,7 +5,10 @@ mod receipts;
 mod resource;
 mod timeline;
 
-pub use backend::{kafka_fence_for_run, redis_builder, s3_fence_from_env, Backend, DemoBackend};
+pub use backend::{
+    kafka_fence_for_run, postgres_fence, redis_builder, s3_fence_from_env, Backend, DemoBackend,
+    POSTGRES_SCHEMA,
+};
 pub use receipts::ReceiptWebhook;
 pub use resource::Resource;
 pub use timeline::Timeline;

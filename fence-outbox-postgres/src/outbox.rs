@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use fence_core::{Domain, FenceError, FencingToken, Operation};
-use fence_outbox::{Effect, EntryStatus, IdempotencyKey, OutboxConfig, OutboxEntry, OutboxError};
+use fence_outbox::{
+    Effect, EffectKinds, EntryStatus, IdempotencyKey, OutboxConfig, OutboxEntry, OutboxError,
+};
 use fence_postgres::{map_error, Begun, FencedTransaction, PostgresFence, TransactionRequest};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
@@ -57,8 +59,14 @@ pub struct Recorded {
 }
 
 impl PostgresOutbox {
-    /// An outbox on `fence`'s pool and schema (create its tables with [`migrate`]).
-    pub fn new(fence: PostgresFence, config: OutboxConfig) -> Self {
+    /// An outbox on `fence`'s pool and schema accepting `kinds`, with the default limits and
+    /// one partition (create its tables with [`migrate`]).
+    pub fn new(fence: PostgresFence, kinds: EffectKinds) -> Self {
+        Self::with_config(fence, OutboxConfig::new(kinds))
+    }
+
+    /// An outbox with explicit limits and partitioning.
+    pub fn with_config(fence: PostgresFence, config: OutboxConfig) -> Self {
         let channel = crate::notify::channel(fence.schema());
         PostgresOutbox {
             fence,

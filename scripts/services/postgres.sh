@@ -42,3 +42,4 @@ postgres_stop() {
   [ -f "$postgres_dir/postgres.pid" ] && kill -INT "$(cat "$postgres_dir/postgres.pid")" 2>/dev/null
   stop_pidfile "$postgres_dir/postgres.pid" 10
 }
+postgres_demo_backend() { echo postgres; }

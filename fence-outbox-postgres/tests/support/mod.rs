@@ -40,7 +40,7 @@ pub async fn outbox(test: &str) -> Option<PostgresOutbox> {
     .execute(&pool)
     .await
     .unwrap();
-    Some(PostgresOutbox::new(fence, OutboxConfig::new(kinds())))
+    Some(PostgresOutbox::new(fence, kinds()))
 }
 
 /// Marks the order paid and records one receipt effect to `url`, in one fenced transaction;

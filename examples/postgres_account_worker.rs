@@ -1,0 +1,214 @@
+//! The seeds' own example on PostgreSQL: an account snapshot updated under a lease, in one
+//! database transaction with its fencing token, and a "send statement" effect recorded in the
+//! same transaction and delivered once. A worker that paused past its lease wakes up and tries
+//! the same: its transaction is refused before any of its SQL runs, and the row's own token
+//! column refuses its direct `UPDATE` too.
+//!
+//! `cargo run --example postgres_account_worker`
+//! (PostgreSQL at `FENCE_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`)
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fence_core::{Domain, FenceError, FencingToken, LeaseManager, OperationId, OwnerId};
+use fence_examples::{postgres_fence, ReceiptWebhook, Timeline, POSTGRES_SCHEMA};
+use fence_outbox::{
+    DestinationRule, Effect, EffectKinds, EntryStatus, OutboxError, Relay, RelayConfig, WebhookSink,
+};
+use fence_outbox_postgres::PostgresOutbox;
+use fence_postgres::{Begun, RowFence, TransactionRequest};
+
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const LEASE: Duration = Duration::from_millis(300);
+
+/// Under `token`: sets the account's balance (the row's own token column checks the token
+/// too) and records the "send statement" effect, in one fenced transaction.
+async fn close_month(
+    outbox: &PostgresOutbox,
+    accounts: &RowFence,
+    account: &Domain,
+    token: FencingToken,
+    balance: i64,
+    statement_url: &str,
+) -> Result<String, OutboxError> {
+    let request = TransactionRequest::new(account.clone(), token)
+        .with_op_id(OperationId::new(format!("close-month-{token}"))?);
+    let Begun::Admitted(mut tx) = outbox.fence().begin(&request).await? else {
+        return Ok("done before".into());
+    };
+    accounts
+        .update(&mut tx, account.as_str().to_owned(), token, |set| {
+            set.push("balance = ").push_bind(balance);
+        })
+        .await?;
+    let statement = Effect::new(
+        "send-statement",
+        statement_url,
+        format!("{{\"account\":\"{account}\",\"balance\":{balance}}}"),
+    );
+    let keys = outbox.record(&mut tx, &[statement]).await?;
+    tx.commit().await?;
+    Ok(format!("statement key {}", keys[0]))
+}
+
+async fn story() -> Result<bool, Error> {
+    let clock = Timeline::start();
+    let webhook = ReceiptWebhook::start(clock).await?;
+    let fence = postgres_fence().await.map_err(|e| e.to_string())?;
+    fence_outbox_postgres::migrate(&fence).await?;
+    sqlx::query(&format!(
+        "CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.accounts \
+         (id text PRIMARY KEY, balance bigint NOT NULL, fence_token numeric(20,0))"
+    ))
+    .execute(fence.pool())
+    .await?;
+    let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
+    let account = Domain::new(format!("account-7-run-{run}"))?;
+    sqlx::query(&format!(
+        "INSERT INTO {POSTGRES_SCHEMA}.accounts (id, balance) VALUES ($1, 100)"
+    ))
+    .bind(account.as_str())
+    .execute(fence.pool())
+    .await?;
+    let accounts = RowFence::new(POSTGRES_SCHEMA, "accounts", "id", "fence_token")?;
+    let kinds = EffectKinds::new().register("send-statement", DestinationRule::HttpUrl)?;
+    let outbox = PostgresOutbox::new(fence.clone(), kinds);
+    let leases: Arc<dyn LeaseManager> = Arc::new(fence.leases());
+    println!("Fence on PostgreSQL: an account snapshot and its statement, under a lease");
+    println!(
+        "schema `{POSTGRES_SCHEMA}`; account `{account}`; statement webhook {}",
+        webhook.url()
+    );
+
+    let a = leases
+        .acquire(&account, &OwnerId::new("worker-a")?, LEASE)
+        .await?;
+    clock.say(
+        "A",
+        format!("acquired the account lease ({LEASE:?}), token {}", a.token),
+    );
+    clock.say("A", "pauses (GC) before closing the month");
+
+    let b = loop {
+        match leases
+            .acquire(
+                &account,
+                &OwnerId::new("worker-b")?,
+                Duration::from_secs(10),
+            )
+            .await
+        {
+            Ok(lease) => break lease,
+            // Expiry is decided by the server's clock.
+            Err(FenceError::LeaseHeld { .. }) => {
+                tokio::time::sleep(Duration::from_millis(25)).await
+            }
+            Err(error) => return Err(error.into()),
+        }
+    };
+    clock.say(
+        "B",
+        format!("acquired the account lease, token {}", b.token),
+    );
+    let closed = close_month(&outbox, &accounts, &account, b.token, 120, &webhook.url()).await?;
+    clock.say(
+        "B",
+        format!("balance 120 + statement recorded in one transaction: {closed}"),
+    );
+
+    let relay_config = RelayConfig::new("statements", OwnerId::new("relay-1")?)
+        .lease_ttl(Duration::from_secs(4))
+        .delivery_timeout(Duration::from_secs(1))
+        .poll_interval(Duration::from_secs(2));
+    let sink = Arc::new(WebhookSink::new()?.timeout(Duration::from_secs(1)));
+    let relay = Relay::new(Arc::new(outbox.clone()), sink, leases.clone(), relay_config)?.spawn();
+    clock.say(
+        "R",
+        "relay started: woken by NOTIFY, it delivers the statement",
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while webhook.counts().0 == 0 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    clock.say(
+        "A",
+        "resumes, unaware its lease expired, and closes the month with balance 90",
+    );
+    let stale = close_month(&outbox, &accounts, &account, a.token, 90, &webhook.url()).await;
+    let fenced = matches!(&stale, Err(error) if error.is_fenced());
+    match &stale {
+        Ok(outcome) => clock.say("A", format!("committed?! {outcome}")),
+        Err(error) => clock.say("A", format!("REJECTED before any of its SQL ran: {error}")),
+    }
+    // The per-row form alone (no mark table): the row's token column refuses it as well.
+    let mut conn = fence.pool().acquire().await?;
+    let direct = accounts
+        .update(&mut conn, account.as_str().to_owned(), a.token, |set| {
+            set.push("balance = ").push_bind(90_i64);
+        })
+        .await;
+    let row_fenced = matches!(&direct, Err(error) if error.is_fenced());
+    match &direct {
+        Ok(()) => clock.say("A", "direct UPDATE applied?!"),
+        Err(error) => clock.say(
+            "A",
+            format!(
+                "direct UPDATE ... WHERE fence_token <= {}: {error}",
+                a.token
+            ),
+        ),
+    }
+
+    let settled = loop {
+        let entries = outbox.entries(&account).await?;
+        let done = entries
+            .iter()
+            .all(|e| !matches!(e.status, EntryStatus::Pending { .. }));
+        if done || Instant::now() > deadline {
+            break entries;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let report = relay.shutdown().await?;
+    let (sent, requests) = webhook.counts();
+    let balance: i64 = sqlx::query_scalar(&format!(
+        "SELECT balance FROM {POSTGRES_SCHEMA}.accounts WHERE id = $1"
+    ))
+    .bind(account.as_str())
+    .fetch_one(fence.pool())
+    .await?;
+    clock.say(
+        "R",
+        format!("relay stopped: {} delivered", report.delivered),
+    );
+    println!(
+        "account balance {balance}; statements recorded {}, sent {sent} ({requests} requests)",
+        settled.len()
+    );
+    let ok = fenced && row_fenced && balance == 120 && settled.len() == 1 && sent == 1;
+    if ok {
+        println!("the paused worker changed nothing: one balance, one statement");
+    } else {
+        println!(
+            "UNEXPECTED: fenced={fenced}, row_fenced={row_fenced}, balance={balance}, \
+             statements={}, sent={sent}",
+            settled.len()
+        );
+    }
+    Ok(ok)
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match story().await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(error) => {
+            eprintln!("postgres account demo failed: {error}");
+            ExitCode::FAILURE
+        }
+    }
+}
