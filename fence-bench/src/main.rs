@@ -7,6 +7,7 @@ mod kafka;
 mod measure;
 mod memory;
 mod outbox;
+mod postgres;
 mod redis;
 mod report;
 mod s3;
@@ -38,6 +39,10 @@ async fn main() -> ExitCode {
     if wanted("kafka") {
         eprintln!("benchmarking kafka…");
         rows.extend(kafka::run().await);
+    }
+    if wanted("postgres") {
+        eprintln!("benchmarking postgres…");
+        rows.extend(postgres::run().await);
     }
     if wanted("outbox") {
         eprintln!("benchmarking outbox…");

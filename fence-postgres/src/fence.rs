@@ -5,16 +5,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
     Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken,
-    InvalidInput, Mutation, OpIdRetention, OpKind, OpMemory, OpOutcome, OpRecord, Operation,
-    OperationId, Revision, Snapshot, WriteOutcome, WriteRequest,
+    InvalidInput, Mutation, OpIdRetention, OpMemory, Operation, Snapshot, WriteOutcome,
+    WriteRequest,
 };
-use sqlx::postgres::{PgPool, PgRow};
-use sqlx::{PgConnection, Postgres, Row, Transaction};
+use sqlx::postgres::PgPool;
+use sqlx::Row;
 
 use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
+use crate::mark::{commit, decode_head, MarkChange, Remember};
 use crate::schema::{check_shape, Schema, Shape};
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
@@ -45,12 +46,6 @@ pub struct PostgresFence {
     op_id_retention: usize,
     /// Set once the tables were found with the expected shape (checked on first use).
     shape_checked: Arc<AtomicBool>,
-}
-
-/// What a locked mark row holds.
-pub(crate) struct Locked {
-    pub(crate) current: Current,
-    pub(crate) hwm: Option<FencingToken>,
 }
 
 impl PostgresFence {
@@ -91,6 +86,10 @@ impl PostgresFence {
         &self.schema
     }
 
+    pub(crate) fn op_id_retention(&self) -> usize {
+        self.op_id_retention
+    }
+
     /// Checks, once per fence, that the tables have the shape [`crate::migrate`] gives them:
     /// tables of another shape fail closed (`CorruptState`) before anything is read or written.
     pub(crate) async fn ensure_shape(
@@ -122,111 +121,54 @@ impl PostgresFence {
         }
     }
 
-    /// Begins a transaction and locks the domain's mark row in it (creating the row if
-    /// missing; a refusal drops the transaction, which rolls the creation back). Concurrent
-    /// holders of the domain wait on the lock until this transaction ends.
-    pub(crate) async fn lock(
-        &self,
-        domain: &Domain,
-        operation: Operation,
-    ) -> Result<(Transaction<'static, Postgres>, Locked), FenceError> {
-        self.ensure_shape(domain, operation).await?;
-        let mut tx = self
-            .pool
-            .begin()
-            .await
-            .map_err(|e| map_error(e, domain, operation, false))?;
-        let marks = self.schema.marks();
-        let created = sqlx::query(&format!(
-            "INSERT INTO {marks} (domain) VALUES ($1) ON CONFLICT (domain) DO NOTHING"
-        ))
-        .bind(domain.as_str())
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, domain, operation, false))?
-        .rows_affected()
-            == 1;
-        let row = sqlx::query(&format!(
-            "SELECT hwm::text, state, revision, writer::text FROM {marks} WHERE domain = $1 FOR UPDATE"
-        ))
-        .bind(domain.as_str())
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, domain, operation, false))?;
-        let (hwm, entry) = decode_head(domain, &row, created)?;
-        let current = match entry {
-            Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
-            None => Current::mark(hwm),
-        };
-        Ok((tx, Locked { current, hwm }))
-    }
-
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         pipeline::validate_write(request, Some(self.max_value_bytes))?;
         let value = match request.mutation() {
-            Mutation::Put(value) => Some(value.clone()),
+            Mutation::Put(value) => Some(value.to_vec()),
             Mutation::Delete => None,
             _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
         };
-        let domain = request.domain();
-        let operation = request.operation();
-        let marks = self.schema.marks();
-        let (mut tx, locked) = self.lock(domain, operation).await?;
-        let remembered = match request.op_id() {
-            Some(op_id) => {
-                self.find_write(&mut tx, domain, request.token(), op_id)
-                    .await?
-            }
-            None => OpMemory::new(),
+        let (domain, token, operation) = (request.domain(), request.token(), request.operation());
+        let op = request.op_id().map(|op_id| (token, op_id));
+        let (mut tx, locked) = self.lock(domain, operation, op).await?;
+        let remembered = match (request.op_id(), &locked.op) {
+            (Some(op_id), Some(row)) => row.as_write(domain, token, op_id)?,
+            _ => OpMemory::new(),
         };
         let (accepted, remember) =
             match pipeline::decide_write(request, locked.current, &remembered)? {
                 Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
                 Decision::Apply { outcome, remember } => (outcome, remember),
             };
-        let (state, bytes) = match &value {
-            Some(value) => (b'v' as i8, Some(value.to_vec())),
-            None => (b't' as i8, None),
+        let change = MarkChange::Entry {
+            token: accepted.token,
+            revision: accepted.revision,
+            value,
         };
-        sqlx::query(&format!(
-            "UPDATE {marks} SET hwm = $2::numeric, state = $3, revision = $4, \
-             writer = $2::numeric, value = $5 WHERE domain = $1"
-        ))
-        .bind(domain.as_str())
-        .bind(accepted.token.to_string())
-        .bind(state)
-        .bind(revision_i64(accepted.revision))
-        .bind(bytes)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| map_error(e, domain, operation, false))?;
-        if let Some(record) = remember {
-            let revision = match record.outcome {
-                OpOutcome::Write { revision } => revision,
-                _ => return Err(FenceError::unsupported(BACKEND, "this operation kind")),
-            };
-            let (token, op_id, previous) = (record.token, &record.op_id, record.previous);
-            self.remember(
-                &mut tx,
-                domain,
-                token,
-                op_id,
-                Some(revision),
-                previous,
-                operation,
-            )
+        let remember = remember.as_ref().map(|record| Remember {
+            token: record.token,
+            op_id: &record.op_id,
+            revision: Some(accepted.revision),
+            previous: record.previous,
+        });
+        self.apply(&mut tx, domain, operation, change, remember)
             .await?;
-        }
         commit(tx, domain, operation).await?;
         Ok(WriteOutcome::Accepted(accepted))
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let (mut tx, locked) = self.lock(domain, Operation::Claim).await?;
+        let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
         let decision = pipeline::decide_claim(domain, locked.hwm, token)?;
         if let ClaimDecision::Raise(_) = decision {
-            self.raise_mark(&mut tx, domain, token, Operation::Claim)
-                .await?;
+            self.apply(
+                &mut tx,
+                domain,
+                Operation::Claim,
+                MarkChange::Raise(token),
+                None,
+            )
+            .await?;
         }
         commit(tx, domain, Operation::Claim).await?;
         Ok(decision.claimed())
@@ -262,204 +204,6 @@ impl PostgresFence {
             Some((false, token, revision)) => Entry::Tombstone { token, revision },
         };
         Ok(Snapshot::new(hwm, entry))
-    }
-}
-
-/// An entry's head: live (a value, not a tombstone), the writer's token, the revision.
-type Head = (bool, FencingToken, Revision);
-
-/// The mark and the entry's head of a row, validated: anything not Fence's fails closed.
-/// `fresh` says the row was created by this transaction (its mark is still NULL).
-fn decode_head(
-    domain: &Domain,
-    row: &PgRow,
-    fresh: bool,
-) -> Result<(Option<FencingToken>, Option<Head>), FenceError> {
-    let column = |e: sqlx::Error| corrupt(domain, format!("mark row: {e}"));
-    let hwm: Option<String> = row.try_get(0).map_err(column)?;
-    let state: Option<i8> = row.try_get(1).map_err(column)?;
-    let revision: Option<i64> = row.try_get(2).map_err(column)?;
-    let writer: Option<String> = row.try_get(3).map_err(column)?;
-    let token = |text: &str, what: &str| {
-        text.parse::<FencingToken>()
-            .map_err(|e| corrupt(domain, format!("{what} `{text}`: {e}")))
-    };
-    let hwm = match (hwm, fresh) {
-        (Some(text), _) => Some(token(&text, "high-water mark")?),
-        (None, true) => None,
-        (None, false) => return Err(corrupt(domain, "mark row without a high-water mark")),
-    };
-    let entry = match (state.map(|s| s as u8), revision, writer) {
-        (None, None, None) => None,
-        (Some(kind @ (b'v' | b't')), Some(revision), Some(writer)) if revision >= 1 => {
-            let writer = token(&writer, "writer token")?;
-            if hwm.is_none_or(|hwm| writer > hwm) {
-                return Err(corrupt(domain, "writer token above the high-water mark"));
-            }
-            Some((kind == b'v', writer, Revision::new(revision.unsigned_abs())))
-        }
-        _ => {
-            return Err(corrupt(
-                domain,
-                "entry columns are not a value or a tombstone",
-            ))
-        }
-    };
-    Ok((hwm, entry))
-}
-
-/// Commits: a failure once `COMMIT` was sent leaves the outcome unknown (`Ambiguous`).
-pub(crate) async fn commit(
-    tx: Transaction<'static, Postgres>,
-    domain: &Domain,
-    operation: Operation,
-) -> Result<(), FenceError> {
-    tx.commit()
-        .await
-        .map_err(|e| map_error(e, domain, operation, true))
-}
-
-fn revision_i64(revision: Revision) -> i64 {
-    i64::try_from(revision.get()).unwrap_or(i64::MAX)
-}
-
-impl PostgresFence {
-    /// Raises the locked mark row's mark to `token` (the entry stays as it is).
-    pub(crate) async fn raise_mark(
-        &self,
-        conn: &mut PgConnection,
-        domain: &Domain,
-        token: FencingToken,
-        operation: Operation,
-    ) -> Result<(), FenceError> {
-        sqlx::query(&format!(
-            "UPDATE {} SET hwm = $2::numeric WHERE domain = $1",
-            self.schema.marks()
-        ))
-        .bind(domain.as_str())
-        .bind(token.to_string())
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| map_error(e, domain, operation, false))?;
-        Ok(())
-    }
-
-    /// The operation record of (token, op id): kind, revision, previous mark.
-    pub(crate) async fn find_op_row(
-        &self,
-        conn: &mut PgConnection,
-        domain: &Domain,
-        token: FencingToken,
-        op_id: &OperationId,
-    ) -> Result<Option<PgRow>, FenceError> {
-        sqlx::query(&format!(
-            "SELECT kind, revision, previous::text FROM {} \
-             WHERE domain = $1 AND token = $2::numeric AND op_id = $3",
-            self.schema.ops()
-        ))
-        .bind(domain.as_str())
-        .bind(token.to_string())
-        .bind(op_id.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|e| map_error(e, domain, Operation::Write, false))
-    }
-
-    /// The remembered write of (token, op id), as a one-record memory (empty when not found);
-    /// an op id first used for a fenced transaction is [`InvalidInput::OpIdReused`].
-    async fn find_write(
-        &self,
-        conn: &mut PgConnection,
-        domain: &Domain,
-        token: FencingToken,
-        op_id: &OperationId,
-    ) -> Result<OpMemory, FenceError> {
-        let Some(row) = self.find_op_row(conn, domain, token, op_id).await? else {
-            return Ok(OpMemory::new());
-        };
-        let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-        let kind: String = row.try_get(0).map_err(column)?;
-        let revision: Option<i64> = row.try_get(1).map_err(column)?;
-        let previous: Option<String> = row.try_get(2).map_err(column)?;
-        let revision = match (kind.as_str(), revision) {
-            ("write", Some(revision)) if revision >= 1 => revision,
-            ("transaction", None) => {
-                return Err(InvalidInput::OpIdReused {
-                    domain: domain.clone(),
-                    op_id: op_id.clone(),
-                    first: OpKind::Script,
-                    now: OpKind::Write,
-                }
-                .into())
-            }
-            _ => {
-                return Err(corrupt(
-                    domain,
-                    format!("operation record of kind `{kind}` with revision {revision:?}"),
-                ))
-            }
-        };
-        let previous = previous
-            .map(|p| p.parse::<FencingToken>())
-            .transpose()
-            .map_err(|e| corrupt(domain, format!("operation record's previous mark: {e}")))?;
-        let outcome = OpOutcome::Write {
-            revision: Revision::new(revision.unsigned_abs()),
-        };
-        Ok(OpMemory::from_records([OpRecord::new(
-            token,
-            op_id.clone(),
-            previous,
-            outcome,
-        )]))
-    }
-
-    /// Remembers (token, op id) — a write with its `revision`, or a fenced transaction
-    /// (`None`) — and forgets the domain's records beyond the newest `op_id_retention`.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn remember(
-        &self,
-        conn: &mut PgConnection,
-        domain: &Domain,
-        token: FencingToken,
-        op_id: &OperationId,
-        revision: Option<Revision>,
-        previous: Option<FencingToken>,
-        operation: Operation,
-    ) -> Result<(), FenceError> {
-        let retention = i64::try_from(self.op_id_retention).unwrap_or(i64::MAX);
-        if retention == 0 {
-            return Ok(()); // replay detection is off
-        }
-        let ops = self.schema.ops();
-        let kind = if revision.is_some() {
-            "write"
-        } else {
-            "transaction"
-        };
-        sqlx::query(&format!(
-            "INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) \
-             VALUES ($1, $2::numeric, $3, $4, $5, $6::numeric)"
-        ))
-        .bind(domain.as_str())
-        .bind(token.to_string())
-        .bind(op_id.as_str())
-        .bind(kind)
-        .bind(revision.map(revision_i64))
-        .bind(previous.map(|p| p.to_string()))
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| map_error(e, domain, operation, false))?;
-        sqlx::query(&format!(
-            "DELETE FROM {ops} WHERE domain = $1 AND seq <= \
-             (SELECT seq FROM {ops} WHERE domain = $1 ORDER BY seq DESC OFFSET $2 LIMIT 1)"
-        ))
-        .bind(domain.as_str())
-        .bind(retention)
-        .execute(&mut *conn)
-        .await
-        .map_err(|e| map_error(e, domain, operation, false))?;
-        Ok(())
     }
 }
 

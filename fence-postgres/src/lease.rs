@@ -11,7 +11,8 @@ use fence_core::{
 use sqlx::{PgConnection, Postgres, Row, Transaction};
 
 use crate::error::{corrupt, map_error, BACKEND};
-use crate::fence::{commit, PostgresFence};
+use crate::fence::PostgresFence;
+use crate::mark::commit;
 
 /// Issues tokens from `<schema>.fence_counters`: one row per domain, never deleted by Fence,
 /// each issue floored at the domain's mark in `fence_marks`, so a recreated or restored

@@ -3,6 +3,7 @@
 mod error;
 mod fence;
 mod lease;
+mod mark;
 mod row;
 mod schema;
 mod transaction;

@@ -8,13 +8,13 @@ use std::pin::Pin;
 
 use fence_core::telemetry::{observe, OutcomeLabel};
 use fence_core::{
-    rule, Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, OpKind, Operation,
-    OperationId,
+    rule, Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId,
 };
-use sqlx::{PgConnection, Postgres, Row, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
-use crate::error::{corrupt, map_error, BACKEND};
-use crate::fence::{commit, PostgresFence};
+use crate::error::{map_error, BACKEND};
+use crate::fence::PostgresFence;
+use crate::mark::{commit, MarkChange, Remember};
 
 /// The future your transaction's work returns (`Box::pin(async move { … })`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -317,23 +317,28 @@ impl PostgresFence {
 
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
         let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
-        let (mut tx, locked) = self.lock(domain, operation).await?;
+        let op = request.op_id().map(|op_id| (token, op_id));
+        let (mut tx, locked) = self.lock(domain, operation, op).await?;
         // The pipeline's order: op-id replay, then the token rule, then apply.
-        if let Some(op_id) = request.op_id() {
-            if let Some(previous) = self.find_transaction(&mut tx, domain, token, op_id).await? {
-                return Ok(Begun::Duplicate {
-                    previous_high_water_mark: previous,
-                });
-            }
+        if let (Some(op_id), Some(row)) = (request.op_id(), &locked.op) {
+            return Ok(Begun::Duplicate {
+                previous_high_water_mark: row.as_transaction(domain, op_id)?,
+            });
         }
         rule::check_token(domain, locked.hwm, token, request.policy())?;
-        if locked.hwm != Some(token) {
-            self.raise_mark(&mut tx, domain, token, operation).await?;
-        }
-        if let Some(op_id) = request.op_id() {
-            self.remember(&mut tx, domain, token, op_id, None, locked.hwm, operation)
-                .await?;
-        }
+        let change = if locked.hwm == Some(token) {
+            MarkChange::Keep
+        } else {
+            MarkChange::Raise(token)
+        };
+        let remember = request.op_id().map(|op_id| Remember {
+            token,
+            op_id,
+            revision: None,
+            previous: locked.hwm,
+        });
+        self.apply(&mut tx, domain, operation, change, remember)
+            .await?;
         Ok(Begun::Admitted(FencedTransaction {
             tx,
             domain: domain.clone(),
@@ -341,44 +346,5 @@ impl PostgresFence {
             op_id: request.op_id().cloned(),
             previous_high_water_mark: locked.hwm,
         }))
-    }
-    /// The mark before the remembered transaction (token, op id), if it committed; an op id
-    /// first used for a write is [`InvalidInput::OpIdReused`].
-    async fn find_transaction(
-        &self,
-        conn: &mut PgConnection,
-        domain: &Domain,
-        token: FencingToken,
-        op_id: &OperationId,
-    ) -> Result<Option<Option<FencingToken>>, FenceError> {
-        let Some(row) = self.find_op_row(conn, domain, token, op_id).await? else {
-            return Ok(None);
-        };
-        let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-        let kind: String = row.try_get(0).map_err(column)?;
-        match kind.as_str() {
-            "transaction" => {}
-            "write" => {
-                return Err(InvalidInput::OpIdReused {
-                    domain: domain.clone(),
-                    op_id: op_id.clone(),
-                    first: OpKind::Write,
-                    now: OpKind::Script,
-                }
-                .into())
-            }
-            other => {
-                return Err(corrupt(
-                    domain,
-                    format!("operation record of kind `{other}`"),
-                ))
-            }
-        }
-        let previous: Option<String> = row.try_get(2).map_err(column)?;
-        let previous = previous
-            .map(|p| p.parse::<FencingToken>())
-            .transpose()
-            .map_err(|e| corrupt(domain, format!("operation record's previous mark: {e}")))?;
-        Ok(Some(previous))
     }
 }

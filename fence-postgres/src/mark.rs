@@ -1,0 +1,350 @@
+//! A domain's mark row inside a transaction: locked and read (with the request's remembered
+//! operation, in the same statement), then changed (with the operation remembered, in the
+//! same statement). Each step is one round trip.
+
+use fence_core::pipeline::Current;
+use fence_core::{
+    Domain, FenceError, FencingToken, InvalidInput, OpKind, OpMemory, OpOutcome, OpRecord,
+    Operation, OperationId, Revision,
+};
+use sqlx::postgres::PgRow;
+use sqlx::{PgConnection, Postgres, QueryBuilder, Row, Transaction};
+
+use crate::error::{corrupt, map_error};
+use crate::fence::PostgresFence;
+
+/// What a locked mark row holds.
+pub(crate) struct Locked {
+    /// The mark and the entry's head, for the pipeline.
+    pub(crate) current: Current,
+    /// The mark.
+    pub(crate) hwm: Option<FencingToken>,
+    /// The record of the request's (token, op id), if one was asked for and is remembered.
+    pub(crate) op: Option<OpRow>,
+}
+
+/// A remembered operation as stored: a write (with the revision it produced) or a fenced
+/// transaction, and the mark before it.
+pub(crate) struct OpRow {
+    kind: String,
+    revision: Option<i64>,
+    previous: Option<FencingToken>,
+}
+
+impl OpRow {
+    /// As a write's memory; an op id first used for a transaction is `OpIdReused`.
+    pub(crate) fn as_write(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &OperationId,
+    ) -> Result<OpMemory, FenceError> {
+        let revision = match (self.kind.as_str(), self.revision) {
+            ("write", Some(revision)) if revision >= 1 => Revision::new(revision.unsigned_abs()),
+            ("transaction", None) => {
+                return Err(reused(domain, op_id, OpKind::Script, OpKind::Write))
+            }
+            _ => return Err(self.corrupt(domain)),
+        };
+        let outcome = OpOutcome::Write { revision };
+        Ok(OpMemory::from_records([OpRecord::new(
+            token,
+            op_id.clone(),
+            self.previous,
+            outcome,
+        )]))
+    }
+
+    /// As a fenced transaction's: the mark before it; an op id first used for a write is
+    /// `OpIdReused`.
+    pub(crate) fn as_transaction(
+        &self,
+        domain: &Domain,
+        op_id: &OperationId,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        match (self.kind.as_str(), self.revision) {
+            ("transaction", None) => Ok(self.previous),
+            ("write", Some(_)) => Err(reused(domain, op_id, OpKind::Write, OpKind::Script)),
+            _ => Err(self.corrupt(domain)),
+        }
+    }
+
+    fn corrupt(&self, domain: &Domain) -> FenceError {
+        corrupt(
+            domain,
+            format!(
+                "operation record of kind `{}` with revision {:?}",
+                self.kind, self.revision
+            ),
+        )
+    }
+}
+
+fn reused(domain: &Domain, op_id: &OperationId, first: OpKind, now: OpKind) -> FenceError {
+    InvalidInput::OpIdReused {
+        domain: domain.clone(),
+        op_id: op_id.clone(),
+        first,
+        now,
+    }
+    .into()
+}
+
+/// How a transaction changes the locked mark row.
+pub(crate) enum MarkChange {
+    /// Leave it as it is.
+    Keep,
+    /// Raise the mark; the entry stays.
+    Raise(FencingToken),
+    /// A write: the mark and the writer become `token`, the entry becomes `value` (`None`: a
+    /// tombstone) at `revision`.
+    Entry {
+        token: FencingToken,
+        revision: Revision,
+        value: Option<Vec<u8>>,
+    },
+}
+
+/// An operation to remember with the change: a write's revision, or `None` for a transaction.
+pub(crate) struct Remember<'a> {
+    pub(crate) token: FencingToken,
+    pub(crate) op_id: &'a OperationId,
+    pub(crate) revision: Option<Revision>,
+    pub(crate) previous: Option<FencingToken>,
+}
+
+impl PostgresFence {
+    /// Begins a transaction and locks the domain's mark row in it (creating the row if
+    /// missing; a refusal drops the transaction, which rolls the creation back), reading the
+    /// record of `op` in the same statement. Concurrent holders of the domain wait on the lock
+    /// until this transaction ends.
+    pub(crate) async fn lock(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+        op: Option<(FencingToken, &OperationId)>,
+    ) -> Result<(Transaction<'static, Postgres>, Locked), FenceError> {
+        self.ensure_shape(domain, operation).await?;
+        let sql_error = |e| map_error(e, domain, operation, false);
+        let mut tx = self.pool().begin().await.map_err(sql_error)?;
+        let (marks, ops) = (self.tables().marks(), self.tables().ops());
+        let select = format!(
+            "SELECT m.hwm::text, m.state, m.revision, m.writer::text, \
+                    o.kind, o.revision, o.previous::text \
+             FROM {marks} m LEFT JOIN {ops} o \
+                  ON o.domain = m.domain AND o.token = $2::numeric AND o.op_id = $3 \
+             WHERE m.domain = $1 FOR UPDATE OF m"
+        );
+        let (token, op_id) = match op {
+            Some((token, op_id)) => (Some(token.to_string()), Some(op_id.as_str())),
+            None => (None, None),
+        };
+        let read = || {
+            sqlx::query(&select)
+                .bind(domain.as_str())
+                .bind(token.clone())
+                .bind(op_id)
+        };
+        let (row, created) = match read().fetch_optional(&mut *tx).await.map_err(sql_error)? {
+            Some(row) => (row, false),
+            None => {
+                let created = sqlx::query(&format!(
+                    "INSERT INTO {marks} (domain) VALUES ($1) ON CONFLICT (domain) DO NOTHING"
+                ))
+                .bind(domain.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(sql_error)?
+                .rows_affected()
+                    == 1;
+                let row = read().fetch_optional(&mut *tx).await.map_err(sql_error)?;
+                (
+                    row.ok_or_else(|| corrupt(domain, "the mark row vanished"))?,
+                    created,
+                )
+            }
+        };
+        let (hwm, entry) = decode_head(domain, &row, created)?;
+        let current = match entry {
+            Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
+            None => Current::mark(hwm),
+        };
+        let op = decode_op(domain, &row)?;
+        Ok((tx, Locked { current, hwm, op }))
+    }
+
+    /// Applies `change` to the locked mark row and remembers `op`, in one statement, and
+    /// forgets the domain's records beyond the newest `op_id_retention`.
+    pub(crate) async fn apply(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        operation: Operation,
+        change: MarkChange,
+        op: Option<Remember<'_>>,
+    ) -> Result<(), FenceError> {
+        let retention = i64::try_from(self.op_id_retention()).unwrap_or(i64::MAX);
+        let op = op.filter(|_| retention > 0);
+        if matches!(change, MarkChange::Keep) && op.is_none() {
+            return Ok(());
+        }
+        let (marks, ops) = (self.tables().marks(), self.tables().ops());
+        let mut query = QueryBuilder::<Postgres>::new("WITH ");
+        match change {
+            MarkChange::Keep => {
+                query.push("m AS (SELECT 1)");
+            }
+            MarkChange::Raise(token) => {
+                query
+                    .push(format!("m AS (UPDATE {marks} SET hwm = "))
+                    .push_bind(token.to_string())
+                    .push("::numeric WHERE domain = ")
+                    .push_bind(domain.as_str().to_owned())
+                    .push(")");
+            }
+            MarkChange::Entry {
+                token,
+                revision,
+                value,
+            } => {
+                let state = if value.is_some() { b'v' } else { b't' } as i8;
+                query
+                    .push(format!("m AS (UPDATE {marks} SET hwm = "))
+                    .push_bind(token.to_string())
+                    .push("::numeric, writer = ")
+                    .push_bind(token.to_string())
+                    .push("::numeric, state = ")
+                    .push_bind(state)
+                    .push(", revision = ")
+                    .push_bind(revision_i64(revision))
+                    .push(", value = ")
+                    .push_bind(value)
+                    .push(" WHERE domain = ")
+                    .push_bind(domain.as_str().to_owned())
+                    .push(")");
+            }
+        }
+        match op {
+            None => {
+                query.push(" SELECT 1");
+            }
+            Some(op) => {
+                let kind = if op.revision.is_some() {
+                    "write"
+                } else {
+                    "transaction"
+                };
+                query
+                    .push(format!(
+                        ", o AS (INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) VALUES ("
+                    ))
+                    .push_bind(domain.as_str().to_owned())
+                    .push(", ")
+                    .push_bind(op.token.to_string())
+                    .push("::numeric, ")
+                    .push_bind(op.op_id.as_str().to_owned())
+                    .push(", ")
+                    .push_bind(kind)
+                    .push(", ")
+                    .push_bind(op.revision.map(revision_i64))
+                    .push(", ")
+                    .push_bind(op.previous.map(|p| p.to_string()))
+                    // The delete does not see the row inserted by the same statement: it keeps
+                    // the newest `retention - 1` of the others.
+                    .push(format!("::numeric)) DELETE FROM {ops} WHERE domain = "))
+                    .push_bind(domain.as_str().to_owned())
+                    .push(format!(
+                        " AND seq <= (SELECT seq FROM {ops} WHERE domain = "
+                    ))
+                    .push_bind(domain.as_str().to_owned())
+                    .push(" ORDER BY seq DESC OFFSET ")
+                    .push_bind(retention - 1)
+                    .push(" LIMIT 1)");
+            }
+        }
+        query
+            .build()
+            .execute(&mut *conn)
+            .await
+            .map_err(|e| map_error(e, domain, operation, false))?;
+        Ok(())
+    }
+}
+
+/// An entry's head: live (a value, not a tombstone), the writer's token, the revision.
+pub(crate) type Head = (bool, FencingToken, Revision);
+
+/// The mark and the entry's head of a row, validated: anything not Fence's fails closed.
+/// `fresh` says the row was created by this transaction (its mark is still NULL).
+pub(crate) fn decode_head(
+    domain: &Domain,
+    row: &PgRow,
+    fresh: bool,
+) -> Result<(Option<FencingToken>, Option<Head>), FenceError> {
+    let column = |e: sqlx::Error| corrupt(domain, format!("mark row: {e}"));
+    let hwm: Option<String> = row.try_get(0).map_err(column)?;
+    let state: Option<i8> = row.try_get(1).map_err(column)?;
+    let revision: Option<i64> = row.try_get(2).map_err(column)?;
+    let writer: Option<String> = row.try_get(3).map_err(column)?;
+    let hwm = match (hwm, fresh) {
+        (Some(text), _) => Some(token(domain, &text, "high-water mark")?),
+        (None, true) => None,
+        (None, false) => return Err(corrupt(domain, "mark row without a high-water mark")),
+    };
+    let entry = match (state.map(|s| s as u8), revision, writer) {
+        (None, None, None) => None,
+        (Some(kind @ (b'v' | b't')), Some(revision), Some(writer)) if revision >= 1 => {
+            let writer = token(domain, &writer, "writer token")?;
+            if hwm.is_none_or(|hwm| writer > hwm) {
+                return Err(corrupt(domain, "writer token above the high-water mark"));
+            }
+            Some((kind == b'v', writer, Revision::new(revision.unsigned_abs())))
+        }
+        _ => {
+            return Err(corrupt(
+                domain,
+                "entry columns are not a value or a tombstone",
+            ))
+        }
+    };
+    Ok((hwm, entry))
+}
+
+/// The remembered operation joined to the mark row (columns 4 to 6), if any.
+fn decode_op(domain: &Domain, row: &PgRow) -> Result<Option<OpRow>, FenceError> {
+    let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
+    let kind: Option<String> = row.try_get(4).map_err(column)?;
+    let revision: Option<i64> = row.try_get(5).map_err(column)?;
+    let previous: Option<String> = row.try_get(6).map_err(column)?;
+    let Some(kind) = kind else {
+        return Ok(None);
+    };
+    let previous = previous
+        .map(|p| token(domain, &p, "operation record's previous mark"))
+        .transpose()?;
+    Ok(Some(OpRow {
+        kind,
+        revision,
+        previous,
+    }))
+}
+
+fn token(domain: &Domain, text: &str, what: &str) -> Result<FencingToken, FenceError> {
+    text.parse::<FencingToken>()
+        .map_err(|e| corrupt(domain, format!("{what} `{text}`: {e}")))
+}
+
+/// Commits: a failure once `COMMIT` was sent leaves the outcome unknown (`Ambiguous`).
+pub(crate) async fn commit(
+    tx: Transaction<'static, Postgres>,
+    domain: &Domain,
+    operation: Operation,
+) -> Result<(), FenceError> {
+    tx.commit()
+        .await
+        .map_err(|e| map_error(e, domain, operation, true))
+}
+
+fn revision_i64(revision: Revision) -> i64 {
+    i64::try_from(revision.get()).unwrap_or(i64::MAX)
+}
