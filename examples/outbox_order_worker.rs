@@ -133,7 +133,12 @@ impl Orders {
                 .execute(&mut *tx)
                 .await
                 .map_err(|e| {
-                    fence_postgres::map_error(e, order, fence_core::Operation::Write, false)
+                    fence_postgres::extension::map_error(
+                        e,
+                        order,
+                        fence_core::Operation::Write,
+                        false,
+                    )
                 })?;
                 let keys = outbox.record(&mut tx, &[receipt]).await?;
                 tx.commit().await?;

@@ -26,7 +26,8 @@ pub async fn expired_holder_is_fenced_by_the_next_owner(
     issuer: Option<&dyn TokenIssuer>,
     domain: &Domain,
 ) {
-    let (short, long) = (Duration::from_secs(2), Duration::from_secs(30));
+    // A's TTL has room for its claim and write on a loaded machine before B tries.
+    let (short, long) = (Duration::from_secs(4), Duration::from_secs(30));
     let a = leases
         .acquire(domain, &owner("worker-a"), short)
         .await

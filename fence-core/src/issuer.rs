@@ -159,13 +159,10 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
-        observe(
-            self.backend(),
-            Operation::Lease,
-            domain,
-            None,
-            self.do_acquire(domain, owner, ttl),
-        )
+        observe(self.backend(), Operation::Lease, domain, None, async {
+            check_ttl(domain, ttl)?;
+            self.do_acquire(domain, owner, ttl).await
+        })
         .await
     }
 
@@ -176,7 +173,10 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
             Operation::Lease,
             &lease.domain,
             Some(lease.token),
-            self.do_renew(lease, ttl),
+            async {
+                check_ttl(&lease.domain, ttl)?;
+                self.do_renew(lease, ttl).await
+            },
         )
         .await
     }
@@ -193,7 +193,8 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
         .await
     }
 
-    /// The backend's `acquire`, without telemetry: implement this one.
+    /// The backend's `acquire`, without telemetry, with `ttl` already checked (1 ms ..=
+    /// `i64::MAX` ms): implement this one.
     async fn do_acquire(
         &self,
         domain: &Domain,
@@ -201,7 +202,7 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
         ttl: Duration,
     ) -> Result<Lease, FenceError>;
 
-    /// The backend's `renew`, without telemetry: implement this one.
+    /// The backend's `renew`, without telemetry, with `ttl` already checked: implement this one.
     async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError>;
 
     /// The backend's `release`, without telemetry: implement this one.
@@ -249,11 +250,16 @@ impl fmt::Debug for MemoryLeases {
     }
 }
 
-fn check_ttl(ttl: Duration) -> Result<(), FenceError> {
-    if ttl.is_zero() {
-        return Err(
-            InvalidInput::Configuration("lease ttl must be greater than zero".into()).into(),
-        );
+/// Refuses a lease TTL outside 1 ms ..= `i64::MAX` ms (what every backend can express), before
+/// any I/O: the one check every lease backend shares.
+fn check_ttl(domain: &Domain, ttl: Duration) -> Result<(), FenceError> {
+    let ms = ttl.as_millis();
+    if ms == 0 || ms > i64::MAX as u128 {
+        return Err(InvalidInput::Configuration(format!(
+            "lease ttl on domain `{domain}` must be between 1 ms and {} ms, got {ttl:?}",
+            i64::MAX
+        ))
+        .into());
     }
     Ok(())
 }
@@ -270,7 +276,6 @@ impl LeaseManager for MemoryLeases {
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
-        check_ttl(ttl)?;
         let now = Instant::now();
         let mut held = self.held();
         if let Some(current) = held.get(domain) {
@@ -294,7 +299,6 @@ impl LeaseManager for MemoryLeases {
     }
 
     async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
-        check_ttl(ttl)?;
         let now = Instant::now();
         let mut held = self.held();
         match held.get_mut(&lease.domain) {

@@ -88,27 +88,6 @@ where
     result
 }
 
-/// Records an outcome computed without awaiting (the in-memory resource).
-pub fn observe_sync<T: OutcomeLabel>(
-    backend: &'static str,
-    operation: Operation,
-    domain: &Domain,
-    token: Option<FencingToken>,
-    run: impl FnOnce() -> Result<T, FenceError>,
-) -> Result<T, FenceError> {
-    let span = tracing::debug_span!(
-        "fence",
-        backend,
-        operation = operation.as_str(),
-        domain = domain.as_str(),
-        token = token.map(FencingToken::get),
-        outcome = tracing::field::Empty,
-    );
-    let result = span.in_scope(run);
-    record(backend, operation, domain, token, &result, &span);
-    result
-}
-
 fn record<T: OutcomeLabel>(
     backend: &'static str,
     operation: Operation,

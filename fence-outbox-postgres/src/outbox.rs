@@ -4,18 +4,16 @@
 use std::fmt;
 use std::sync::Arc;
 
-use fence_core::{Domain, FenceError, FencingToken, Operation};
+use fence_core::{Domain, FencingToken, Operation};
 use fence_outbox::{
     Effect, EffectKinds, EntryStatus, IdempotencyKey, OutboxConfig, OutboxEntry, OutboxError,
 };
-use fence_postgres::{map_error, Begun, FencedTransaction, PostgresFence, TransactionRequest};
+use fence_postgres::extension::{map_error, token_column};
+use fence_postgres::{Begun, FencedTransaction, PostgresFence, TransactionRequest};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
-use tokio::sync::Mutex;
 
 use crate::notify::Wakeups;
-
-pub(crate) const BACKEND: &str = "postgres";
 
 /// The schema's SQL, with `fence_schema` standing for the fence's schema.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
@@ -37,19 +35,19 @@ pub async fn migrate(fence: &PostgresFence) -> Result<(), OutboxError> {
 /// and a stale holder (refused before its transaction runs) records nothing.
 ///
 /// The relay's side ([`fence_outbox::OutboxStore`]) claims work with `FOR UPDATE SKIP LOCKED`
-/// (relays and writers never wait on each other), keeps per-domain order, fences its progress
+/// (a relay does not wait behind a writer's open transaction), keeps per-domain order, fences its progress
 /// with its own lease token, and wakes on `LISTEN`/`NOTIFY` when idle. Cheap to clone.
 #[derive(Clone)]
 pub struct PostgresOutbox {
     pub(crate) fence: PostgresFence,
     pub(crate) config: Arc<OutboxConfig>,
-    pub(crate) wakeups: Arc<Mutex<Wakeups>>,
+    pub(crate) wakeups: Arc<Wakeups>,
 }
 
 /// What a transition recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Recorded {
+pub struct PostgresRecorded {
     /// The keys of the recorded effects, in order (empty for a duplicate: recorded before).
     pub keys: Vec<IdempotencyKey>,
     /// True when the op id had committed before: nothing was recorded again.
@@ -71,7 +69,7 @@ impl PostgresOutbox {
         PostgresOutbox {
             fence,
             config: Arc::new(config),
-            wakeups: Arc::new(Mutex::new(Wakeups::new(channel))),
+            wakeups: Arc::new(Wakeups::new(channel)),
         }
     }
 
@@ -98,6 +96,16 @@ impl PostgresOutbox {
         tx: &mut FencedTransaction,
         effects: &[Effect],
     ) -> Result<Vec<IdempotencyKey>, OutboxError> {
+        self.config.check_effects(tx.domain(), effects)?;
+        self.record_checked(tx, effects).await
+    }
+
+    /// [`PostgresOutbox::record`] of effects already checked.
+    async fn record_checked(
+        &self,
+        tx: &mut FencedTransaction,
+        effects: &[Effect],
+    ) -> Result<Vec<IdempotencyKey>, OutboxError> {
         let domain = tx.domain().clone();
         let token = tx.token();
         let Some(op_id) = tx.op_id().cloned() else {
@@ -106,7 +114,6 @@ impl PostgresOutbox {
                  (TransactionRequest::with_op_id)"
             )));
         };
-        self.config.check_effects(&domain, effects)?;
         if effects.is_empty() {
             return Ok(Vec::new());
         }
@@ -120,8 +127,9 @@ impl PostgresOutbox {
                  INSERT INTO {domains} AS d (domain, partition, last, done, version)
                  VALUES ($1, $2, $3, 0, 1)
                  ON CONFLICT (domain) DO UPDATE SET last = d.last + $3, version = d.version + 1
-                 RETURNING last, partition)
-             SELECT numbered.last, numbered.partition,
+                 WHERE d.partition = $2
+                 RETURNING last)
+             SELECT numbered.last,
                     (SELECT count(*) FROM {entries} WHERE domain = $1 AND token = $4::numeric
                         AND op_id = $5),
                     pg_notify($6, $2::text)
@@ -135,21 +143,26 @@ impl PostgresOutbox {
         .bind(token.to_string())
         .bind(op_id.as_str())
         .bind(crate::notify::channel(self.fence.schema()))
-        .fetch_one(&mut **tx)
+        .fetch_optional(&mut **tx)
         .await
         .map_err(sql_error)?;
+        let Some(row) = row else {
+            // The domain is listed in another partition: nothing was changed.
+            let stored: Option<i32> = sqlx::query_scalar(&format!(
+                "SELECT partition FROM {} WHERE domain = $1",
+                self.table("domains")
+            ))
+            .bind(domain.as_str())
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(sql_error)?;
+            return Err(OutboxError::Configuration(format!(
+                "the outbox lists domain `{domain}` in partition {stored:?}, this writer computes \
+                 {partition}: writers and relays must agree on `partitions`"
+            )));
+        };
         let last: i64 = row.try_get(0).map_err(sql_error)?;
-        let stored_partition: i32 = row.try_get(1).map_err(sql_error)?;
-        let prior: i64 = row.try_get(2).map_err(sql_error)?;
-        if stored_partition != partition {
-            return Err(corrupt(
-                &domain,
-                format!(
-                    "the outbox lists this domain in partition {stored_partition}, this writer \
-                     computes {partition}: writers and relays must agree on `partitions`"
-                ),
-            ));
-        }
+        let prior: i64 = row.try_get(1).map_err(sql_error)?;
         let first_seq = last - count + 1;
         let first_index = usize::try_from(prior).unwrap_or(0);
         let keys: Vec<IdempotencyKey> = (0..effects.len())
@@ -204,21 +217,21 @@ impl PostgresOutbox {
         &self,
         request: &TransactionRequest,
         effects: &[Effect],
-    ) -> Result<Recorded, OutboxError> {
+    ) -> Result<PostgresRecorded, OutboxError> {
         self.config.check_effects(request.domain(), effects)?;
         match self.fence.begin(request).await? {
             Begun::Duplicate {
                 previous_high_water_mark,
-            } => Ok(Recorded {
+            } => Ok(PostgresRecorded {
                 keys: Vec::new(),
                 duplicate: true,
                 previous_high_water_mark,
             }),
             Begun::Admitted(mut tx) => {
                 let previous_high_water_mark = tx.previous_high_water_mark();
-                let keys = self.record(&mut tx, effects).await?;
+                let keys = self.record_checked(&mut tx, effects).await?;
                 tx.commit().await?;
-                Ok(Recorded {
+                Ok(PostgresRecorded {
                     keys,
                     duplicate: false,
                     previous_high_water_mark,
@@ -297,7 +310,7 @@ impl PostgresOutbox {
 
 /// State at the resource that is not the outbox's, or is damaged.
 pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> OutboxError {
-    FenceError::corrupt(BACKEND, domain, detail).into()
+    fence_postgres::extension::corrupt(domain, detail).into()
 }
 
 fn decode(domain: &Domain, row: &PgRow) -> Result<OutboxEntry, OutboxError> {
@@ -313,9 +326,8 @@ fn decode(domain: &Domain, row: &PgRow) -> Result<OutboxEntry, OutboxError> {
     let attempts: i32 = row.try_get(8).map_err(column)?;
     let last_error: Option<String> = row.try_get(9).map_err(column)?;
     let settled_at: Option<i64> = row.try_get(10).map_err(column)?;
-    let token = token
-        .parse::<FencingToken>()
-        .map_err(|e| corrupt(domain, format!("entry {seq}'s token `{token}`: {e}")))?;
+    let token =
+        token_column(domain, &token, &format!("entry {seq}'s token")).map_err(OutboxError::from)?;
     let attempts = u32::try_from(attempts)
         .map_err(|_| corrupt(domain, format!("entry {seq} has {attempts} attempts")))?;
     let at_ms = |value: Option<i64>| {

@@ -7,10 +7,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fence_core::{Domain, FenceError, FencingToken, Operation};
 use fence_outbox::{Candidate, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement};
-use fence_postgres::map_error;
+use fence_postgres::extension::{commit, map_error, token_column, BACKEND};
 use sqlx::{Postgres, Transaction};
 
-use crate::outbox::{corrupt, PostgresOutbox, BACKEND};
+use crate::outbox::{corrupt, PostgresOutbox};
 
 /// The most delivered entries one purge call removes.
 const PURGE_BATCH: i64 = 1000;
@@ -62,9 +62,7 @@ impl PostgresOutbox {
             return Err(corrupt(domain, format!("outbox progress {done} of {last}")));
         }
         if let Some(newest) = newest {
-            let newest = newest
-                .parse::<FencingToken>()
-                .map_err(|e| corrupt(domain, format!("relay token `{newest}`: {e}")))?;
+            let newest = token_column(domain, &newest, "relay token")?;
             if relay < newest {
                 return Err(FenceError::Fenced {
                     domain: domain.clone(),
@@ -85,13 +83,6 @@ impl PostgresOutbox {
         .map_err(sql_error)?;
         Ok(Some((tx, Progress { last, done })))
     }
-}
-
-/// Commits a relay step: a lost answer is `Ambiguous` (the relay retries the step).
-async fn commit(tx: Transaction<'static, Postgres>, domain: &Domain) -> Result<(), OutboxError> {
-    tx.commit()
-        .await
-        .map_err(|e| map_error(e, domain, Operation::Write, true).into())
 }
 
 fn seq_i64(seq: u64) -> i64 {
@@ -193,7 +184,7 @@ impl OutboxStore for PostgresOutbox {
                 format!("head entry {seq} is missing or already settled"),
             ));
         };
-        commit(tx, domain).await?;
+        commit(tx, domain, Operation::Write).await?;
         Ok(Some(u32::try_from(attempts).unwrap_or(u32::MAX)))
     }
 
@@ -248,7 +239,7 @@ impl OutboxStore for PostgresOutbox {
             .await
             .map_err(|e| map_error(e, domain, Operation::Write, false))?;
         }
-        commit(tx, domain).await?;
+        commit(tx, domain, Operation::Write).await?;
         Ok(true)
     }
 
@@ -278,15 +269,13 @@ impl OutboxStore for PostgresOutbox {
         .await
         .map_err(|e| map_error(e, domain, Operation::Write, false))?
         .rows_affected();
-        commit(tx, domain).await?;
+        commit(tx, domain, Operation::Write).await?;
         Ok(Purged::new(usize::try_from(removed).unwrap_or(usize::MAX)))
     }
 
-    async fn wait_for_work(&self, partition: u16, idle: Duration) {
+    async fn wait_for_work(&self, partition: u16, idle: Duration, seen: &mut u64) {
         self.wakeups
-            .lock()
-            .await
-            .wait(self.fence.pool(), partition, idle)
+            .wait(self.fence.pool(), partition, idle, seen)
             .await;
     }
 }

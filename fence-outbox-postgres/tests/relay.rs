@@ -177,3 +177,108 @@ async fn stale_or_rolled_back_writers_record_nothing() {
     let payloads: Vec<&[u8]> = entries.iter().map(|e| &e.payload[..]).collect();
     assert_eq!(payloads, [&b"by 2"[..]]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn delivered_entries_are_purged_after_the_retention_window_dead_letters_stay() {
+    let Some(outbox) = outbox("retention").await else {
+        return;
+    };
+    let server = WebhookServer::start().await;
+    let d = domain("order-r");
+    pay(&outbox, &d, token(1), "a", &server.url("/ok"), "one")
+        .await
+        .unwrap();
+    pay(&outbox, &d, token(1), "b", &server.url("/reject"), "dead")
+        .await
+        .unwrap();
+    let config = fast_relay("relay")
+        .retention(Duration::from_millis(1500))
+        .sweep_interval(Duration::from_millis(100));
+    let handle = relay(&outbox, webhook(), config).spawn();
+    let settled = wait_for(
+        &outbox,
+        std::slice::from_ref(&d),
+        Duration::from_secs(10),
+        |e| e.len() == 2 && all_settled(e),
+    )
+    .await;
+    assert!(
+        matches!(settled[0].status, EntryStatus::Delivered { .. }),
+        "{settled:#?}"
+    );
+    let remaining = wait_for(
+        &outbox,
+        std::slice::from_ref(&d),
+        Duration::from_secs(10),
+        |e| e.len() == 1,
+    )
+    .await;
+    let report = handle.shutdown().await.unwrap();
+    assert!(report.purged >= 1, "{report:?}");
+    assert!(
+        matches!(remaining[0].status, EntryStatus::DeadLettered { .. }),
+        "dead letters stay: {remaining:#?}"
+    );
+    // The transition's op id is still remembered: a replay records nothing again.
+    let replay = pay(&outbox, &d, token(1), "a", &server.url("/ok"), "one")
+        .await
+        .unwrap();
+    assert!(replay.is_empty());
+    assert_eq!(outbox.entries(&d).await.unwrap().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn relays_of_every_partition_are_woken_by_their_own_notifications() {
+    let Some(single) = outbox("notify_partitions").await else {
+        return;
+    };
+    let config = fence_outbox::OutboxConfig::new(support::kinds()).partitions(2);
+    let outbox = fence_outbox_postgres::PostgresOutbox::with_config(single.fence().clone(), config);
+    let server = WebhookServer::start().await;
+    // A domain of each partition.
+    let mut domains: Vec<Option<fence_core::Domain>> = vec![None, None];
+    for i in 0.. {
+        let d = domain(&format!("order-{i}"));
+        let slot = &mut domains[usize::from(outbox.config().partition_of(&d))];
+        slot.get_or_insert(d);
+        if domains.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let domains: Vec<fence_core::Domain> = domains.into_iter().flatten().collect();
+    // Idle relays, one per partition, that would poll only every 10 minutes, from two clones of
+    // the outbox (they share one listening connection).
+    let relays: Vec<_> = (0..2u16)
+        .map(|partition| {
+            let config = fast_relay(&format!("relay-{partition}"))
+                .partition(partition)
+                .lease_ttl(Duration::from_secs(120))
+                .delivery_timeout(Duration::from_secs(5))
+                .poll_interval(Duration::from_secs(600));
+            support::relay(&outbox.clone(), webhook(), config).spawn()
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for round in 0..2 {
+        for d in &domains {
+            pay(
+                &outbox,
+                d,
+                token(1),
+                &format!("p{round}"),
+                &server.url("/ok"),
+                "x",
+            )
+            .await
+            .unwrap();
+        }
+        wait_for(&outbox, &domains, Duration::from_secs(5), |e| {
+            e.len() == 2 * (round + 1) && all_settled(e)
+        })
+        .await;
+    }
+    for relay in relays {
+        relay.shutdown().await.unwrap();
+    }
+    assert_eq!(server.applied().len(), 4);
+}

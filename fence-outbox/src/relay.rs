@@ -191,6 +191,8 @@ pub struct Relay {
     lease: Option<Lease>,
     not_before: Backoffs,
     last_sweep: Option<Instant>,
+    /// The store's wake-up cursor (see [`OutboxStore::wait_for_work`]).
+    wake_seen: u64,
 }
 
 impl fmt::Debug for Relay {
@@ -221,6 +223,7 @@ impl Relay {
             lease: None,
             not_before: Backoffs::default(),
             last_sweep: None,
+            wake_seen: 0,
         })
     }
 
@@ -238,8 +241,10 @@ impl Relay {
             let idle = pass.delivered + pass.dead_lettered == 0;
             total.add(pass);
             if idle {
+                let store = self.store.clone();
+                let (partition, idle) = (self.config.partition, self.config.poll_interval);
                 tokio::select! {
-                    _ = self.store.wait_for_work(self.config.partition, self.config.poll_interval) => {}
+                    _ = store.wait_for_work(partition, idle, &mut self.wake_seen) => {}
                     _ = shutdown.changed() => {}
                 }
             }

@@ -95,10 +95,12 @@ pub trait OutboxStore: Send + Sync + fmt::Debug {
     ) -> Result<Purged, OutboxError>;
 
     /// Waits, when a pass found nothing to do, until `partition` may have new work or `idle`
-    /// has passed. The default sleeps `idle` (polling); a store that can be notified of new
-    /// entries (PostgreSQL's `LISTEN`) returns as soon as one is recorded.
-    async fn wait_for_work(&self, partition: u16, idle: Duration) {
-        let _ = partition;
+    /// has passed. `seen` is the calling relay's cursor (0 at first), for stores that count
+    /// wake-ups so that none is lost between a pass and the wait. The default sleeps `idle`
+    /// (polling); a store that can be notified of new entries (PostgreSQL's `LISTEN`) returns
+    /// as soon as one is recorded.
+    async fn wait_for_work(&self, partition: u16, idle: Duration, seen: &mut u64) {
+        let _ = (partition, seen);
         tokio::time::sleep(idle).await;
     }
 }

@@ -1,9 +1,9 @@
 //! Every sqlx error mapped in one place.
 
-use fence_core::{BackendErrorKind, Domain, FenceError, Operation};
+use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
 
 /// The backend's name in errors and metrics.
-pub(crate) const BACKEND: &str = "postgres";
+pub const BACKEND: &str = "postgres";
 
 /// What went wrong at PostgreSQL.
 #[derive(Debug, thiserror::Error)]
@@ -22,6 +22,9 @@ pub enum PostgresFenceError {
         /// The missing table.
         table: &'static str,
     },
+    /// The fence's tables exist with another shape than [`crate::migrate`] gives them.
+    #[error("postgres: {0}")]
+    Shape(String),
     /// A fenced row update found no row with its key.
     #[error("postgres: no row with this key in `{table}`")]
     RowMissing {
@@ -41,8 +44,9 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
             Some("42P01" | "3F000") => BackendErrorKind::NotFound,
             // serialization_failure, deadlock_detected, lock_not_available
             Some("40001" | "40P01" | "55P03") => BackendErrorKind::Contention,
-            // query_canceled (statement timeout), admin_shutdown, cannot_connect_now, too_many_connections
-            Some("57014" | "57P01" | "57P03" | "53300") => BackendErrorKind::Unavailable,
+            // query_canceled (statement timeout), admin_shutdown, crash_shutdown,
+            // cannot_connect_now, too_many_connections
+            Some("57014" | "57P01" | "57P02" | "57P03" | "53300") => BackendErrorKind::Unavailable,
             _ => BackendErrorKind::Rejected,
         },
         sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
@@ -52,8 +56,8 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
     }
 }
 
-/// Maps a sqlx error of `operation` on `domain` to the fence's error, the one mapping of this
-/// backend (crates built on fence-postgres use it too). `after_send`: the request may have
+/// Maps a sqlx error of the fence's own SQL for `operation` on `domain` to the fence's error,
+/// the one mapping of this backend (crates built on fence-postgres use it too). `after_send`: the request may have
 /// taken effect (a `COMMIT` whose answer was lost), so a lost connection is `Ambiguous`, never
 /// a guess.
 pub fn map_error(
@@ -62,20 +66,27 @@ pub fn map_error(
     operation: Operation,
     after_send: bool,
 ) -> FenceError {
-    if let sqlx::Error::Database(db) = &error {
-        // undefined_column, datatype_mismatch, undefined_function (an operator on a wrong
-        // type): the fence's tables exist with another shape. Nothing was changed.
-        if matches!(db.code().as_deref(), Some("42703" | "42804" | "42883")) {
-            return corrupt(
-                domain,
-                format!(
-                    "the fence's tables do not have the expected shape: {}",
-                    db.message()
-                ),
-            );
+    shape_error(&error, domain)
+        .unwrap_or_else(|| user_sql_error(error, domain, operation, after_send))
+}
+
+/// Maps a sqlx error of a statement of the user's own (a [`crate::RowFence`] `SET` list): like
+/// [`map_error`], but a missing column is the user's mistake, not the fence's corrupt state.
+pub(crate) fn user_sql_error(
+    error: sqlx::Error,
+    domain: &Domain,
+    operation: Operation,
+    after_send: bool,
+) -> FenceError {
+    // A lost connection, or a server shutting down, once `COMMIT` was sent: the commit record
+    // may have been flushed before the answer was lost.
+    let lost = match &error {
+        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => {
+            matches!(db.code().as_deref(), Some("57P01" | "57P02" | "57P03"))
         }
-    }
-    let lost = matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_));
+        _ => false,
+    };
     if after_send && lost {
         return FenceError::Ambiguous {
             domain: domain.clone(),
@@ -91,7 +102,31 @@ pub fn map_error(
     )
 }
 
+/// The fence's tables with another shape (a column missing or of another type).
+fn shape_error(error: &sqlx::Error, domain: &Domain) -> Option<FenceError> {
+    let sqlx::Error::Database(db) = error else {
+        return None;
+    };
+    // undefined_column, datatype_mismatch, undefined_function (an operator on a wrong type):
+    // the fence's tables exist with another shape. Nothing was changed.
+    matches!(db.code().as_deref(), Some("42703" | "42804" | "42883")).then(|| {
+        corrupt(
+            domain,
+            format!(
+                "the fence's tables do not have the expected shape: {}",
+                db.message()
+            ),
+        )
+    })
+}
+
+/// A token read from a column (`what` names it), or `CorruptState` when it is not a u64 above 0.
+pub fn token_column(domain: &Domain, text: &str, what: &str) -> Result<FencingToken, FenceError> {
+    text.parse::<FencingToken>()
+        .map_err(|e| corrupt(domain, format!("{what} `{text}`: {e}")))
+}
+
 /// State at the resource that is not Fence's, or is damaged.
-pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
+pub fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
     FenceError::corrupt(BACKEND, domain, detail)
 }

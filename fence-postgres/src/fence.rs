@@ -145,13 +145,13 @@ impl PostgresFence {
             revision: accepted.revision,
             value,
         };
-        let remember = remember.as_ref().map(|record| Remember {
+        let remember = remember.map(|record| Remember {
             token: record.token,
-            op_id: &record.op_id,
+            op_id: record.op_id,
             revision: Some(accepted.revision),
             previous: record.previous,
         });
-        self.apply(&mut tx, domain, operation, change, remember)
+        self.apply(&mut tx, domain, operation, change, remember, false)
             .await?;
         commit(tx, domain, operation).await?;
         Ok(WriteOutcome::Accepted(accepted))
@@ -167,6 +167,7 @@ impl PostgresFence {
                 Operation::Claim,
                 MarkChange::Raise(token),
                 None,
+                false,
             )
             .await?;
         }

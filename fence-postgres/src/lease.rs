@@ -5,12 +5,11 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fence_core::{
-    Domain, FenceError, FencingToken, InvalidInput, Lease, LeaseManager, Operation, OwnerId,
-    TokenIssuer,
+    Domain, FenceError, FencingToken, Lease, LeaseManager, Operation, OwnerId, TokenIssuer,
 };
-use sqlx::{PgConnection, Postgres, Row, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
-use crate::error::{corrupt, map_error, BACKEND};
+use crate::error::{corrupt, map_error, token_column, BACKEND};
 use crate::fence::PostgresFence;
 use crate::mark::commit;
 
@@ -64,26 +63,28 @@ impl PostgresFence {
         .execute(&mut *tx)
         .await
         .map_err(sql_error)?;
-        let row = sqlx::query(&format!(
-            "SELECT c.last::text, m.hwm::text FROM {counters} c \
-             LEFT JOIN {} m ON m.domain = c.domain WHERE c.domain = $1 FOR UPDATE OF c",
-            self.tables().marks()
+        let last: String = sqlx::query_scalar(&format!(
+            "SELECT last::text FROM {counters} WHERE domain = $1 FOR UPDATE"
         ))
         .bind(domain.as_str())
         .fetch_one(&mut *tx)
         .await
         .map_err(sql_error)?;
-        let column = |e: sqlx::Error| corrupt(domain, format!("token counter: {e}"));
-        let last: String = row.try_get(0).map_err(column)?;
-        let mark: Option<String> = row.try_get(1).map_err(column)?;
+        // The mark in its own statement, after the lock: a statement that waited for the lock
+        // would still see the marks of its start.
+        let mark: Option<Option<String>> = sqlx::query_scalar(&format!(
+            "SELECT hwm::text FROM {} WHERE domain = $1",
+            self.tables().marks()
+        ))
+        .bind(domain.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(sql_error)?;
         let last: u64 = last
             .parse()
             .map_err(|e| corrupt(domain, format!("token counter `{last}`: {e}")))?;
-        let mark = match mark {
-            Some(text) => text
-                .parse::<FencingToken>()
-                .map_err(|e| corrupt(domain, format!("high-water mark `{text}`: {e}")))?
-                .get(),
+        let mark = match mark.flatten() {
+            Some(text) => token_column(domain, &text, "high-water mark")?.get(),
             None => 0,
         };
         let next = last
@@ -133,16 +134,9 @@ impl TokenIssuer for PostgresIssuer {
     }
 }
 
-/// A TTL in whole milliseconds (at least 1).
-fn ttl_ms(ttl: Duration) -> Result<i64, FenceError> {
-    match i64::try_from(ttl.as_millis()) {
-        Ok(ms) if ms >= 1 => Ok(ms),
-        _ => Err(InvalidInput::Configuration(format!(
-            "lease ttl must be between 1 ms and {} ms, got {ttl:?}",
-            i64::MAX
-        ))
-        .into()),
-    }
+/// A TTL in whole milliseconds (checked to be 1 ..= `i64::MAX` by fence-core's provided methods).
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
 
 impl PostgresLeases {
@@ -152,7 +146,7 @@ impl PostgresLeases {
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
-        let ms = ttl_ms(ttl)?;
+        let ms = ttl_ms(ttl);
         let operation = Operation::Lease;
         let leases = self.fence.tables().leases();
         let started = Instant::now();
@@ -198,7 +192,7 @@ impl PostgresLeases {
     }
 
     async fn renew_now(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
-        let ms = ttl_ms(ttl)?;
+        let ms = ttl_ms(ttl);
         let domain = &lease.domain;
         self.fence.ensure_shape(domain, Operation::Lease).await?;
         let started = Instant::now();

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod error;
+pub mod extension;
 mod fence;
 mod lease;
 mod mark;
@@ -12,7 +13,7 @@ mod transaction;
 pub use fence_core;
 pub use sqlx;
 
-pub use error::{map_error, PostgresFenceError};
+pub use error::PostgresFenceError;
 pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
 pub use lease::{PostgresIssuer, PostgresLeases};
 pub use row::RowFence;

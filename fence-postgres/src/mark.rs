@@ -10,7 +10,7 @@ use fence_core::{
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row, Transaction};
 
-use crate::error::{corrupt, map_error};
+use crate::error::{corrupt, map_error, token_column};
 use crate::fence::PostgresFence;
 
 /// What a locked mark row holds.
@@ -106,9 +106,9 @@ pub(crate) enum MarkChange {
 }
 
 /// An operation to remember with the change: a write's revision, or `None` for a transaction.
-pub(crate) struct Remember<'a> {
+pub(crate) struct Remember {
     pub(crate) token: FencingToken,
-    pub(crate) op_id: &'a OperationId,
+    pub(crate) op_id: OperationId,
     pub(crate) revision: Option<Revision>,
     pub(crate) previous: Option<FencingToken>,
 }
@@ -127,24 +127,12 @@ impl PostgresFence {
         self.ensure_shape(domain, operation).await?;
         let sql_error = |e| map_error(e, domain, operation, false);
         let mut tx = self.pool().begin().await.map_err(sql_error)?;
-        let (marks, ops) = (self.tables().marks(), self.tables().ops());
+        let marks = self.tables().marks();
         let select = format!(
-            "SELECT m.hwm::text, m.state, m.revision, m.writer::text, \
-                    o.kind, o.revision, o.previous::text \
-             FROM {marks} m LEFT JOIN {ops} o \
-                  ON o.domain = m.domain AND o.token = $2::numeric AND o.op_id = $3 \
-             WHERE m.domain = $1 FOR UPDATE OF m"
+            "SELECT hwm::text, state, revision, writer::text FROM {marks} \
+             WHERE domain = $1 FOR UPDATE"
         );
-        let (token, op_id) = match op {
-            Some((token, op_id)) => (Some(token.to_string()), Some(op_id.as_str())),
-            None => (None, None),
-        };
-        let read = || {
-            sqlx::query(&select)
-                .bind(domain.as_str())
-                .bind(token.clone())
-                .bind(op_id)
-        };
+        let read = || sqlx::query(&select).bind(domain.as_str());
         let (row, created) = match read().fetch_optional(&mut *tx).await.map_err(sql_error)? {
             Some(row) => (row, false),
             None => {
@@ -169,23 +157,45 @@ impl PostgresFence {
             Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
             None => Current::mark(hwm),
         };
-        let op = decode_op(domain, &row)?;
+        // Read in its own statement, after the lock: a statement that waited for the lock
+        // would still see the operation records of its start (an earlier retry committed
+        // meanwhile would be missed).
+        let op = match op {
+            Some((token, op_id)) => {
+                let row = sqlx::query(&format!(
+                    "SELECT kind, revision, previous::text FROM {} \
+                     WHERE domain = $1 AND token = $2::numeric AND op_id = $3",
+                    self.tables().ops()
+                ))
+                .bind(domain.as_str())
+                .bind(token.to_string())
+                .bind(op_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql_error)?;
+                row.map(|row| decode_op(domain, &row)).transpose()?
+            }
+            None => None,
+        };
         Ok((tx, Locked { current, hwm, op }))
     }
 
     /// Applies `change` to the locked mark row and remembers `op`, in one statement, and
-    /// forgets the domain's records beyond the newest `op_id_retention`.
+    /// forgets the domain's records beyond the newest `op_id_retention`. With nothing to
+    /// change, sends the statement anyway when `always` (it fails on an aborted transaction,
+    /// whose `COMMIT` would answer `ROLLBACK` without an error).
     pub(crate) async fn apply(
         &self,
         conn: &mut PgConnection,
         domain: &Domain,
         operation: Operation,
         change: MarkChange,
-        op: Option<Remember<'_>>,
+        op: Option<Remember>,
+        always: bool,
     ) -> Result<(), FenceError> {
         let retention = i64::try_from(self.op_id_retention()).unwrap_or(i64::MAX);
         let op = op.filter(|_| retention > 0);
-        if matches!(change, MarkChange::Keep) && op.is_none() {
+        if matches!(change, MarkChange::Keep) && op.is_none() && !always {
             return Ok(());
         }
         let (marks, ops) = (self.tables().marks(), self.tables().ops());
@@ -287,14 +297,14 @@ pub(crate) fn decode_head(
     let revision: Option<i64> = row.try_get(2).map_err(column)?;
     let writer: Option<String> = row.try_get(3).map_err(column)?;
     let hwm = match (hwm, fresh) {
-        (Some(text), _) => Some(token(domain, &text, "high-water mark")?),
+        (Some(text), _) => Some(token_column(domain, &text, "high-water mark")?),
         (None, true) => None,
         (None, false) => return Err(corrupt(domain, "mark row without a high-water mark")),
     };
     let entry = match (state.map(|s| s as u8), revision, writer) {
         (None, None, None) => None,
         (Some(kind @ (b'v' | b't')), Some(revision), Some(writer)) if revision >= 1 => {
-            let writer = token(domain, &writer, "writer token")?;
+            let writer = token_column(domain, &writer, "writer token")?;
             if hwm.is_none_or(|hwm| writer > hwm) {
                 return Err(corrupt(domain, "writer token above the high-water mark"));
             }
@@ -310,32 +320,25 @@ pub(crate) fn decode_head(
     Ok((hwm, entry))
 }
 
-/// The remembered operation joined to the mark row (columns 4 to 6), if any.
-fn decode_op(domain: &Domain, row: &PgRow) -> Result<Option<OpRow>, FenceError> {
+/// A remembered operation's row (kind, revision, previous mark).
+fn decode_op(domain: &Domain, row: &PgRow) -> Result<OpRow, FenceError> {
     let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-    let kind: Option<String> = row.try_get(4).map_err(column)?;
-    let revision: Option<i64> = row.try_get(5).map_err(column)?;
-    let previous: Option<String> = row.try_get(6).map_err(column)?;
-    let Some(kind) = kind else {
-        return Ok(None);
-    };
+    let kind: String = row.try_get(0).map_err(column)?;
+    let revision: Option<i64> = row.try_get(1).map_err(column)?;
+    let previous: Option<String> = row.try_get(2).map_err(column)?;
     let previous = previous
-        .map(|p| token(domain, &p, "operation record's previous mark"))
+        .map(|p| token_column(domain, &p, "operation record's previous mark"))
         .transpose()?;
-    Ok(Some(OpRow {
+    Ok(OpRow {
         kind,
         revision,
         previous,
-    }))
+    })
 }
 
-fn token(domain: &Domain, text: &str, what: &str) -> Result<FencingToken, FenceError> {
-    text.parse::<FencingToken>()
-        .map_err(|e| corrupt(domain, format!("{what} `{text}`: {e}")))
-}
-
-/// Commits: a failure once `COMMIT` was sent leaves the outcome unknown (`Ambiguous`).
-pub(crate) async fn commit(
+/// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent
+/// leaves the outcome unknown (`Ambiguous`).
+pub async fn commit(
     tx: Transaction<'static, Postgres>,
     domain: &Domain,
     operation: Operation,

@@ -3,11 +3,13 @@
 
 use std::fmt::Display;
 
-use fence_core::{BackendErrorKind, Domain, EqualTokenPolicy, FenceError, FencingToken, Operation};
+use fence_core::{
+    BackendErrorKind, Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, Operation,
+};
 use sqlx::postgres::Postgres;
 use sqlx::{Encode, PgConnection, QueryBuilder, Type};
 
-use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
+use crate::error::{corrupt, token_column, user_sql_error, PostgresFenceError, BACKEND};
 use crate::schema::identifier;
 
 /// Fenced updates of single rows of your table, each row its own domain (`<table>/<key>`).
@@ -69,9 +71,12 @@ impl RowFence {
         self
     }
 
-    /// The domain of the row with `key`, as errors name it.
-    pub fn domain(&self, key: impl Display) -> Result<Domain, FenceError> {
-        Ok(Domain::new(format!("{}/{key}", self.table))?)
+    /// The domain of the row with `key`, as errors name it: `<schema>.<table>/<key>`, or the
+    /// table alone when that is not a valid domain (a key too long, or with control characters).
+    pub fn domain(&self, key: impl Display) -> Domain {
+        Domain::new(format!("{}/{key}", self.table))
+            .or_else(|_| Domain::new(self.table.clone()))
+            .unwrap_or_else(|_| unreachable_domain())
     }
 
     /// Updates the row with `key` under `token`: `set` appends the `SET` list's assignments
@@ -87,14 +92,21 @@ impl RowFence {
     where
         K: Display + Clone + Send + Encode<'a, Postgres> + Type<Postgres> + 'a,
     {
-        let domain = self.domain(&key)?;
+        let domain = self.domain(&key);
         let operation = Operation::Write;
         let compare = match self.policy {
             EqualTokenPolicy::Strict => "<",
             _ => "<=",
         };
-        let mut query = QueryBuilder::new(format!("UPDATE {} SET ", self.table));
+        let head = format!("UPDATE {} SET ", self.table);
+        let mut query = QueryBuilder::new(&head);
         set(&mut query);
+        if query.sql().len() == head.len() {
+            return Err(InvalidInput::Configuration(format!(
+                "a fenced update of `{domain}` needs at least one assignment in its SET list"
+            ))
+            .into());
+        }
         query
             .push(format!(", {} = ", self.token))
             .push_bind(token.to_string())
@@ -111,7 +123,7 @@ impl RowFence {
             .build()
             .execute(&mut *conn)
             .await
-            .map_err(|e| map_error(e, &domain, operation, false))?
+            .map_err(|e| user_sql_error(e, &domain, operation, false))?
             .rows_affected();
         match updated {
             1 => Ok(()),
@@ -145,14 +157,14 @@ impl RowFence {
         let current: Result<Option<Option<String>>, sqlx::Error> =
             query.build_query_scalar().fetch_optional(&mut *conn).await;
         match current {
-            Err(e) => map_error(e, domain, Operation::Write, false),
-            Ok(Some(Some(text))) => match text.parse::<FencingToken>() {
+            Err(e) => user_sql_error(e, domain, Operation::Write, false),
+            Ok(Some(Some(text))) => match token_column(domain, &text, "token column") {
                 Ok(current) => FenceError::Fenced {
                     domain: domain.clone(),
                     presented: token,
                     current,
                 },
-                Err(e) => corrupt(domain, format!("token column `{text}`: {e}")),
+                Err(corrupt) => corrupt,
             },
             // Missing at the update (a row created since is not this update's business).
             Ok(_) => FenceError::backend(
@@ -165,4 +177,10 @@ impl RowFence {
             ),
         }
     }
+}
+
+/// A domain that is always valid, for the impossible case of a schema-qualified table name that
+/// is not one (both parts are validated identifiers).
+fn unreachable_domain() -> Domain {
+    Domain::new("postgres-row").unwrap_or_else(|e| unreachable!("a literal domain: {e}"))
 }

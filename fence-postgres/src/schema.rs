@@ -1,9 +1,9 @@
 //! The schema: created explicitly by [`migrate`], never implicitly on a call.
 
-use fence_core::{FenceError, InvalidInput};
+use fence_core::{BackendErrorKind, FenceError, InvalidInput};
 use sqlx::PgPool;
 
-use crate::error::BACKEND;
+use crate::error::{PostgresFenceError, BACKEND};
 
 /// The schema's SQL, with `fence_schema` standing for the schema you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
@@ -56,12 +56,12 @@ impl Schema {
     }
 }
 
-/// The columns `migrate` creates, as `format_type` spells their types.
+/// The columns `migrate` creates, as `format_type` spells their types (and `not null`).
 const EXPECTED: &[(&str, &[(&str, &str)])] = &[
     (
         "fence_marks",
         &[
-            ("domain", "text"),
+            ("domain", "text not null"),
             ("hwm", "numeric(20,0)"),
             ("state", "\"char\""),
             ("revision", "bigint"),
@@ -72,26 +72,29 @@ const EXPECTED: &[(&str, &[(&str, &str)])] = &[
     (
         "fence_ops",
         &[
-            ("seq", "bigint"),
-            ("domain", "text"),
-            ("token", "numeric(20,0)"),
-            ("op_id", "text"),
-            ("kind", "text"),
+            ("seq", "bigint not null"),
+            ("domain", "text not null"),
+            ("token", "numeric(20,0) not null"),
+            ("op_id", "text not null"),
+            ("kind", "text not null"),
             ("revision", "bigint"),
             ("previous", "numeric(20,0)"),
         ],
     ),
     (
         "fence_counters",
-        &[("domain", "text"), ("last", "numeric(20,0)")],
+        &[
+            ("domain", "text not null"),
+            ("last", "numeric(20,0) not null"),
+        ],
     ),
     (
         "fence_leases",
         &[
-            ("domain", "text"),
-            ("owner", "text"),
-            ("token", "numeric(20,0)"),
-            ("expires", "timestamp with time zone"),
+            ("domain", "text not null"),
+            ("owner", "text not null"),
+            ("token", "numeric(20,0) not null"),
+            ("expires", "timestamp with time zone not null"),
         ],
     ),
 ];
@@ -111,6 +114,7 @@ pub(crate) async fn check_shape(
 ) -> Result<Option<Shape>, sqlx::Error> {
     let columns: Vec<(String, String, String)> = sqlx::query_as(
         "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod) \
+                || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END \
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
          JOIN pg_namespace n ON n.oid = c.relnamespace \
          WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases') \
@@ -147,18 +151,38 @@ pub(crate) async fn check_shape(
     Ok(None)
 }
 
-/// Creates the fence's tables in `schema` (idempotent: existing tables are left as they are).
-/// Run it from your migrations, or run [`SCHEMA_SQL`] with `fence_schema` replaced yourself.
+/// Creates the fence's tables in `schema` (idempotent: existing tables are left as they are),
+/// then checks their shape: tables that existed with another shape are an error (nothing is
+/// altered). Run it from your migrations, or run [`SCHEMA_SQL`] with `fence_schema` replaced
+/// yourself.
 pub async fn migrate(pool: &PgPool, schema: &str) -> Result<(), FenceError> {
     let schema = Schema::new(schema)?;
-    let sql = SCHEMA_SQL.replace("fence_schema", schema.name());
-    sqlx::raw_sql(&sql).execute(pool).await.map_err(|e| {
+    let sql_error = |e: sqlx::Error| {
         FenceError::backend(
             BACKEND,
             crate::error::kind_of(&e),
             None,
-            crate::error::PostgresFenceError::Sql(e),
+            PostgresFenceError::Sql(e),
         )
-    })?;
-    Ok(())
+    };
+    let sql = SCHEMA_SQL.replace("fence_schema", schema.name());
+    sqlx::raw_sql(&sql).execute(pool).await.map_err(sql_error)?;
+    match check_shape(pool, &schema).await.map_err(sql_error)? {
+        None => Ok(()),
+        Some(Shape::Wrong(detail)) => Err(FenceError::backend(
+            BACKEND,
+            BackendErrorKind::Rejected,
+            None,
+            PostgresFenceError::Shape(detail),
+        )),
+        Some(Shape::Missing(table)) => Err(FenceError::backend(
+            BACKEND,
+            BackendErrorKind::NotFound,
+            None,
+            PostgresFenceError::NotMigrated {
+                schema: schema.name().to_owned(),
+                table,
+            },
+        )),
+    }
 }

@@ -132,10 +132,13 @@ pub enum TransactionError<E> {
 }
 
 /// What [`PostgresFence::begin`] found.
+// Not boxed: the transaction is used through `&mut *tx`, once per call; a box would make that
+// `&mut **tx`.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub enum Begun {
-    /// The token was admitted: the transaction holds the domain's mark row, already raised to
-    /// the token. Run your statements on it, then [`FencedTransaction::commit`].
+    /// The token was admitted: the transaction holds the domain's mark row locked. Run your
+    /// statements on it, then [`FencedTransaction::commit`].
     Admitted(FencedTransaction),
     /// The op id had committed before: nothing to run again.
     Duplicate {
@@ -144,16 +147,21 @@ pub enum Begun {
     },
 }
 
-/// A database transaction admitted by the fence: it holds the domain's mark row (raised to its
-/// token) until it ends, so no other holder of the domain commits in between. Dereferences to
+/// A database transaction admitted by the fence: it holds the domain's mark row locked until it
+/// ends, so no other holder of the domain commits in between; its commit raises the mark to
+/// its token with your statements. Dereferences to
 /// the transaction's `PgConnection`; dropping it without [`FencedTransaction::commit`] rolls
 /// everything back, the mark included.
 pub struct FencedTransaction {
     tx: Transaction<'static, Postgres>,
+    fence: PostgresFence,
     domain: Domain,
     token: FencingToken,
     op_id: Option<OperationId>,
     previous_high_water_mark: Option<FencingToken>,
+    /// The mark change and op record, written by `commit` just before `COMMIT`: the statement
+    /// also tells an aborted transaction (whose `COMMIT` answers `ROLLBACK`, not an error).
+    pending: Option<(MarkChange, Option<Remember>)>,
 }
 
 impl FencedTransaction {
@@ -178,8 +186,21 @@ impl FencedTransaction {
     }
 
     /// Commits your statements and the mark together. A connection lost once `COMMIT` was sent
-    /// is [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome.
-    pub async fn commit(self) -> Result<(), FenceError> {
+    /// is [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome. A
+    /// transaction one of your statements aborted commits nothing and is an error here (code
+    /// `25P02`), never a success.
+    pub async fn commit(mut self) -> Result<(), FenceError> {
+        let (change, remember) = self.pending.take().unwrap_or((MarkChange::Keep, None));
+        self.fence
+            .apply(
+                &mut self.tx,
+                &self.domain,
+                Operation::Write,
+                change,
+                remember,
+                true,
+            )
+            .await?;
         commit(self.tx, &self.domain, Operation::Write).await
     }
 
@@ -226,8 +247,10 @@ impl OutcomeLabel for Begun {
 impl PostgresFence {
     /// Begins a fenced transaction: locks the domain's mark row, answers a remembered op id
     /// with [`Begun::Duplicate`], refuses a stale token ([`FenceError::Fenced`]: below the
-    /// mark, or equal under [`EqualTokenPolicy::Strict`]), then raises the mark to the token
-    /// and remembers the op id, all in the transaction it hands you.
+    /// mark, or equal under [`EqualTokenPolicy::Strict`]) before any of your SQL runs, and
+    /// hands you the transaction, which holds the mark row until it ends.
+    /// [`FencedTransaction::commit`] raises the mark to the token and remembers the op id in
+    /// it, just before `COMMIT`.
     ///
     /// Holders of one domain serialize on the mark row: keep the transaction short. Run every
     /// statement on it (savepoints through `sqlx::Connection::begin` are fine); never send
@@ -318,7 +341,7 @@ impl PostgresFence {
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
         let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
         let op = request.op_id().map(|op_id| (token, op_id));
-        let (mut tx, locked) = self.lock(domain, operation, op).await?;
+        let (tx, locked) = self.lock(domain, operation, op).await?;
         // The pipeline's order: op-id replay, then the token rule, then apply.
         if let (Some(op_id), Some(row)) = (request.op_id(), &locked.op) {
             return Ok(Begun::Duplicate {
@@ -333,14 +356,14 @@ impl PostgresFence {
         };
         let remember = request.op_id().map(|op_id| Remember {
             token,
-            op_id,
+            op_id: op_id.clone(),
             revision: None,
             previous: locked.hwm,
         });
-        self.apply(&mut tx, domain, operation, change, remember)
-            .await?;
         Ok(Begun::Admitted(FencedTransaction {
             tx,
+            fence: self.clone(),
+            pending: Some((change, remember)),
             domain: domain.clone(),
             token,
             op_id: request.op_id().cloned(),

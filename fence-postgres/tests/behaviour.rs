@@ -6,7 +6,8 @@ mod support;
 
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 use fence_core::{BackendErrorKind, Fence, FenceError, FencedStore, FencingToken};
-use fence_postgres::PostgresFence;
+use fence_core::{OperationId, WriteRequest};
+use fence_postgres::{Begun, PostgresFence, TransactionRequest};
 use fence_testkit::postgres::{pool, shared_url, unique_schema};
 use support::shared;
 
@@ -44,6 +45,22 @@ async fn rows_that_are_not_fences_fail_closed_and_stay_as_they_are() {
         ("odd-state", "5, 'x', 1, 5"),
         ("half-entry", "5, 'v', NULL, 5"),
     ];
+    // The schema's checks keep tokens in range; a table written by another tool may not have
+    // them, and then reads must still fail closed.
+    sqlx::query(&format!(
+        "ALTER TABLE {marks} DROP CONSTRAINT fence_marks_hwm_u64, \
+         DROP CONSTRAINT fence_marks_writer_u64"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let refused = sqlx::query(&format!(
+        "INSERT INTO {}.fence_ops (domain, token, op_id, kind) VALUES ('x', 0, 'op', 'write')",
+        fence.schema()
+    ))
+    .execute(&pool)
+    .await;
+    assert!(refused.is_err(), "the schema refuses token 0: {refused:?}");
     for (name, values) in rows {
         sqlx::query(&format!(
             "INSERT INTO {marks} (domain, hwm, state, revision, writer) VALUES ('{name}', {values})"
@@ -116,4 +133,41 @@ async fn a_missing_schema_and_a_bad_schema_name_are_typed_errors() {
             "{bad:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_queued_behind_the_lock_replay_the_first_outcome() {
+    let Some((fence, _)) = shared("queued").await else {
+        return;
+    };
+    let domain = d("queued");
+    // Another holder's open transaction holds the mark row; two submissions of one write (a
+    // request and its retry after a lost answer) queue behind it.
+    let Begun::Admitted(holder) = fence
+        .begin(&TransactionRequest::new(domain.clone(), t(1)))
+        .await
+        .unwrap()
+    else {
+        panic!("token 1 is admitted");
+    };
+    let request = WriteRequest::put(domain.clone(), t(2), "paid")
+        .with_op_id(OperationId::new("pay-7").unwrap());
+    let submissions: Vec<_> = (0..2)
+        .map(|_| {
+            let (fence, request) = (fence.clone(), request.clone());
+            tokio::spawn(async move { fence.write(&request).await })
+        })
+        .collect();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    holder.commit().await.unwrap();
+    let mut outcomes = Vec::new();
+    for submission in submissions {
+        outcomes.push(submission.await.unwrap().unwrap());
+    }
+    let accepted = outcomes.iter().filter(|o| !o.is_duplicate()).count();
+    assert_eq!(accepted, 1, "one applies, the other replays: {outcomes:?}");
+    assert_eq!(outcomes[0].accepted(), outcomes[1].accepted());
+    let snapshot = fence.read(&domain).await.unwrap();
+    assert_eq!(snapshot.revision(), Some(fence_core::Revision::new(1)));
+    assert_eq!(snapshot.written_by(), Some(t(2)));
 }

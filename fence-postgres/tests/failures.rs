@@ -57,7 +57,10 @@ async fn a_table_of_another_shape_fails_closed() {
     .execute(&pool)
     .await
     .unwrap();
-    fence_postgres::migrate(&pool, &schema).await.unwrap(); // adds fence_ops, keeps the rest
+    // Migration creates the missing tables, keeps the foreign one and says so.
+    let migrated = fence_postgres::migrate(&pool, &schema).await.unwrap_err();
+    assert!(migrated.to_string().contains("hwm text"), "{migrated}");
+    assert!(!migrated.is_retryable());
     let fence = PostgresFence::new(pool.clone(), &schema).unwrap();
     for (what, result) in [
         ("write", put(&fence, &d("d"), 9, "x").await.map(|_| ())),
@@ -194,7 +197,7 @@ async fn a_server_gone_mid_transaction_commits_nothing() {
         .await
         .unwrap();
     assert!(terminated);
-    // The commit's connection is gone: the outcome is reported as unknown, never as success.
+    // The commit's connection is gone: an error a retry may cure, never a success.
     let commit = tx.commit().await;
     assert!(
         matches!(&commit, Err(e) if e.is_retryable()),

@@ -91,6 +91,12 @@ async fn the_counter_is_floored_at_the_mark_and_corrupt_rows_fail_closed() {
         Err(FenceError::TokenExhausted { .. })
     ));
 
+    sqlx::query(&format!(
+        "ALTER TABLE {counters} DROP CONSTRAINT fence_counters_last_u64"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
     for (name, last) in [("negative", "-1"), ("too-big", "18446744073709551616")] {
         sqlx::query(&format!(
             "INSERT INTO {counters} (domain, last) VALUES ($1, {last})"

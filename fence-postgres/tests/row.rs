@@ -103,6 +103,14 @@ async fn a_missing_row_and_a_corrupt_token_are_typed_and_change_nothing() {
     assert!(too_big.is_err(), "{too_big:?}");
     assert_eq!(row(&pool, &table, 1).await, (100, None));
 
+    // An empty SET list is refused before any I/O; a key too long for a domain still updates.
+    let mut conn = pool.acquire().await.unwrap();
+    let empty = rows.update(&mut conn, 1_i64, t(9), |_| {}).await;
+    assert!(
+        matches!(empty, Err(FenceError::InvalidInput(_))),
+        "{empty:?}"
+    );
+    assert_eq!(rows.domain("k".repeat(300)).as_str(), table);
     for (table, key, token) in [
         ("Accounts", "id", "fence_token"),
         ("accounts", "id; --", "fence_token"),

@@ -188,56 +188,86 @@ async fn holders_of_one_domain_serialize_on_the_mark_row() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_lost_commit_answer_is_ambiguous_and_the_retry_replays() {
-    let Some((_, _, ledger)) = with_ledger("lost_commit").await else {
+async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
+    let Some((_, direct, ledger)) = with_ledger("lost_commit").await else {
         return;
     };
     let url = shared_url().unwrap();
-    let upstream = url
-        .rsplit('@')
-        .next()
-        .and_then(|rest| rest.split('/').next())
-        .unwrap()
-        .parse()
-        .unwrap();
+    let upstream = fence_testkit::postgres::address(&url).parse().unwrap();
     let proxy = TcpProxy::start(upstream).await.unwrap();
     let proxied = url.replace(&upstream.to_string(), &proxy.address().to_string());
     let schema = ledger.trim_end_matches(".ledger");
     let fence = PostgresFence::new(pool(&proxied).await, schema).unwrap();
     let domain = d("account");
-    let request = TransactionRequest::new(domain.clone(), t(3))
-        .with_op_id(OperationId::new("statement-2026-11").unwrap());
+    let insert = format!("INSERT INTO {ledger} (domain, token) VALUES ('account', $1::numeric)");
 
-    // The work is the last step before COMMIT: from then on the server gets requests and the
-    // client gets no answer. COMMIT reaches the server and applies.
-    let Begun::Admitted(mut tx) = fence.begin(&request).await.unwrap() else {
+    // Cut while the fence's last statement before COMMIT is answered: COMMIT was never sent, so
+    // nothing committed, and the error says a retry can help (not "ambiguous").
+    let first = TransactionRequest::new(domain.clone(), t(3))
+        .with_op_id(OperationId::new("statement-1").unwrap());
+    let Begun::Admitted(mut tx) = fence.begin(&first).await.unwrap() else {
         panic!("token 3 is admitted");
     };
-    sqlx::query(&format!(
-        "INSERT INTO {ledger} (domain, token) VALUES ('account', 3)"
-    ))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
+    sqlx::query(&insert)
+        .bind("3")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
     proxy.lose_replies();
     let cut = tx.commit().await;
     proxy.forward();
+    match &cut {
+        Err(error) => assert!(
+            error.is_retryable() && !matches!(error, FenceError::Ambiguous { .. }),
+            "{error}"
+        ),
+        Ok(()) => panic!("a commit whose statements were cut succeeded"),
+    }
+    assert_eq!(logged(&direct, &ledger, &domain).await, Vec::<u64>::new());
+    let retry = log_token(&fence, &ledger, &first).await.unwrap();
+    assert!(
+        !retry.is_duplicate(),
+        "nothing had committed: the retry runs"
+    );
+
+    // Cut once COMMIT was sent (a deferred trigger keeps the server busy committing): the
+    // outcome is unknown, so `Ambiguous`; the retry with the same op id learns it committed.
+    sqlx::raw_sql(&format!(
+        "CREATE FUNCTION {schema}.slow_commit() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON {ledger}
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {schema}.slow_commit();"
+    ))
+    .execute(&direct)
+    .await
+    .unwrap();
+    let second = TransactionRequest::new(domain.clone(), t(4))
+        .with_op_id(OperationId::new("statement-2").unwrap());
+    let Begun::Admitted(mut tx) = fence.begin(&second).await.unwrap() else {
+        panic!("token 4 is admitted");
+    };
+    sqlx::query(&insert)
+        .bind("4")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let committing = tokio::spawn(tx.commit());
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    proxy.cut_all();
+    let cut = committing.await.unwrap();
     assert!(
         matches!(cut, Err(FenceError::Ambiguous { .. })),
         "a commit whose answer was lost must be ambiguous: {cut:?}"
     );
-    assert!(cut.unwrap_err().is_retryable());
-
-    // The retry with the same op id learns that it committed, and runs nothing again.
-    let retry = log_token(&fence, &ledger, &request).await.unwrap();
+    let retry = log_token(&fence, &ledger, &second).await.unwrap();
     assert_eq!(
         retry,
         Transacted::Duplicate {
-            previous_high_water_mark: None
-        }
+            previous_high_water_mark: Some(t(3))
+        },
+        "the retry replays the committed transaction"
     );
-    let direct = pool(&url).await;
-    assert_eq!(logged(&direct, &ledger, &domain).await, vec![3]);
+    assert_eq!(logged(&direct, &ledger, &domain).await, vec![3, 4]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -349,4 +379,83 @@ async fn an_op_id_belongs_to_a_write_or_a_transaction_not_both() {
     put(&fence, &domain, 4, "newer").await.unwrap();
     let stale = log_token(&fence, &ledger, &TransactionRequest::new(domain, t(3))).await;
     assert_fenced(stale.map_err(fence_error), 3, 4);
+}
+
+#[tokio::test]
+async fn a_transaction_aborted_by_its_own_statement_commits_nothing() {
+    let Some((fence, pool, ledger)) = with_ledger("aborted").await else {
+        return;
+    };
+    let domain = d("account");
+    log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(3)),
+    )
+    .await
+    .unwrap();
+    // The work swallows the error of a statement: the transaction is aborted, and its COMMIT
+    // would answer ROLLBACK without an error.
+    let request = TransactionRequest::new(domain.clone(), t(4))
+        .with_op_id(OperationId::new("swallowed").unwrap());
+    let swallowed = fence
+        .transaction(&request, {
+            let ledger = ledger.clone();
+            |conn| {
+                Box::pin(async move {
+                    sqlx::query(&format!(
+                        "INSERT INTO {ledger} (domain, token) VALUES ('account', 4)"
+                    ))
+                    .execute(&mut *conn)
+                    .await?;
+                    let failed = sqlx::query("SELECT 1/0").execute(&mut *conn).await;
+                    Ok::<bool, sqlx::Error>(failed.is_err())
+                })
+            }
+        })
+        .await;
+    match swallowed {
+        Err(TransactionError::Fence(error)) => {
+            assert!(!error.is_fenced(), "{error}");
+            assert!(error.to_string().contains("aborted"), "{error}");
+        }
+        other => panic!("an aborted transaction reported {other:?}"),
+    }
+    assert_eq!(fence.high_water_mark(&domain).await.unwrap(), Some(t(3)));
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![3]);
+    // Nothing was remembered either: the same op id runs (and commits) now.
+    let retry = log_token(&fence, &ledger, &request).await.unwrap();
+    assert!(!retry.is_duplicate());
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![3, 4]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn retries_of_one_transaction_queued_behind_the_lock_run_once() {
+    let Some((fence, pool, ledger)) = with_ledger("queued_txn").await else {
+        return;
+    };
+    let domain = d("account");
+    let Begun::Admitted(holder) = fence
+        .begin(&TransactionRequest::new(domain.clone(), t(1)))
+        .await
+        .unwrap()
+    else {
+        panic!("token 1 is admitted");
+    };
+    let request = TransactionRequest::new(domain.clone(), t(2))
+        .with_op_id(OperationId::new("statement").unwrap());
+    let submissions: Vec<_> = (0..2)
+        .map(|_| {
+            let (fence, ledger, request) = (fence.clone(), ledger.clone(), request.clone());
+            tokio::spawn(async move { log_token(&fence, &ledger, &request).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    holder.commit().await.unwrap();
+    let mut duplicates = 0;
+    for submission in submissions {
+        duplicates += usize::from(submission.await.unwrap().unwrap().is_duplicate());
+    }
+    assert_eq!(duplicates, 1, "one runs, the other replays");
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![2]);
 }

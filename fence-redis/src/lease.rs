@@ -5,8 +5,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fence_core::{
-    Domain, FenceError, FencingToken, InvalidInput, Lease, LeaseManager, Operation, OwnerId,
-    TokenIssuer,
+    Domain, FenceError, FencingToken, Lease, LeaseManager, Operation, OwnerId, TokenIssuer,
 };
 
 use crate::error::{unexpected, BACKEND};
@@ -47,11 +46,9 @@ impl RedisFence {
     }
 }
 
-fn ttl_ms(ttl: Duration) -> Result<String, FenceError> {
-    if ttl < Duration::from_millis(1) {
-        return Err(InvalidInput::Configuration("lease ttl must be at least 1 ms".into()).into());
-    }
-    Ok(ttl.as_millis().to_string())
+/// A TTL in whole milliseconds (checked to be at least 1 by fence-core's provided methods).
+fn ttl_ms(ttl: Duration) -> String {
+    ttl.as_millis().to_string()
 }
 
 fn issued(reply: &Reply, domain: &Domain) -> Result<FencingToken, FenceError> {
@@ -67,7 +64,7 @@ impl RedisLeases {
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
-        let ttl_text = ttl_ms(ttl)?;
+        let ttl_text = ttl_ms(ttl);
         let keys = &self.fence.inner.keys;
         let started = Instant::now();
         let reply = self
@@ -108,7 +105,7 @@ impl RedisLeases {
         ttl: Option<Duration>,
     ) -> Result<Option<Lease>, FenceError> {
         let action = match ttl {
-            Some(ttl) => ttl_ms(ttl)?,
+            Some(ttl) => ttl_ms(ttl),
             None => "release".to_owned(),
         };
         let token = lease.token.to_string();

@@ -16,17 +16,20 @@ use crate::unavailable;
 pub fn shared_url() -> Option<String> {
     let url = std::env::var("FENCE_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://fence@127.0.0.1:5440/postgres".into());
-    let address = url
-        .rsplit('@')
-        .next()
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_default()
-        .to_owned();
-    if crate::listens(&address) {
+    if crate::listens(&address(&url)) {
         Some(url)
     } else {
         unavailable(&format!("the shared PostgreSQL at {url}")).map(|_| String::new())
     }
+}
+
+/// The `host:port` of a `postgres://user@host:port/db` URL.
+pub fn address(url: &str) -> String {
+    url.rsplit('@')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned()
 }
 
 /// A unique schema name for `test` (`[a-z_][a-z0-9_]*`, at most 63 bytes).

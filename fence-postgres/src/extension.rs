@@ -1,0 +1,6 @@
+//! Building blocks for crates built on fence-postgres (such as fence-outbox-postgres): this
+//! backend's one error mapping, its commit and its corrupt-state reporting, so an extension
+//! adds no copy of them.
+
+pub use crate::error::{corrupt, map_error, token_column, BACKEND};
+pub use crate::mark::commit;
