@@ -179,55 +179,6 @@ async fn stale_or_rolled_back_writers_record_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn delivered_entries_are_purged_after_the_retention_window_dead_letters_stay() {
-    let Some(outbox) = outbox("retention").await else {
-        return;
-    };
-    let server = WebhookServer::start().await;
-    let d = domain("order-r");
-    pay(&outbox, &d, token(1), "a", &server.url("/ok"), "one")
-        .await
-        .unwrap();
-    pay(&outbox, &d, token(1), "b", &server.url("/reject"), "dead")
-        .await
-        .unwrap();
-    let config = fast_relay("relay")
-        .retention(Duration::from_millis(1500))
-        .sweep_interval(Duration::from_millis(100));
-    let handle = relay(&outbox, webhook(), config).spawn();
-    let settled = wait_for(
-        &outbox,
-        std::slice::from_ref(&d),
-        Duration::from_secs(10),
-        |e| e.len() == 2 && all_settled(e),
-    )
-    .await;
-    assert!(
-        matches!(settled[0].status, EntryStatus::Delivered { .. }),
-        "{settled:#?}"
-    );
-    let remaining = wait_for(
-        &outbox,
-        std::slice::from_ref(&d),
-        Duration::from_secs(10),
-        |e| e.len() == 1,
-    )
-    .await;
-    let report = handle.shutdown().await.unwrap();
-    assert!(report.purged >= 1, "{report:?}");
-    assert!(
-        matches!(remaining[0].status, EntryStatus::DeadLettered { .. }),
-        "dead letters stay: {remaining:#?}"
-    );
-    // The transition's op id is still remembered: a replay records nothing again.
-    let replay = pay(&outbox, &d, token(1), "a", &server.url("/ok"), "one")
-        .await
-        .unwrap();
-    assert!(replay.is_empty());
-    assert_eq!(outbox.entries(&d).await.unwrap().len(), 1);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn relays_of_every_partition_are_woken_by_their_own_notifications() {
     let Some(single) = outbox("notify_partitions").await else {
         return;

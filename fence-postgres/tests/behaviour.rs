@@ -7,7 +7,7 @@ mod support;
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 use fence_core::{BackendErrorKind, Fence, FenceError, FencedStore, FencingToken};
 use fence_core::{OperationId, WriteRequest};
-use fence_postgres::{Begun, PostgresFence, TransactionRequest};
+use fence_postgres::{PostgresFence, TransactionRequest};
 use fence_testkit::postgres::{pool, shared_url, unique_schema};
 use support::shared;
 
@@ -143,13 +143,7 @@ async fn retries_queued_behind_the_lock_replay_the_first_outcome() {
     let domain = d("queued");
     // Another holder's open transaction holds the mark row; two submissions of one write (a
     // request and its retry after a lost answer) queue behind it.
-    let Begun::Admitted(holder) = fence
-        .begin(&TransactionRequest::new(domain.clone(), t(1)))
-        .await
-        .unwrap()
-    else {
-        panic!("token 1 is admitted");
-    };
+    let holder = support::admitted(&fence, &TransactionRequest::new(domain.clone(), t(1))).await;
     let request = WriteRequest::put(domain.clone(), t(2), "paid")
         .with_op_id(OperationId::new("pay-7").unwrap());
     let submissions: Vec<_> = (0..2)

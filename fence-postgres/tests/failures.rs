@@ -10,7 +10,7 @@ use fence_conformance::services::{
     domain as d, oversized_value_is_refused_before_io, put, value_of,
 };
 use fence_core::{BackendErrorKind, Domain, Fence, FenceError, FencedStore, MAX_DOMAIN_BYTES};
-use fence_postgres::{Begun, PostgresFence, TransactionRequest};
+use fence_postgres::{PostgresFence, TransactionRequest};
 use fence_testkit::postgres::{pool, shared_url, unique_schema};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -143,16 +143,11 @@ async fn a_busy_pool_and_a_statement_timeout_are_retryable_and_write_nothing() {
         &fence,
     )
     .await;
-    let Begun::Admitted(holder) = single
-        .begin(&TransactionRequest::new(
-            domain.clone(),
-            fence_core::FencingToken::new(2).unwrap(),
-        ))
-        .await
-        .unwrap()
-    else {
-        panic!("token 2 is admitted");
-    };
+    let holder = support::admitted(
+        &single,
+        &TransactionRequest::new(domain.clone(), fence_core::FencingToken::new(2).unwrap()),
+    )
+    .await;
     let error = put(&single, &d("other"), 1, "v").await.unwrap_err();
     assert_kind(&error, BackendErrorKind::Unavailable, true);
 
@@ -177,16 +172,11 @@ async fn a_server_gone_mid_transaction_commits_nothing() {
     };
     let domain = d("gone");
     put(&fence, &domain, 1, "first").await.unwrap();
-    let Begun::Admitted(mut tx) = fence
-        .begin(&TransactionRequest::new(
-            domain.clone(),
-            fence_core::FencingToken::new(2).unwrap(),
-        ))
-        .await
-        .unwrap()
-    else {
-        panic!("token 2 is admitted");
-    };
+    let mut tx = support::admitted(
+        &fence,
+        &TransactionRequest::new(domain.clone(), fence_core::FencingToken::new(2).unwrap()),
+    )
+    .await;
     let backend: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
         .fetch_one(&mut *tx)
         .await

@@ -15,7 +15,7 @@ use fence_core::{
     Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, InvalidInput, OperationId,
     WriteRequest,
 };
-use fence_postgres::{Begun, PostgresFence, Transacted, TransactionError, TransactionRequest};
+use fence_postgres::{PostgresFence, Transacted, TransactionError, TransactionRequest};
 use fence_testkit::postgres::{pool, shared_url};
 use sqlx::PgPool;
 
@@ -130,13 +130,7 @@ async fn a_stale_holders_work_never_runs_and_a_failed_work_commits_nothing() {
     assert_eq!(logged(&pool, &ledger, &domain).await, vec![6]);
 
     // A dropped (never committed) admitted transaction rolls back too.
-    let Begun::Admitted(mut tx) = fence
-        .begin(&TransactionRequest::new(domain.clone(), t(10)))
-        .await
-        .unwrap()
-    else {
-        panic!("token 10 is admitted");
-    };
+    let mut tx = support::admitted(&fence, &TransactionRequest::new(domain.clone(), t(10))).await;
     sqlx::query(&format!(
         "INSERT INTO {ledger} (domain, token) VALUES ('account', 10)"
     ))
@@ -154,13 +148,7 @@ async fn holders_of_one_domain_serialize_on_the_mark_row() {
         return;
     };
     let domain = d("account");
-    let Begun::Admitted(mut old) = fence
-        .begin(&TransactionRequest::new(domain.clone(), t(5)))
-        .await
-        .unwrap()
-    else {
-        panic!("token 5 is admitted");
-    };
+    let mut old = support::admitted(&fence, &TransactionRequest::new(domain.clone(), t(5))).await;
     // The new holder waits on the mark row while the old one's transaction is open.
     let newer = tokio::spawn({
         let (fence, ledger, domain) = (fence.clone(), ledger.clone(), domain.clone());
@@ -205,9 +193,7 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
     // nothing committed, and the error says a retry can help (not "ambiguous").
     let first = TransactionRequest::new(domain.clone(), t(3))
         .with_op_id(OperationId::new("statement-1").unwrap());
-    let Begun::Admitted(mut tx) = fence.begin(&first).await.unwrap() else {
-        panic!("token 3 is admitted");
-    };
+    let mut tx = support::admitted(&fence, &first).await;
     sqlx::query(&insert)
         .bind("3")
         .execute(&mut *tx)
@@ -243,9 +229,7 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
     .unwrap();
     let second = TransactionRequest::new(domain.clone(), t(4))
         .with_op_id(OperationId::new("statement-2").unwrap());
-    let Begun::Admitted(mut tx) = fence.begin(&second).await.unwrap() else {
-        panic!("token 4 is admitted");
-    };
+    let mut tx = support::admitted(&fence, &second).await;
     sqlx::query(&insert)
         .bind("4")
         .execute(&mut *tx)
@@ -435,13 +419,7 @@ async fn retries_of_one_transaction_queued_behind_the_lock_run_once() {
         return;
     };
     let domain = d("account");
-    let Begun::Admitted(holder) = fence
-        .begin(&TransactionRequest::new(domain.clone(), t(1)))
-        .await
-        .unwrap()
-    else {
-        panic!("token 1 is admitted");
-    };
+    let holder = support::admitted(&fence, &TransactionRequest::new(domain.clone(), t(1))).await;
     let request = TransactionRequest::new(domain.clone(), t(2))
         .with_op_id(OperationId::new("statement").unwrap());
     let submissions: Vec<_> = (0..2)

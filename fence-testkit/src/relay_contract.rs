@@ -47,6 +47,12 @@ pub trait OutboxUnderTest: Send + Sync {
 
     /// Ends the lease of the test relay group's partition 0 now, as its TTL would.
     async fn expire_relay_lease(&self);
+
+    /// Checks, while the relay still runs, what the backend keeps for a `domain` whose entries
+    /// were purged (a hint index it should drop, for instance). Nothing by default.
+    async fn check_purged(&self, domain: &Domain) {
+        let _ = domain;
+    }
 }
 
 /// One `#[tokio::test]` per relay scenario (all of them unless listed), each on the outbox
@@ -69,6 +75,7 @@ macro_rules! relay_contract_tests {
             a_stuck_sink_times_out_and_the_retry_lands_once,
             a_paused_relay_cannot_complete_after_its_successor,
             domains_are_served_concurrently_each_in_order,
+            delivered_entries_are_purged_after_the_retention_window_dead_letters_stay,
         );
     };
 }
@@ -456,6 +463,67 @@ pub async fn domains_are_served_concurrently_each_in_order(o: &dyn OutboxUnderTe
             "{d} is served one entry at a time, in order"
         );
     }
+}
+
+/// A delivered entry stays for the retention window, then a sweep purges it; a dead letter
+/// stays; the transition's op id is still remembered, so a replay records nothing.
+pub async fn delivered_entries_are_purged_after_the_retention_window_dead_letters_stay(
+    o: &dyn OutboxUnderTest,
+) {
+    let server = WebhookServer::start().await;
+    let d = domain("order-r");
+    o.pay(&d, token(1), "a", &server.url("/ok"), "one")
+        .await
+        .unwrap();
+    o.pay(&d, token(1), "b", &server.url("/reject"), "dead")
+        .await
+        .unwrap();
+    let retention = Duration::from_millis(3000);
+    let config = fast_relay("relay")
+        .retention(retention)
+        .sweep_interval(Duration::from_millis(100));
+    let handle = relay(o, webhook(), config).spawn();
+    let settled = wait_for(o, std::slice::from_ref(&d), Duration::from_secs(10), |e| {
+        e.len() == 2 && all_settled(e)
+    })
+    .await;
+    let at = match settled[0].status {
+        EntryStatus::Delivered { at_ms, .. } => at_ms,
+        ref other => panic!("{other:?}"),
+    };
+    // Inside the window (read right after settling, far inside it) the delivered entry is
+    // still there, with its key.
+    let kept = o.entries(&d).await.unwrap();
+    let read_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        read_at < at + 3000,
+        "the read came {} ms after delivery, past the window: the machine stalled",
+        read_at - at
+    );
+    assert_eq!(kept.len(), 2, "kept within the window");
+    let remaining = wait_for(o, std::slice::from_ref(&d), Duration::from_secs(10), |e| {
+        e.len() == 1
+    })
+    .await;
+    assert!(
+        matches!(remaining[0].status, EntryStatus::DeadLettered { .. }),
+        "dead letters stay"
+    );
+    o.check_purged(&d).await;
+    let report = handle.shutdown().await.unwrap();
+    assert!(report.purged >= 1, "{report:?}");
+    println!(
+        "retention: delivered at {at} ms, purged after the {retention:?} window; dead letter kept"
+    );
+    let replay = o
+        .pay(&d, token(1), "a", &server.url("/ok"), "one")
+        .await
+        .unwrap();
+    assert_eq!(replay, 0, "a replay records nothing");
+    assert_eq!(o.entries(&d).await.unwrap().len(), 1);
 }
 
 /// A sink that takes a while and records how many deliveries overlapped.

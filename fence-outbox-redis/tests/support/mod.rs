@@ -145,4 +145,27 @@ impl fence_testkit::relay_contract::OutboxUnderTest for RedisUnderTest {
     async fn expire_relay_lease(&self) {
         expire_relay_lease(self.outbox.fence()).await;
     }
+
+    /// Nothing pending or retained: the domain leaves the partition's index, and the sweeps
+    /// stop adding it.
+    async fn check_purged(&self, _domain: &Domain) {
+        let fence = self.outbox.fence();
+        let index = fence.prefix().to_owned() + ":outbox:{p0}:index";
+        let started = Instant::now();
+        loop {
+            let value = fence
+                .query(fence_redis::redis::cmd("HKEYS").arg(&index))
+                .await
+                .unwrap();
+            let indexed: Vec<String> = fence_redis::redis::from_redis_value(value).unwrap();
+            if indexed.is_empty() {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "still indexed: {indexed:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
 }

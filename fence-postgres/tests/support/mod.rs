@@ -16,3 +16,15 @@ pub(crate) async fn shared(test: &str) -> Option<(PostgresFence, PgPool)> {
     let fence = PostgresFence::new(pool.clone(), &schema).expect("a valid schema name");
     Some((fence, pool))
 }
+
+/// Begins a fenced transaction for `request`, which the test expects admitted.
+#[allow(dead_code)] // each test binary uses its own part of this module
+pub(crate) async fn admitted(
+    fence: &PostgresFence,
+    request: &fence_postgres::TransactionRequest,
+) -> fence_postgres::FencedTransaction {
+    match fence.begin(request).await {
+        Ok(fence_postgres::Begun::Admitted(tx)) => tx,
+        other => panic!("{request:?} must be admitted, got {other:?}"),
+    }
+}
