@@ -45,3 +45,64 @@ CREATE TABLE IF NOT EXISTS fence_schema.fence_leases (
              CONSTRAINT fence_leases_token_u64 CHECK (token BETWEEN 1 AND 18446744073709551615),
     expires  timestamptz NOT NULL
 );
+
+-- A store write decided in one statement, in the order of fence-core's pipeline (the mark row
+-- locked; anything not Fence's, a remembered op id, a stale token or a failed revision
+-- condition changes nothing; else the write and its op id). Returns the mark row as it was,
+-- the remembered operation and whether it applied: the client derives the outcome from them
+-- with fence-core's own decision, and refuses any disagreement.
+CREATE OR REPLACE FUNCTION fence_schema.fence_write(
+    p_domain text, p_token numeric, p_strict boolean, p_op_id text, p_condition text,
+    p_expected bigint, p_state "char", p_value bytea, p_retention bigint)
+RETURNS TABLE (hwm text, state "char", revision bigint, writer text, created boolean,
+               op_kind text, op_revision bigint, op_previous text, applied boolean)
+LANGUAGE plpgsql AS $fence$
+DECLARE
+    m fence_schema.fence_marks%ROWTYPE;
+    o fence_schema.fence_ops%ROWTYPE;
+    fresh boolean := false;
+    u64 CONSTANT numeric := 18446744073709551615;
+BEGIN
+    SELECT * INTO m FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO fence_schema.fence_marks AS k (domain) VALUES (p_domain)
+            ON CONFLICT (domain) DO NOTHING;
+        fresh := FOUND;
+        SELECT * INTO m FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain FOR UPDATE;
+    END IF;
+    IF p_op_id IS NOT NULL THEN
+        -- After the lock, in its own statement: a retry committed meanwhile is seen.
+        SELECT * INTO o FROM fence_schema.fence_ops AS r
+         WHERE r.domain = p_domain AND r.token = p_token AND r.op_id = p_op_id;
+    END IF;
+    hwm := m.hwm::text; state := m.state; revision := m.revision; writer := m.writer::text;
+    created := fresh; op_kind := o.kind; op_revision := o.revision;
+    op_previous := o.previous::text; applied := false;
+    IF (m.hwm IS NULL AND NOT fresh)
+       OR (m.hwm IS NOT NULL AND (m.hwm < 1 OR m.hwm > u64 OR m.hwm <> trunc(m.hwm)))
+       OR NOT ((m.state IS NULL AND m.revision IS NULL AND m.writer IS NULL)
+               OR (m.state IS NOT NULL AND m.state IN ('v', 't')
+                   AND m.revision IS NOT NULL AND m.revision >= 1
+                   AND m.writer IS NOT NULL AND m.hwm IS NOT NULL
+                   AND m.writer >= 1 AND m.writer <= m.hwm))
+       OR o.kind IS NOT NULL
+       OR (m.hwm IS NOT NULL AND (p_token < m.hwm OR (p_strict AND p_token = m.hwm)))
+       OR (p_condition = 'absent' AND m.state IS NOT DISTINCT FROM 'v')
+       OR (p_condition = 'revision' AND m.revision IS DISTINCT FROM p_expected) THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    UPDATE fence_schema.fence_marks AS k SET hwm = p_token, state = p_state,
+           revision = COALESCE(m.revision, 0) + 1, writer = p_token, value = p_value
+     WHERE k.domain = p_domain;
+    IF p_op_id IS NOT NULL AND p_retention > 0 THEN
+        INSERT INTO fence_schema.fence_ops AS r (domain, token, op_id, kind, revision, previous)
+        VALUES (p_domain, p_token, p_op_id, 'write', COALESCE(m.revision, 0) + 1, m.hwm);
+        DELETE FROM fence_schema.fence_ops AS r WHERE r.domain = p_domain AND r.seq <=
+            (SELECT q.seq FROM fence_schema.fence_ops AS q WHERE q.domain = p_domain
+              ORDER BY q.seq DESC OFFSET p_retention LIMIT 1);
+    END IF;
+    applied := true;
+    RETURN NEXT;
+END
+$fence$;

@@ -5,17 +5,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fence_core::pipeline::{self, ClaimDecision, Decision};
+use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
-    Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken,
-    InvalidInput, Mutation, OpIdRetention, OpMemory, Operation, Snapshot, WriteOutcome,
-    WriteRequest,
+    Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError, FencedStore,
+    FencingToken, InvalidInput, Mutation, OpIdRetention, OpMemory, Operation, OperationId,
+    Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
-use crate::mark::{commit, decode_head, MarkChange, Remember};
+use crate::mark::{commit, decode_head, decode_op, revision_i64, MarkChange};
 use crate::schema::{check_shape, Schema, Shape};
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
@@ -121,40 +121,73 @@ impl PostgresFence {
         }
     }
 
+    /// A write in one statement: the schema's `fence_write` locks the mark row and applies the
+    /// write only where fence-core's decision would; the outcome is fence-core's decision on
+    /// the row as it was, which must agree with what the server did.
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         pipeline::validate_write(request, Some(self.max_value_bytes))?;
-        let value = match request.mutation() {
-            Mutation::Put(value) => Some(value.to_vec()),
-            Mutation::Delete => None,
+        let (state, value) = match request.mutation() {
+            Mutation::Put(value) => (b'v', Some(value.to_vec())),
+            Mutation::Delete => (b't', None),
             _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
         };
-        let (domain, token, operation) = (request.domain(), request.token(), request.operation());
-        let op = request.op_id().map(|op_id| (token, op_id));
-        let (mut tx, locked) = self.lock(domain, operation, op).await?;
-        let remembered = match (request.op_id(), &locked.op) {
-            (Some(op_id), Some(row)) => row.as_write(domain, token, op_id)?,
+        let (condition, expected) = match request.condition() {
+            WriteCondition::Any => ("any", None),
+            WriteCondition::Absent => ("absent", None),
+            WriteCondition::Revision(revision) => ("revision", Some(revision_i64(revision))),
+            _ => return Err(FenceError::unsupported(BACKEND, "this write condition")),
+        };
+        let (domain, operation) = (request.domain(), request.operation());
+        self.ensure_shape(domain, operation).await?;
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| map_error(e, domain, operation, false))?;
+        // One autocommit statement: once it is sent, a lost answer leaves the outcome unknown.
+        let row = sqlx::query(&format!(
+            "SELECT * FROM {}.fence_write($1, $2::numeric, $3, $4, $5, $6, $7, $8, $9)",
+            self.schema.name()
+        ))
+        .bind(domain.as_str())
+        .bind(request.token().to_string())
+        .bind(request.policy() == EqualTokenPolicy::Strict)
+        .bind(request.op_id().map(OperationId::as_str))
+        .bind(condition)
+        .bind(expected)
+        .bind(state as i8)
+        .bind(value)
+        .bind(i64::try_from(self.op_id_retention).unwrap_or(i64::MAX))
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(|e| map_error(e, domain, operation, true))?;
+        let column = |e: sqlx::Error| corrupt(domain, format!("write result: {e}"));
+        let created: bool = row.try_get(4).map_err(column)?;
+        let applied: bool = row.try_get(8).map_err(column)?;
+        let (hwm, entry) = decode_head(domain, &row, created)?;
+        let current = match entry {
+            Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
+            None => Current::mark(hwm),
+        };
+        let remembered = match (request.op_id(), decode_op(domain, &row, 5)?) {
+            (Some(op_id), Some(op)) => op.as_write(domain, request.token(), op_id)?,
             _ => OpMemory::new(),
         };
-        let (accepted, remember) =
-            match pipeline::decide_write(request, locked.current, &remembered)? {
-                Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
-                Decision::Apply { outcome, remember } => (outcome, remember),
-            };
-        let change = MarkChange::Entry {
-            token: accepted.token,
-            revision: accepted.revision,
-            value,
-        };
-        let remember = remember.map(|record| Remember {
-            token: record.token,
-            op_id: record.op_id,
-            revision: Some(accepted.revision),
-            previous: record.previous,
-        });
-        self.apply(&mut tx, domain, operation, change, remember, false)
-            .await?;
-        commit(tx, domain, operation).await?;
-        Ok(WriteOutcome::Accepted(accepted))
+        match (
+            applied,
+            pipeline::decide_write(request, current, &remembered),
+        ) {
+            (true, Ok(Decision::Apply { outcome, .. })) => Ok(WriteOutcome::Accepted(outcome)),
+            (false, Ok(Decision::Replay(first))) => Ok(WriteOutcome::Duplicate(first)),
+            (false, Err(refused)) => Err(refused),
+            (applied, decided) => Err(corrupt(
+                domain,
+                format!(
+                    "the server's write (applied: {applied}) disagrees with fence-core's \
+                     decision ({decided:?}): check that migrate ran with this version"
+                ),
+            )),
+        }
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

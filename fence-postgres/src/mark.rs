@@ -2,7 +2,6 @@
 //! operation, in the same statement), then changed (with the operation remembered, in the
 //! same statement). Each step is one round trip.
 
-use fence_core::pipeline::Current;
 use fence_core::{
     Domain, FenceError, FencingToken, InvalidInput, OpKind, OpMemory, OpOutcome, OpRecord,
     Operation, OperationId, Revision,
@@ -15,8 +14,6 @@ use crate::fence::PostgresFence;
 
 /// What a locked mark row holds.
 pub(crate) struct Locked {
-    /// The mark and the entry's head, for the pipeline.
-    pub(crate) current: Current,
     /// The mark.
     pub(crate) hwm: Option<FencingToken>,
     /// The record of the request's (token, op id), if one was asked for and is remembered.
@@ -96,20 +93,13 @@ pub(crate) enum MarkChange {
     Keep,
     /// Raise the mark; the entry stays.
     Raise(FencingToken),
-    /// A write: the mark and the writer become `token`, the entry becomes `value` (`None`: a
-    /// tombstone) at `revision`.
-    Entry {
-        token: FencingToken,
-        revision: Revision,
-        value: Option<Vec<u8>>,
-    },
 }
 
-/// An operation to remember with the change: a write's revision, or `None` for a transaction.
+/// A fenced transaction to remember with the change: its token, op id and the mark before it.
+/// (Store writes remember theirs inside the schema's `fence_write`.)
 pub(crate) struct Remember {
     pub(crate) token: FencingToken,
     pub(crate) op_id: OperationId,
-    pub(crate) revision: Option<Revision>,
     pub(crate) previous: Option<FencingToken>,
 }
 
@@ -152,11 +142,8 @@ impl PostgresFence {
                 )
             }
         };
-        let (hwm, entry) = decode_head(domain, &row, created)?;
-        let current = match entry {
-            Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
-            None => Current::mark(hwm),
-        };
+        // The entry's head is validated too: a row that is not Fence's fails closed.
+        let (hwm, _) = decode_head(domain, &row, created)?;
         // Read in its own statement, after the lock: a statement that waited for the lock
         // would still see the operation records of its start (an earlier retry committed
         // meanwhile would be missed).
@@ -173,11 +160,14 @@ impl PostgresFence {
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(sql_error)?;
-                row.map(|row| decode_op(domain, &row)).transpose()?
+                match row {
+                    Some(row) => decode_op(domain, &row, 0)?,
+                    None => None,
+                }
             }
             None => None,
         };
-        Ok((tx, Locked { current, hwm, op }))
+        Ok((tx, Locked { hwm, op }))
     }
 
     /// Applies `change` to the locked mark row and remembers `op`, in one statement, and
@@ -212,38 +202,12 @@ impl PostgresFence {
                     .push_bind(domain.as_str().to_owned())
                     .push(")");
             }
-            MarkChange::Entry {
-                token,
-                revision,
-                value,
-            } => {
-                let state = if value.is_some() { b'v' } else { b't' } as i8;
-                query
-                    .push(format!("m AS (UPDATE {marks} SET hwm = "))
-                    .push_bind(token.to_string())
-                    .push("::numeric, writer = ")
-                    .push_bind(token.to_string())
-                    .push("::numeric, state = ")
-                    .push_bind(state)
-                    .push(", revision = ")
-                    .push_bind(revision_i64(revision))
-                    .push(", value = ")
-                    .push_bind(value)
-                    .push(" WHERE domain = ")
-                    .push_bind(domain.as_str().to_owned())
-                    .push(")");
-            }
         }
         match op {
             None => {
                 query.push(" SELECT 1");
             }
             Some(op) => {
-                let kind = if op.revision.is_some() {
-                    "write"
-                } else {
-                    "transaction"
-                };
                 query
                     .push(format!(
                         ", o AS (INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) VALUES ("
@@ -253,11 +217,7 @@ impl PostgresFence {
                     .push_bind(op.token.to_string())
                     .push("::numeric, ")
                     .push_bind(op.op_id.as_str().to_owned())
-                    .push(", ")
-                    .push_bind(kind)
-                    .push(", ")
-                    .push_bind(op.revision.map(revision_i64))
-                    .push(", ")
+                    .push(", 'transaction', NULL, ")
                     .push_bind(op.previous.map(|p| p.to_string()))
                     // The delete does not see the row inserted by the same statement: it keeps
                     // the newest `retention - 1` of the others.
@@ -320,20 +280,28 @@ pub(crate) fn decode_head(
     Ok((hwm, entry))
 }
 
-/// A remembered operation's row (kind, revision, previous mark).
-fn decode_op(domain: &Domain, row: &PgRow) -> Result<OpRow, FenceError> {
+/// A remembered operation's row: kind, revision and previous mark in columns `first..first + 3`
+/// (`None` when the kind is NULL: nothing remembered).
+pub(crate) fn decode_op(
+    domain: &Domain,
+    row: &PgRow,
+    first: usize,
+) -> Result<Option<OpRow>, FenceError> {
     let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-    let kind: String = row.try_get(0).map_err(column)?;
-    let revision: Option<i64> = row.try_get(1).map_err(column)?;
-    let previous: Option<String> = row.try_get(2).map_err(column)?;
+    let kind: Option<String> = row.try_get(first).map_err(column)?;
+    let revision: Option<i64> = row.try_get(first + 1).map_err(column)?;
+    let previous: Option<String> = row.try_get(first + 2).map_err(column)?;
+    let Some(kind) = kind else {
+        return Ok(None);
+    };
     let previous = previous
         .map(|p| token_column(domain, &p, "operation record's previous mark"))
         .transpose()?;
-    Ok(OpRow {
+    Ok(Some(OpRow {
         kind,
         revision,
         previous,
-    })
+    }))
 }
 
 /// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent
@@ -348,6 +316,6 @@ pub async fn commit(
         .map_err(|e| map_error(e, domain, operation, true))
 }
 
-fn revision_i64(revision: Revision) -> i64 {
+pub(crate) fn revision_i64(revision: Revision) -> i64 {
     i64::try_from(revision.get()).unwrap_or(i64::MAX)
 }

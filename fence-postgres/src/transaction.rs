@@ -357,7 +357,6 @@ impl PostgresFence {
         let remember = request.op_id().map(|op_id| Remember {
             token,
             op_id: op_id.clone(),
-            revision: None,
             previous: locked.hwm,
         });
         Ok(Begun::Admitted(FencedTransaction {
