@@ -10,6 +10,10 @@ use fence_core::{Domain, FenceError, FencedStore, OperationId, Revision, WriteRe
 use crate::proxy::TcpProxy;
 use crate::services::{put, token};
 
+/// How long the connections must be quiet before a fault is injected (a client's background
+/// traffic, like sqlx's ping of a connection back in its pool, must not take the fault).
+const SETTLE: Duration = Duration::from_millis(50);
+
 /// Runs the cut-connection contract on `domain`, which must be fresh, through `store`, whose
 /// connections all go through `proxy`. Panics (failing the test) on any breach.
 pub async fn cut_connections_are_ambiguous_and_learnable(
@@ -24,6 +28,7 @@ pub async fn cut_connections_are_ambiguous_and_learnable(
     // With an operation id: the retry answers `Duplicate` with the first outcome.
     let op = OperationId::new("op-2").unwrap_or_else(|e| panic!("{e}"));
     let request = WriteRequest::put(domain.clone(), token(2), "second").with_op_id(op);
+    proxy.settle(SETTLE).await;
     proxy.lose_replies();
     let cut = store.write(&request).await;
     proxy.forward();
@@ -40,6 +45,7 @@ pub async fn cut_connections_are_ambiguous_and_learnable(
 
     // Without one: read back the writer token, revision and value.
     let before = until_answered(|| store.read(domain)).await;
+    proxy.settle(SETTLE).await;
     proxy.lose_replies();
     let cut = put(store, domain, 3, "third").await;
     proxy.forward();
@@ -54,6 +60,7 @@ pub async fn cut_connections_are_ambiguous_and_learnable(
     assert_eq!(applied.value().map(|v| v.to_vec()), Some(b"third".to_vec()));
 
     // And when the request itself was lost, the same read-back shows it did not apply.
+    proxy.settle(SETTLE).await;
     proxy.lose_requests();
     let cut = put(store, domain, 4, "fourth").await;
     proxy.forward();

@@ -15,6 +15,8 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -44,8 +46,13 @@ pub struct TcpProxy {
     address: SocketAddr,
     mode: watch::Sender<Mode>,
     cuts: watch::Sender<u64>,
+    /// When any connection last carried bytes.
+    activity: Activity,
     acceptor: JoinHandle<()>,
 }
+
+/// The instant bytes last crossed the proxy, shared by its connections.
+type Activity = Arc<Mutex<Instant>>;
 
 impl TcpProxy {
     /// Listens on a free loopback port and forwards every connection to `upstream`.
@@ -54,11 +61,19 @@ impl TcpProxy {
         let address = listener.local_addr()?;
         let (mode, _) = watch::channel(Mode::Forward);
         let (cuts, _) = watch::channel(0);
-        let acceptor = tokio::spawn(accept(listener, upstream, mode.clone(), cuts.clone()));
+        let activity = Arc::new(Mutex::new(Instant::now()));
+        let acceptor = tokio::spawn(accept(
+            listener,
+            upstream,
+            mode.clone(),
+            cuts.clone(),
+            activity.clone(),
+        ));
         Ok(TcpProxy {
             address,
             mode,
             cuts,
+            activity,
             acceptor,
         })
     }
@@ -93,6 +108,20 @@ impl TcpProxy {
         self.mode.send_replace(Mode::LoseRequests);
     }
 
+    /// Waits until no connection has carried a byte for `quiet` (a client's background traffic,
+    /// such as a pool testing a connection it got back, has ended), so that a fault injected
+    /// next lands on the request the test sends.
+    pub async fn settle(&self, quiet: Duration) {
+        loop {
+            let last = *self.activity.lock().unwrap_or_else(PoisonError::into_inner);
+            let idle = last.elapsed();
+            if idle >= quiet {
+                return;
+            }
+            tokio::time::sleep(quiet - idle).await;
+        }
+    }
+
     /// Closes every open connection now (new ones are accepted).
     pub fn cut_all(&self) {
         self.cuts.send_modify(|generation| *generation += 1);
@@ -111,6 +140,7 @@ async fn accept(
     upstream: SocketAddr,
     mode: watch::Sender<Mode>,
     cuts: watch::Sender<u64>,
+    activity: Activity,
 ) {
     while let Ok((client, _)) = listener.accept().await {
         let Ok(server) = TcpStream::connect(upstream).await else {
@@ -118,13 +148,20 @@ async fn accept(
         };
         // Subscribed before the task runs: a cut from now on reaches this connection.
         let (mode, mut cut) = (mode.subscribe(), cuts.subscribe());
+        let activity = activity.clone();
         tokio::spawn(async move {
             let _ = client.set_nodelay(true);
             let _ = server.set_nodelay(true);
             let (client_read, client_write) = client.into_split();
             let (server_read, server_write) = server.into_split();
-            let mut requests = tokio::spawn(pump(client_read, server_write, mode.clone(), false));
-            let mut replies = tokio::spawn(pump(server_read, client_write, mode, true));
+            let mut requests = tokio::spawn(pump(
+                client_read,
+                server_write,
+                mode.clone(),
+                false,
+                activity.clone(),
+            ));
+            let mut replies = tokio::spawn(pump(server_read, client_write, mode, true, activity));
             // Either direction ending (or a cut) closes the whole connection.
             tokio::select! {
                 _ = &mut requests => {}
@@ -142,6 +179,7 @@ async fn pump(
     mut to: OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
     replies: bool,
+    activity: Activity,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -149,6 +187,7 @@ async fn pump(
             Ok(0) | Err(_) => return,
             Ok(n) => n,
         };
+        *activity.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
         let current = loop {
             let current = *mode.borrow_and_update();
             if current != Mode::Hold {

@@ -165,3 +165,32 @@ async fn retries_queued_behind_the_lock_replay_the_first_outcome() {
     assert_eq!(snapshot.revision(), Some(fence_core::Revision::new(1)));
     assert_eq!(snapshot.written_by(), Some(t(2)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cut_connection_is_ambiguous_and_learnable() {
+    let Some((fence, _)) = shared("cut").await else {
+        return;
+    };
+    let url = shared_url().unwrap();
+    let upstream = fence_testkit::postgres::address(&url).parse().unwrap();
+    let proxy = fence_conformance::proxy::TcpProxy::start(upstream)
+        .await
+        .unwrap();
+    let proxied = url.replace(&upstream.to_string(), &proxy.address().to_string());
+    // One connection, no ping before each use: the cut lands on the write itself, whose
+    // statement that connection has already prepared (a first use would send a Parse first,
+    // and a cut there loses a request that never ran).
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect(&proxied)
+        .await
+        .unwrap();
+    let through = PostgresFence::new(pool, fence.schema()).unwrap();
+    fence_conformance::ambiguity::cut_connections_are_ambiguous_and_learnable(
+        &through,
+        &proxy,
+        &d("cut"),
+    )
+    .await;
+}

@@ -199,6 +199,7 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
         .execute(&mut *tx)
         .await
         .unwrap();
+    proxy.settle(Duration::from_millis(50)).await;
     proxy.lose_replies();
     let cut = tx.commit().await;
     proxy.forward();
