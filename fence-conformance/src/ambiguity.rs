@@ -12,7 +12,7 @@ use crate::services::{put, token};
 
 /// How long the connections must be quiet before a fault is injected (a client's background
 /// traffic, like sqlx's ping of a connection back in its pool, must not take the fault).
-const SETTLE: Duration = Duration::from_millis(50);
+const SETTLE: Duration = Duration::from_millis(150);
 
 /// Runs the cut-connection contract on `domain`, which must be fresh, through `store`, whose
 /// connections all go through `proxy`. Panics (failing the test) on any breach.

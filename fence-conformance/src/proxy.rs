@@ -111,13 +111,19 @@ impl TcpProxy {
     /// Waits until no connection has carried a byte for `quiet` (a client's background traffic,
     /// such as a pool testing a connection it got back, has ended), so that a fault injected
     /// next lands on the request the test sends.
+    /// Panics (failing the test) when they never go quiet within 10 s.
     pub async fn settle(&self, quiet: Duration) {
+        let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let last = *self.activity.lock().unwrap_or_else(PoisonError::into_inner);
             let idle = last.elapsed();
             if idle >= quiet {
                 return;
             }
+            assert!(
+                Instant::now() < deadline,
+                "the proxied connections never went quiet for {quiet:?}"
+            );
             tokio::time::sleep(quiet - idle).await;
         }
     }

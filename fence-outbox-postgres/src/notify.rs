@@ -23,10 +23,20 @@ pub(crate) fn channel(schema: &str) -> String {
 }
 
 /// Wake-ups of one partition: a generation counter and the waiters.
-#[derive(Default)]
 struct Partition {
     generation: AtomicU64,
     notify: Notify,
+}
+
+impl Default for Partition {
+    fn default() -> Self {
+        // Above every relay's initial cursor (0): each relay's first wait returns at once, so
+        // its first pass starts after the listener was in place.
+        Partition {
+            generation: AtomicU64::new(1),
+            notify: Notify::new(),
+        }
+    }
 }
 
 impl Partition {
@@ -83,7 +93,7 @@ impl Wakeups {
         let notified = part.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        match self.ensure_listening(pool).await {
+        match self.ensure_listening(pool, idle).await {
             Listening::JustStarted => {
                 *seen = part.generation.load(Ordering::SeqCst);
                 return;
@@ -101,20 +111,32 @@ impl Wakeups {
         *seen = part.generation.load(Ordering::SeqCst);
     }
 
-    async fn ensure_listening(self: &Arc<Self>, pool: &PgPool) -> Listening {
+    async fn ensure_listening(self: &Arc<Self>, pool: &PgPool, idle: Duration) -> Listening {
         let mut listening = self.listening.lock().await;
         if *listening {
             return Listening::Running;
         }
-        let listener = match listen(pool, &self.channel).await {
-            Ok(listener) => listener,
-            Err(error) => {
+        // Bounded: a busy pool must not hold every relay of the outbox past its idle wait.
+        let listener = match tokio::time::timeout(idle, listen(pool, &self.channel)).await {
+            Ok(Ok(listener)) => listener,
+            Err(_) => {
+                tracing::warn!(
+                    channel = self.channel,
+                    "outbox relay could not LISTEN in time; polling"
+                );
+                return Listening::Unavailable;
+            }
+            Ok(Err(error)) => {
                 tracing::warn!(%error, channel = self.channel, "outbox relay cannot LISTEN; polling");
                 return Listening::Unavailable;
             }
         };
         *listening = true;
-        tokio::spawn(forward(listener, Arc::downgrade(self)));
+        tokio::spawn(forward(
+            listener,
+            self.channel.clone(),
+            Arc::downgrade(self),
+        ));
         Listening::JustStarted
     }
 }
@@ -125,25 +147,50 @@ enum Listening {
     Unavailable,
 }
 
-/// Turns notifications into wake-ups until the outbox is gone. A lost connection wakes every
-/// partition (what was sent meanwhile is gone); the listener reconnects and listens again.
-async fn forward(mut listener: PgListener, wakeups: Weak<Wakeups>) {
+/// Turns notifications into wake-ups until the outbox is gone. A lost connection is
+/// re-established and listened on again, then every partition is woken (what was sent
+/// meanwhile is gone, so the relays look for themselves).
+async fn forward(mut listener: PgListener, channel: String, wakeups: Weak<Wakeups>) {
     loop {
         let received = tokio::time::timeout(LISTEN_CHECK, listener.try_recv()).await;
-        let Some(wakeups) = wakeups.upgrade() else {
+        let Some(outbox) = wakeups.upgrade() else {
             return;
         };
         match received {
             Err(_) => {} // quiet: check the outbox still exists, and listen on
             Ok(Ok(Some(notification))) => match notification.payload().parse::<u16>() {
-                Ok(partition) => wakeups.partition(partition).wake(),
-                Err(_) => wakeups.wake_all(),
+                Ok(partition) => outbox.partition(partition).wake(),
+                Err(_) => outbox.wake_all(),
             },
-            Ok(Ok(None)) => wakeups.wake_all(),
-            Ok(Err(error)) => {
-                tracing::warn!(%error, "outbox listener failed; retrying");
-                wakeups.wake_all();
-                drop(wakeups);
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                drop(outbox);
+                if !relisten(&mut listener, &channel, &wakeups).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Re-establishes the listening connection (retrying each second while the outbox exists),
+/// then wakes every partition; false once the outbox is gone.
+async fn relisten(listener: &mut PgListener, channel: &str, wakeups: &Weak<Wakeups>) -> bool {
+    loop {
+        match listener.listen(channel).await {
+            Ok(()) => {
+                return match wakeups.upgrade() {
+                    Some(outbox) => {
+                        outbox.wake_all();
+                        true
+                    }
+                    None => false,
+                };
+            }
+            Err(error) => {
+                tracing::warn!(%error, channel, "outbox listener lost its connection; retrying");
+                if wakeups.strong_count() == 0 {
+                    return false;
+                }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }

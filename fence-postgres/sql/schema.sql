@@ -46,11 +46,15 @@ CREATE TABLE IF NOT EXISTS fence_schema.fence_leases (
     expires  timestamptz NOT NULL
 );
 
+-- Finding a domain's recent op ids and pruning them: by domain, in order.
+CREATE INDEX IF NOT EXISTS fence_ops_domain_seq ON fence_schema.fence_ops (domain, seq);
+
 -- A store write decided in one statement, in the order of fence-core's pipeline (the mark row
 -- locked; anything not Fence's, a remembered op id, a stale token or a failed revision
 -- condition changes nothing; else the write and its op id). Returns the mark row as it was,
 -- the remembered operation and whether it applied: the client derives the outcome from them
--- with fence-core's own decision, and refuses any disagreement.
+-- with fence-core's own decision, and reports any disagreement. Arguments are checked: the
+-- function refuses what the client would never send.
 CREATE OR REPLACE FUNCTION fence_schema.fence_write(
     p_domain text, p_token numeric, p_strict boolean, p_op_id text, p_condition text,
     p_expected bigint, p_state "char", p_value bytea, p_retention bigint)
@@ -61,8 +65,16 @@ DECLARE
     m fence_schema.fence_marks%ROWTYPE;
     o fence_schema.fence_ops%ROWTYPE;
     fresh boolean := false;
+    refused boolean;
     u64 CONSTANT numeric := 18446744073709551615;
 BEGIN
+    IF p_domain IS NULL OR p_token IS NULL OR p_token < 1 OR p_token > u64
+       OR p_token <> trunc(p_token) OR p_strict IS NULL OR p_retention IS NULL
+       OR p_state IS NULL OR p_state NOT IN ('v', 't') OR (p_state = 'v') <> (p_value IS NOT NULL)
+       OR p_condition IS NULL OR p_condition NOT IN ('any', 'absent', 'revision')
+       OR (p_condition = 'revision') <> (p_expected IS NOT NULL) THEN
+        RAISE EXCEPTION 'fence_write: invalid arguments' USING ERRCODE = '22023';
+    END IF;
     SELECT * INTO m FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain FOR UPDATE;
     IF NOT FOUND THEN
         INSERT INTO fence_schema.fence_marks AS k (domain) VALUES (p_domain)
@@ -78,7 +90,7 @@ BEGIN
     hwm := m.hwm::text; state := m.state; revision := m.revision; writer := m.writer::text;
     created := fresh; op_kind := o.kind; op_revision := o.revision;
     op_previous := o.previous::text; applied := false;
-    IF (m.hwm IS NULL AND NOT fresh)
+    refused := (m.hwm IS NULL AND NOT fresh)
        OR (m.hwm IS NOT NULL AND (m.hwm < 1 OR m.hwm > u64 OR m.hwm <> trunc(m.hwm)))
        OR NOT ((m.state IS NULL AND m.revision IS NULL AND m.writer IS NULL)
                OR (m.state IS NOT NULL AND m.state IN ('v', 't')
@@ -88,7 +100,13 @@ BEGIN
        OR o.kind IS NOT NULL
        OR (m.hwm IS NOT NULL AND (p_token < m.hwm OR (p_strict AND p_token = m.hwm)))
        OR (p_condition = 'absent' AND m.state IS NOT DISTINCT FROM 'v')
-       OR (p_condition = 'revision' AND m.revision IS DISTINCT FROM p_expected) THEN
+       OR (p_condition = 'revision' AND m.revision IS DISTINCT FROM p_expected);
+    -- Unknown (NULL) counts as refused: fail closed.
+    IF refused IS NOT FALSE THEN
+        IF fresh THEN
+            -- The row this call created must not outlive the refusal (a NULL mark).
+            DELETE FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain;
+        END IF;
         RETURN NEXT;
         RETURN;
     END IF;

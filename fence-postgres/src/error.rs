@@ -12,19 +12,29 @@ pub enum PostgresFenceError {
     /// An error from the driver or the server.
     #[error("postgres: {0}")]
     Sql(#[from] sqlx::Error),
-    /// The schema has no fence table: [`crate::migrate`] has not run on it.
+    /// The schema lacks a fence table or function: [`crate::migrate`] has not run on it (with
+    /// this version).
     #[error(
-        "postgres: schema `{schema}` has no table `{table}`: run fence_postgres::migrate first"
+        "postgres: schema `{schema}` has no `{table}`: run fence_postgres::migrate (with this version)"
     )]
     NotMigrated {
         /// The schema.
         schema: String,
-        /// The missing table.
+        /// The missing table or function.
         table: &'static str,
     },
     /// The fence's tables exist with another shape than [`crate::migrate`] gives them.
     #[error("postgres: {0}")]
     Shape(String),
+    /// The server applied a write that fence-core's decision, on the row as it was, would have
+    /// refused (or refused one it would have applied): the schema's function and this client
+    /// disagree. Run `migrate` with this version.
+    #[error("postgres: the write {0}; run fence_postgres::migrate with this version")]
+    Disagreement(String),
+    /// The transaction's mark row changed under it (a `COMMIT` or `ROLLBACK` sent inside the
+    /// fenced transaction ended it early).
+    #[error("postgres: the fenced transaction's mark row changed under it (was COMMIT or ROLLBACK sent inside it?)")]
+    MarkChanged,
     /// A fenced row update found no row with its key.
     #[error("postgres: no row with this key in `{table}`")]
     RowMissing {

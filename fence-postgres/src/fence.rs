@@ -180,12 +180,15 @@ impl PostgresFence {
             (true, Ok(Decision::Apply { outcome, .. })) => Ok(WriteOutcome::Accepted(outcome)),
             (false, Ok(Decision::Replay(first))) => Ok(WriteOutcome::Duplicate(first)),
             (false, Err(refused)) => Err(refused),
-            (applied, decided) => Err(corrupt(
-                domain,
-                format!(
-                    "the server's write (applied: {applied}) disagrees with fence-core's \
-                     decision ({decided:?}): check that migrate ran with this version"
-                ),
+            (applied, decided) => Err(FenceError::backend(
+                BACKEND,
+                fence_core::BackendErrorKind::Rejected,
+                Some(domain),
+                PostgresFenceError::Disagreement(if applied {
+                    format!("was applied, though fence-core decides {decided:?}")
+                } else {
+                    format!("was not applied, though fence-core decides {decided:?}")
+                }),
             )),
         }
     }
@@ -198,7 +201,10 @@ impl PostgresFence {
                 &mut tx,
                 domain,
                 Operation::Claim,
-                MarkChange::Raise(token),
+                MarkChange::Raise {
+                    from: locked.hwm,
+                    to: token,
+                },
                 None,
                 false,
             )

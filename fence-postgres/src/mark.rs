@@ -1,6 +1,6 @@
-//! A domain's mark row inside a transaction: locked and read (with the request's remembered
-//! operation, in the same statement), then changed (with the operation remembered, in the
-//! same statement). Each step is one round trip.
+//! A domain's mark row inside a transaction (claims and fenced transactions): locked and read,
+//! the request's remembered operation read after the lock, then changed with the operation
+//! remembered in one statement. (Store writes run the schema's `fence_write` instead.)
 
 use fence_core::{
     Domain, FenceError, FencingToken, InvalidInput, OpKind, OpMemory, OpOutcome, OpRecord,
@@ -91,8 +91,11 @@ fn reused(domain: &Domain, op_id: &OperationId, first: OpKind, now: OpKind) -> F
 pub(crate) enum MarkChange {
     /// Leave it as it is.
     Keep,
-    /// Raise the mark; the entry stays.
-    Raise(FencingToken),
+    /// Raise the mark from `from` (what the lock read) to `to`; the entry stays.
+    Raise {
+        from: Option<FencingToken>,
+        to: FencingToken,
+    },
 }
 
 /// A fenced transaction to remember with the change: its token, op id and the mark before it.
@@ -105,8 +108,8 @@ pub(crate) struct Remember {
 
 impl PostgresFence {
     /// Begins a transaction and locks the domain's mark row in it (creating the row if
-    /// missing; a refusal drops the transaction, which rolls the creation back), reading the
-    /// record of `op` in the same statement. Concurrent holders of the domain wait on the lock
+    /// missing; a refusal drops the transaction, which rolls the creation back), then reads
+    /// the record of `op` in a statement of its own. Concurrent holders of the domain wait on the lock
     /// until this transaction ends.
     pub(crate) async fn lock(
         &self,
@@ -194,49 +197,59 @@ impl PostgresFence {
             MarkChange::Keep => {
                 query.push("m AS (SELECT 1)");
             }
-            MarkChange::Raise(token) => {
+            MarkChange::Raise { from, to } => {
+                // Guarded by what the lock read: a row that changed under this transaction
+                // (a `COMMIT` sent inside it ended the lock early) is not lowered.
                 query
                     .push(format!("m AS (UPDATE {marks} SET hwm = "))
-                    .push_bind(token.to_string())
+                    .push_bind(to.to_string())
                     .push("::numeric WHERE domain = ")
                     .push_bind(domain.as_str().to_owned())
-                    .push(")");
+                    .push(" AND hwm IS NOT DISTINCT FROM ")
+                    .push_bind(from.map(|t| t.to_string()))
+                    .push("::numeric RETURNING 1)");
             }
         }
-        match op {
-            None => {
-                query.push(" SELECT 1");
-            }
-            Some(op) => {
-                query
-                    .push(format!(
-                        ", o AS (INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) VALUES ("
-                    ))
-                    .push_bind(domain.as_str().to_owned())
-                    .push(", ")
-                    .push_bind(op.token.to_string())
-                    .push("::numeric, ")
-                    .push_bind(op.op_id.as_str().to_owned())
-                    .push(", 'transaction', NULL, ")
-                    .push_bind(op.previous.map(|p| p.to_string()))
-                    // The delete does not see the row inserted by the same statement: it keeps
-                    // the newest `retention - 1` of the others.
-                    .push(format!("::numeric)) DELETE FROM {ops} WHERE domain = "))
-                    .push_bind(domain.as_str().to_owned())
-                    .push(format!(
-                        " AND seq <= (SELECT seq FROM {ops} WHERE domain = "
-                    ))
-                    .push_bind(domain.as_str().to_owned())
-                    .push(" ORDER BY seq DESC OFFSET ")
-                    .push_bind(retention - 1)
-                    .push(" LIMIT 1)");
-            }
+        if let Some(op) = op {
+            query
+                .push(format!(
+                    ", o AS (INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) VALUES ("
+                ))
+                .push_bind(domain.as_str().to_owned())
+                .push(", ")
+                .push_bind(op.token.to_string())
+                .push("::numeric, ")
+                .push_bind(op.op_id.as_str().to_owned())
+                .push(", 'transaction', NULL, ")
+                .push_bind(op.previous.map(|p| p.to_string()))
+                // The delete does not see the row inserted by the same statement: it keeps
+                // the newest `retention - 1` of the others.
+                .push(format!(
+                    "::numeric) RETURNING 1), d AS (DELETE FROM {ops} WHERE domain = "
+                ))
+                .push_bind(domain.as_str().to_owned())
+                .push(format!(
+                    " AND seq <= (SELECT seq FROM {ops} WHERE domain = "
+                ))
+                .push_bind(domain.as_str().to_owned())
+                .push(" ORDER BY seq DESC OFFSET ")
+                .push_bind(retention - 1)
+                .push(" LIMIT 1) RETURNING 1)");
         }
-        query
-            .build()
-            .execute(&mut *conn)
+        query.push(" SELECT count(*) FROM m");
+        let changed: i64 = query
+            .build_query_scalar()
+            .fetch_one(&mut *conn)
             .await
             .map_err(|e| map_error(e, domain, operation, false))?;
+        if changed != 1 {
+            return Err(FenceError::backend(
+                crate::error::BACKEND,
+                fence_core::BackendErrorKind::Rejected,
+                Some(domain),
+                crate::error::PostgresFenceError::MarkChanged,
+            ));
+        }
         Ok(())
     }
 }

@@ -148,7 +148,16 @@ pub(crate) async fn check_shape(
             ))));
         }
     }
-    Ok(None)
+    // The store's write function, added with the tables (a schema migrated by an older version
+    // lacks it: run `migrate` again).
+    let function: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = $1 AND p.proname = 'fence_write')",
+    )
+    .bind(schema.name())
+    .fetch_one(pool)
+    .await?;
+    Ok((!function).then_some(Shape::Missing("fence_write")))
 }
 
 /// Creates the fence's tables in `schema` (idempotent: existing tables are left as they are),

@@ -352,7 +352,10 @@ impl PostgresFence {
         let change = if locked.hwm == Some(token) {
             MarkChange::Keep
         } else {
-            MarkChange::Raise(token)
+            MarkChange::Raise {
+                from: locked.hwm,
+                to: token,
+            }
         };
         let remember = request.op_id().map(|op_id| Remember {
             token,

@@ -44,6 +44,7 @@ async fn rows_that_are_not_fences_fail_closed_and_stay_as_they_are() {
         ("writer-above", "5, 'v', 1, 6"),
         ("odd-state", "5, 'x', 1, 5"),
         ("half-entry", "5, 'v', NULL, 5"),
+        ("writer-zero", "5, 'v', 1, 0"),
     ];
     // The schema's checks keep tokens in range; a table written by another tool may not have
     // them, and then reads must still fail closed.
@@ -137,7 +138,7 @@ async fn a_missing_schema_and_a_bad_schema_name_are_typed_errors() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn retries_queued_behind_the_lock_replay_the_first_outcome() {
-    let Some((fence, _)) = shared("queued").await else {
+    let Some((fence, pool)) = shared("queued").await else {
         return;
     };
     let domain = d("queued");
@@ -152,7 +153,7 @@ async fn retries_queued_behind_the_lock_replay_the_first_outcome() {
             tokio::spawn(async move { fence.write(&request).await })
         })
         .collect();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    support::wait_for_lock_waiters(&pool, fence.schema(), 2).await;
     holder.commit().await.unwrap();
     let mut outcomes = Vec::new();
     for submission in submissions {
@@ -193,4 +194,30 @@ async fn a_cut_connection_is_ambiguous_and_learnable() {
         &d("cut"),
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_refused_write_on_a_new_domain_leaves_nothing_behind() {
+    let Some((fence, _)) = shared("fresh_refusal").await else {
+        return;
+    };
+    let domain = d("fresh");
+    let conditional = WriteRequest::put(domain.clone(), t(1), "v").with_condition(
+        fence_core::WriteCondition::Revision(fence_core::Revision::new(3)),
+    );
+    let refused = fence.write(&conditional).await;
+    assert!(
+        matches!(
+            refused,
+            Err(FenceError::RevisionMismatch { actual: None, .. })
+        ),
+        "{refused:?}"
+    );
+    let snapshot = fence.read(&domain).await.unwrap();
+    assert_eq!(snapshot.high_water_mark, None);
+    assert!(
+        matches!(snapshot.entry, fence_core::Entry::Absent),
+        "{snapshot:?}"
+    );
+    put(&fence, &domain, 1, "then a plain write").await.unwrap();
 }

@@ -200,3 +200,24 @@ async fn a_server_gone_mid_transaction_commits_nothing() {
     );
     assert_eq!(value_of(&fence, &domain).await.as_deref(), Some("first"));
 }
+
+#[tokio::test]
+async fn a_schema_without_the_write_function_is_not_migrated_until_migrate_runs() {
+    let Some((fence, pool, _)) = migrated("old_schema").await else {
+        return;
+    };
+    // As a schema migrated by an older version, before the function existed.
+    sqlx::query(&format!("DROP FUNCTION {}.fence_write", fence.schema()))
+        .execute(&pool)
+        .await
+        .unwrap();
+    let fresh = PostgresFence::new(pool.clone(), fence.schema()).unwrap();
+    let error = put(&fresh, &d("old"), 1, "v").await.unwrap_err();
+    assert_kind(&error, BackendErrorKind::NotFound, false);
+    assert!(error.to_string().contains("fence_write"), "{error}");
+    fence_postgres::migrate(&pool, fence.schema())
+        .await
+        .unwrap();
+    let again = PostgresFence::new(pool, fence.schema()).unwrap();
+    put(&again, &d("old"), 1, "v").await.unwrap();
+}

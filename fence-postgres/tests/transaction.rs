@@ -253,6 +253,39 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
         "the retry replays the committed transaction"
     );
     assert_eq!(logged(&direct, &ledger, &domain).await, vec![3, 4]);
+
+    // The server shuts the connection down while committing (the backend is terminated by a
+    // deferred trigger, before the commit record): a FATAL answer to COMMIT is `Ambiguous` too,
+    // and the retry with the same op id finds nothing committed, so it runs.
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {schema}.doomed (id int);
+         CREATE FUNCTION {schema}.terminate() RETURNS trigger LANGUAGE plpgsql AS
+             $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$;
+         CREATE CONSTRAINT TRIGGER terminate AFTER INSERT ON {schema}.doomed
+             DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {schema}.terminate();"
+    ))
+    .execute(&direct)
+    .await
+    .unwrap();
+    let fence = PostgresFence::new(direct.clone(), schema).unwrap();
+    let third = TransactionRequest::new(domain.clone(), t(5))
+        .with_op_id(OperationId::new("statement-3").unwrap());
+    let mut tx = support::admitted(&fence, &third).await;
+    sqlx::query(&format!("INSERT INTO {schema}.doomed VALUES (1)"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let shut = tx.commit().await;
+    assert!(
+        matches!(shut, Err(FenceError::Ambiguous { .. })),
+        "a commit answered by a shutdown must be ambiguous: {shut:?}"
+    );
+    let retry = log_token(&fence, &ledger, &third).await.unwrap();
+    assert!(
+        !retry.is_duplicate(),
+        "nothing had committed: the retry runs"
+    );
+    assert_eq!(logged(&direct, &ledger, &domain).await, vec![3, 4, 5]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -429,7 +462,7 @@ async fn retries_of_one_transaction_queued_behind_the_lock_run_once() {
             tokio::spawn(async move { log_token(&fence, &ledger, &request).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    support::wait_for_lock_waiters(&pool, fence.schema(), 2).await;
     holder.commit().await.unwrap();
     let mut duplicates = 0;
     for submission in submissions {

@@ -28,3 +28,28 @@ pub(crate) async fn admitted(
         other => panic!("{request:?} must be admitted, got {other:?}"),
     }
 }
+
+/// Waits until `count` sessions wait for a lock in a statement naming `schema` (the test's
+/// submissions queued behind a lock), or panics after 10 s.
+#[allow(dead_code)] // each test binary uses its own part of this module
+pub(crate) async fn wait_for_lock_waiters(pool: &PgPool, schema: &str, count: i64) {
+    let started = std::time::Instant::now();
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity \
+             WHERE wait_event_type = 'Lock' AND position($1 in query) > 0",
+        )
+        .bind(schema)
+        .fetch_one(pool)
+        .await
+        .expect("read pg_stat_activity");
+        if waiting >= count {
+            return;
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "{waiting} of {count} sessions queued behind the lock"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
