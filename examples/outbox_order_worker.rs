@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fence_core::{Domain, FenceError, FencingToken, LeaseManager, MemoryLeases, OwnerId, Record};
+use fence_core::{
+    Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, MemoryLeases, OwnerId, Record,
+};
 use fence_examples::{
     kafka_fence_for_run, postgres_fence, redis_builder, ReceiptWebhook, Timeline, POSTGRES_SCHEMA,
 };
@@ -198,24 +200,16 @@ async fn story() -> Result<bool, Error> {
     );
     clock.say("A", "pauses (GC) before recording \"paid + send receipt\"");
 
-    let b = loop {
-        match leases
-            .acquire(&order, &OwnerId::new("worker-b")?, LEASE)
-            .await
-        {
-            Ok(lease) => break lease,
-            Err(FenceError::LeaseHeld { .. }) => {
-                tokio::time::sleep(Duration::from_millis(25)).await
-            }
-            Err(error) => return Err(error.into()),
-        }
-    };
+    // B's guard waits for A's lease to end, then keeps B's renewed.
+    let options = LeaseOptions::new(LEASE).wait(Duration::from_secs(10));
+    let b =
+        LeaseGuard::acquire(leases.clone(), &order, &OwnerId::new("worker-b")?, options).await?;
     clock.say(
         "B",
-        format!("acquired the order lease with token {}", b.token),
+        format!("acquired the order lease with token {}", b.token()),
     );
     let recorded = orders
-        .pay(&order, b.token, "worker-b", &webhook.url())
+        .pay(&order, b.token(), "worker-b", &webhook.url())
         .await?;
     clock.say(
         "B",

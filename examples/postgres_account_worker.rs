@@ -11,7 +11,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use fence_core::{Domain, FenceError, FencingToken, LeaseManager, OperationId, OwnerId};
+use fence_core::{
+    Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, OperationId, OwnerId,
+};
 use fence_examples::{postgres_fence, ReceiptWebhook, Timeline, POSTGRES_SCHEMA};
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, EntryStatus, OutboxError, Relay, RelayConfig, WebhookSink,
@@ -91,28 +93,20 @@ async fn story() -> Result<bool, Error> {
     );
     clock.say("A", "pauses (GC) before closing the month");
 
-    let b = loop {
-        match leases
-            .acquire(
-                &account,
-                &OwnerId::new("worker-b")?,
-                Duration::from_secs(10),
-            )
-            .await
-        {
-            Ok(lease) => break lease,
-            // Expiry is decided by the server's clock.
-            Err(FenceError::LeaseHeld { .. }) => {
-                tokio::time::sleep(Duration::from_millis(25)).await
-            }
-            Err(error) => return Err(error.into()),
-        }
-    };
+    // B's guard waits for A's lease to end (expiry by the server's clock), then keeps B's renewed.
+    let options = LeaseOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
+    let b = LeaseGuard::acquire(
+        leases.clone(),
+        &account,
+        &OwnerId::new("worker-b")?,
+        options,
+    )
+    .await?;
     clock.say(
         "B",
-        format!("acquired the account lease, token {}", b.token),
+        format!("acquired the account lease, token {}", b.token()),
     );
-    let closed = close_month(&outbox, &accounts, &account, b.token, 120, &webhook.url()).await?;
+    let closed = close_month(&outbox, &accounts, &account, b.token(), 120, &webhook.url()).await?;
     clock.say(
         "B",
         format!("balance 120 + statement recorded in one transaction: {closed}"),

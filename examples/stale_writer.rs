@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fence_core::{Domain, FenceError, LeaseManager, OwnerId};
+use fence_core::{Domain, FenceError, LeaseGuard, LeaseManager, LeaseOptions, OwnerId};
 use fence_examples::{Backend, Resource, Timeline};
 use tokio::sync::oneshot;
 
@@ -93,24 +93,11 @@ async fn worker_b(
 ) -> Result<(), Error> {
     // The story starts with A holding the lease and having written once.
     a_acquired.await?;
-    let owner = OwnerId::new("worker-b")?;
-    let mut announced = false;
-    let lease = loop {
-        match leases
-            .acquire(&domain, &owner, Duration::from_secs(10))
-            .await
-        {
-            Ok(lease) => break lease,
-            Err(FenceError::LeaseHeld { .. }) => {
-                if !announced {
-                    clock.say("B", "lease is held by A; waiting for it to expire");
-                    announced = true;
-                }
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(error) => return Err(error.into()),
-        }
-    };
+    // The guard waits for A's lease to end (up to 10 s), then keeps B's renewed.
+    clock.say("B", "waits for the lease (held by A) for up to 10 s");
+    let options = LeaseOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
+    let guard = LeaseGuard::acquire(leases, &domain, &OwnerId::new("worker-b")?, options).await?;
+    let lease = guard.lease();
     clock.say(
         "B",
         format!("acquired the lease with fencing token {}", lease.token),
@@ -130,7 +117,7 @@ async fn worker_b(
     let write = resource.write(&domain, lease.token, B_VALUE).await;
     clock.say("B", format!("wrote \"{B_VALUE}\" -> {}", describe(&write)));
     write?;
-    leases.release(&lease).await?;
+    guard.release().await?;
     Ok(())
 }
 

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fence_core::{
-    Domain, FenceError, FencedStore, LeaseManager, OwnerId, TokenIssuer, WriteRequest,
+    Domain, FenceError, FencedStore, LeaseGuard, LeaseLoss, LeaseManager, LeaseOptions, OwnerId,
+    TokenIssuer, WriteRequest,
 };
 
 use crate::services::value_of;
@@ -175,4 +176,68 @@ pub async fn issuer_is_strictly_increasing(issuer: &dyn TokenIssuer, domain: &Do
         assert!(next > last, "{next} after {last}");
         last = next;
     }
+}
+
+/// The lease guard on `leases` (fresh `domain`): it keeps the lease across several TTLs by
+/// renewing it in the background, with one token; a second owner's acquire with a wait
+/// deadline is `LeaseHeld` once the deadline passes, and gets the lease soon after the first
+/// releases, with a greater token; a lease revoked behind the guard's back (an operator's
+/// release) is signalled lost (`Refused`) within the TTL.
+pub async fn guard_renews_waits_and_signals_loss(leases: Arc<dyn LeaseManager>, domain: &Domain) {
+    let ttl = Duration::from_secs(1);
+    let a = LeaseGuard::acquire(leases.clone(), domain, &owner("a"), LeaseOptions::new(ttl))
+        .await
+        .unwrap_or_else(|e| panic!("A acquires: {e}"));
+    tokio::time::sleep(ttl * 3).await;
+    assert!(!a.is_lost(), "A's guard renewed its lease: {a:?}");
+    let first = a.token();
+
+    let started = Instant::now();
+    let waited = Duration::from_millis(500);
+    let refused = LeaseGuard::acquire(
+        leases.clone(),
+        domain,
+        &owner("b"),
+        LeaseOptions::new(ttl).wait(waited),
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(FenceError::LeaseHeld { .. })),
+        "B while A's guard holds: {refused:?}"
+    );
+    assert!(started.elapsed() >= waited, "B waited its deadline");
+
+    let waiting = tokio::spawn({
+        let (leases, domain) = (leases.clone(), domain.clone());
+        async move {
+            let options = LeaseOptions::new(ttl).wait(Duration::from_secs(10));
+            LeaseGuard::acquire(leases, &domain, &owner("b"), options).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let released = Instant::now();
+    a.release()
+        .await
+        .unwrap_or_else(|e| panic!("A releases: {e}"));
+    let b = waiting
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("B acquires after the release: {e}"));
+    assert!(
+        released.elapsed() < Duration::from_secs(2),
+        "B got the lease {:?} after the release",
+        released.elapsed()
+    );
+    assert!(b.token() > first, "a new holder gets a greater token");
+
+    // An operator revokes B's lease: the guard's next renewal is refused.
+    leases
+        .release(&b.lease())
+        .await
+        .unwrap_or_else(|e| panic!("revoke: {e}"));
+    let reason = tokio::time::timeout(ttl * 2, b.lost())
+        .await
+        .unwrap_or_else(|_| panic!("the revoked lease was not signalled lost"));
+    assert_eq!(reason, LeaseLoss::Refused);
+    assert!(b.is_lost());
 }

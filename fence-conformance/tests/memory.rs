@@ -61,3 +61,85 @@ async fn op_id_retention_is_bounded_as_declared() {
     fence_conformance::retention::store_keeps_the_last_op_ids(&memory, &memory, &d("store")).await;
     fence_conformance::retention::log_keeps_the_last_op_ids(&memory, &memory, &d("log")).await;
 }
+
+#[allow(clippy::panic)]
+mod leases {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use fence_conformance::lease;
+    use fence_core::{
+        Domain, FenceError, Lease, LeaseGuard, LeaseLoss, LeaseManager, LeaseOptions, MemoryFence,
+        MemoryLeases, OwnerId,
+    };
+
+    fn domain(name: &str) -> Domain {
+        Domain::new(name).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn the_lease_story_on_memory() {
+        let (store, leases) = (MemoryFence::new(), MemoryLeases::new());
+        lease::expired_holder_is_fenced_by_the_next_owner(&store, &leases, None, &domain("story"))
+            .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_guard_renews_waits_and_signals_loss_on_memory() {
+        lease::guard_renews_waits_and_signals_loss(Arc::new(MemoryLeases::new()), &domain("g"))
+            .await;
+    }
+
+    /// Leases whose renewals never answer, as a backend that went away.
+    #[derive(Debug)]
+    struct Unanswered(MemoryLeases);
+
+    #[async_trait]
+    impl LeaseManager for Unanswered {
+        fn backend(&self) -> &'static str {
+            "memory"
+        }
+
+        async fn do_acquire(
+            &self,
+            domain: &Domain,
+            owner: &OwnerId,
+            ttl: Duration,
+        ) -> Result<Lease, FenceError> {
+            self.0.do_acquire(domain, owner, ttl).await
+        }
+
+        async fn do_renew(&self, _lease: &Lease, _ttl: Duration) -> Result<Lease, FenceError> {
+            std::future::pending().await
+        }
+
+        async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+            self.0.do_release(lease).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_guard_whose_renewals_never_answer_signals_expiry_within_the_ttl() {
+        let leases = Arc::new(Unanswered(MemoryLeases::new()));
+        let ttl = Duration::from_millis(600);
+        let guard = LeaseGuard::acquire(
+            leases,
+            &domain("silent"),
+            &OwnerId::new("a").unwrap_or_else(|e| panic!("{e}")),
+            LeaseOptions::new(ttl),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        let started = std::time::Instant::now();
+        let reason = tokio::time::timeout(ttl * 2, guard.lost())
+            .await
+            .unwrap_or_else(|_| panic!("no loss signal"));
+        assert_eq!(reason, LeaseLoss::Expired);
+        assert!(
+            started.elapsed() <= ttl + Duration::from_millis(200),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+}

@@ -193,6 +193,15 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
         .await
     }
 
+    /// Waits, after `acquire` found `domain`'s lease held, until it may be free or `within`
+    /// has passed ([`crate::LeaseGuard::acquire`] then tries again). The default sleeps a
+    /// jittered 25 to 50 ms (bounded polling); a backend that can be notified of a release
+    /// overrides it.
+    async fn wait_for_release(&self, domain: &Domain, within: Duration) {
+        let _ = domain;
+        crate::lease_guard::poll_for_release(within).await;
+    }
+
     /// The backend's `acquire`, without telemetry, with `ttl` already checked (1 ms ..=
     /// `i64::MAX` ms): implement this one.
     async fn do_acquire(

@@ -6,6 +6,7 @@ mod domain;
 mod error;
 mod fence;
 mod issuer;
+mod lease_guard;
 mod memory;
 mod op_memory;
 mod outcome;
@@ -24,6 +25,7 @@ pub use domain::{Domain, MAX_DOMAIN_BYTES};
 pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation};
 pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};
 pub use issuer::{Lease, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};
+pub use lease_guard::{LeaseGuard, LeaseLoss, LeaseOptions};
 pub use memory::{MemoryFence, DEFAULT_OP_ID_RETENTION, DEFAULT_SHARDS};
 pub use op_memory::{OpKind, OpMemory, OpOutcome, OpRecord};
 pub use outcome::{

@@ -180,3 +180,11 @@ async fn the_issuer_is_monotonic_across_a_crash_of_the_server() {
         "{other:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_renews_waits_and_signals_loss() {
+    let Some((fence, _)) = shared("lease_guard").await else {
+        return;
+    };
+    lease::guard_renews_waits_and_signals_loss(Arc::new(fence.leases()), &d("g")).await;
+}

@@ -128,3 +128,15 @@ async fn a_recreated_sequence_never_issues_a_token_at_or_below_the_mark() {
         Err(FenceError::CorruptState { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_renews_waits_and_signals_loss() {
+    let Some(fence) = shared_fence("lease-guard").await else {
+        return;
+    };
+    lease::guard_renews_waits_and_signals_loss(
+        Arc::new(fence.leases()),
+        &Domain::new("g").unwrap(),
+    )
+    .await;
+}
