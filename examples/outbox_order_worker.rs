@@ -15,7 +15,8 @@ use fence_core::{
     Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, MemoryLeases, OwnerId, Record,
 };
 use fence_examples::{
-    kafka_fence_for_run, postgres_fence, redis_builder, ReceiptWebhook, Timeline, POSTGRES_SCHEMA,
+    kafka_fence_for_run, postgres_fence, redis_builder, settled_entries, ReceiptWebhook, Timeline,
+    POSTGRES_SCHEMA,
 };
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, EntryStatus, OutboxEntry, OutboxError, OutboxStore,
@@ -227,9 +228,7 @@ async fn story() -> Result<bool, Error> {
         "relay started: it takes the relay lease and delivers pending receipts",
     );
     let deadline = Instant::now() + Duration::from_secs(20);
-    while webhook.counts().0 == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    webhook.wait_for_first(Duration::from_secs(20)).await;
 
     clock.say(
         "A",
@@ -244,16 +243,7 @@ async fn story() -> Result<bool, Error> {
         Err(error) => clock.say("A", format!("REJECTED: {error}")),
     }
 
-    let settled = loop {
-        let entries = orders.entries(&order).await?;
-        let done = entries
-            .iter()
-            .all(|e| !matches!(e.status, EntryStatus::Pending { .. }));
-        if done || Instant::now() > deadline {
-            break entries;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let settled = settled_entries(deadline, || orders.entries(&order)).await?;
     let report = relay.shutdown().await?;
     let (applied, requests) = webhook.counts();
     clock.say(

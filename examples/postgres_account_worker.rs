@@ -14,9 +14,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use fence_core::{
     Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, OperationId, OwnerId,
 };
-use fence_examples::{postgres_fence, ReceiptWebhook, Timeline, POSTGRES_SCHEMA};
+use fence_examples::{postgres_fence, settled_entries, ReceiptWebhook, Timeline, POSTGRES_SCHEMA};
 use fence_outbox::{
-    DestinationRule, Effect, EffectKinds, EntryStatus, OutboxError, Relay, RelayConfig, WebhookSink,
+    DestinationRule, Effect, EffectKinds, OutboxError, Relay, RelayConfig, WebhookSink,
 };
 use fence_outbox_postgres::PostgresOutbox;
 use fence_postgres::{Begun, RowFence, TransactionRequest};
@@ -123,9 +123,7 @@ async fn story() -> Result<bool, Error> {
         "relay started: woken by NOTIFY, it delivers the statement",
     );
     let deadline = Instant::now() + Duration::from_secs(20);
-    while webhook.counts().0 == 0 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    webhook.wait_for_first(Duration::from_secs(20)).await;
 
     clock.say(
         "A",
@@ -156,16 +154,7 @@ async fn story() -> Result<bool, Error> {
         ),
     }
 
-    let settled = loop {
-        let entries = outbox.entries(&account).await?;
-        let done = entries
-            .iter()
-            .all(|e| !matches!(e.status, EntryStatus::Pending { .. }));
-        if done || Instant::now() > deadline {
-            break entries;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let settled = settled_entries(deadline, || outbox.entries(&account)).await?;
     let report = relay.shutdown().await?;
     let (sent, requests) = webhook.counts();
     let balance: i64 = sqlx::query_scalar(&format!(

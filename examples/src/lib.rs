@@ -9,6 +9,6 @@ pub use backend::{
     kafka_fence_for_run, postgres_fence, redis_builder, s3_fence_from_env, Backend, DemoBackend,
     POSTGRES_SCHEMA,
 };
-pub use receipts::ReceiptWebhook;
+pub use receipts::{settled_entries, ReceiptWebhook};
 pub use resource::Resource;
 pub use timeline::Timeline;

@@ -57,6 +57,38 @@ impl ReceiptWebhook {
         let ledger = self.ledger.lock().unwrap_or_else(PoisonError::into_inner);
         (ledger.applied.len(), ledger.requests)
     }
+
+    /// Waits until a receipt was applied, or `within` has passed.
+    pub async fn wait_for_first(&self, within: std::time::Duration) {
+        let deadline = std::time::Instant::now() + within;
+        while self.counts().0 == 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Reads a domain's outbox entries with `entries` until none is pending or `deadline` passes,
+/// and returns the last read.
+pub async fn settled_entries<F, Fut>(
+    deadline: std::time::Instant,
+    mut entries: F,
+) -> Result<Vec<fence_outbox::OutboxEntry>, fence_outbox::OutboxError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<
+        Output = Result<Vec<fence_outbox::OutboxEntry>, fence_outbox::OutboxError>,
+    >,
+{
+    loop {
+        let read = entries().await?;
+        let done = read
+            .iter()
+            .all(|e| !matches!(e.status, fence_outbox::EntryStatus::Pending { .. }));
+        if done || std::time::Instant::now() > deadline {
+            return Ok(read);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 async fn receive(
