@@ -120,13 +120,25 @@ pub async fn expired_holder_is_fenced_by_the_next_owner(
     }
 }
 
+/// How a backend's tokens follow each other.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TokenSequence {
+    /// One counter per domain: each acquisition takes the next number, losers take none.
+    Consecutive,
+    /// A cluster-wide revision (etcd): strictly increasing, with gaps.
+    Increasing,
+}
+
 /// Eight owners race for the fresh `domain`'s lease, five rounds: exactly one wins each
-/// round, and losers issue nothing (the winners' tokens are consecutive).
+/// round, and every winner's token is greater than the last; under
+/// [`TokenSequence::Consecutive`] losers issue nothing (the winners' tokens are consecutive).
 pub async fn concurrent_acquires_have_exactly_one_winner(
     leases: Arc<dyn LeaseManager>,
     domain: &Domain,
+    sequence: TokenSequence,
 ) {
     let mut first = None;
+    let mut last = None;
     for round in 0..5_u64 {
         let start = Arc::new(tokio::sync::Barrier::new(8));
         let mut tasks = tokio::task::JoinSet::new();
@@ -149,12 +161,19 @@ pub async fn concurrent_acquires_have_exactly_one_winner(
         }
         assert_eq!(winners.len(), 1, "round {round}: {winners:?}");
         let lease = winners.remove(0);
-        let first = *first.get_or_insert(lease.token.get());
-        assert_eq!(
-            lease.token.get(),
-            first + round,
-            "round {round}: losers consumed tokens: {lease:?}"
+        assert!(
+            last.is_none_or(|last| lease.token > last),
+            "round {round}: {lease:?} after {last:?}"
         );
+        last = Some(lease.token);
+        let first = *first.get_or_insert(lease.token.get());
+        if sequence == TokenSequence::Consecutive {
+            assert_eq!(
+                lease.token.get(),
+                first + round,
+                "round {round}: losers consumed tokens: {lease:?}"
+            );
+        }
         leases
             .release(&lease)
             .await

@@ -35,8 +35,12 @@ async fn concurrent_acquires_have_exactly_one_winner() {
     let Some((fence, _)) = shared("lease_race").await else {
         return;
     };
-    lease::concurrent_acquires_have_exactly_one_winner(Arc::new(fence.leases()), &d("contended"))
-        .await;
+    lease::concurrent_acquires_have_exactly_one_winner(
+        Arc::new(fence.leases()),
+        &d("contended"),
+        lease::TokenSequence::Consecutive,
+    )
+    .await;
 }
 
 #[tokio::test]

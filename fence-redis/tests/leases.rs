@@ -45,7 +45,12 @@ async fn concurrent_acquires_have_exactly_one_winner() {
         return;
     };
     let domain = Domain::new("contended").unwrap();
-    lease::concurrent_acquires_have_exactly_one_winner(Arc::new(fence.leases()), &domain).await;
+    lease::concurrent_acquires_have_exactly_one_winner(
+        Arc::new(fence.leases()),
+        &domain,
+        lease::TokenSequence::Consecutive,
+    )
+    .await;
 }
 
 #[tokio::test]

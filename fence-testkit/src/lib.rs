@@ -1,7 +1,7 @@
 //! Fence's test kit (not published): managed server processes a test owns (redis-server,
-//! `weed mini`, noida-db) to kill, pause and restart; the shared servers `scripts/test` starts;
-//! unique names per test; the client set-up tests and fence-bench share; a real local webhook
-//! server. One module per backend, each behind its feature.
+//! `weed mini`, noida-db, postgres, etcd) to kill, pause and restart; the shared servers
+//! `scripts/test` starts; unique names per test; the client set-up tests and fence-bench share;
+//! a real local webhook server. One module per backend, each behind its feature.
 //!
 //! Under the project's test command (`FENCE_REQUIRE_SERVICES=1`) a shared server that does not
 //! answer fails the test; in a bare `cargo test` it is skipped with a loud notice
@@ -9,6 +9,8 @@
 // Panicking on a broken test set-up is this crate's job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(feature = "etcd")]
+pub mod etcd;
 #[cfg(feature = "kafka")]
 pub mod kafka;
 #[cfg(feature = "outbox")]

@@ -1,0 +1,115 @@
+//! `Etcd`: a client and a key prefix, from which the fence, the leases and the issuer come.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{Client, ConnectOptions};
+use fence_core::{FenceError, InvalidInput};
+
+use crate::error::{kind_of, EtcdFenceError, BACKEND};
+use crate::keys::Keys;
+use crate::{EtcdFence, EtcdIssuer, EtcdLeases};
+
+/// A connection to etcd and the key prefix under which Fence keeps its state.
+///
+/// Cheap to clone (the client's channels are shared). The fenced store, the leases and the
+/// issuer made from one `Etcd` share its prefix; tokens from its leases and its issuer are
+/// revisions of one cluster and so comparable with each other, and with nothing else.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), fence_core::FenceError> {
+/// let etcd = fence_etcd::Etcd::connect(&["http://127.0.0.1:2379"], None, "/fence").await?;
+/// let (fence, leases, issuer) = (etcd.fence(), etcd.leases(), etcd.issuer());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Etcd {
+    client: Client,
+    keys: Arc<Keys>,
+}
+
+/// The connect timeout [`Etcd::connect`] uses when no options are given.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The per-request timeout [`Etcd::connect`] uses when no options are given.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Etcd {
+    /// Fence's state under `prefix` (e.g. `/fence`), through a client you built (TLS, auth,
+    /// timeouts are the client's: set a request timeout, or a hung server hangs callers).
+    pub fn new(client: Client, prefix: &str) -> Result<Self, InvalidInput> {
+        Ok(Etcd {
+            client,
+            keys: Arc::new(Keys::new(prefix)?),
+        })
+    }
+
+    /// Connects to `endpoints` with `options` (by default: a 5 s connect timeout and a 10 s
+    /// request timeout). With a user and password in `options`, a refused login is
+    /// [`fence_core::BackendErrorKind::PermissionDenied`]; an endpoint that is down fails at the first
+    /// request, not here (the client connects lazily).
+    pub async fn connect<E: AsRef<str>>(
+        endpoints: &[E],
+        options: Option<ConnectOptions>,
+        prefix: &str,
+    ) -> Result<Self, FenceError> {
+        let keys = Keys::new(prefix)?;
+        let options = options.unwrap_or_else(|| {
+            ConnectOptions::new()
+                .with_connect_timeout(DEFAULT_CONNECT_TIMEOUT)
+                .with_timeout(DEFAULT_REQUEST_TIMEOUT)
+        });
+        let client = Client::connect(endpoints, Some(options))
+            .await
+            .map_err(|error| {
+                FenceError::backend(
+                    BACKEND,
+                    kind_of(&error),
+                    None,
+                    EtcdFenceError::Client(error),
+                )
+            })?;
+        Ok(Etcd {
+            client,
+            keys: Arc::new(keys),
+        })
+    }
+
+    /// The fenced store on etcd's KV.
+    pub fn fence(&self) -> EtcdFence {
+        EtcdFence::new(self.clone())
+    }
+
+    /// Leases whose token is the lock key's `create_revision`.
+    pub fn leases(&self) -> EtcdLeases {
+        EtcdLeases::new(self.clone())
+    }
+
+    /// A token issuer on the cluster's revision.
+    pub fn issuer(&self) -> EtcdIssuer {
+        EtcdIssuer::new(self.clone())
+    }
+
+    /// The client (clone it to make your own requests).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        self.keys.prefix()
+    }
+
+    pub(crate) fn keys(&self) -> &Keys {
+        &self.keys
+    }
+}
+
+impl fmt::Debug for Etcd {
+    // The client's options may hold a password: only the prefix is shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Etcd")
+            .field("prefix", &self.keys.prefix())
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,19 @@
+#![doc = include_str!("../README.md")]
+
+mod error;
+mod fence;
+mod handle;
+mod issuer;
+mod keys;
+mod lease;
+mod state;
+
+pub use error::{EtcdFenceError, BACKEND};
+pub use etcd_client;
+pub use fence::{
+    EtcdFence, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION,
+};
+pub use handle::{Etcd, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
+pub use issuer::EtcdIssuer;
+pub use keys::MAX_PREFIX_BYTES;
+pub use lease::{EtcdLeases, MAX_LEASE_TTL_SECS};

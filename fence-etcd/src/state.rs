@@ -1,0 +1,196 @@
+//! A domain's store keys as read in one range request, and their text encodings.
+
+use etcd_client::KeyValue;
+use fence_core::pipeline::Current;
+use fence_core::{
+    Domain, Entry, FenceError, FencingToken, OpKind, OpMemory, OpRecord, Revision, Snapshot,
+};
+
+use crate::error::corrupt;
+use crate::keys::StoreKey;
+
+/// The stored entry, without its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Head {
+    Value {
+        token: FencingToken,
+        revision: Revision,
+    },
+    Tombstone {
+        token: FencingToken,
+        revision: Revision,
+    },
+}
+
+impl Head {
+    /// The `entry` key's text.
+    pub(crate) fn encode(self) -> String {
+        match self {
+            Head::Value { token, revision } => format!("value {token} {revision}"),
+            Head::Tombstone { token, revision } => format!("tombstone {token} {revision}"),
+        }
+    }
+
+    fn decode(domain: &Domain, text: &str) -> Result<Head, FenceError> {
+        let token = |s: &str| {
+            s.parse::<FencingToken>()
+                .map_err(|e| corrupt(domain, format!("entry token `{s}`: {e}")))
+        };
+        let revision = |s: &str| match s.parse::<u64>() {
+            Ok(r) if r > 0 && !s.starts_with('0') => Ok(Revision::new(r)),
+            _ => Err(corrupt(
+                domain,
+                format!("entry revision `{s}` is not canonical"),
+            )),
+        };
+        match text.split(' ').collect::<Vec<_>>()[..] {
+            ["value", t, r] => Ok(Head::Value {
+                token: token(t)?,
+                revision: revision(r)?,
+            }),
+            ["tombstone", t, r] => Ok(Head::Tombstone {
+                token: token(t)?,
+                revision: revision(r)?,
+            }),
+            _ => Err(corrupt(
+                domain,
+                format!(
+                    "malformed entry `{}`",
+                    text.chars().take(60).collect::<String>()
+                ),
+            )),
+        }
+    }
+
+    fn token(self) -> FencingToken {
+        match self {
+            Head::Value { token, .. } | Head::Tombstone { token, .. } => token,
+        }
+    }
+}
+
+/// The remembered operations as the `ops` key's text: one op line each, newest last.
+pub(crate) fn encode_ops(ops: &OpMemory) -> String {
+    ops.iter().map(|op| op.to_line() + "\n").collect()
+}
+
+/// What etcd holds for a domain.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stored {
+    pub(crate) mark: Option<FencingToken>,
+    /// The mark key's `mod_revision` (0: absent): every change of the domain rewrites the
+    /// mark key, so a txn comparing it changes nothing if anything changed since the read.
+    pub(crate) version: i64,
+    pub(crate) head: Option<Head>,
+    pub(crate) value: Option<Vec<u8>>,
+    pub(crate) ops: OpMemory,
+}
+
+impl Stored {
+    /// Decodes the keys under the domain's store folder (`dir`), failing closed on anything
+    /// Fence did not write.
+    pub(crate) fn decode(
+        domain: &Domain,
+        dir: &str,
+        kvs: Vec<KeyValue>,
+    ) -> Result<Self, FenceError> {
+        let mut stored = Stored::default();
+        let mut seen = false;
+        for kv in kvs {
+            seen = true;
+            let name = kv.key().strip_prefix(dir.as_bytes()).unwrap_or(kv.key());
+            let key = StoreKey::ALL
+                .into_iter()
+                .find(|k| k.name().as_bytes() == name)
+                .ok_or_else(|| {
+                    corrupt(
+                        domain,
+                        format!(
+                            "foreign key `{}` in the domain's folder",
+                            String::from_utf8_lossy(kv.key())
+                        ),
+                    )
+                })?;
+            let (_, value) = kv.into_key_value();
+            let text = |what: &str| {
+                String::from_utf8(value.clone())
+                    .map_err(|_| corrupt(domain, format!("the {what} key is not UTF-8")))
+            };
+            match key {
+                StoreKey::Mark => {
+                    let text = text("mark")?;
+                    stored.mark = Some(text.parse().map_err(|e| {
+                        corrupt(
+                            domain,
+                            format!("mark `{}`: {e}", text.chars().take(40).collect::<String>()),
+                        )
+                    })?);
+                }
+                StoreKey::Entry => stored.head = Some(Head::decode(domain, &text("entry")?)?),
+                StoreKey::Value => stored.value = Some(value),
+                StoreKey::Ops => {
+                    let records = text("ops")?
+                        .lines()
+                        .map(|line| OpRecord::parse_line(line, OpKind::Write))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| corrupt(domain, e))?;
+                    stored.ops = OpMemory::from_records(records);
+                }
+            }
+        }
+        stored.check(domain, seen)?;
+        Ok(stored)
+    }
+
+    /// The keys must agree with each other.
+    fn check(&self, domain: &Domain, seen: bool) -> Result<(), FenceError> {
+        let Some(mark) = self.mark else {
+            return if seen {
+                Err(corrupt(domain, "store keys without a mark"))
+            } else {
+                Ok(())
+            };
+        };
+        match (self.head, &self.value) {
+            (Some(Head::Value { .. }), None) => {
+                Err(corrupt(domain, "a value entry without its value key"))
+            }
+            (Some(Head::Tombstone { .. }) | None, Some(_)) => {
+                Err(corrupt(domain, "a value key without a value entry"))
+            }
+            (Some(head), _) if head.token() > mark => Err(corrupt(
+                domain,
+                format!(
+                    "the entry's token {} is above the mark {mark}",
+                    head.token()
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// What fence-core's decisions need.
+    pub(crate) fn current(&self) -> Current {
+        match self.head {
+            Some(Head::Value { revision, .. }) => Current::new(self.mark, true, Some(revision)),
+            Some(Head::Tombstone { revision, .. }) => {
+                Current::new(self.mark, false, Some(revision))
+            }
+            None => Current::mark(self.mark),
+        }
+    }
+
+    /// The snapshot a read returns.
+    pub(crate) fn snapshot(self) -> Snapshot {
+        let entry = match (self.head, self.value) {
+            (Some(Head::Value { token, revision }), Some(value)) => Entry::Value {
+                value: value.into(),
+                token,
+                revision,
+            },
+            (Some(Head::Tombstone { token, revision }), _) => Entry::Tombstone { token, revision },
+            _ => Entry::Absent,
+        };
+        Snapshot::new(self.mark, entry)
+    }
+}

@@ -1,0 +1,57 @@
+//! The conformance suite on etcd's KV, each scenario on an etcd server of its own (so the
+//! restart scenario can kill -9 it).
+#![allow(clippy::expect_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use fence_conformance::StoreHarness;
+use fence_core::{BoxError, FencedStore};
+use fence_etcd::{Etcd, EtcdFence};
+use fence_testkit::etcd::EtcdServer;
+
+const PREFIX: &str = "/conformance";
+
+fn fence(etcd: &Etcd) -> EtcdFence {
+    etcd.fence().with_max_value_bytes(64 * 1024)
+}
+
+struct Dedicated {
+    server: EtcdServer,
+    store: Mutex<EtcdFence>,
+    unreachable: EtcdFence,
+}
+
+#[async_trait]
+impl StoreHarness for Dedicated {
+    fn store(&self) -> Arc<dyn FencedStore> {
+        Arc::new(self.store.lock().expect("lock").clone())
+    }
+
+    async fn restart(&self) -> Result<bool, BoxError> {
+        self.server.kill_and_restart();
+        let fresh = fence(&support::connect(&self.server.endpoint(), PREFIX).await);
+        *self.store.lock().expect("lock") = fresh;
+        Ok(true)
+    }
+
+    fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
+        Some(Arc::new(self.unreachable.clone()))
+    }
+}
+
+async fn dedicated() -> Option<Dedicated> {
+    let server = EtcdServer::start("conformance")?;
+    let store = Mutex::new(fence(&support::connect(&server.endpoint(), PREFIX).await));
+    // The client connects lazily: nothing listens on port 1.
+    let unreachable = fence(&support::connect("http://127.0.0.1:1", PREFIX).await);
+    Some(Dedicated {
+        server,
+        store,
+        unreachable,
+    })
+}
+
+fence_conformance::store_conformance!(dedicated);

@@ -1,0 +1,479 @@
+//! Leases, the issuer and the guard on real etcd: the shared lease contract; eight contenders
+//! taking turns as etcd sees it; a frozen holder that loses its lease and whose late write to
+//! a real Redis is fenced (etcd #11456 end to end); tokens across a kill -9 of etcd; a
+//! keep-alive cut by a stopped etcd; an operator's revocation; bad input and foreign lock keys.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fence_conformance::lease::{self, TokenSequence};
+use fence_conformance::proxy::TcpProxy;
+use fence_conformance::services::{assert_fenced, domain as d, value_of};
+use fence_core::{
+    BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencedStoreExt, FencingToken,
+    LeaseGuard, LeaseLoss, LeaseManager, LeaseOptions, OwnerId, TokenIssuer,
+};
+use fence_etcd::Etcd;
+use fence_testkit::etcd::{address, shared_endpoints, unique_prefix, EtcdServer};
+
+fn owner(name: &str) -> OwnerId {
+    OwnerId::new(name).unwrap()
+}
+
+/// The lock key of `domain` under `etcd`'s prefix (the layout the crate documents).
+fn lock_key(etcd: &Etcd, domain: &Domain) -> String {
+    format!("{}/lease/{}", etcd.prefix(), domain.escaped())
+}
+
+/// The lock key's `create_revision` and etcd lease as etcd holds them now.
+async fn lock_holder(etcd: &Etcd, domain: &Domain) -> Option<(u64, i64)> {
+    let response = etcd
+        .client()
+        .kv_client()
+        .get(lock_key(etcd, domain), None)
+        .await
+        .unwrap();
+    response
+        .kvs()
+        .first()
+        .map(|kv| (u64::try_from(kv.create_revision()).unwrap(), kv.lease()))
+}
+
+#[tokio::test]
+async fn an_expired_holder_is_fenced_by_the_next_owner() {
+    let Some(etcd) = support::shared("lease_story").await else {
+        return;
+    };
+    let (store, leases, issuer) = (etcd.fence(), etcd.leases(), etcd.issuer());
+    lease::expired_holder_is_fenced_by_the_next_owner(&store, &leases, Some(&issuer), &d("s7"))
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_acquires_have_exactly_one_winner() {
+    let Some(etcd) = support::shared("lease_race").await else {
+        return;
+    };
+    let leases = Arc::new(etcd.leases());
+    lease::concurrent_acquires_have_exactly_one_winner(leases, &d("c"), TokenSequence::Increasing)
+        .await;
+}
+
+#[tokio::test]
+async fn the_issuer_is_strictly_increasing() {
+    let Some(etcd) = support::shared("issuer").await else {
+        return;
+    };
+    lease::issuer_is_strictly_increasing(&etcd.issuer(), &d("issued")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_guard_renews_waits_and_signals_loss() {
+    let Some(etcd) = support::shared("lease_guard").await else {
+        return;
+    };
+    lease::guard_renews_waits_and_signals_loss(Arc::new(etcd.leases()), &d("g")).await;
+}
+
+/// Eight contenders, three turns each, through guards that wait: while a contender holds,
+/// etcd's lock key is its own (its token is the key's `create_revision`) and no other
+/// contender holds; tokens grow strictly from holder to holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_contenders_hold_one_at_a_time_with_increasing_tokens() {
+    let Some(etcd) = support::shared("contenders").await else {
+        return;
+    };
+    let domain = d("leader");
+    let holding = Arc::new(AtomicUsize::new(0));
+    let turns = Arc::new(Mutex::new(Vec::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..8 {
+        let (etcd, domain, holding, turns) =
+            (etcd.clone(), domain.clone(), holding.clone(), turns.clone());
+        tasks.spawn(async move {
+            let options = LeaseOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(60));
+            for _ in 0..3 {
+                let guard = LeaseGuard::acquire(
+                    Arc::new(etcd.leases()),
+                    &domain,
+                    &owner(&format!("c{i}")),
+                    options,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("contender {i}: {e}"));
+                assert_eq!(
+                    holding.fetch_add(1, Ordering::SeqCst),
+                    0,
+                    "two holders at once"
+                );
+                let (created, _) = lock_holder(&etcd, &domain).await.expect("a lock key");
+                assert_eq!(
+                    created,
+                    guard.token().get(),
+                    "etcd's lock key is the holder's"
+                );
+                turns.lock().unwrap().push(guard.token());
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                holding.fetch_sub(1, Ordering::SeqCst);
+                guard.release().await.unwrap();
+            }
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    let turns = turns.lock().unwrap().clone();
+    assert_eq!(turns.len(), 24);
+    assert!(
+        turns.windows(2).all(|w| w[0] < w[1]),
+        "tokens grow from holder to holder: {turns:?}"
+    );
+}
+
+/// etcd #11456 end to end: worker A holds the lease (through a link a proxy can freeze) and
+/// writes to a real Redis; A freezes past its TTL (no keep-alive reaches etcd, its work
+/// sleeps); etcd expires the lease; B acquires with a greater token and claims Redis; A's
+/// guard has signalled the loss; A wakes up and its write, with its old token, is fenced by
+/// Redis itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_frozen_holder_loses_its_lease_and_its_late_write_is_fenced_by_redis() {
+    let Some(endpoints) = shared_endpoints() else {
+        return;
+    };
+    let Some(redis) = fence_testkit::redis::shared_fence("etcd_frozen").await else {
+        return;
+    };
+    let upstream: SocketAddr = address(&endpoints[0]).parse().unwrap();
+    let link = TcpProxy::start(upstream).await.unwrap();
+    let prefix = unique_prefix("frozen");
+    let a_etcd = support::connect(&format!("http://{}", link.address()), &prefix).await;
+    let b_etcd = support::connect(&endpoints[0], &prefix).await;
+    let domain = d("invoices");
+    let ttl = Duration::from_secs(3);
+    let t0 = Instant::now();
+    let at = || format!("{:>6} ms", t0.elapsed().as_millis());
+
+    let a = LeaseGuard::acquire(
+        Arc::new(a_etcd.leases()),
+        &domain,
+        &owner("worker-a"),
+        LeaseOptions::new(ttl),
+    )
+    .await
+    .unwrap();
+    let a_token = a.token();
+    redis.claim(&domain, a_token).await.unwrap();
+    redis.put(&domain, a_token, "by A").await.unwrap();
+    println!(
+        "{} A holds the etcd lease with token {a_token} and writes to Redis",
+        at()
+    );
+
+    link.hold();
+    println!("{} A freezes: nothing it sends reaches etcd", at());
+    let a_lost = tokio::spawn(async move {
+        let reason = a.lost().await;
+        (a, reason, Instant::now())
+    });
+
+    let b = LeaseGuard::acquire(
+        Arc::new(b_etcd.leases()),
+        &domain,
+        &owner("worker-b"),
+        LeaseOptions::new(ttl).wait(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
+    let b_acquired = Instant::now();
+    assert!(b.token() > a_token, "{} after {a_token}", b.token());
+    redis.claim(&domain, b.token()).await.unwrap();
+    redis.put(&domain, b.token(), "by B").await.unwrap();
+    println!(
+        "{} etcd expired A's lease; B acquires with token {} and claims Redis",
+        at(),
+        b.token()
+    );
+
+    let (a, reason, lost_at) = tokio::time::timeout(Duration::from_secs(5), a_lost)
+        .await
+        .expect("A's guard signals its loss")
+        .unwrap();
+    assert_eq!(reason, LeaseLoss::Expired);
+    assert!(a.is_lost());
+    println!(
+        "{} A's guard had signalled `{reason}` {} ms {} B acquired",
+        at(),
+        lost_at
+            .max(b_acquired)
+            .duration_since(lost_at.min(b_acquired))
+            .as_millis(),
+        if lost_at <= b_acquired {
+            "before"
+        } else {
+            "after"
+        }
+    );
+
+    link.forward();
+    let late = redis.put(&domain, a_token, "zombie write by A").await;
+    println!(
+        "{} A wakes up and writes with token {a_token}: {late:?}",
+        at()
+    );
+    assert_fenced(late, a_token.get(), b.token().get());
+    assert_eq!(value_of(&redis, &domain).await.as_deref(), Some("by B"));
+    let renewed = a_etcd.leases().renew(&a.lease(), ttl).await;
+    assert!(
+        matches!(renewed, Err(FenceError::LeaseLost { .. })),
+        "{renewed:?}"
+    );
+    drop(a);
+    b.release().await.unwrap();
+}
+
+#[tokio::test]
+async fn tokens_keep_growing_across_a_kill_9_of_etcd() {
+    let Some(server) = EtcdServer::start("restart") else {
+        return;
+    };
+    let etcd = support::connect(&server.endpoint(), "/restart").await;
+    let domain = d("durable");
+    let mut last = FencingToken::MIN;
+    for _ in 0..5 {
+        last = etcd.issuer().issue(&domain).await.unwrap();
+    }
+    let held = etcd
+        .leases()
+        .acquire(&domain, &owner("a"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(held.token > last);
+
+    server.kill_and_restart();
+    let etcd = support::connect(&server.endpoint(), "/restart").await;
+    let issued = etcd.issuer().issue(&domain).await.unwrap();
+    assert!(
+        issued > held.token,
+        "{issued} after {} before the crash",
+        held.token
+    );
+    // The lease survived the crash: another owner waits, the holder can still release.
+    let other = etcd
+        .leases()
+        .acquire(&domain, &owner("b"), Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(other, Err(FenceError::LeaseHeld { .. })),
+        "{other:?}"
+    );
+    etcd.leases().release(&held).await.unwrap();
+    let next = etcd
+        .leases()
+        .acquire(&domain, &owner("b"), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert!(next.token > issued, "{} after {issued}", next.token);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_etcd_is_signalled_as_loss_within_the_ttl() {
+    let Some(server) = EtcdServer::start("stopped") else {
+        return;
+    };
+    let etcd = support::connect(&server.endpoint(), "/stopped").await;
+    let ttl = Duration::from_secs(3);
+    let guard = LeaseGuard::acquire(
+        Arc::new(etcd.leases()),
+        &d("k"),
+        &owner("a"),
+        LeaseOptions::new(ttl),
+    )
+    .await
+    .unwrap();
+    let renewed_until = guard.lease().valid_until;
+    server.kill();
+    let stopped = Instant::now();
+    let reason = tokio::time::timeout(ttl + Duration::from_secs(1), guard.lost())
+        .await
+        .expect("the loss is signalled within the TTL");
+    assert_eq!(reason, LeaseLoss::Expired);
+    let signalled = Instant::now();
+    assert!(
+        signalled.duration_since(stopped) <= ttl + Duration::from_millis(500),
+        "signalled {:?} after etcd stopped",
+        signalled.duration_since(stopped)
+    );
+    assert!(signalled >= renewed_until || signalled.duration_since(stopped) <= ttl);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_revoking_the_etcd_lease_is_signalled_and_the_next_token_is_greater() {
+    let Some(etcd) = support::shared("revoked").await else {
+        return;
+    };
+    let domain = d("r");
+    let ttl = Duration::from_secs(3);
+    let guard = LeaseGuard::acquire(
+        Arc::new(etcd.leases()),
+        &domain,
+        &owner("a"),
+        LeaseOptions::new(ttl),
+    )
+    .await
+    .unwrap();
+    let (_, etcd_lease) = lock_holder(&etcd, &domain).await.expect("the lock key");
+    // `etcdctl lease revoke`: the lock key goes with the lease.
+    etcd.client()
+        .lease_client()
+        .revoke(etcd_lease)
+        .await
+        .unwrap();
+    let reason = tokio::time::timeout(ttl, guard.lost())
+        .await
+        .expect("the revocation is signalled within the TTL");
+    assert_eq!(reason, LeaseLoss::Refused);
+    let next = etcd
+        .leases()
+        .acquire(&domain, &owner("b"), ttl)
+        .await
+        .unwrap();
+    assert!(next.token > guard.token());
+}
+
+#[tokio::test]
+async fn bad_input_and_foreign_lock_keys_fail_closed() {
+    let Some(etcd) = support::shared("bad_input").await else {
+        return;
+    };
+    let leases = etcd.leases();
+    for ttl in [Duration::ZERO, Duration::from_secs(9_000_000_001)] {
+        let refused = leases.acquire(&d("ttl"), &owner("a"), ttl).await;
+        assert!(
+            matches!(refused, Err(FenceError::InvalidInput(_))),
+            "{ttl:?}: {refused:?}"
+        );
+    }
+    assert_eq!(
+        lock_holder(&etcd, &d("ttl")).await,
+        None,
+        "nothing was written"
+    );
+
+    // Another tool's data at a lock key, and a key with Fence's format but no lease (it would
+    // never expire): refused, and left as they were.
+    let mut kv = etcd.client().kv_client();
+    let foreign = d("foreign");
+    kv.put(lock_key(&etcd, &foreign), "someone else's lock", None)
+        .await
+        .unwrap();
+    let no_lease = d("no-lease");
+    kv.put(lock_key(&etcd, &no_lease), "fence-lease/1 a", None)
+        .await
+        .unwrap();
+    for domain in [&foreign, &no_lease] {
+        let refused = leases
+            .acquire(domain, &owner("a"), Duration::from_secs(5))
+            .await;
+        assert!(
+            matches!(refused, Err(FenceError::CorruptState { .. })),
+            "{domain}: {refused:?}"
+        );
+        assert!(refused.unwrap_err().to_string().contains(domain.as_str()));
+    }
+    let kept = kv.get(lock_key(&etcd, &foreign), None).await.unwrap();
+    assert_eq!(kept.kvs()[0].value(), b"someone else's lock");
+
+    // Foreign data in a domain's store folder fails closed too.
+    let store = etcd.fence();
+    let corrupt = d("corrupt");
+    kv.put(
+        format!("{}/store/corrupt/mark", etcd.prefix()),
+        "not a token",
+        None,
+    )
+    .await
+    .unwrap();
+    let read = store.read(&corrupt).await;
+    assert!(
+        matches!(read, Err(FenceError::CorruptState { .. })),
+        "{read:?}"
+    );
+    let write = store.put(&corrupt, FencingToken::MAX, "v").await;
+    assert!(
+        matches!(write, Err(FenceError::CorruptState { .. })),
+        "{write:?}"
+    );
+
+    // An endpoint where nothing listens: a typed, retryable error, not a hang.
+    let down = support::connect("http://127.0.0.1:1", "/down").await;
+    let started = Instant::now();
+    let refused = down
+        .leases()
+        .acquire(&d("x"), &owner("a"), Duration::from_secs(5))
+        .await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    match refused {
+        Err(error @ FenceError::Backend { .. }) => {
+            assert_eq!(
+                error.backend_kind(),
+                Some(BackendErrorKind::Unavailable),
+                "{error}"
+            );
+            assert!(error.is_retryable());
+        }
+        other => panic!("an unreachable endpoint: {other:?}"),
+    }
+    let issued = down.issuer().issue(&d("x")).await;
+    assert!(issued.is_err_and(|e| e.is_retryable()));
+}
+
+#[tokio::test]
+async fn a_refused_login_is_permission_denied() {
+    let Some(server) = EtcdServer::start("auth") else {
+        return;
+    };
+    let admin = support::connect(&server.endpoint(), "/auth").await;
+    let mut client = admin.client().clone();
+    client
+        .user_add("root", "right-password", None)
+        .await
+        .unwrap();
+    client.user_grant_role("root", "root").await.unwrap();
+    client.auth_enable().await.unwrap();
+
+    let wrong = support::options().with_user("root", "wrong-password");
+    let refused = Etcd::connect(&[server.endpoint()], Some(wrong), "/auth").await;
+    match refused {
+        Err(error) => {
+            assert_eq!(
+                error.backend_kind(),
+                Some(BackendErrorKind::PermissionDenied),
+                "{error}"
+            );
+            assert!(!error.is_retryable());
+            assert!(
+                !format!("{error:?}").contains("wrong-password"),
+                "no secret in errors"
+            );
+        }
+        Ok(etcd) => panic!("a wrong password was accepted: {etcd:?}"),
+    }
+    let right = support::options().with_user("root", "right-password");
+    let etcd = Etcd::connect(&[server.endpoint()], Some(right), "/auth")
+        .await
+        .unwrap();
+    assert!(!format!("{etcd:?}").contains("right-password"));
+    etcd.leases()
+        .acquire(&d("authorized"), &owner("a"), Duration::from_secs(5))
+        .await
+        .unwrap();
+}
+
+/// Unused helper guard: every store test above writes through `FencedStore`.
+#[allow(dead_code)]
+fn _is_store(_: &dyn FencedStore) {}
