@@ -3,6 +3,7 @@
 mod backoff;
 mod capabilities;
 mod domain;
+mod entry_head;
 mod error;
 mod fence;
 mod issuer;
@@ -22,6 +23,7 @@ pub use bytes::Bytes;
 pub use backoff::{random_u64, Backoff};
 pub use capabilities::{Capabilities, OpIdRetention};
 pub use domain::{Domain, MAX_DOMAIN_BYTES};
+pub use entry_head::EntryHead;
 pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation};
 pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};
 pub use issuer::{Lease, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};

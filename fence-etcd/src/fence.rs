@@ -10,13 +10,14 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
-    BackendErrorKind, Backoff, Capabilities, Claimed, Domain, Fence, FenceError, FencedStore,
-    FencingToken, Mutation, OpIdRetention, Operation, Snapshot, WriteOutcome, WriteRequest,
+    BackendErrorKind, Backoff, Capabilities, Claimed, Domain, EntryHead, Fence, FenceError,
+    FencedStore, FencingToken, Mutation, OpIdRetention, Operation, Snapshot, WriteOutcome,
+    WriteRequest,
 };
 
 use crate::error::{map_error, EtcdFenceError, BACKEND};
 use crate::keys::StoreKey;
-use crate::state::{encode_ops, Head, Stored};
+use crate::state::{encode_ops, Stored};
 use crate::Etcd;
 
 /// Values larger than this are refused by default: etcd refuses requests over 1.5 MiB unless
@@ -186,14 +187,14 @@ impl EtcdFence {
                         value.to_vec(),
                         None,
                     ));
-                    Head::Value {
+                    EntryHead::Value {
                         token: outcome.token,
                         revision: outcome.revision,
                     }
                 }
                 None => {
                     changes.push(TxnOp::delete(self.key(domain, StoreKey::Value), None));
-                    Head::Tombstone {
+                    EntryHead::Tombstone {
                         token: outcome.token,
                         revision: outcome.revision,
                     }
@@ -201,7 +202,7 @@ impl EtcdFence {
             };
             changes.push(TxnOp::put(
                 self.key(domain, StoreKey::Entry),
-                head.encode(),
+                head.to_string(),
                 None,
             ));
             if let (Some(record), true) = (remember, self.op_id_retention > 0) {

@@ -3,71 +3,11 @@
 use etcd_client::KeyValue;
 use fence_core::pipeline::Current;
 use fence_core::{
-    Domain, Entry, FenceError, FencingToken, OpKind, OpMemory, OpRecord, Revision, Snapshot,
+    Domain, Entry, EntryHead, FenceError, FencingToken, OpKind, OpMemory, OpRecord, Snapshot,
 };
 
 use crate::error::corrupt;
 use crate::keys::StoreKey;
-
-/// The stored entry, without its bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Head {
-    Value {
-        token: FencingToken,
-        revision: Revision,
-    },
-    Tombstone {
-        token: FencingToken,
-        revision: Revision,
-    },
-}
-
-impl Head {
-    /// The `entry` key's text.
-    pub(crate) fn encode(self) -> String {
-        match self {
-            Head::Value { token, revision } => format!("value {token} {revision}"),
-            Head::Tombstone { token, revision } => format!("tombstone {token} {revision}"),
-        }
-    }
-
-    fn decode(domain: &Domain, text: &str) -> Result<Head, FenceError> {
-        let token = |s: &str| {
-            s.parse::<FencingToken>()
-                .map_err(|e| corrupt(domain, format!("entry token `{s}`: {e}")))
-        };
-        let revision = |s: &str| match s.parse::<u64>() {
-            Ok(r) if r > 0 && !s.starts_with('0') => Ok(Revision::new(r)),
-            _ => Err(corrupt(
-                domain,
-                format!("entry revision `{s}` is not canonical"),
-            )),
-        };
-        match text.split(' ').collect::<Vec<_>>()[..] {
-            ["value", t, r] => Ok(Head::Value {
-                token: token(t)?,
-                revision: revision(r)?,
-            }),
-            ["tombstone", t, r] => Ok(Head::Tombstone {
-                token: token(t)?,
-                revision: revision(r)?,
-            }),
-            _ => Err(corrupt(
-                domain,
-                format!(
-                    "malformed entry `{}`",
-                    text.chars().take(60).collect::<String>()
-                ),
-            )),
-        }
-    }
-
-    fn token(self) -> FencingToken {
-        match self {
-            Head::Value { token, .. } | Head::Tombstone { token, .. } => token,
-        }
-    }
-}
 
 /// The remembered operations as the `ops` key's text: one op line each, newest last.
 pub(crate) fn encode_ops(ops: &OpMemory) -> String {
@@ -81,7 +21,7 @@ pub(crate) struct Stored {
     /// The mark key's `mod_revision` (0: absent): every change of the domain rewrites the
     /// mark key, so a txn comparing it changes nothing if anything changed since the read.
     pub(crate) version: i64,
-    pub(crate) head: Option<Head>,
+    pub(crate) head: Option<EntryHead>,
     pub(crate) value: Option<Vec<u8>>,
     pub(crate) ops: OpMemory,
 }
@@ -126,7 +66,10 @@ impl Stored {
                         )
                     })?);
                 }
-                StoreKey::Entry => stored.head = Some(Head::decode(domain, &text("entry")?)?),
+                StoreKey::Entry => {
+                    stored.head =
+                        Some(EntryHead::parse(&text("entry")?).map_err(|e| corrupt(domain, e))?)
+                }
                 StoreKey::Value => stored.value = Some(value),
                 StoreKey::Ops => {
                     let records = text("ops")?
@@ -152,10 +95,10 @@ impl Stored {
             };
         };
         match (self.head, &self.value) {
-            (Some(Head::Value { .. }), None) => {
+            (Some(EntryHead::Value { .. }), None) => {
                 Err(corrupt(domain, "a value entry without its value key"))
             }
-            (Some(Head::Tombstone { .. }) | None, Some(_)) => {
+            (Some(EntryHead::Tombstone { .. }) | None, Some(_)) => {
                 Err(corrupt(domain, "a value key without a value entry"))
             }
             (Some(head), _) if head.token() > mark => Err(corrupt(
@@ -172,8 +115,10 @@ impl Stored {
     /// What fence-core's decisions need.
     pub(crate) fn current(&self) -> Current {
         match self.head {
-            Some(Head::Value { revision, .. }) => Current::new(self.mark, true, Some(revision)),
-            Some(Head::Tombstone { revision, .. }) => {
+            Some(EntryHead::Value { revision, .. }) => {
+                Current::new(self.mark, true, Some(revision))
+            }
+            Some(EntryHead::Tombstone { revision, .. }) => {
                 Current::new(self.mark, false, Some(revision))
             }
             None => Current::mark(self.mark),
@@ -183,12 +128,14 @@ impl Stored {
     /// The snapshot a read returns.
     pub(crate) fn snapshot(self) -> Snapshot {
         let entry = match (self.head, self.value) {
-            (Some(Head::Value { token, revision }), Some(value)) => Entry::Value {
+            (Some(EntryHead::Value { token, revision }), Some(value)) => Entry::Value {
                 value: value.into(),
                 token,
                 revision,
             },
-            (Some(Head::Tombstone { token, revision }), _) => Entry::Tombstone { token, revision },
+            (Some(EntryHead::Tombstone { token, revision }), _) => {
+                Entry::Tombstone { token, revision }
+            }
             _ => Entry::Absent,
         };
         Snapshot::new(self.mark, entry)

@@ -16,7 +16,7 @@
 
 use std::fmt::Write as _;
 
-use fence_core::{FencingToken, OpKind, OpMemory, OpRecord, Revision};
+use fence_core::{EntryHead, FencingToken, OpKind, OpMemory, OpRecord, Revision};
 
 /// The first line of every envelope.
 pub(crate) const MAGIC: &[u8] = b"FENCE-S3/1\n";
@@ -38,10 +38,28 @@ pub(crate) enum Head {
 }
 
 impl Head {
+    /// The entry's head; `None` after a claim alone.
+    pub(crate) fn entry(self) -> Option<EntryHead> {
+        match self {
+            Head::Value { token, revision } => Some(EntryHead::Value { token, revision }),
+            Head::Tombstone { token, revision } => Some(EntryHead::Tombstone { token, revision }),
+            Head::None => None,
+        }
+    }
+
     pub(crate) fn revision(self) -> Option<Revision> {
         match self {
             Head::Value { revision, .. } | Head::Tombstone { revision, .. } => Some(revision),
             Head::None => None,
+        }
+    }
+}
+
+impl From<EntryHead> for Head {
+    fn from(entry: EntryHead) -> Self {
+        match entry {
+            EntryHead::Value { token, revision } => Head::Value { token, revision },
+            EntryHead::Tombstone { token, revision } => Head::Tombstone { token, revision },
         }
     }
 }
@@ -74,13 +92,10 @@ impl Header {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut text = String::from_utf8_lossy(MAGIC).into_owned();
         let _ = writeln!(text, "hwm {}", self.hwm);
-        match self.head {
-            Head::None => text.push_str("entry none\n"),
-            Head::Value { token, revision } => {
-                let _ = writeln!(text, "entry value {token} {revision}");
-            }
-            Head::Tombstone { token, revision } => {
-                let _ = writeln!(text, "entry tombstone {token} {revision}");
+        match self.head.entry() {
+            None => text.push_str("entry none\n"),
+            Some(entry) => {
+                let _ = writeln!(text, "entry {entry}");
             }
         }
         let _ = writeln!(text, "nonce {:016x}", self.nonce);
@@ -108,10 +123,6 @@ impl Header {
             s.parse::<FencingToken>()
                 .map_err(|e| Invalid::Corrupt(format!("token `{s}`: {e}")))
         };
-        let revision = |s: &str| match s.parse::<u64>() {
-            Ok(r) if r > 0 && !s.starts_with('0') => Ok(Revision::new(r)),
-            _ => Err(Invalid::Corrupt(format!("revision `{s}` is not canonical"))),
-        };
         let mut lines = text.lines();
         let mut next = |what: &str| {
             lines
@@ -122,17 +133,10 @@ impl Header {
             ["hwm", t] => token(t)?,
             _ => return Err(corrupt("malformed `hwm` line")),
         };
-        let head = match next("entry")?.split(' ').collect::<Vec<_>>()[..] {
-            ["entry", "none"] => Head::None,
-            ["entry", "value", t, r] => Head::Value {
-                token: token(t)?,
-                revision: revision(r)?,
-            },
-            ["entry", "tombstone", t, r] => Head::Tombstone {
-                token: token(t)?,
-                revision: revision(r)?,
-            },
-            _ => return Err(corrupt("malformed `entry` line")),
+        let head = match next("entry")?.strip_prefix("entry ") {
+            Some("none") => Head::None,
+            Some(entry) => Head::from(EntryHead::parse(entry).map_err(Invalid::Corrupt)?),
+            None => return Err(corrupt("malformed `entry` line")),
         };
         let nonce = match next("nonce")?.split(' ').collect::<Vec<_>>()[..] {
             ["nonce", n] if n.len() == 16 => {

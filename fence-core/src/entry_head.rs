@@ -1,0 +1,100 @@
+//! The head of a stored entry — live value or tombstone, the writer's token, the revision —
+//! and its one text form, written by adapters that keep it as text (the S3 envelope's `entry`
+//! line, etcd's `entry` key):
+//!
+//! ```text
+//! value <token> <revision>
+//! tombstone <token> <revision>
+//! ```
+//!
+//! Numbers are canonical decimals (no sign, no leading zero, above 0); anything else fails to
+//! parse.
+
+use std::fmt;
+
+use crate::{FencingToken, Revision};
+
+/// An entry without its bytes.
+/// Closed on purpose: a new kind of entry is a new format version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryHead {
+    /// A live value.
+    Value {
+        /// The token that wrote it.
+        token: FencingToken,
+        /// Its revision.
+        revision: Revision,
+    },
+    /// A tombstone left by a delete.
+    Tombstone {
+        /// The token that deleted.
+        token: FencingToken,
+        /// Its revision.
+        revision: Revision,
+    },
+}
+
+impl EntryHead {
+    /// The token that wrote the entry.
+    pub fn token(self) -> FencingToken {
+        match self {
+            EntryHead::Value { token, .. } | EntryHead::Tombstone { token, .. } => token,
+        }
+    }
+
+    /// The entry's revision.
+    pub fn revision(self) -> Revision {
+        match self {
+            EntryHead::Value { revision, .. } | EntryHead::Tombstone { revision, .. } => revision,
+        }
+    }
+
+    /// True for a live value.
+    pub fn is_live(self) -> bool {
+        matches!(self, EntryHead::Value { .. })
+    }
+
+    /// Parses the text form; the error says what is wrong.
+    ///
+    /// ```
+    /// use fence_core::EntryHead;
+    /// let head = EntryHead::parse("tombstone 42 7")?;
+    /// assert_eq!((head.token().get(), head.revision().get(), head.is_live()), (42, 7, false));
+    /// assert_eq!(head.to_string(), "tombstone 42 7");
+    /// assert!(EntryHead::parse("value 42 07").is_err());
+    /// # Ok::<(), String>(())
+    /// ```
+    pub fn parse(text: &str) -> Result<EntryHead, String> {
+        let token = |s: &str| {
+            s.parse::<FencingToken>()
+                .map_err(|e| format!("entry token `{s}`: {e}"))
+        };
+        let revision = |s: &str| match s.parse::<u64>() {
+            Ok(r) if r > 0 && !s.starts_with('0') => Ok(Revision::new(r)),
+            _ => Err(format!("entry revision `{s}` is not canonical")),
+        };
+        match text.split(' ').collect::<Vec<_>>()[..] {
+            ["value", t, r] => Ok(EntryHead::Value {
+                token: token(t)?,
+                revision: revision(r)?,
+            }),
+            ["tombstone", t, r] => Ok(EntryHead::Tombstone {
+                token: token(t)?,
+                revision: revision(r)?,
+            }),
+            _ => Err(format!(
+                "malformed entry `{}`",
+                text.chars().take(60).collect::<String>()
+            )),
+        }
+    }
+}
+
+impl fmt::Display for EntryHead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EntryHead::Value { token, revision } => write!(f, "value {token} {revision}"),
+            EntryHead::Tombstone { token, revision } => write!(f, "tombstone {token} {revision}"),
+        }
+    }
+}
