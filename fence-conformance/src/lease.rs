@@ -3,12 +3,13 @@
 //! only for the current owner, acquisitions race to exactly one winner, and the issuer shares
 //! the leases' sequence. Each function panics (failing the calling test) on a breach.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fence_core::{
-    Domain, FenceError, FencedStore, LeaseGuard, LeaseLoss, LeaseManager, LeaseOptions, OwnerId,
-    TokenIssuer, WriteRequest,
+    Domain, FenceError, FencedStore, Lease, LeaseGuard, LeaseLoss, LeaseManager, LeaseOptions,
+    OwnerId, TokenIssuer, WriteRequest,
 };
 
 use crate::services::value_of;
@@ -226,27 +227,15 @@ pub async fn guard_renews_waits_and_signals_loss(leases: Arc<dyn LeaseManager>, 
     );
     assert!(started.elapsed() >= waited, "B waited its deadline");
 
-    let waiting = tokio::spawn({
-        let (leases, domain) = (leases.clone(), domain.clone());
-        async move {
-            let options = LeaseOptions::new(ttl).wait(Duration::from_secs(10));
-            LeaseGuard::acquire(leases, &domain, &owner("b"), options).await
-        }
-    });
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let released = Instant::now();
-    a.release()
-        .await
-        .unwrap_or_else(|e| panic!("A releases: {e}"));
-    let b = waiting
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .unwrap_or_else(|e| panic!("B acquires after the release: {e}"));
-    assert!(
-        released.elapsed() < Duration::from_secs(2),
-        "B got the lease {:?} after the release",
-        released.elapsed()
-    );
+    let b = acquired_after_release(
+        leases.clone(),
+        domain,
+        ttl,
+        Duration::from_millis(200),
+        a.release(),
+        Duration::from_secs(2),
+    )
+    .await;
     assert!(b.token() > first, "a new holder gets a greater token");
 
     // An operator revokes B's lease: the guard's next renewal is refused.
@@ -259,4 +248,105 @@ pub async fn guard_renews_waits_and_signals_loss(leases: Arc<dyn LeaseManager>, 
         .unwrap_or_else(|_| panic!("the revoked lease was not signalled lost"));
     assert_eq!(reason, LeaseLoss::Refused);
     assert!(b.is_lost());
+}
+
+/// A waiting acquirer is woken by the release, not by polling (for backends that override
+/// [`LeaseManager::wait_for_release`] with a notification): while A holds the fresh `domain`
+/// for 1.5 s, B's guard, waiting up to 10 s, tries to acquire at most three times, and gets the
+/// lease within a second of A's release.
+pub async fn waiting_is_notified(leases: Arc<dyn LeaseManager>, domain: &Domain) {
+    let counting = Arc::new(CountingAcquires {
+        inner: leases.clone(),
+        acquires: AtomicUsize::new(0),
+    });
+    let long = Duration::from_secs(30);
+    let a = leases
+        .acquire(domain, &owner("a"), long)
+        .await
+        .unwrap_or_else(|e| panic!("A acquires: {e}"));
+    let b = acquired_after_release(
+        counting.clone(),
+        domain,
+        long,
+        Duration::from_millis(1500),
+        leases.release(&a),
+        Duration::from_secs(1),
+    )
+    .await;
+    let attempts = counting.acquires.load(Ordering::SeqCst);
+    assert!(
+        attempts <= 3,
+        "B tried {attempts} times in 1.5 s: it polled instead of being notified"
+    );
+    b.release()
+        .await
+        .unwrap_or_else(|e| panic!("B releases: {e}"));
+}
+
+/// B's guard (TTL `ttl`) waits up to 10 s for `domain`; after `hold`, A's lease is released by
+/// `release`, and B must hold the lease within `within` of it.
+async fn acquired_after_release(
+    waiter: Arc<dyn LeaseManager>,
+    domain: &Domain,
+    ttl: Duration,
+    hold: Duration,
+    release: impl std::future::Future<Output = Result<(), FenceError>>,
+    within: Duration,
+) -> LeaseGuard {
+    let waiting = tokio::spawn({
+        let domain = domain.clone();
+        async move {
+            let options = LeaseOptions::new(ttl).wait(Duration::from_secs(10));
+            LeaseGuard::acquire(waiter, &domain, &owner("b"), options).await
+        }
+    });
+    tokio::time::sleep(hold).await;
+    let released = Instant::now();
+    release.await.unwrap_or_else(|e| panic!("A releases: {e}"));
+    let b = waiting
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("B acquires after the release: {e}"));
+    assert!(
+        released.elapsed() < within,
+        "B got the lease {:?} after the release",
+        released.elapsed()
+    );
+    b
+}
+
+/// Counts acquisitions on the way to the backend.
+#[derive(Debug)]
+struct CountingAcquires {
+    inner: Arc<dyn LeaseManager>,
+    acquires: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl LeaseManager for CountingAcquires {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+
+    async fn wait_for_release(&self, domain: &Domain, within: Duration) {
+        self.inner.wait_for_release(domain, within).await;
+    }
+
+    async fn do_acquire(
+        &self,
+        domain: &Domain,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> Result<Lease, FenceError> {
+        self.acquires.fetch_add(1, Ordering::SeqCst);
+        self.inner.do_acquire(domain, owner, ttl).await
+    }
+
+    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        self.inner.do_renew(lease, ttl).await
+    }
+
+    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+        self.inner.do_release(lease).await
+    }
 }

@@ -62,6 +62,7 @@ impl EntryHead {
     /// assert_eq!((head.token().get(), head.revision().get(), head.is_live()), (42, 7, false));
     /// assert_eq!(head.to_string(), "tombstone 42 7");
     /// assert!(EntryHead::parse("value 42 07").is_err());
+    /// assert!(EntryHead::parse("value 42 +7").is_err());
     /// # Ok::<(), String>(())
     /// ```
     pub fn parse(text: &str) -> Result<EntryHead, String> {
@@ -70,7 +71,9 @@ impl EntryHead {
                 .map_err(|e| format!("entry token `{s}`: {e}"))
         };
         let revision = |s: &str| match s.parse::<u64>() {
-            Ok(r) if r > 0 && !s.starts_with('0') => Ok(Revision::new(r)),
+            Ok(r) if r > 0 && !s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) => {
+                Ok(Revision::new(r))
+            }
             _ => Err(format!("entry revision `{s}` is not canonical")),
         };
         match text.split(' ').collect::<Vec<_>>()[..] {

@@ -137,7 +137,13 @@ impl OpRecord {
                 .map_err(|e| format!("operation token `{s}`: {e}"))
         };
         let count = match count.parse::<u64>() {
-            Ok(n) if n > 0 && !count.starts_with('0') => n,
+            Ok(n)
+                if n > 0
+                    && !count.starts_with('0')
+                    && count.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                n
+            }
             _ => return Err(format!("operation count `{count}` is not canonical")),
         };
         let op_id = unescape(op)
@@ -322,6 +328,7 @@ mod tests {
         assert_eq!(OpRecord::parse_line(&line, OpKind::Write), Ok(original));
         for bad in [
             "op 1 07 - a",
+            "op 1 +7 - a",
             "op 0 1 - a",
             "op 1 1 x a",
             "op 1 1 - a b",

@@ -97,9 +97,6 @@ async fn worker(name: &str, run: &str) -> Result<(), Error> {
             }
             Err(other) => return Err(other.into()),
         }
-        if guard.is_lost() {
-            return Err("wrote after the loss and was not fenced".into());
-        }
     }
     Ok(())
 }

@@ -17,6 +17,9 @@ pub enum EtcdFenceError {
     /// A lock key's lease could not be granted.
     #[error("etcd: lease grant refused: {0}")]
     LeaseGrant(String),
+    /// The key etcd's Lock API returned no longer exists: the lock is not held.
+    #[error("etcd: lock key `{0}` no longer exists: the lock is not held")]
+    LockGone(String),
     /// Concurrent writers changed the domain between every read and compare-and-write.
     #[error("etcd: the domain changed under {attempts} consecutive compare-and-write attempts")]
     Contention {
@@ -31,21 +34,30 @@ const AUTH_FAILED: &str = "etcdserver: authentication failed";
 /// The class of a client error: whether a retry can help.
 pub(crate) fn kind_of(error: &ClientError) -> BackendErrorKind {
     match error {
-        ClientError::GRpcStatus(status) => match status.code() {
-            Code::Unauthenticated | Code::PermissionDenied => BackendErrorKind::PermissionDenied,
-            // etcd answers a refused login with InvalidArgument (rpctypes.ErrGRPCAuthFailed).
-            Code::InvalidArgument if status.message().contains(AUTH_FAILED) => {
-                BackendErrorKind::PermissionDenied
+        ClientError::GRpcStatus(status) => {
+            let says = |text: &str| status.message().contains(text);
+            match status.code() {
+                Code::PermissionDenied => BackendErrorKind::PermissionDenied,
+                // etcd answers a refused login with InvalidArgument (ErrGRPCAuthFailed).
+                Code::InvalidArgument if says(AUTH_FAILED) => BackendErrorKind::PermissionDenied,
+                // An expired or outdated auth token: the client logs in again.
+                Code::Unauthenticated => BackendErrorKind::Unavailable,
+                // "too many requests" (apply lagging behind commit) passes; "database space
+                // exceeded" (the NOSPACE alarm) needs an operator.
+                Code::ResourceExhausted if says("too many requests") => {
+                    BackendErrorKind::Unavailable
+                }
+                Code::FailedPrecondition if says("not leader") => BackendErrorKind::Unavailable,
+                Code::NotFound => BackendErrorKind::NotFound,
+                Code::InvalidArgument
+                | Code::OutOfRange
+                | Code::FailedPrecondition
+                | Code::ResourceExhausted
+                | Code::Unimplemented
+                | Code::AlreadyExists => BackendErrorKind::Rejected,
+                _ => BackendErrorKind::Unavailable,
             }
-            Code::NotFound => BackendErrorKind::NotFound,
-            Code::InvalidArgument
-            | Code::OutOfRange
-            | Code::FailedPrecondition
-            | Code::ResourceExhausted
-            | Code::Unimplemented
-            | Code::AlreadyExists => BackendErrorKind::Rejected,
-            _ => BackendErrorKind::Unavailable,
-        },
+        }
         ClientError::TransportError(_)
         | ClientError::IoError(_)
         | ClientError::LeaseKeepAliveError(_)
@@ -78,4 +90,79 @@ pub(crate) fn map_error(
 /// State at the resource that is not Fence's, or is damaged.
 pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
     FenceError::corrupt(BACKEND, domain, detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: Code, message: &str) -> ClientError {
+        ClientError::GRpcStatus(tonic::Status::new(code, message))
+    }
+
+    #[test]
+    fn failures_are_classified_and_lost_answers_are_ambiguous() {
+        let d = Domain::new("d").unwrap_or_else(|e| unreachable!("{e}"));
+        let cases = [
+            (
+                status(Code::Unavailable, "connection refused"),
+                BackendErrorKind::Unavailable,
+            ),
+            (
+                status(Code::DeadlineExceeded, "timeout"),
+                BackendErrorKind::Unavailable,
+            ),
+            (
+                status(Code::Unauthenticated, "etcdserver: invalid auth token"),
+                BackendErrorKind::Unavailable,
+            ),
+            (
+                status(
+                    Code::InvalidArgument,
+                    "etcdserver: authentication failed, invalid user ID or password",
+                ),
+                BackendErrorKind::PermissionDenied,
+            ),
+            (
+                status(Code::PermissionDenied, "etcdserver: permission denied"),
+                BackendErrorKind::PermissionDenied,
+            ),
+            (
+                status(Code::ResourceExhausted, "etcdserver: too many requests"),
+                BackendErrorKind::Unavailable,
+            ),
+            (
+                status(
+                    Code::ResourceExhausted,
+                    "etcdserver: mvcc: database space exceeded",
+                ),
+                BackendErrorKind::Rejected,
+            ),
+            (
+                status(Code::InvalidArgument, "etcdserver: request is too large"),
+                BackendErrorKind::Rejected,
+            ),
+        ];
+        for (error, kind) in cases {
+            let text = error.to_string();
+            assert_eq!(kind_of(&error), kind, "{text}");
+            let sent = map_error(error, &d, Operation::Write, true);
+            if kind == BackendErrorKind::Unavailable {
+                // Sent, and no answer that says it was refused: the outcome is unknown.
+                assert!(
+                    matches!(sent, FenceError::Ambiguous { .. }),
+                    "{text}: {sent:?}"
+                );
+            } else {
+                assert_eq!(sent.backend_kind(), Some(kind), "{text}");
+            }
+        }
+        let unsent = map_error(
+            status(Code::Unavailable, "down"),
+            &d,
+            Operation::Read,
+            false,
+        );
+        assert!(unsent.is_retryable(), "{unsent}");
+    }
 }

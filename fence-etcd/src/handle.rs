@@ -45,9 +45,11 @@ impl Etcd {
     }
 
     /// Connects to `endpoints` with `options` (by default: a 5 s connect timeout and a 10 s
-    /// request timeout). With a user and password in `options`, a refused login is
-    /// [`fence_core::BackendErrorKind::PermissionDenied`]; an endpoint that is down fails at the first
-    /// request, not here (the client connects lazily).
+    /// request timeout), with the auth token refreshed when it expires (etcd forgets tokens
+    /// on restart). With a user and password in `options`, the login happens here: refused, it
+    /// is [`fence_core::BackendErrorKind::PermissionDenied`]; an endpoint that is down is
+    /// `Unavailable`. Without credentials the client connects lazily, and an endpoint that is
+    /// down fails at the first request.
     pub async fn connect<E: AsRef<str>>(
         endpoints: &[E],
         options: Option<ConnectOptions>,
@@ -59,6 +61,7 @@ impl Etcd {
                 .with_connect_timeout(DEFAULT_CONNECT_TIMEOUT)
                 .with_timeout(DEFAULT_REQUEST_TIMEOUT)
         });
+        let options = options.with_auto_token_refresh(true);
         let client = Client::connect(endpoints, Some(options))
             .await
             .map_err(|error| {

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use etcd_client::{
-    Compare, CompareOp, EventType, KeyValue, PutOptions, Txn, TxnOp, TxnOpResponse,
-    WatchFilterType, WatchOptions,
+    Compare, CompareOp, EventType, KeyValue, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp,
+    TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use fence_core::{Domain, FenceError, InvalidInput, Lease, LeaseManager, Operation, OwnerId};
 
@@ -128,41 +128,32 @@ impl EtcdLeases {
         }
         let key = self.etcd.keys().lock(domain);
         let value = format!("{HOLDER_MARKER}{}", owner.escaped());
-        // Twice at most: once more after ending this owner's own earlier lease.
-        for _ in 0..2 {
+        // A few rounds at most: again after ending this owner's own earlier lease, or when the
+        // new etcd lease ended before the txn could use it (a stalled client).
+        for _ in 0..3 {
             let started = Instant::now();
-            let grant = self
-                .etcd
-                .client()
-                .lease_client()
-                .grant(i64::try_from(seconds).unwrap_or(i64::MAX), None)
-                .await
-                .map_err(|e| map_error(e, domain, Operation::Lease, false))?;
-            if !grant.error().is_empty() {
-                return Err(FenceError::backend(
-                    BACKEND,
-                    fence_core::BackendErrorKind::Rejected,
-                    Some(domain),
-                    EtcdFenceError::LeaseGrant(grant.error().to_owned()),
-                ));
-            }
-            let id = grant.id();
+            let granted = self.grant(domain, seconds).await?;
             let txn = Txn::new()
                 .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
                 .and_then([
                     TxnOp::put(
                         key.clone(),
                         value.clone(),
-                        Some(PutOptions::new().with_lease(id)),
+                        Some(PutOptions::new().with_lease(granted.id)),
                     ),
                     TxnOp::get(key.clone(), None),
                 ])
                 .or_else([TxnOp::get(key.clone(), None)]);
             let response = match self.etcd.client().kv_client().txn(txn).await {
                 Ok(response) => response,
+                Err(etcd_client::Error::GRpcStatus(status))
+                    if status.code() == tonic::Code::NotFound =>
+                {
+                    continue; // "requested lease not found": nothing was created
+                }
                 Err(error) => {
                     // Revoking the new lease undoes a create whose answer was lost.
-                    let undone = self.revoke_quietly(id).await;
+                    let undone = granted.revoke().await;
                     return Err(map_error(error, domain, Operation::Lease, !undone));
                 }
             };
@@ -175,6 +166,7 @@ impl EtcdLeases {
                     _ => None,
                 });
             if response.succeeded() {
+                granted.keep();
                 let created = current.map_or(0, |kv| kv.create_revision());
                 let token = revision_token(domain, created)?;
                 return Ok(Lease::new(
@@ -184,7 +176,7 @@ impl EtcdLeases {
                     started + ttl,
                 ));
             }
-            self.revoke_quietly(id).await;
+            granted.revoke().await;
             let Some(current) = current else {
                 continue; // released between the compare and the read: try again
             };
@@ -194,26 +186,100 @@ impl EtcdLeases {
                     domain: domain.clone(),
                 });
             }
-            // The same owner acquires again: its earlier lease ends (its key with it).
-            self.revoke_quietly(holder.lease).await;
+            // The same owner acquires again: its earlier lease ends, and its key with it, if
+            // that lease holds nothing else (another tool's keys under it stay untouched).
+            self.end_own_lease(domain, &holder, &key).await?;
         }
         Err(FenceError::LeaseHeld {
             domain: domain.clone(),
         })
     }
 
+    /// Grants an etcd lease of `seconds`, revoked when dropped unless kept: an acquisition
+    /// cancelled half-way leaves no lock behind for the whole TTL.
+    async fn grant(&self, domain: &Domain, seconds: u64) -> Result<Granted, FenceError> {
+        let grant = self
+            .etcd
+            .client()
+            .lease_client()
+            .grant(i64::try_from(seconds).unwrap_or(i64::MAX), None)
+            .await
+            .map_err(|e| map_error(e, domain, Operation::Lease, false))?;
+        let granted = Granted {
+            client: self.etcd.client().clone(),
+            id: grant.id(),
+            armed: true,
+        };
+        if !grant.error().is_empty() {
+            return Err(FenceError::backend(
+                BACKEND,
+                fence_core::BackendErrorKind::Rejected,
+                Some(domain),
+                EtcdFenceError::LeaseGrant(grant.error().to_owned()),
+            ));
+        }
+        Ok(granted)
+    }
+
+    /// Revokes this owner's earlier etcd lease found on the lock key, after checking that it
+    /// holds the lock key alone.
+    async fn end_own_lease(
+        &self,
+        domain: &Domain,
+        holder: &Holder,
+        key: &str,
+    ) -> Result<(), FenceError> {
+        let attached = self
+            .etcd
+            .client()
+            .lease_client()
+            .time_to_live(
+                holder.lease,
+                Some(LeaseTimeToLiveOptions::new().with_keys()),
+            )
+            .await
+            .map_err(|e| map_error(e, domain, Operation::Lease, false))?;
+        if attached
+            .keys()
+            .iter()
+            .any(|k| k.as_slice() != key.as_bytes())
+        {
+            return Err(corrupt(
+                domain,
+                format!(
+                    "the etcd lease {} of lock key `{key}` also holds other keys",
+                    holder.lease
+                ),
+            ));
+        }
+        self.revoke_quietly(holder.lease).await;
+        Ok(())
+    }
+
     async fn renew_now(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
         let started = Instant::now();
         let holder = self.still_held(lease).await?;
         let mut client = self.etcd.client().lease_client();
-        // The keep-alive stream answers the first keep-alive before it is returned.
-        match client.keep_alive(holder.lease).await {
-            Ok(_) => Ok(Lease::new(
-                lease.domain.clone(),
-                lease.owner.clone(),
-                lease.token,
-                started + ttl,
-            )),
+        let kept = async {
+            // The stream answers a first keep-alive before it is returned; a second one reports
+            // the TTL etcd renews to (the one granted at acquisition).
+            let (mut keeper, mut stream) = client.keep_alive(holder.lease).await?;
+            keeper.keep_alive().await?;
+            Ok::<_, etcd_client::Error>(stream.message().await?.map_or(0, |r| r.ttl()))
+        };
+        match kept.await {
+            Ok(granted) if granted > 0 => {
+                // etcd renews to the granted TTL, whatever `ttl` asks: the lease ends at the
+                // earlier of the two.
+                let granted = Duration::from_secs(u64::try_from(granted).unwrap_or(0));
+                Ok(Lease::new(
+                    lease.domain.clone(),
+                    lease.owner.clone(),
+                    lease.token,
+                    started + ttl.min(granted),
+                ))
+            }
+            Ok(_) => Err(lost(lease)),
             Err(error) => {
                 // "lease not found": ended since the check. Anything else: ask etcd.
                 let remaining = client.time_to_live(holder.lease, None).await;
@@ -274,6 +340,41 @@ impl EtcdLeases {
         tokio::time::timeout(within, deleted)
             .await
             .unwrap_or(Ok(()))
+    }
+}
+
+/// A granted etcd lease, revoked in the background when dropped unless [`Granted::keep`] was
+/// called.
+struct Granted {
+    client: etcd_client::Client,
+    id: i64,
+    armed: bool,
+}
+
+impl Granted {
+    /// The lease now belongs to a lock key: keep it.
+    fn keep(mut self) {
+        self.armed = false;
+    }
+
+    /// Revokes it now; true when etcd confirmed.
+    async fn revoke(mut self) -> bool {
+        self.armed = false;
+        self.client.lease_client().revoke(self.id).await.is_ok()
+    }
+}
+
+impl Drop for Granted {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (mut leases, id) = (self.client.lease_client(), self.id);
+            runtime.spawn(async move {
+                let _ = leases.revoke(id).await;
+            });
+        }
     }
 }
 

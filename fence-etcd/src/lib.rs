@@ -6,6 +6,7 @@ mod handle;
 mod issuer;
 mod keys;
 mod lease;
+mod lock;
 mod state;
 
 pub use error::{EtcdFenceError, BACKEND};
@@ -17,3 +18,4 @@ pub use handle::{Etcd, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 pub use issuer::EtcdIssuer;
 pub use keys::MAX_PREFIX_BYTES;
 pub use lease::{EtcdLeases, MAX_LEASE_TTL_SECS};
+pub use lock::lock_token;

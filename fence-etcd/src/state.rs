@@ -51,6 +51,13 @@ impl Stored {
                         ),
                     )
                 })?;
+            if kv.lease() != 0 {
+                // It would vanish with the lease, and the mark with it.
+                return Err(corrupt(
+                    domain,
+                    format!("store key `{}` is under an etcd lease", key.name()),
+                ));
+            }
             let (_, value) = kv.into_key_value();
             let text = |what: &str| {
                 String::from_utf8(value.clone())

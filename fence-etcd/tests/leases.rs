@@ -18,7 +18,8 @@ use fence_core::{
     BackendErrorKind, Domain, Fence, FenceError, FencedStore, FencedStoreExt, FencingToken,
     LeaseGuard, LeaseLoss, LeaseManager, LeaseOptions, OwnerId, TokenIssuer,
 };
-use fence_etcd::Etcd;
+use fence_etcd::etcd_client::{Client, LockOptions};
+use fence_etcd::{lock_token, Etcd};
 use fence_testkit::etcd::{address, shared_endpoints, unique_prefix, EtcdServer};
 
 fn owner(name: &str) -> OwnerId {
@@ -78,6 +79,64 @@ async fn the_guard_renews_waits_and_signals_loss() {
         return;
     };
     lease::guard_renews_waits_and_signals_loss(Arc::new(etcd.leases()), &d("g")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_notified_of_the_release() {
+    let Some(etcd) = support::shared("lease_notify").await else {
+        return;
+    };
+    lease::waiting_is_notified(Arc::new(etcd.leases()), &d("n")).await;
+}
+
+/// etcd's own Lock API, as `etcdctl lock` and client-go use it: the key `Lock` returns gives
+/// the holder's token; the next holder's is greater, and once it claimed, the first holder's
+/// late write to etcd's KV is fenced.
+#[tokio::test]
+async fn etcds_own_lock_api_yields_ordered_tokens() {
+    let Some(etcd) = support::shared("lock_api").await else {
+        return;
+    };
+    let mut client = etcd.client().clone();
+    let name = format!("{}/locks/jobs", etcd.prefix());
+    let domain = d("jobs");
+    let store = etcd.fence();
+    // A's lease is never kept alive: A is a holder that paused.
+    let lease_a = client.lease_grant(2, None).await.unwrap().id();
+    let a = client
+        .lock(name.clone(), Some(LockOptions::new().with_lease(lease_a)))
+        .await
+        .unwrap();
+    let a_token = lock_token(&client, &domain, a.key()).await.unwrap();
+    store.claim(&domain, a_token).await.unwrap();
+    store.put(&domain, a_token, "by A").await.unwrap();
+
+    // B waits inside `Lock` until A's lease expires: its client has no request timeout.
+    let endpoints = shared_endpoints().expect("the shared etcd");
+    let mut waiting = Client::connect(&endpoints, None).await.unwrap();
+    let lease_b = client.lease_grant(30, None).await.unwrap().id();
+    let b = tokio::time::timeout(
+        Duration::from_secs(15),
+        waiting.lock(name, Some(LockOptions::new().with_lease(lease_b))),
+    )
+    .await
+    .expect("B gets the lock once A's lease expires")
+    .unwrap();
+    let b_token = lock_token(&client, &domain, b.key()).await.unwrap();
+    assert!(b_token > a_token, "{b_token} after {a_token}");
+    store.claim(&domain, b_token).await.unwrap();
+    assert_fenced(
+        store.put(&domain, a_token, "late A").await,
+        a_token.get(),
+        b_token.get(),
+    );
+    let gone = lock_token(&client, &domain, a.key()).await;
+    assert!(
+        matches!(&gone, Err(e) if e.backend_kind() == Some(BackendErrorKind::NotFound)),
+        "{gone:?}"
+    );
+    client.unlock(b.key()).await.unwrap();
+    client.lease_revoke(lease_b).await.unwrap();
 }
 
 /// Eight contenders, three turns each, through guards that wait: while a contender holds,
@@ -308,7 +367,47 @@ async fn a_stopped_etcd_is_signalled_as_loss_within_the_ttl() {
         "signalled {:?} after etcd stopped",
         signalled.duration_since(stopped)
     );
-    assert!(signalled >= renewed_until || signalled.duration_since(stopped) <= ttl);
+    // Not before the lease's end by the holder's clock: a failed renewal alone is no loss.
+    let last = guard.lease().valid_until;
+    assert!(last >= renewed_until);
+    assert!(
+        signalled >= last,
+        "signalled {:?} early",
+        last.duration_since(signalled)
+    );
+}
+
+/// etcd renews to the TTL it granted: a renewal asking for more must not report more, or the
+/// holder would believe in a lease another owner already holds.
+#[tokio::test]
+async fn a_renewal_never_reports_more_than_etcd_granted() {
+    let Some(etcd) = support::shared("renew_ttl").await else {
+        return;
+    };
+    let (leases, domain) = (etcd.leases(), d("t"));
+    let granted = Duration::from_secs(3);
+    let lease = leases.acquire(&domain, &owner("a"), granted).await.unwrap();
+    let renewed = leases.renew(&lease, Duration::from_secs(60)).await.unwrap();
+    assert!(
+        renewed.valid_until <= Instant::now() + granted,
+        "a renewal reported {:?} left of a {granted:?} lease",
+        renewed
+            .valid_until
+            .saturating_duration_since(Instant::now())
+    );
+    let b = LeaseGuard::acquire(
+        Arc::new(etcd.leases()),
+        &domain,
+        &owner("b"),
+        LeaseOptions::new(granted).wait(Duration::from_secs(10)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        !renewed.is_valid(),
+        "B holds while A's renewed lease still looks valid"
+    );
+    b.release().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,18 +450,15 @@ async fn bad_input_and_foreign_lock_keys_fail_closed() {
         return;
     };
     let leases = etcd.leases();
+    // Refused before any I/O: through a client whose endpoint is down, still `InvalidInput`.
+    let down = support::connect("http://127.0.0.1:1", "/down").await;
     for ttl in [Duration::ZERO, Duration::from_secs(9_000_000_001)] {
-        let refused = leases.acquire(&d("ttl"), &owner("a"), ttl).await;
+        let refused = down.leases().acquire(&d("ttl"), &owner("a"), ttl).await;
         assert!(
             matches!(refused, Err(FenceError::InvalidInput(_))),
             "{ttl:?}: {refused:?}"
         );
     }
-    assert_eq!(
-        lock_holder(&etcd, &d("ttl")).await,
-        None,
-        "nothing was written"
-    );
 
     // Another tool's data at a lock key, and a key with Fence's format but no lease (it would
     // never expire): refused, and left as they were.
@@ -410,7 +506,6 @@ async fn bad_input_and_foreign_lock_keys_fail_closed() {
     );
 
     // An endpoint where nothing listens: a typed, retryable error, not a hang.
-    let down = support::connect("http://127.0.0.1:1", "/down").await;
     let started = Instant::now();
     let refused = down
         .leases()
@@ -456,10 +551,6 @@ async fn a_refused_login_is_permission_denied() {
                 "{error}"
             );
             assert!(!error.is_retryable());
-            assert!(
-                !format!("{error:?}").contains("wrong-password"),
-                "no secret in errors"
-            );
         }
         Ok(etcd) => panic!("a wrong password was accepted: {etcd:?}"),
     }
@@ -467,13 +558,8 @@ async fn a_refused_login_is_permission_denied() {
     let etcd = Etcd::connect(&[server.endpoint()], Some(right), "/auth")
         .await
         .unwrap();
-    assert!(!format!("{etcd:?}").contains("right-password"));
     etcd.leases()
         .acquire(&d("authorized"), &owner("a"), Duration::from_secs(5))
         .await
         .unwrap();
 }
-
-/// Unused helper guard: every store test above writes through `FencedStore`.
-#[allow(dead_code)]
-fn _is_store(_: &dyn FencedStore) {}

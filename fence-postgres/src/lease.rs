@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use fence_core::{
     Domain, FenceError, FencingToken, Lease, LeaseManager, Operation, OwnerId, TokenIssuer,
 };
+use sqlx::postgres::PgListener;
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::error::{corrupt, map_error, token_column, BACKEND};
@@ -25,7 +26,10 @@ pub struct PostgresIssuer {
 /// sequence per domain for both). Expiry is decided by the server's clock
 /// (`clock_timestamp()`), never a client's; `renew` and `release` act only for the current
 /// owner and token. [`Lease::valid_until`] is measured on the holder's clock from before the
-/// request was sent, so it errs early.
+/// request was sent, so it errs early. A waiting [`fence_core::LeaseGuard::acquire`] is
+/// woken by the release itself (`NOTIFY` on `fence_lease_released` when the release commits,
+/// one listening connection per waiter) or at the holder's expiry by the server's clock: no
+/// polling.
 #[derive(Clone, Debug)]
 pub struct PostgresLeases {
     fence: PostgresFence,
@@ -134,6 +138,9 @@ impl TokenIssuer for PostgresIssuer {
     }
 }
 
+/// The channel releases are notified on; the payload is `<schema>\n<domain>`.
+const RELEASE_CHANNEL: &str = "fence_lease_released";
+
 /// A TTL in whole milliseconds (checked to be 1 ..= `i64::MAX` by fence-core's provided methods).
 fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
@@ -226,14 +233,17 @@ impl PostgresLeases {
         let domain = &lease.domain;
         self.fence.ensure_shape(domain, Operation::Lease).await?;
         // An expired row of this owner is removed too (no one holds it), but reported lost.
+        // Waiters are notified when the statement commits.
         let live: Option<bool> = sqlx::query_scalar(&format!(
-            "DELETE FROM {} WHERE domain = $1 AND owner = $2 AND token = $3::numeric \
-             RETURNING expires > clock_timestamp()",
+            "WITH gone AS (DELETE FROM {} WHERE domain = $1 AND owner = $2 AND token = $3::numeric \
+             RETURNING expires > clock_timestamp() AS live) \
+             SELECT live FROM gone, LATERAL (SELECT pg_notify('{RELEASE_CHANNEL}', $4)) AS notified",
             self.fence.tables().leases()
         ))
         .bind(domain.as_str())
         .bind(lease.owner.as_str())
         .bind(lease.token.to_string())
+        .bind(self.release_payload(domain))
         .fetch_optional(self.fence.pool())
         .await
         .map_err(|e| map_error(e, domain, Operation::Lease, false))?;
@@ -241,6 +251,46 @@ impl PostgresLeases {
             Some(true) => Ok(()),
             _ => Err(lost(lease)),
         }
+    }
+
+    /// The notification payload of a release of `domain`'s lease in this schema.
+    fn release_payload(&self, domain: &Domain) -> String {
+        format!("{}\n{}", self.fence.schema(), domain.as_str())
+    }
+
+    /// Returns once `domain`'s lease is released (a notification) or has expired by the
+    /// server's clock (read after listening, so a release in between is not missed).
+    async fn released(&self, domain: &Domain) -> Result<(), FenceError> {
+        let sql_error = |e| map_error(e, domain, Operation::Lease, false);
+        let mut listener = PgListener::connect_with(self.fence.pool())
+            .await
+            .map_err(sql_error)?;
+        listener.listen(RELEASE_CHANNEL).await.map_err(sql_error)?;
+        let left_ms: Option<f64> = sqlx::query_scalar(&format!(
+            "SELECT (extract(epoch FROM expires - clock_timestamp()) * 1000)::float8 \
+             FROM {} WHERE domain = $1",
+            self.fence.tables().leases()
+        ))
+        .bind(domain.as_str())
+        .fetch_optional(self.fence.pool())
+        .await
+        .map_err(sql_error)?;
+        let Some(left_ms) = left_ms.filter(|ms| ms.is_finite() && *ms > 0.0) else {
+            return Ok(());
+        };
+        let expiry = Duration::from_secs_f64(left_ms.min(1e9) / 1000.0);
+        let payload = self.release_payload(domain);
+        let notified = async {
+            loop {
+                let notification = listener.recv().await.map_err(sql_error)?;
+                if notification.payload() == payload {
+                    return Ok(());
+                }
+            }
+        };
+        tokio::time::timeout(expiry, notified)
+            .await
+            .unwrap_or(Ok(()))
     }
 }
 
@@ -272,5 +322,17 @@ impl LeaseManager for PostgresLeases {
 
     async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
         self.release_now(lease).await
+    }
+
+    /// Notified: `LISTEN` for releases, bounded by the holder's expiry.
+    async fn wait_for_release(&self, domain: &Domain, within: Duration) {
+        match tokio::time::timeout(within, self.released(domain)).await {
+            Ok(Ok(())) | Err(_) => {}
+            Ok(Err(error)) => {
+                // Unreachable now: the caller's next attempt reports it; do not spin meanwhile.
+                tracing::debug!(%error, domain = domain.as_str(), "listening for a release failed");
+                tokio::time::sleep(within.min(Duration::from_millis(50))).await;
+            }
+        }
     }
 }

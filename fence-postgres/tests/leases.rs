@@ -192,3 +192,11 @@ async fn the_guard_renews_waits_and_signals_loss() {
     };
     lease::guard_renews_waits_and_signals_loss(Arc::new(fence.leases()), &d("g")).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_notified_of_the_release() {
+    let Some((fence, _)) = shared("lease_notify").await else {
+        return;
+    };
+    lease::waiting_is_notified(Arc::new(fence.leases()), &d("n")).await;
+}

@@ -1,6 +1,8 @@
 //! etcd: the shared server `scripts/test` starts, and dedicated single-member servers a test
 //! owns (to kill -9, stop and restart them).
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -32,6 +34,20 @@ pub fn address(endpoint: &str) -> String {
 /// A key prefix of its own for `test` (no `/` inside, so prefixes never nest).
 pub fn unique_prefix(test: &str) -> String {
     format!("/ft-{test}-{}", crate::unique_suffix())
+}
+
+/// True when etcd on `port` answers its health check: it binds the client port before it has
+/// replayed its log and elected itself, so a listening port is not yet a server.
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let request = b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    let mut reply = String::new();
+    stream.write_all(request).is_ok()
+        && stream.read_to_string(&mut reply).is_ok()
+        && reply.contains("\"health\":\"true\"")
 }
 
 /// A single-member etcd owned by the test (its own ports and data dir), killed when dropped.
@@ -91,10 +107,10 @@ impl EtcdServer {
             .args(["--initial-cluster", &format!("fence-test={peer}")])
             .stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log));
-        let address = format!("127.0.0.1:{}", self.port);
+        let port = self.port;
         self.process
-            .spawn_and_wait(&mut command, self.port, Duration::from_secs(20), || {
-                listens(&address)
+            .spawn_and_wait(&mut command, port, Duration::from_secs(20), || {
+                healthy(port)
             })
     }
 

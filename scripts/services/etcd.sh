@@ -26,6 +26,9 @@ etcd_start() {
     echo "etcd already listens on 127.0.0.1:$ETCD_PORT; reusing it"
     return 0
   fi
+  # Tests use prefixes of their own: nothing here outlives a run, so start from empty
+  # (a never-compacted data dir would grow towards etcd's space quota).
+  rm -rf "$etcd_dir/data"
   mkdir -p "$etcd_dir"
   etcd --name fence --data-dir "$etcd_dir/data" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -37,6 +40,12 @@ etcd_start() {
     >"$etcd_dir/etcd.log" 2>&1 </dev/null &
   echo $! >"$etcd_dir/etcd.pid"
   wait_for_port "$ETCD_PORT" 30 || { tail -20 "$etcd_dir/etcd.log" >&2; return 1; }
+  # The port opens before the member has elected itself: wait until it answers.
+  local i
+  for ((i = 0; i < 100; i++)); do
+    ETCDCTL_API=3 etcdctl --endpoints "$FENCE_ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1 && break
+    sleep 0.1
+  done
   echo "etcd: $FENCE_ETCD_ENDPOINTS"
 }
 
