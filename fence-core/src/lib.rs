@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod backoff;
+mod bounded_cache;
 mod capabilities;
 mod domain;
 mod entry_head;
@@ -21,6 +22,7 @@ mod token;
 pub use bytes::Bytes;
 
 pub use backoff::{random_u64, Backoff};
+pub use bounded_cache::BoundedCache;
 pub use capabilities::{Capabilities, OpIdRetention};
 pub use domain::{Domain, MAX_DOMAIN_BYTES};
 pub use entry_head::EntryHead;

@@ -4,15 +4,16 @@
 //! changes nothing.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
-    BackendErrorKind, Backoff, Capabilities, Claimed, Domain, EntryHead, Fence, FenceError,
-    FencedStore, FencingToken, Mutation, OpIdRetention, Operation, Snapshot, WriteOutcome,
-    WriteRequest,
+    BackendErrorKind, Backoff, BoundedCache, Capabilities, Claimed, Domain, EntryHead, Fence,
+    FenceError, FencedStore, FencingToken, Mutation, OpIdRetention, Operation, Snapshot,
+    WriteOutcome, WriteRequest,
 };
 
 use crate::error::{map_error, EtcdFenceError, BACKEND};
@@ -25,6 +26,8 @@ use crate::Etcd;
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 1024 * 1024;
 /// Operation ids remembered per domain by default (each write with an op id rewrites them).
 pub const DEFAULT_OP_ID_RETENTION: usize = 128;
+/// Domains whose last seen state is remembered by default.
+pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
 /// Compare-and-write attempts per operation by default before
 /// [`BackendErrorKind::Contention`].
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 64;
@@ -47,6 +50,8 @@ pub struct EtcdFence {
     max_value_bytes: usize,
     op_id_retention: usize,
     max_attempts: u32,
+    /// The last state seen per domain (shared by clones).
+    cache: Arc<BoundedCache<Domain, Stored>>,
 }
 
 impl EtcdFence {
@@ -56,7 +61,15 @@ impl EtcdFence {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            cache: Arc::new(BoundedCache::new(DEFAULT_CACHE_CAPACITY)),
         }
+    }
+
+    /// Remembers the last state seen of at most `domains` domains (0: read before every
+    /// write). A remembered state makes a write one txn; etcd's compare decides regardless.
+    pub fn with_cache_capacity(mut self, domains: usize) -> Self {
+        self.cache = Arc::new(BoundedCache::new(domains));
+        self
     }
 
     /// Refuses values larger than `max` bytes, before any I/O.
@@ -78,7 +91,7 @@ impl EtcdFence {
         self
     }
 
-    /// Reads the domain's keys at one revision.
+    /// Reads the domain's keys at one revision, and remembers what it read.
     async fn load(&self, domain: &Domain, operation: Operation) -> Result<Stored, FenceError> {
         let dir = self.etcd.keys().store_dir(domain);
         let response = self
@@ -88,27 +101,29 @@ impl EtcdFence {
             .get(dir.as_bytes(), Some(GetOptions::new().with_prefix()))
             .await
             .map_err(|e| map_error(e, domain, operation, false))?;
-        let mut stored = Stored::decode(domain, &dir, response.kvs().to_vec())?;
-        stored.version = response
-            .kvs()
-            .iter()
-            .find(|kv| kv.key() == self.etcd.keys().store(domain, StoreKey::Mark).as_bytes())
-            .map_or(0, |kv| kv.mod_revision());
+        let stored = Stored::decode(domain, &dir, response.kvs().to_vec())?;
+        self.cache.insert(domain.clone(), stored.without_value());
         Ok(stored)
     }
 
-    /// Runs `changes` if the domain's mark key is still at `version`: true when applied.
+    /// Runs `changes` if the domain's mark key is still at `version` (its new revision), else
+    /// returns the domain's keys as they are now, in the same request.
     async fn compare_and_write(
         &self,
         domain: &Domain,
         operation: Operation,
         version: i64,
         changes: Vec<TxnOp>,
-    ) -> Result<bool, FenceError> {
-        let mark = self.etcd.keys().store(domain, StoreKey::Mark);
+    ) -> Result<Written, FenceError> {
+        let mark = self.key(domain, StoreKey::Mark);
+        let dir = self.etcd.keys().store_dir(domain);
         let txn = Txn::new()
             .when([Compare::mod_revision(mark, CompareOp::Equal, version)])
-            .and_then(changes);
+            .and_then(changes)
+            .or_else([TxnOp::get(
+                dir.as_bytes(),
+                Some(GetOptions::new().with_prefix()),
+            )]);
         let response = self
             .etcd
             .client()
@@ -116,31 +131,82 @@ impl EtcdFence {
             .txn(txn)
             .await
             .map_err(|e| map_error(e, domain, operation, true))?;
-        Ok(response.succeeded())
+        if response.succeeded() {
+            return Ok(Written::Applied(
+                response.header().map_or(0, |h| h.revision()),
+            ));
+        }
+        let kvs = response
+            .op_responses()
+            .into_iter()
+            .find_map(|r| match r {
+                TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+                _ => None,
+            })
+            .unwrap_or_default();
+        let current = Stored::decode(domain, &dir, kvs)?;
+        self.cache.insert(domain.clone(), current.without_value());
+        Ok(Written::Changed(current))
     }
 
-    /// Decides on a fresh read and writes under the read's version, again when a concurrent
-    /// writer changed the domain in between, up to the attempt limit.
+    /// Decides and writes under the version it decided on, in one txn: on the cached state
+    /// when there is one (a steady-state write is one request), else on a fresh read. A txn that
+    /// finds the domain changed returns its keys, and the operation is decided again, up to the
+    /// attempt limit.
     async fn decided<T>(
         &self,
         domain: &Domain,
         operation: Operation,
         mut attempt: impl FnMut(&Stored) -> Result<Step<T>, FenceError>,
     ) -> Result<T, FenceError> {
+        let (mut known, mut fresh) = match self.cache.get(domain) {
+            Some(cached) => (cached, false),
+            None => (self.load(domain, operation).await?, true),
+        };
         let backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
         for round in 0..self.max_attempts {
             if round > 2 {
                 tokio::time::sleep(backoff.delay(round - 2)).await;
             }
-            let stored = self.load(domain, operation).await?;
-            match attempt(&stored)? {
-                Step::Done(outcome) => return Ok(outcome),
-                Step::Write(changes, outcome) => {
-                    if self
-                        .compare_and_write(domain, operation, stored.version, changes)
-                        .await?
+            let step = match attempt(&known) {
+                Ok(step) => step,
+                // A cached state can only be older than etcd's: a token it shows as stale is
+                // stale for certain. Any other answer is decided again on etcd's state.
+                Err(error) if fresh || error.is_fenced() => return Err(error),
+                Err(_) => Step::Done(None),
+            };
+            match step {
+                Step::Done(Some(outcome)) if fresh => return Ok(outcome),
+                Step::Done(_) => {
+                    known = self.load(domain, operation).await?;
+                    fresh = true;
+                }
+                Step::Write {
+                    changes,
+                    outcome,
+                    next,
+                } => {
+                    match self
+                        .compare_and_write(domain, operation, known.version, changes)
+                        .await
                     {
-                        return Ok(outcome);
+                        Ok(Written::Applied(revision)) => {
+                            let next = Stored {
+                                version: revision,
+                                ..next
+                            };
+                            self.cache.insert(domain.clone(), next);
+                            return Ok(outcome);
+                        }
+                        Ok(Written::Changed(current)) => {
+                            known = current;
+                            fresh = true;
+                        }
+                        Err(error) => {
+                            // The outcome, or etcd's state, is unknown now.
+                            self.cache.remove(domain);
+                            return Err(error);
+                        }
                     }
                 }
             }
@@ -171,7 +237,7 @@ impl EtcdFence {
             let (outcome, remember) =
                 match pipeline::decide_write(request, stored.current(), &stored.ops)? {
                     Decision::Replay(first) => {
-                        return Ok(Step::Done(WriteOutcome::Duplicate(first)))
+                        return Ok(Step::Done(Some(WriteOutcome::Duplicate(first))))
                     }
                     Decision::Apply { outcome, remember } => (outcome, remember),
                 };
@@ -205,8 +271,8 @@ impl EtcdFence {
                 head.to_string(),
                 None,
             ));
+            let mut ops = stored.ops.clone();
             if let (Some(record), true) = (remember, self.op_id_retention > 0) {
-                let mut ops = stored.ops.clone();
                 ops.remember(record, self.op_id_retention);
                 changes.push(TxnOp::put(
                     self.key(domain, StoreKey::Ops),
@@ -214,7 +280,18 @@ impl EtcdFence {
                     None,
                 ));
             }
-            Ok(Step::Write(changes, WriteOutcome::Accepted(outcome)))
+            let next = Stored {
+                mark: Some(outcome.token),
+                version: 0,
+                head: Some(head),
+                value: None,
+                ops,
+            };
+            Ok(Step::Write {
+                changes,
+                outcome: WriteOutcome::Accepted(outcome),
+                next,
+            })
         })
         .await
     }
@@ -222,15 +299,19 @@ impl EtcdFence {
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.decided(domain, Operation::Claim, |stored| {
             Ok(match pipeline::decide_claim(domain, stored.mark, token)? {
-                ClaimDecision::Held(claimed) => Step::Done(claimed),
-                ClaimDecision::Raise(claimed) => Step::Write(
-                    vec![TxnOp::put(
+                ClaimDecision::Held(claimed) => Step::Done(Some(claimed)),
+                ClaimDecision::Raise(claimed) => Step::Write {
+                    changes: vec![TxnOp::put(
                         self.key(domain, StoreKey::Mark),
                         token.to_string(),
                         None,
                     )],
-                    claimed,
-                ),
+                    outcome: claimed,
+                    next: Stored {
+                        mark: Some(token),
+                        ..stored.without_value()
+                    },
+                },
             })
         })
         .await
@@ -239,10 +320,23 @@ impl EtcdFence {
 
 /// One round of [`EtcdFence::decided`].
 enum Step<T> {
-    /// Nothing to write: the outcome stands.
-    Done(T),
-    /// Write these changes; the outcome holds if they apply.
-    Write(Vec<TxnOp>, T),
+    /// Nothing to write: the outcome stands if it was decided on etcd's state (`None`: decide
+    /// again on etcd's state).
+    Done(Option<T>),
+    /// Write these changes; the outcome holds if they apply, and `next` is the state then.
+    Write {
+        changes: Vec<TxnOp>,
+        outcome: T,
+        next: Stored,
+    },
+}
+
+/// What a compare-and-write found.
+enum Written {
+    /// Applied at this revision.
+    Applied(i64),
+    /// The domain had changed: its state now.
+    Changed(Stored),
 }
 
 impl fmt::Debug for EtcdFence {
@@ -252,6 +346,7 @@ impl fmt::Debug for EtcdFence {
             .field("max_value_bytes", &self.max_value_bytes)
             .field("op_id_retention", &self.op_id_retention)
             .field("max_attempts", &self.max_attempts)
+            .field("cache_capacity", &self.cache.capacity())
             .finish()
     }
 }

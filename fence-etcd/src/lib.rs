@@ -12,7 +12,8 @@ mod state;
 pub use error::{EtcdFenceError, BACKEND};
 pub use etcd_client;
 pub use fence::{
-    EtcdFence, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION,
+    EtcdFence, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_OP_ID_RETENTION,
 };
 pub use handle::{Etcd, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 pub use issuer::EtcdIssuer;

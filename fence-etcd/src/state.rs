@@ -58,6 +58,9 @@ impl Stored {
                     format!("store key `{}` is under an etcd lease", key.name()),
                 ));
             }
+            if key == StoreKey::Mark {
+                stored.version = kv.mod_revision();
+            }
             let (_, value) = kv.into_key_value();
             let text = |what: &str| {
                 String::from_utf8(value.clone())
@@ -116,6 +119,17 @@ impl Stored {
                 ),
             )),
             _ => Ok(()),
+        }
+    }
+
+    /// The state as a cache keeps it: without the value's bytes (decisions do not need them).
+    pub(crate) fn without_value(&self) -> Stored {
+        Stored {
+            mark: self.mark,
+            version: self.version,
+            head: self.head,
+            value: None,
+            ops: self.ops.clone(),
         }
     }
 

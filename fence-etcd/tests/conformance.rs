@@ -20,6 +20,7 @@ fn fence(etcd: &Etcd) -> EtcdFence {
 
 struct Dedicated {
     server: EtcdServer,
+    etcd: Mutex<Etcd>,
     store: Mutex<EtcdFence>,
     unreachable: EtcdFence,
 }
@@ -30,10 +31,16 @@ impl StoreHarness for Dedicated {
         Arc::new(self.store.lock().expect("lock").clone())
     }
 
+    fn holder(&self) -> Arc<dyn FencedStore> {
+        // A fence of its own: its own cache of what it last saw.
+        Arc::new(fence(&self.etcd.lock().expect("lock")))
+    }
+
     async fn restart(&self) -> Result<bool, BoxError> {
         self.server.kill_and_restart();
-        let fresh = fence(&support::connect(&self.server.endpoint(), PREFIX).await);
-        *self.store.lock().expect("lock") = fresh;
+        let etcd = support::connect(&self.server.endpoint(), PREFIX).await;
+        *self.store.lock().expect("lock") = fence(&etcd);
+        *self.etcd.lock().expect("lock") = etcd;
         Ok(true)
     }
 
@@ -44,11 +51,13 @@ impl StoreHarness for Dedicated {
 
 async fn dedicated() -> Option<Dedicated> {
     let server = EtcdServer::start("conformance")?;
-    let store = Mutex::new(fence(&support::connect(&server.endpoint(), PREFIX).await));
+    let etcd = support::connect(&server.endpoint(), PREFIX).await;
+    let store = Mutex::new(fence(&etcd));
     // The client connects lazily: nothing listens on port 1.
     let unreachable = fence(&support::connect("http://127.0.0.1:1", PREFIX).await);
     Some(Dedicated {
         server,
+        etcd: Mutex::new(etcd),
         store,
         unreachable,
     })

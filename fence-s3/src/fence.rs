@@ -151,7 +151,7 @@ impl S3Fence {
             match self.put_conditional(&key, body.freeze(), &expect).await {
                 Ok(etag) => {
                     self.inner.cache.insert(
-                        &key,
+                        key.clone(),
                         Known {
                             etag,
                             header: plan.header,
@@ -309,7 +309,7 @@ impl S3Fence {
         };
         let snapshot = Snapshot::new(Some(header.hwm), entry);
         self.inner.cache.insert(
-            &key,
+            key.clone(),
             Known {
                 etag: fetched.etag,
                 header,
@@ -325,7 +325,7 @@ impl S3Fence {
             .await?;
         Ok(loaded.map(|(etag, header)| {
             let hwm = header.hwm;
-            self.inner.cache.insert(&key, Known { etag, header });
+            self.inner.cache.insert(key.clone(), Known { etag, header });
             hwm
         }))
     }

@@ -126,7 +126,7 @@ impl S3Fence {
                 .await
             {
                 Ok(etag) => {
-                    self.inner.cache.insert(&key, Known { etag, header });
+                    self.inner.cache.insert(key.clone(), Known { etag, header });
                     Ok(Accepted::new(token, Revision::new(1), None))
                 }
                 Err(failure) => Err(failure.into_fence_error(domain, Operation::Write, true)),
