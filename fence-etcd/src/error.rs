@@ -20,6 +20,9 @@ pub enum EtcdFenceError {
     /// The key etcd's Lock API returned no longer exists: the lock is not held.
     #[error("etcd: lock key `{0}` no longer exists: the lock is not held")]
     LockGone(String),
+    /// etcd answered in a way the protocol does not allow.
+    #[error("etcd: unexpected answer: {0}")]
+    Unexpected(String),
     /// Concurrent writers changed the domain between every read and compare-and-write.
     #[error("etcd: the domain changed under {attempts} consecutive compare-and-write attempts")]
     Contention {
@@ -141,6 +144,10 @@ mod tests {
             (
                 status(Code::InvalidArgument, "etcdserver: request is too large"),
                 BackendErrorKind::Rejected,
+            ),
+            (
+                status(Code::FailedPrecondition, "etcdserver: not leader"),
+                BackendErrorKind::Unavailable,
             ),
         ];
         for (error, kind) in cases {

@@ -84,8 +84,8 @@ impl EtcdFence {
         self
     }
 
-    /// Gives up after `attempts` compare-and-write rounds lost to concurrent writers (at
-    /// least 1).
+    /// Gives up after `attempts` compare-and-writes that found the domain changed by
+    /// concurrent writers (at least 1).
     pub fn with_max_attempts(mut self, attempts: u32) -> Self {
         self.max_attempts = attempts.max(1);
         self
@@ -94,6 +94,7 @@ impl EtcdFence {
     /// Reads the domain's keys at one revision, and remembers what it read.
     async fn load(&self, domain: &Domain, operation: Operation) -> Result<Stored, FenceError> {
         let dir = self.etcd.keys().store_dir(domain);
+        self.cache.remove(domain);
         let response = self
             .etcd
             .client()
@@ -117,8 +118,13 @@ impl EtcdFence {
     ) -> Result<Written, FenceError> {
         let mark = self.key(domain, StoreKey::Mark);
         let dir = self.etcd.keys().store_dir(domain);
+        // The mark is where it was read, and no key of the folder changed since (another
+        // tool's key, an edit, a key put under a lease): else etcd's state is read again.
         let txn = Txn::new()
-            .when([Compare::mod_revision(mark, CompareOp::Equal, version)])
+            .when([
+                Compare::mod_revision(mark, CompareOp::Equal, version),
+                Compare::mod_revision(dir.as_bytes(), CompareOp::Less, version + 1).with_prefix(),
+            ])
             .and_then(changes)
             .or_else([TxnOp::get(
                 dir.as_bytes(),
@@ -131,10 +137,20 @@ impl EtcdFence {
             .txn(txn)
             .await
             .map_err(|e| map_error(e, domain, operation, true))?;
+        let unexpected = |what: &str| {
+            FenceError::backend(
+                BACKEND,
+                BackendErrorKind::Rejected,
+                Some(domain),
+                EtcdFenceError::Unexpected(what.to_owned()),
+            )
+        };
         if response.succeeded() {
-            return Ok(Written::Applied(
-                response.header().map_or(0, |h| h.revision()),
-            ));
+            let revision = response
+                .header()
+                .map(|h| h.revision())
+                .ok_or_else(|| unexpected("a txn answer without a header"))?;
+            return Ok(Written::Applied(revision));
         }
         let kvs = response
             .op_responses()
@@ -143,7 +159,7 @@ impl EtcdFence {
                 TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
                 _ => None,
             })
-            .unwrap_or_default();
+            .ok_or_else(|| unexpected("a failed txn answer without the domain's keys"))?;
         let current = Stored::decode(domain, &dir, kvs)?;
         self.cache.insert(domain.clone(), current.without_value());
         Ok(Written::Changed(current))
@@ -164,61 +180,67 @@ impl EtcdFence {
             None => (self.load(domain, operation).await?, true),
         };
         let backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
-        for round in 0..self.max_attempts {
-            if round > 2 {
-                tokio::time::sleep(backoff.delay(round - 2)).await;
-            }
+        let mut lost = 0;
+        loop {
             let step = match attempt(&known) {
                 Ok(step) => step,
-                // A cached state can only be older than etcd's: a token it shows as stale is
-                // stale for certain. Any other answer is decided again on etcd's state.
-                Err(error) if fresh || error.is_fenced() => return Err(error),
+                Err(error) if fresh => return Err(error),
+                // A cached state can only be older than etcd's: a refusal (even `Fenced`,
+                // whose `current` must be etcd's mark) is decided again on etcd's state.
                 Err(_) => Step::Done(None),
             };
-            match step {
+            let (changes, outcome, next) = match step {
                 Step::Done(Some(outcome)) if fresh => return Ok(outcome),
                 Step::Done(_) => {
                     known = self.load(domain, operation).await?;
                     fresh = true;
+                    continue;
                 }
                 Step::Write {
                     changes,
                     outcome,
                     next,
-                } => {
-                    match self
-                        .compare_and_write(domain, operation, known.version, changes)
-                        .await
-                    {
-                        Ok(Written::Applied(revision)) => {
-                            let next = Stored {
-                                version: revision,
-                                ..next
-                            };
-                            self.cache.insert(domain.clone(), next);
-                            return Ok(outcome);
-                        }
-                        Ok(Written::Changed(current)) => {
-                            known = current;
-                            fresh = true;
-                        }
-                        Err(error) => {
-                            // The outcome, or etcd's state, is unknown now.
-                            self.cache.remove(domain);
-                            return Err(error);
-                        }
+                } => (changes, outcome, next),
+            };
+            // Give up only when another write is due: a state the last lost race returned may
+            // answer without one (a refusal, a replay).
+            if lost >= self.max_attempts {
+                return Err(FenceError::backend(
+                    BACKEND,
+                    BackendErrorKind::Contention,
+                    Some(domain),
+                    EtcdFenceError::Contention {
+                        attempts: self.max_attempts,
+                    },
+                ));
+            }
+            match self
+                .compare_and_write(domain, operation, known.version, changes)
+                .await
+            {
+                Ok(Written::Applied(revision)) => {
+                    let next = Stored {
+                        version: revision,
+                        ..next
+                    };
+                    self.cache.insert(domain.clone(), next);
+                    return Ok(outcome);
+                }
+                Ok(Written::Changed(current)) => {
+                    known = current;
+                    fresh = true;
+                    lost += 1;
+                    if lost > 2 {
+                        tokio::time::sleep(backoff.delay(lost - 2)).await;
                     }
+                }
+                Err(error) => {
+                    // The outcome, or etcd's state, is unknown now.
+                    self.cache.remove(domain);
+                    return Err(error);
                 }
             }
         }
-        Err(FenceError::backend(
-            BACKEND,
-            BackendErrorKind::Contention,
-            Some(domain),
-            EtcdFenceError::Contention {
-                attempts: self.max_attempts,
-            },
-        ))
     }
 
     fn key(&self, domain: &Domain, key: StoreKey) -> String {

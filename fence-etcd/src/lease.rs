@@ -130,6 +130,7 @@ impl EtcdLeases {
         let value = format!("{HOLDER_MARKER}{}", owner.escaped());
         // A few rounds at most: again after ending this owner's own earlier lease, or when the
         // new etcd lease ended before the txn could use it (a stalled client).
+        let mut vanished = None;
         for _ in 0..3 {
             let started = Instant::now();
             let granted = self.grant(domain, seconds).await?;
@@ -149,7 +150,9 @@ impl EtcdLeases {
                 Err(etcd_client::Error::GRpcStatus(status))
                     if status.code() == tonic::Code::NotFound =>
                 {
-                    continue; // "requested lease not found": nothing was created
+                    // "requested lease not found": nothing was created.
+                    vanished = Some(status);
+                    continue;
                 }
                 Err(error) => {
                     // Revoking the new lease undoes a create whose answer was lost.
@@ -166,9 +169,10 @@ impl EtcdLeases {
                     _ => None,
                 });
             if response.succeeded() {
-                granted.keep();
+                // Without a token the lock is of no use: dropping `granted` revokes it.
                 let created = current.map_or(0, |kv| kv.create_revision());
                 let token = revision_token(domain, created)?;
+                granted.keep();
                 return Ok(Lease::new(
                     domain.clone(),
                     owner.clone(),
@@ -190,9 +194,18 @@ impl EtcdLeases {
             // that lease holds nothing else (another tool's keys under it stay untouched).
             self.end_own_lease(domain, &holder, &key).await?;
         }
-        Err(FenceError::LeaseHeld {
-            domain: domain.clone(),
-        })
+        match vanished {
+            // The client stalls longer than the lease lives: a retry may get through.
+            Some(status) => Err(FenceError::backend(
+                BACKEND,
+                fence_core::BackendErrorKind::Unavailable,
+                Some(domain),
+                EtcdFenceError::Client(etcd_client::Error::GRpcStatus(status)),
+            )),
+            None => Err(FenceError::LeaseHeld {
+                domain: domain.clone(),
+            }),
+        }
     }
 
     /// Grants an etcd lease of `seconds`, revoked when dropped unless kept: an acquisition
@@ -265,7 +278,9 @@ impl EtcdLeases {
             // the TTL etcd renews to (the one granted at acquisition).
             let (mut keeper, mut stream) = client.keep_alive(holder.lease).await?;
             keeper.keep_alive().await?;
-            Ok::<_, etcd_client::Error>(stream.message().await?.map_or(0, |r| r.ttl()))
+            stream.message().await?.map(|r| r.ttl()).ok_or_else(|| {
+                etcd_client::Error::LeaseKeepAliveError("the keep-alive stream ended".into())
+            })
         };
         match kept.await {
             Ok(granted) if granted > 0 => {
@@ -357,10 +372,12 @@ impl Granted {
         self.armed = false;
     }
 
-    /// Revokes it now; true when etcd confirmed.
+    /// Revokes it now; true when etcd confirmed (else, or if cancelled meanwhile, the drop
+    /// tries again in the background).
     async fn revoke(mut self) -> bool {
-        self.armed = false;
-        self.client.lease_client().revoke(self.id).await.is_ok()
+        let revoked = self.client.lease_client().revoke(self.id).await.is_ok();
+        self.armed = !revoked;
+        revoked
     }
 }
 

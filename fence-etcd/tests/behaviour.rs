@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use fence_conformance::ambiguity;
 use fence_conformance::proxy::TcpProxy;
-use fence_conformance::services::{domain as d, put};
+use fence_conformance::services::{domain as d, put, token};
+use fence_core::{
+    Fence, FenceError, FencedStore, OperationId, Revision, WriteCondition, WriteRequest,
+};
 use fence_testkit::etcd::{address, shared_endpoints, unique_prefix, EtcdServer};
 
 #[tokio::test]
@@ -70,4 +73,57 @@ async fn a_stale_cache_is_corrected_by_the_compare() {
             .as_deref(),
         Some("u7")
     );
+}
+
+/// Once a domain is cached, another tool's key added to its folder still fails closed: the
+/// txn compares the whole folder, not only the mark.
+#[tokio::test]
+async fn a_foreign_key_added_after_caching_fails_closed() {
+    let Some(etcd) = support::shared("foreign_after").await else {
+        return;
+    };
+    let fence = etcd.fence();
+    let domain = d("cached");
+    put(&fence, &domain, 1, "v1").await.unwrap();
+    let mut kv = etcd.client().kv_client();
+    let foreign = format!("{}/store/cached/extra", etcd.prefix());
+    kv.put(foreign.clone(), "someone else's", None)
+        .await
+        .unwrap();
+    let write = put(&fence, &domain, 2, "v2").await;
+    assert!(
+        matches!(write, Err(FenceError::CorruptState { .. })),
+        "{write:?}"
+    );
+    let kept = kv.get(foreign, None).await.unwrap();
+    assert_eq!(kept.kvs()[0].value(), b"someone else's");
+}
+
+/// Answers the cache suggests (a claim already held, a replay, a revision mismatch) are
+/// decided again on etcd's state, and that round is no lost race: one attempt suffices.
+#[tokio::test]
+async fn cached_answers_are_confirmed_without_using_up_attempts() {
+    let Some(etcd) = support::shared("cached_answers").await else {
+        return;
+    };
+    let fence = etcd.fence().with_max_attempts(1);
+    let domain = d("one-attempt");
+    let op = OperationId::new("op-1").unwrap();
+    let request = WriteRequest::put(domain.clone(), token(3), "v").with_op_id(op);
+    assert!(!fence.write(&request).await.unwrap().is_duplicate());
+    assert!(fence.write(&request).await.unwrap().is_duplicate());
+    fence.claim(&domain, token(3)).await.unwrap();
+    let mismatch = fence
+        .write(
+            &WriteRequest::put(domain.clone(), token(3), "w")
+                .with_condition(WriteCondition::Revision(Revision::new(7))),
+        )
+        .await;
+    assert!(
+        matches!(mismatch, Err(FenceError::RevisionMismatch { .. })),
+        "{mismatch:?}"
+    );
+    // Another writer moved the mark: the cached fence is refused with etcd's mark.
+    put(&etcd.fence(), &domain, 9, "newer").await.unwrap();
+    fence_conformance::services::assert_fenced(put(&fence, &domain, 4, "stale").await, 4, 9);
 }

@@ -363,7 +363,7 @@ async fn a_stopped_etcd_is_signalled_as_loss_within_the_ttl() {
     assert_eq!(reason, LeaseLoss::Expired);
     let signalled = Instant::now();
     assert!(
-        signalled.duration_since(stopped) <= ttl + Duration::from_millis(500),
+        signalled.duration_since(stopped) <= ttl + Duration::from_secs(1),
         "signalled {:?} after etcd stopped",
         signalled.duration_since(stopped)
     );
@@ -551,6 +551,7 @@ async fn a_refused_login_is_permission_denied() {
                 "{error}"
             );
             assert!(!error.is_retryable());
+            assert!(!format!("{error} {error:?}").contains("wrong-password"));
         }
         Ok(etcd) => panic!("a wrong password was accepted: {etcd:?}"),
     }
@@ -558,6 +559,8 @@ async fn a_refused_login_is_permission_denied() {
     let etcd = Etcd::connect(&[server.endpoint()], Some(right), "/auth")
         .await
         .unwrap();
+    // The client's options hold the password: `Debug` shows none of them.
+    assert!(!format!("{etcd:?} {:?}", etcd.fence()).contains("right-password"));
     etcd.leases()
         .acquire(&d("authorized"), &owner("a"), Duration::from_secs(5))
         .await

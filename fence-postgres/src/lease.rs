@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use fence_core::{
     Domain, FenceError, FencingToken, Lease, LeaseManager, Operation, OwnerId, TokenIssuer,
 };
-use sqlx::postgres::PgListener;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::error::{corrupt, map_error, token_column, BACKEND};
@@ -27,9 +27,9 @@ pub struct PostgresIssuer {
 /// (`clock_timestamp()`), never a client's; `renew` and `release` act only for the current
 /// owner and token. [`Lease::valid_until`] is measured on the holder's clock from before the
 /// request was sent, so it errs early. A waiting [`fence_core::LeaseGuard::acquire`] is
-/// woken by the release itself (`NOTIFY` on `fence_lease_released` when the release commits,
-/// one listening connection per waiter) or at the holder's expiry by the server's clock: no
-/// polling.
+/// woken by the release itself (`NOTIFY` on `fence_lease_released` when the release commits;
+/// each waiter listens on a connection of its own, outside the pool, while it waits) or at the
+/// holder's expiry by the server's clock: no polling.
 #[derive(Clone, Debug)]
 pub struct PostgresLeases {
     fence: PostgresFence,
@@ -237,7 +237,7 @@ impl PostgresLeases {
         let live: Option<bool> = sqlx::query_scalar(&format!(
             "WITH gone AS (DELETE FROM {} WHERE domain = $1 AND owner = $2 AND token = $3::numeric \
              RETURNING expires > clock_timestamp() AS live) \
-             SELECT live FROM gone, LATERAL (SELECT pg_notify('{RELEASE_CHANNEL}', $4)) AS notified",
+             SELECT live FROM (SELECT live, pg_notify('{RELEASE_CHANNEL}', $4) FROM gone) AS notified",
             self.fence.tables().leases()
         ))
         .bind(domain.as_str())
@@ -262,9 +262,12 @@ impl PostgresLeases {
     /// server's clock (read after listening, so a release in between is not missed).
     async fn released(&self, domain: &Domain) -> Result<(), FenceError> {
         let sql_error = |e| map_error(e, domain, Operation::Lease, false);
-        let mut listener = PgListener::connect_with(self.fence.pool())
-            .await
-            .map_err(sql_error)?;
+        // A connection of its own, outside the pool: waiters never starve the holders'
+        // renewals of pool connections.
+        let own = PgPoolOptions::new()
+            .max_connections(1)
+            .connect_lazy_with((*self.fence.pool().connect_options()).clone());
+        let mut listener = PgListener::connect_with(&own).await.map_err(sql_error)?;
         listener.listen(RELEASE_CHANNEL).await.map_err(sql_error)?;
         let left_ms: Option<f64> = sqlx::query_scalar(&format!(
             "SELECT (extract(epoch FROM expires - clock_timestamp()) * 1000)::float8 \
@@ -272,7 +275,7 @@ impl PostgresLeases {
             self.fence.tables().leases()
         ))
         .bind(domain.as_str())
-        .fetch_optional(self.fence.pool())
+        .fetch_optional(&mut listener)
         .await
         .map_err(sql_error)?;
         let Some(left_ms) = left_ms.filter(|ms| ms.is_finite() && *ms > 0.0) else {

@@ -43,10 +43,15 @@ etcd_start() {
   # The port opens before the member has elected itself: wait until it answers.
   local i
   for ((i = 0; i < 100; i++)); do
-    ETCDCTL_API=3 etcdctl --endpoints "$FENCE_ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1 && break
+    if ETCDCTL_API=3 etcdctl --endpoints "$FENCE_ETCD_ENDPOINTS" endpoint health >/dev/null 2>&1; then
+      echo "etcd: $FENCE_ETCD_ENDPOINTS"
+      return 0
+    fi
     sleep 0.1
   done
-  echo "etcd: $FENCE_ETCD_ENDPOINTS"
+  echo "etcd on 127.0.0.1:$ETCD_PORT did not become healthy; log:" >&2
+  tail -20 "$etcd_dir/etcd.log" >&2
+  return 1
 }
 
 etcd_stop() {
