@@ -2,6 +2,7 @@
 // A failed scenario must fail its test: panicking is this crate's job in `report`.
 #![allow(clippy::panic)]
 
+pub mod admission;
 pub mod ambiguity;
 pub mod entry;
 mod harness;

@@ -143,3 +143,47 @@ mod leases {
         );
     }
 }
+
+mod admission {
+    use std::num::NonZeroU64;
+    use std::sync::Arc;
+
+    use fence_conformance::admission;
+    use fence_conformance::services::domain;
+    use fence_core::{MemoryFence, MemoryIssuer};
+
+    const STEP: u64 = 1000;
+
+    fn step() -> NonZeroU64 {
+        NonZeroU64::new(STEP).unwrap_or(NonZeroU64::MIN)
+    }
+
+    #[tokio::test]
+    async fn runaway_tokens_are_refused_on_memory() {
+        let store = MemoryFence::new().with_max_token_step(step());
+        admission::runaway_tokens_are_refused(&store, &domain("step"), STEP).await;
+        admission::log_runaway_tokens_are_refused(&store, &domain("log-step"), STEP).await;
+    }
+
+    #[tokio::test]
+    async fn unissued_tokens_are_refused_on_memory() {
+        let issuer = Arc::new(MemoryIssuer::new());
+        let store = Arc::new(MemoryFence::new().issued_by(issuer.clone()));
+        admission::unissued_tokens_are_refused(store.as_ref(), issuer.as_ref(), &domain("i")).await;
+        admission::forged_tokens_never_land_under_concurrency(store, issuer.as_ref(), &domain("r"))
+            .await;
+    }
+}
+
+#[tokio::test]
+async fn a_forged_mark_is_recovered_on_memory() {
+    let (store, issuer) = (
+        fence_core::MemoryFence::new(),
+        fence_core::MemoryIssuer::new(),
+    );
+    let d = fence_conformance::services::domain("recovered");
+    fence_conformance::admission::forged_mark_is_recovered_by_a_reviewed_rebase(
+        &store, &store, &issuer, false, &d,
+    )
+    .await;
+}

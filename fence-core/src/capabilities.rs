@@ -1,5 +1,6 @@
 //! What an adapter declares it supports, read by users and by the conformance suite.
 
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 /// How long a resource remembers operation ids for replay detection.
@@ -54,6 +55,10 @@ pub struct Capabilities {
     pub max_value_bytes: Option<usize>,
     /// State, high-water marks included, survives a restart of the backend.
     pub survives_restart: bool,
+    /// Tokens more than this above the mark are refused ([`crate::FenceError::TokenTooFar`]).
+    pub max_token_step: Option<NonZeroU64>,
+    /// Tokens the domain's issuer did not issue are refused ([`crate::FenceError::Unissued`]).
+    pub issued_only: bool,
 }
 
 impl Capabilities {
@@ -70,6 +75,8 @@ impl Capabilities {
             op_id_retention: OpIdRetention::None,
             max_value_bytes: None,
             survives_restart: false,
+            max_token_step: None,
+            issued_only: false,
         }
     }
 
@@ -86,6 +93,8 @@ impl Capabilities {
             op_id_retention: OpIdRetention::None,
             max_value_bytes: None,
             survives_restart: false,
+            max_token_step: None,
+            issued_only: false,
         }
     }
 
@@ -122,6 +131,18 @@ impl Capabilities {
     /// Sets [`Capabilities::survives_restart`].
     pub const fn with_survives_restart(mut self, survives: bool) -> Self {
         self.survives_restart = survives;
+        self
+    }
+
+    /// Sets [`Capabilities::max_token_step`].
+    pub const fn with_max_token_step(mut self, max_step: Option<NonZeroU64>) -> Self {
+        self.max_token_step = max_step;
+        self
+    }
+
+    /// Sets [`Capabilities::issued_only`].
+    pub const fn with_issued_only(mut self, issued_only: bool) -> Self {
+        self.issued_only = issued_only;
         self
     }
 

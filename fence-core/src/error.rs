@@ -2,8 +2,9 @@
 
 use std::error::Error as StdError;
 use std::fmt;
+use std::num::NonZeroU64;
 
-use crate::{Domain, FencingToken, Revision, WriteCondition};
+use crate::{Domain, FencingToken, IssuerView, Revision, WriteCondition};
 
 /// A boxed error kept as the `source` of backend and ambiguous failures.
 pub type BoxError = Box<dyn StdError + Send + Sync + 'static>;
@@ -30,6 +31,8 @@ pub enum Operation {
     Issue,
     /// Acquiring, renewing or releasing a lease.
     Lease,
+    /// An operator's re-base of a mark (see [`crate::Rebase`]).
+    Rebase,
 }
 
 impl Operation {
@@ -45,6 +48,7 @@ impl Operation {
             Operation::ReadLog => "read_log",
             Operation::Issue => "issue",
             Operation::Lease => "lease",
+            Operation::Rebase => "rebase",
         }
     }
 }
@@ -230,6 +234,39 @@ pub enum FenceError {
         /// What was found.
         detail: String,
     },
+    /// The resource sees the domain's issuer and it does not vouch for the presented token
+    /// (above its last issued token, or not the live lease's): a forged or runaway token.
+    /// Terminal like [`FenceError::Fenced`]; see [`crate::TokenBounds`].
+    #[error("token {presented} for domain `{domain}` was not issued by its issuer ({issuer})")]
+    Unissued {
+        /// The domain.
+        domain: Domain,
+        /// The token the request carried.
+        presented: FencingToken,
+        /// What the resource saw of the issuer.
+        issuer: IssuerView,
+    },
+    /// The presented token is further above the mark than the resource's configured step:
+    /// a runaway token. Terminal like [`FenceError::Fenced`]; see [`crate::TokenBounds`].
+    #[error("token {presented} for domain `{domain}` is more than {max_step} above the mark ({})", DisplayMark(*current))]
+    TokenTooFar {
+        /// The domain.
+        domain: Domain,
+        /// The token the request carried.
+        presented: FencingToken,
+        /// The domain's high-water mark (`None`: none yet, the step counts from zero).
+        current: Option<FencingToken>,
+        /// The configured bound.
+        max_step: NonZeroU64,
+    },
+    /// An operator's re-base was refused; nothing changed (see [`crate::Rebase`]).
+    #[error("re-base of domain `{domain}` refused: {detail}")]
+    RebaseRefused {
+        /// The domain.
+        domain: Domain,
+        /// Why.
+        detail: String,
+    },
     /// The token issuer has no token left for the domain (it never wraps around).
     #[error("token issuer for domain `{domain}` is exhausted at u64::MAX")]
     TokenExhausted {
@@ -403,6 +440,9 @@ impl FenceError {
             FenceError::InvalidInput(_) => "invalid_input",
             FenceError::Unsupported { .. } => "unsupported",
             FenceError::CorruptState { .. } => "corrupt_state",
+            FenceError::Unissued { .. } => "unissued",
+            FenceError::TokenTooFar { .. } => "token_too_far",
+            FenceError::RebaseRefused { .. } => "rebase_refused",
             FenceError::TokenExhausted { .. } => "token_exhausted",
             FenceError::LeaseHeld { .. } => "lease_held",
             FenceError::LeaseLost { .. } => "lease_lost",
@@ -419,6 +459,17 @@ impl fmt::Display for DisplayRevision {
         match self.0 {
             Some(revision) => write!(f, "revision {revision}"),
             None => f.write_str("nothing written"),
+        }
+    }
+}
+
+struct DisplayMark(Option<FencingToken>);
+
+impl fmt::Display for DisplayMark {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(mark) => write!(f, "{mark}"),
+            None => f.write_str("none yet"),
         }
     }
 }

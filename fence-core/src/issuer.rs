@@ -73,6 +73,15 @@ impl MemoryIssuer {
         }
     }
 
+    /// The last token issued for `domain` (`None`: none yet).
+    pub fn last_issued(&self, domain: &Domain) -> Option<FencingToken> {
+        self.counters.with(domain, |counters| {
+            counters
+                .get(domain)
+                .and_then(|last| FencingToken::new(*last).ok())
+        })
+    }
+
     fn issue_now(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         self.counters.with(domain, |counters| {
             let counter = counters.entry(domain.clone()).or_insert(self.floor);

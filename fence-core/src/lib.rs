@@ -13,11 +13,13 @@ mod memory;
 mod op_memory;
 mod outcome;
 pub mod pipeline;
+mod rebase;
 mod request;
 pub mod rule;
 mod shards;
 pub mod telemetry;
 mod token;
+mod token_bounds;
 
 pub use bytes::Bytes;
 
@@ -35,7 +37,9 @@ pub use op_memory::{OpKind, OpMemory, OpOutcome, OpRecord};
 pub use outcome::{
     Accepted, AppendOutcome, Appended, Claimed, Entry, LogEntry, Snapshot, WriteOutcome,
 };
+pub use rebase::{Rebase, RebaseRecord, Rebaser, MAX_REBASE_REASON_BYTES};
 pub use request::{
     AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest,
 };
 pub use token::{FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
+pub use token_bounds::{IssuerView, TokenBounds};

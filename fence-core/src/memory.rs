@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::num::NonZeroU64;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -10,8 +12,9 @@ use crate::pipeline::{self, Current, Decision};
 use crate::shards::Shards;
 use crate::{
     AppendOutcome, AppendRequest, Capabilities, Claimed, Domain, Entry, Fence, FenceError,
-    FencedLog, FencedStore, FencingToken, LogEntry, Mutation, OpMemory, OpRecord, Revision,
-    Snapshot, WriteOutcome, WriteRequest,
+    FencedLog, FencedStore, FencingToken, IssuerView, LogEntry, MemoryIssuer, Mutation, OpMemory,
+    OpRecord, Rebase, RebaseRecord, Rebaser, Revision, Snapshot, TokenBounds, WriteOutcome,
+    WriteRequest,
 };
 
 const BACKEND: &str = "memory";
@@ -39,6 +42,8 @@ pub struct MemoryFence {
     domains: Shards<HashMap<Domain, DomainState>>,
     max_value_bytes: Option<usize>,
     op_id_retention: usize,
+    max_token_step: Option<NonZeroU64>,
+    issuer: Option<Arc<MemoryIssuer>>,
 }
 
 /// Shards used by [`MemoryFence::new`].
@@ -59,6 +64,8 @@ impl MemoryFence {
             domains: Shards::new(count),
             max_value_bytes: None,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
+            max_token_step: None,
+            issuer: None,
         }
     }
 
@@ -72,6 +79,45 @@ impl MemoryFence {
     pub fn with_op_id_retention(mut self, count: usize) -> Self {
         self.op_id_retention = count;
         self
+    }
+
+    /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
+    /// without one) with [`FenceError::TokenTooFar`]: see [`TokenBounds`].
+    pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
+        self.max_token_step = Some(max_step);
+        self
+    }
+
+    /// Accepts only tokens `issuer` issued for the domain (up to its last one), refusing others
+    /// with [`FenceError::Unissued`]: see [`TokenBounds`]. The issuer's counters only grow, so
+    /// reading them under the domain's lock is as good as one atomic step.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use fence_core::{Domain, FenceError, FencedStore, FencingToken, MemoryFence};
+    /// use fence_core::{MemoryIssuer, TokenIssuer, WriteRequest};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), FenceError> {
+    /// let issuer = Arc::new(MemoryIssuer::new());
+    /// let store = MemoryFence::new().issued_by(issuer.clone());
+    /// let d = Domain::new("invoice-7")?;
+    /// let token = issuer.issue(&d).await?;
+    /// store.write(&WriteRequest::put(d.clone(), token, "ok")).await?;
+    /// let forged = store.write(&WriteRequest::put(d, FencingToken::MAX, "x")).await;
+    /// assert!(matches!(forged, Err(FenceError::Unissued { .. })));
+    /// # Ok(()) }
+    /// ```
+    pub fn issued_by(mut self, issuer: Arc<MemoryIssuer>) -> Self {
+        self.issuer = Some(issuer);
+        self
+    }
+
+    fn bounds(&self, domain: &Domain) -> TokenBounds {
+        let issuer = match &self.issuer {
+            Some(issuer) => IssuerView::IssuedUpTo(issuer.last_issued(domain)),
+            None => IssuerView::Unchecked,
+        };
+        TokenBounds::new(self.max_token_step, issuer)
     }
 
     /// How many domains hold state.
@@ -101,11 +147,12 @@ impl MemoryFence {
                 matches!(state.entry, Entry::Value { .. }),
                 state.revision(),
             );
-            let (accepted, remember) = match pipeline::decide_write(request, current, state.ops())?
-            {
-                Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
-                Decision::Apply { outcome, remember } => (outcome, remember),
-            };
+            let bounds = self.bounds(request.domain());
+            let (accepted, remember) =
+                match pipeline::decide_write(request, current, state.ops(), bounds)? {
+                    Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
+                    Decision::Apply { outcome, remember } => (outcome, remember),
+                };
             let (token, revision) = (accepted.token, accepted.revision);
             state.entry = match request.mutation() {
                 Mutation::Put(value) => Entry::Value {
@@ -123,9 +170,10 @@ impl MemoryFence {
 
     fn append_now(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         pipeline::validate_append(request, self.max_value_bytes)?;
+        let bounds = self.bounds(request.domain());
         self.with_state(request.domain(), |state| {
             let (appended, remember) =
-                match pipeline::decide_append(request, state.hwm, state.ops())? {
+                match pipeline::decide_append(request, state.hwm, state.ops(), bounds)? {
                     Decision::Replay(first) => return Ok(AppendOutcome::Duplicate(first)),
                     Decision::Apply { outcome, remember } => (outcome, remember),
                 };
@@ -160,7 +208,68 @@ impl fmt::Debug for MemoryFence {
         f.debug_struct("MemoryFence")
             .field("max_value_bytes", &self.max_value_bytes)
             .field("op_id_retention", &self.op_id_retention)
+            .field("max_token_step", &self.max_token_step)
+            .field("issued_only", &self.issuer.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Rebaser for MemoryFence {
+    /// Re-bases a domain whose mark was pushed to a token no one issued (see [`Rebase`]),
+    /// checked against the issuer of [`MemoryFence::issued_by`] when there is one, and records
+    /// it (see [`Rebaser::rebases`]).
+    ///
+    /// ```
+    /// use fence_core::{Domain, Fence, FencedStoreExt, FencingToken, MemoryFence, OwnerId};
+    /// use fence_core::{Rebase, Rebaser};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let store = MemoryFence::new();
+    /// let d = Domain::new("invoice-7")?;
+    /// store.put(&d, FencingToken::MAX, "forged").await?;
+    /// let rebase = Rebase::new(FencingToken::new(3)?, FencingToken::MAX, OwnerId::new("ops")?, "INC-7")?;
+    /// store.rebase(&d, &rebase).await?;
+    /// assert_eq!(store.high_water_mark(&d).await?, Some(FencingToken::new(3)?));
+    /// assert!(store.put(&d, FencingToken::new(2)?, "stale").await.is_err());
+    /// assert_eq!(store.rebases(&d).await?[0].operator.as_str(), "ops");
+    /// # Ok(()) }
+    /// ```
+    async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
+        let issuer = self.bounds(domain).issuer;
+        self.with_state(domain, |state| {
+            rebase.check(domain, state.hwm, issuer)?;
+            let to = rebase.to();
+            state.hwm = Some(to);
+            state.entry = match std::mem::replace(&mut state.entry, Entry::Absent) {
+                Entry::Value {
+                    value,
+                    token,
+                    revision,
+                } => Entry::Value {
+                    value,
+                    token: token.min(to),
+                    revision,
+                },
+                Entry::Tombstone { token, revision } => Entry::Tombstone {
+                    token: token.min(to),
+                    revision,
+                },
+                other => other,
+            };
+            let record = RebaseRecord::new(rebase, std::time::SystemTime::now());
+            state.extras().rebases.push(record.clone());
+            Ok(record)
+        })
+    }
+
+    async fn rebases(&self, domain: &Domain) -> Result<Vec<RebaseRecord>, FenceError> {
+        Ok(self.peek_state(domain, |state| {
+            state
+                .and_then(|s| s.extras.as_ref())
+                .map(|extras| extras.rebases.clone())
+                .unwrap_or_default()
+        }))
     }
 }
 
@@ -176,11 +285,14 @@ impl Fence for MemoryFence {
             .with_append(true)
             .with_op_id_retention(retention)
             .with_max_value_bytes(self.max_value_bytes)
+            .with_max_token_step(self.max_token_step)
+            .with_issued_only(self.issuer.is_some())
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.with_state(domain, |state| {
-            let claimed = pipeline::decide_claim(domain, state.hwm, token)?.claimed();
+            let bounds = self.bounds(domain);
+            let claimed = pipeline::decide_claim(domain, state.hwm, token, bounds)?.claimed();
             state.hwm = Some(token);
             Ok(claimed)
         })
@@ -236,6 +348,7 @@ struct DomainState {
 struct Extras {
     log: Vec<LogEntry>,
     ops: OpMemory,
+    rebases: Vec<RebaseRecord>,
 }
 
 impl Default for DomainState {

@@ -8,33 +8,37 @@
 //! 1. **op-id replay**: a request whose (token, op id) is remembered gets its first outcome back,
 //!    even if a newer owner has written since (the retry learns what happened, nothing applies);
 //! 2. **the token rule** ([`rule::check_token`]);
-//! 3. **the revision condition** (writes only, [`rule::check_condition`]);
-//! 4. **apply**: the new mark is the request's token; the record to remember comes with it.
+//! 3. **token bounds** ([`TokenBounds::check`]): a token the resource's issuer does not vouch for,
+//!    or one too far above the mark, is refused (both checks off unless configured);
+//! 4. **the revision condition** (writes only, [`rule::check_condition`]);
+//! 5. **apply**: the new mark is the request's token; the record to remember comes with it.
 //!
 //! Adapters that decide inside the server (Redis Lua) run the same order there; the conformance
 //! suite pins it for every adapter.
 //!
 //! ```
 //! use fence_core::pipeline::{decide_write, Current, Decision};
-//! use fence_core::{Domain, FencingToken, OpMemory, OperationId, WriteRequest};
+//! use fence_core::{TokenBounds, Domain, FencingToken, OpMemory, OperationId, WriteRequest};
 //! let d = Domain::new("orders")?;
 //! let op = OperationId::new("pay-7")?;
 //! let request = WriteRequest::put(d, FencingToken::new(3)?, "v").with_op_id(op);
 //! let mut ops = OpMemory::new();
-//! let Decision::Apply { outcome, remember } = decide_write(&request, Current::EMPTY, &ops)? else {
+//! let decision = decide_write(&request, Current::EMPTY, &ops, TokenBounds::OPEN)?;
+//! let Decision::Apply { outcome, remember } = decision else {
 //!     unreachable!("nothing is remembered yet");
 //! };
 //! ops.remember(remember.expect("the request has an op id"), 16);
 //! // The retry, after the mutation was applied, replays the first outcome.
 //! let current = Current::new(Some(outcome.token), true, Some(outcome.revision));
-//! assert!(matches!(decide_write(&request, current, &ops)?, Decision::Replay(_)));
+//! let retry = decide_write(&request, current, &ops, TokenBounds::OPEN)?;
+//! assert!(matches!(retry, Decision::Replay(_)));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use crate::op_memory::{OpMemory, OpOutcome, OpRecord};
 use crate::{
     rule, Accepted, AppendRequest, Appended, Claimed, Domain, FenceError, FencingToken,
-    InvalidInput, Revision, WriteRequest,
+    InvalidInput, Revision, TokenBounds, WriteRequest,
 };
 
 /// What a resource holds for a domain, as far as a decision needs it.
@@ -147,11 +151,12 @@ pub fn validate_append(request: &AppendRequest, max: Option<usize>) -> Result<()
     check_size(request.domain(), size, max)
 }
 
-/// Decides a fenced write or delete.
+/// Decides a fenced write or delete; `bounds` holds the resource's checks beyond the rule.
 pub fn decide_write(
     request: &WriteRequest,
     current: Current,
     ops: &OpMemory,
+    bounds: TokenBounds,
 ) -> Result<Decision<Accepted>, FenceError> {
     let (domain, token) = (request.domain(), request.token());
     if let Some(op_id) = request.op_id() {
@@ -166,6 +171,7 @@ pub fn decide_write(
         }
     }
     rule::check_token(domain, current.high_water_mark, token, request.policy())?;
+    bounds.check(domain, current.high_water_mark, token)?;
     rule::check_condition(domain, request.condition(), current.live, current.revision)?;
     let revision = current.revision.map_or(Revision::new(1), Revision::next);
     let previous = current.high_water_mark;
@@ -181,11 +187,12 @@ pub fn decide_write(
     })
 }
 
-/// Decides a fenced append.
+/// Decides a fenced append; `bounds` holds the resource's checks beyond the rule.
 pub fn decide_append(
     request: &AppendRequest,
     high_water_mark: Option<FencingToken>,
     ops: &OpMemory,
+    bounds: TokenBounds,
 ) -> Result<Decision<Appended>, FenceError> {
     let (domain, token) = (request.domain(), request.token());
     if let Some(op_id) = request.op_id() {
@@ -200,6 +207,7 @@ pub fn decide_append(
         }
     }
     rule::check_token(domain, high_water_mark, token, request.policy())?;
+    bounds.check(domain, high_water_mark, token)?;
     let records = request.records().len();
     let remember = request.op_id().map(|op_id| OpRecord {
         token,
@@ -213,13 +221,16 @@ pub fn decide_append(
     })
 }
 
-/// Decides a claim: refused when older than the mark, nothing to write when equal.
+/// Decides a claim: refused when older than the mark (or not admitted), nothing to write when
+/// equal.
 pub fn decide_claim(
     domain: &Domain,
     high_water_mark: Option<FencingToken>,
     token: FencingToken,
+    bounds: TokenBounds,
 ) -> Result<ClaimDecision, FenceError> {
     rule::check_claim(domain, high_water_mark, token)?;
+    bounds.check(domain, high_water_mark, token)?;
     let claimed = Claimed::new(token, high_water_mark);
     Ok(if high_water_mark == Some(token) {
         ClaimDecision::Held(claimed)
@@ -251,7 +262,9 @@ mod tests {
             .with_op_id(op("a"))
             .with_condition(WriteCondition::Absent);
         let mut ops = OpMemory::new();
-        let Decision::Apply { remember, .. } = decide_write(&request, Current::EMPTY, &ops)? else {
+        let Decision::Apply { remember, .. } =
+            decide_write(&request, Current::EMPTY, &ops, TokenBounds::OPEN)?
+        else {
             unreachable!("first run applies");
         };
         ops.remember(
@@ -261,11 +274,13 @@ mod tests {
         // A newer owner wrote since, and the value is live: still the first outcome.
         let later = Current::new(Some(t(9)), true, Some(Revision::new(5)));
         assert_eq!(
-            decide_write(&request, later, &ops)?,
+            decide_write(&request, later, &ops, TokenBounds::OPEN)?,
             Decision::Replay(Accepted::new(t(3), Revision::new(1), None))
         );
         let append = AppendRequest::new(domain(), t(3), vec![Record::new("r")]).with_op_id(op("b"));
-        let Decision::Apply { remember, .. } = decide_append(&append, Some(t(2)), &ops)? else {
+        let Decision::Apply { remember, .. } =
+            decide_append(&append, Some(t(2)), &ops, TokenBounds::OPEN)?
+        else {
             unreachable!("first append applies");
         };
         ops.remember(
@@ -273,7 +288,7 @@ mod tests {
             4,
         );
         assert_eq!(
-            decide_append(&append, Some(t(9)), &ops)?,
+            decide_append(&append, Some(t(9)), &ops, TokenBounds::OPEN)?,
             Decision::Replay(Appended::new(t(3), 1, Some(t(2))))
         );
         Ok(())
@@ -286,12 +301,12 @@ mod tests {
         if let Decision::Apply {
             remember: Some(record),
             ..
-        } = decide_write(&write, Current::EMPTY, &ops)?
+        } = decide_write(&write, Current::EMPTY, &ops, TokenBounds::OPEN)?
         {
             ops.remember(record, 4);
         }
         let append = AppendRequest::new(domain(), t(3), vec![Record::new("r")]).with_op_id(op("a"));
-        let refused = decide_append(&append, Some(t(3)), &ops);
+        let refused = decide_append(&append, Some(t(3)), &ops, TokenBounds::OPEN);
         assert!(matches!(
             refused,
             Err(FenceError::InvalidInput(InvalidInput::OpIdReused { .. }))
@@ -304,26 +319,29 @@ mod tests {
         let ops = OpMemory::new();
         let current = Current::new(Some(t(5)), true, Some(Revision::new(2)));
         let stale = WriteRequest::put(domain(), t(4), "v");
-        assert!(decide_write(&stale, current, &ops).is_err_and(|e| e.is_fenced()));
+        assert!(
+            decide_write(&stale, current, &ops, TokenBounds::OPEN).is_err_and(|e| e.is_fenced())
+        );
         let mismatch =
             WriteRequest::put(domain(), t(5), "v").with_condition(WriteCondition::Absent);
         assert!(matches!(
-            decide_write(&mismatch, current, &ops),
+            decide_write(&mismatch, current, &ops, TokenBounds::OPEN),
             Err(FenceError::RevisionMismatch { .. })
         ));
         let fresh = WriteRequest::delete(domain(), t(6));
         assert_eq!(
-            decide_write(&fresh, current, &ops)?,
+            decide_write(&fresh, current, &ops, TokenBounds::OPEN)?,
             Decision::Apply {
                 outcome: Accepted::new(t(6), Revision::new(3), Some(t(5))),
                 remember: None
             }
         );
         assert_eq!(
-            decide_claim(&domain(), Some(t(5)), t(5))?,
+            decide_claim(&domain(), Some(t(5)), t(5), TokenBounds::OPEN)?,
             ClaimDecision::Held(Claimed::new(t(5), Some(t(5))))
         );
-        assert!(decide_claim(&domain(), Some(t(5)), t(4)).is_err_and(|e| e.is_fenced()));
+        assert!(decide_claim(&domain(), Some(t(5)), t(4), TokenBounds::OPEN)
+            .is_err_and(|e| e.is_fenced()));
         Ok(())
     }
 }

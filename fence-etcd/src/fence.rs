@@ -4,6 +4,7 @@
 //! changes nothing.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,13 +13,13 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
     BackendErrorKind, Backoff, BoundedCache, Capabilities, Claimed, Domain, EntryHead, Fence,
-    FenceError, FencedStore, FencingToken, Mutation, OpIdRetention, Operation, Snapshot,
-    WriteOutcome, WriteRequest,
+    FenceError, FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, Operation,
+    Snapshot, TokenBounds, WriteOutcome, WriteRequest,
 };
 
 use crate::error::{map_error, EtcdFenceError, BACKEND};
 use crate::keys::StoreKey;
-use crate::state::{encode_ops, Stored};
+use crate::state::{encode_ops, live_lease, Stored};
 use crate::Etcd;
 
 /// Values larger than this are refused by default: etcd refuses requests over 1.5 MiB unless
@@ -50,6 +51,8 @@ pub struct EtcdFence {
     max_value_bytes: usize,
     op_id_retention: usize,
     max_attempts: u32,
+    max_token_step: Option<NonZeroU64>,
+    issued_only: bool,
     /// The last state seen per domain (shared by clones).
     cache: Arc<BoundedCache<Domain, Stored>>,
 }
@@ -61,6 +64,8 @@ impl EtcdFence {
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_token_step: None,
+            issued_only: false,
             cache: Arc::new(BoundedCache::new(DEFAULT_CACHE_CAPACITY)),
         }
     }
@@ -91,45 +96,120 @@ impl EtcdFence {
         self
     }
 
+    /// Accepts only the token of the domain's live lease from [`crate::EtcdLeases`] under the
+    /// same prefix (the lock key's `create_revision`), refusing any other with
+    /// [`FenceError::Unissued`]: etcd's canonical guard. Every write's txn compares the lock
+    /// key's `create_revision` with the token, so a forged token, and the token of a lease
+    /// that expired or was revoked, change nothing, even when above the mark. Tokens of
+    /// [`crate::EtcdIssuer`] or another issuer are refused under it: use it only for domains
+    /// whose holders take [`crate::EtcdLeases`].
+    pub fn issued_only(mut self) -> Self {
+        self.issued_only = true;
+        self
+    }
+
+    /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
+    /// without one) with [`FenceError::TokenTooFar`]: see [`fence_core::TokenBounds`]. etcd
+    /// tokens are revisions, which grow with every write in the cluster: choose a step above
+    /// the number of writes the cluster takes between two acquisitions of a domain (and above
+    /// the cluster's revision, for a domain's first token).
+    pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
+        self.max_token_step = Some(max_step);
+        self
+    }
+
+    fn bounds(&self, stored: &Stored) -> TokenBounds {
+        let issuer = if self.issued_only {
+            IssuerView::LiveLease(stored.live_lease)
+        } else {
+            IssuerView::Unchecked
+        };
+        TokenBounds::new(self.max_token_step, issuer)
+    }
+
+    /// The reads of a domain's state: its folder, and its lock key when issued-only.
+    fn reads(&self, domain: &Domain) -> Vec<TxnOp> {
+        let dir = self.etcd.keys().store_dir(domain);
+        let mut reads = vec![TxnOp::get(
+            dir.as_bytes(),
+            Some(GetOptions::new().with_prefix()),
+        )];
+        if self.issued_only {
+            reads.push(TxnOp::get(self.etcd.keys().lock(domain), None));
+        }
+        reads
+    }
+
+    /// Decodes what [`EtcdFence::reads`] returned, in its order.
+    fn decode_reads(
+        &self,
+        domain: &Domain,
+        responses: Vec<TxnOpResponse>,
+    ) -> Result<Stored, FenceError> {
+        let mut gets = responses.into_iter().filter_map(|r| match r {
+            TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
+            _ => None,
+        });
+        let unexpected = || unexpected(domain, "an answer without the domain's keys");
+        let folder = gets.next().ok_or_else(unexpected)?;
+        let dir = self.etcd.keys().store_dir(domain);
+        let mut stored = Stored::decode(domain, &dir, folder)?;
+        if self.issued_only {
+            stored.live_lease = live_lease(domain, &gets.next().ok_or_else(unexpected)?)?;
+        }
+        Ok(stored)
+    }
+
     /// Reads the domain's keys at one revision, and remembers what it read.
     async fn load(&self, domain: &Domain, operation: Operation) -> Result<Stored, FenceError> {
-        let dir = self.etcd.keys().store_dir(domain);
         self.cache.remove(domain);
         let response = self
             .etcd
             .client()
             .kv_client()
-            .get(dir.as_bytes(), Some(GetOptions::new().with_prefix()))
+            .txn(Txn::new().and_then(self.reads(domain)))
             .await
             .map_err(|e| map_error(e, domain, operation, false))?;
-        let stored = Stored::decode(domain, &dir, response.kvs().to_vec())?;
+        let stored = self.decode_reads(domain, response.op_responses())?;
         self.cache.insert(domain.clone(), stored.without_value());
         Ok(stored)
     }
 
-    /// Runs `changes` if the domain's mark key is still at `version` (its new revision), else
-    /// returns the domain's keys as they are now, in the same request.
+    /// Runs `changes` if the domain's mark key is still at `version` (its new revision) and,
+    /// when issued-only, `token` is still the live lease's; else returns the domain's state as
+    /// it is now, in the same request.
     async fn compare_and_write(
         &self,
         domain: &Domain,
         operation: Operation,
-        version: i64,
+        (version, token): (i64, FencingToken),
         changes: Vec<TxnOp>,
     ) -> Result<Written, FenceError> {
         let mark = self.key(domain, StoreKey::Mark);
         let dir = self.etcd.keys().store_dir(domain);
         // The mark is where it was read, and no key of the folder changed since (another
         // tool's key, an edit, a key put under a lease): else etcd's state is read again.
+        let mut compares = vec![
+            Compare::mod_revision(mark, CompareOp::Equal, version),
+            Compare::mod_revision(dir.as_bytes(), CompareOp::Less, version + 1).with_prefix(),
+        ];
+        if self.issued_only {
+            // Admitted only as the live lease's token, which is an etcd revision (an i64).
+            let revision = i64::try_from(token.get()).map_err(|_| FenceError::Unissued {
+                domain: domain.clone(),
+                presented: token,
+                issuer: IssuerView::LiveLease(None),
+            })?;
+            compares.push(Compare::create_revision(
+                self.etcd.keys().lock(domain),
+                CompareOp::Equal,
+                revision,
+            ));
+        }
         let txn = Txn::new()
-            .when([
-                Compare::mod_revision(mark, CompareOp::Equal, version),
-                Compare::mod_revision(dir.as_bytes(), CompareOp::Less, version + 1).with_prefix(),
-            ])
+            .when(compares)
             .and_then(changes)
-            .or_else([TxnOp::get(
-                dir.as_bytes(),
-                Some(GetOptions::new().with_prefix()),
-            )]);
+            .or_else(self.reads(domain));
         let response = self
             .etcd
             .client()
@@ -137,30 +217,14 @@ impl EtcdFence {
             .txn(txn)
             .await
             .map_err(|e| map_error(e, domain, operation, true))?;
-        let unexpected = |what: &str| {
-            FenceError::backend(
-                BACKEND,
-                BackendErrorKind::Rejected,
-                Some(domain),
-                EtcdFenceError::Unexpected(what.to_owned()),
-            )
-        };
         if response.succeeded() {
             let revision = response
                 .header()
                 .map(|h| h.revision())
-                .ok_or_else(|| unexpected("a txn answer without a header"))?;
+                .ok_or_else(|| unexpected(domain, "a txn answer without a header"))?;
             return Ok(Written::Applied(revision));
         }
-        let kvs = response
-            .op_responses()
-            .into_iter()
-            .find_map(|r| match r {
-                TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
-                _ => None,
-            })
-            .ok_or_else(|| unexpected("a failed txn answer without the domain's keys"))?;
-        let current = Stored::decode(domain, &dir, kvs)?;
+        let current = self.decode_reads(domain, response.op_responses())?;
         self.cache.insert(domain.clone(), current.without_value());
         Ok(Written::Changed(current))
     }
@@ -172,7 +236,7 @@ impl EtcdFence {
     async fn decided<T>(
         &self,
         domain: &Domain,
-        operation: Operation,
+        (operation, token): (Operation, FencingToken),
         mut attempt: impl FnMut(&Stored) -> Result<Step<T>, FenceError>,
     ) -> Result<T, FenceError> {
         let (mut known, mut fresh) = match self.cache.get(domain) {
@@ -215,7 +279,7 @@ impl EtcdFence {
                 ));
             }
             match self
-                .compare_and_write(domain, operation, known.version, changes)
+                .compare_and_write(domain, operation, (known.version, token), changes)
                 .await
             {
                 Ok(Written::Applied(revision)) => {
@@ -255,9 +319,11 @@ impl EtcdFence {
             _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
         };
         let domain = request.domain();
-        self.decided(domain, request.operation(), |stored| {
+        let what = (request.operation(), request.token());
+        self.decided(domain, what, |stored| {
+            let bounds = self.bounds(stored);
             let (outcome, remember) =
-                match pipeline::decide_write(request, stored.current(), &stored.ops)? {
+                match pipeline::decide_write(request, stored.current(), &stored.ops, bounds)? {
                     Decision::Replay(first) => {
                         return Ok(Step::Done(Some(WriteOutcome::Duplicate(first))))
                     }
@@ -308,6 +374,7 @@ impl EtcdFence {
                 head: Some(head),
                 value: None,
                 ops,
+                live_lease: stored.live_lease,
             };
             Ok(Step::Write {
                 changes,
@@ -319,25 +386,37 @@ impl EtcdFence {
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        self.decided(domain, Operation::Claim, |stored| {
-            Ok(match pipeline::decide_claim(domain, stored.mark, token)? {
-                ClaimDecision::Held(claimed) => Step::Done(Some(claimed)),
-                ClaimDecision::Raise(claimed) => Step::Write {
-                    changes: vec![TxnOp::put(
-                        self.key(domain, StoreKey::Mark),
-                        token.to_string(),
-                        None,
-                    )],
-                    outcome: claimed,
-                    next: Stored {
-                        mark: Some(token),
-                        ..stored.without_value()
+        self.decided(domain, (Operation::Claim, token), |stored| {
+            let bounds = self.bounds(stored);
+            Ok(
+                match pipeline::decide_claim(domain, stored.mark, token, bounds)? {
+                    ClaimDecision::Held(claimed) => Step::Done(Some(claimed)),
+                    ClaimDecision::Raise(claimed) => Step::Write {
+                        changes: vec![TxnOp::put(
+                            self.key(domain, StoreKey::Mark),
+                            token.to_string(),
+                            None,
+                        )],
+                        outcome: claimed,
+                        next: Stored {
+                            mark: Some(token),
+                            ..stored.without_value()
+                        },
                     },
                 },
-            })
+            )
         })
         .await
     }
+}
+
+fn unexpected(domain: &Domain, what: &str) -> FenceError {
+    FenceError::backend(
+        BACKEND,
+        BackendErrorKind::Rejected,
+        Some(domain),
+        EtcdFenceError::Unexpected(what.to_owned()),
+    )
 }
 
 /// One round of [`EtcdFence::decided`].
@@ -368,6 +447,8 @@ impl fmt::Debug for EtcdFence {
             .field("max_value_bytes", &self.max_value_bytes)
             .field("op_id_retention", &self.op_id_retention)
             .field("max_attempts", &self.max_attempts)
+            .field("max_token_step", &self.max_token_step)
+            .field("issued_only", &self.issued_only)
             .field("cache_capacity", &self.cache.capacity())
             .finish()
     }
@@ -384,6 +465,8 @@ impl Fence for EtcdFence {
             .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
             .with_max_value_bytes(Some(self.max_value_bytes))
             .with_survives_restart(true)
+            .with_max_token_step(self.max_token_step)
+            .with_issued_only(self.issued_only)
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

@@ -24,6 +24,30 @@ pub(crate) struct Stored {
     pub(crate) head: Option<EntryHead>,
     pub(crate) value: Option<Vec<u8>>,
     pub(crate) ops: OpMemory,
+    /// The token of the domain's live lease (its lock key's `create_revision`), read with the
+    /// folder when the fence accepts only that token (else `None`).
+    pub(crate) live_lease: Option<FencingToken>,
+}
+
+/// The live lease's token from the lock key as read (`kvs`: nothing, or the key): its
+/// `create_revision`. A lock key under no lease is not Fence's (it would never expire).
+pub(crate) fn live_lease(
+    domain: &Domain,
+    kvs: &[KeyValue],
+) -> Result<Option<FencingToken>, FenceError> {
+    let Some(kv) = kvs.first() else {
+        return Ok(None);
+    };
+    if kv.lease() == 0 {
+        return Err(corrupt(
+            domain,
+            "the lease's lock key is under no etcd lease",
+        ));
+    }
+    let revision = u64::try_from(kv.create_revision()).unwrap_or(0);
+    FencingToken::new(revision)
+        .map(Some)
+        .map_err(|_| corrupt(domain, "the lease's lock key has no creation revision"))
 }
 
 impl Stored {
@@ -130,6 +154,7 @@ impl Stored {
             head: self.head,
             value: None,
             ops: self.ops.clone(),
+            live_lease: self.live_lease,
         }
     }
 

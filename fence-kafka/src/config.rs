@@ -1,10 +1,11 @@
 //! Configuration of a [`KafkaFence`].
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{Backoff, FenceError, InvalidInput};
+use fence_core::{Backoff, FenceError, InvalidInput, IssuerView, TokenBounds};
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
@@ -50,6 +51,7 @@ pub struct KafkaFenceBuilder {
     aborted_retries: usize,
     backoff: Backoff,
     max_holders: usize,
+    max_token_step: Option<NonZeroU64>,
 }
 
 impl KafkaFenceBuilder {
@@ -68,6 +70,7 @@ impl KafkaFenceBuilder {
             aborted_retries: 16,
             backoff: DEFAULT_BACKOFF,
             max_holders: crate::DEFAULT_MAX_HOLDERS,
+            max_token_step: None,
         }
     }
 
@@ -109,6 +112,16 @@ impl KafkaFenceBuilder {
     /// holder block read_committed readers before aborting it.
     pub fn transaction_timeout(mut self, timeout: Duration) -> Self {
         self.transaction_timeout = timeout;
+        self
+    }
+
+    /// Refuses claims and appends whose token is more than `max_step` above the domain's
+    /// ledger mark, with [`fence_core::FenceError::TokenTooFar`] (see
+    /// [`fence_core::TokenBounds`]): a runaway token cannot burn the domain's token space in the
+    /// ledger. Only the cluster's ACLs stop a producer that writes the topics directly (see the
+    /// crate docs on forged tokens).
+    pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {
+        self.max_token_step = Some(max_step);
         self
     }
 
@@ -213,6 +226,7 @@ impl KafkaFenceBuilder {
                 timeout: self.timeout,
                 transaction_timeout: self.transaction_timeout,
                 max_batch_bytes: self.max_batch_bytes,
+                bounds: TokenBounds::new(self.max_token_step, IssuerView::Unchecked),
                 op_id_retention: self.op_id_retention,
                 aborted_retries: self.aborted_retries,
                 backoff: self.backoff,

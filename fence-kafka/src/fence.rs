@@ -9,6 +9,7 @@ use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
     AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy, Fence,
     FenceError, FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Operation, Record,
+    TokenBounds,
 };
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
@@ -35,6 +36,7 @@ pub(crate) struct Inner {
     pub(crate) timeout: Duration,
     pub(crate) transaction_timeout: Duration,
     pub(crate) max_batch_bytes: usize,
+    pub(crate) bounds: TokenBounds,
     pub(crate) op_id_retention: usize,
     pub(crate) aborted_retries: usize,
     pub(crate) backoff: Backoff,
@@ -209,21 +211,24 @@ impl KafkaFence {
                 // Lost to a concurrent claimer: if a higher mark is committed now, stop without
                 // initialising a producer, which would only fence that claimer in turn.
                 let committed = self.read_ledger(domain).await?;
-                if let Err(fenced) = pipeline::decide_claim(domain, committed.hwm, token) {
+                if let Err(fenced) =
+                    pipeline::decide_claim(domain, committed.hwm, token, self.inner.bounds)
+                {
                     drop(guard);
                     self.inner.holders.forget(domain, token);
                     return Err(fenced);
                 }
             }
             let mut holder = self.open(domain).await?;
-            let decision = match pipeline::decide_claim(domain, holder.state.hwm, token) {
-                Ok(decision) => decision,
-                Err(fenced) => {
-                    drop(guard);
-                    self.inner.holders.forget(domain, token);
-                    return Err(fenced);
-                }
-            };
+            let decision =
+                match pipeline::decide_claim(domain, holder.state.hwm, token, self.inner.bounds) {
+                    Ok(decision) => decision,
+                    Err(fenced) => {
+                        drop(guard);
+                        self.inner.holders.forget(domain, token);
+                        return Err(fenced);
+                    }
+                };
             if let ClaimDecision::Raise(_) = decision {
                 let mut next = holder.state.clone();
                 next.hwm = Some(token);
@@ -287,14 +292,16 @@ impl KafkaFence {
                     // outcome; anything else is fenced, by the ledger or, if the ledger is
                     // below a mark already seen (lost or reset), by that mark.
                     let committed = self.read_ledger(domain).await?;
-                    let refused =
-                        match pipeline::decide_append(request, committed.hwm, &committed.ops) {
-                            Ok(Decision::Replay(first)) => {
-                                return Ok(AppendOutcome::Duplicate(first))
-                            }
-                            Ok(Decision::Apply { .. }) => stale,
-                            Err(refused) => refused,
-                        };
+                    let refused = match pipeline::decide_append(
+                        request,
+                        committed.hwm,
+                        &committed.ops,
+                        self.inner.bounds,
+                    ) {
+                        Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
+                        Ok(Decision::Apply { .. }) => stale,
+                        Err(refused) => refused,
+                    };
                     drop(guard);
                     self.inner.holders.forget(domain, token);
                     return Err(refused);
@@ -304,17 +311,21 @@ impl KafkaFence {
             let Some(holder) = guard.as_mut() else {
                 continue;
             };
-            let (appended, remember) =
-                match pipeline::decide_append(request, holder.state.hwm, &holder.state.ops) {
-                    Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
-                    Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
-                    Err(refused) => {
-                        *guard = None;
-                        drop(guard);
-                        self.inner.holders.forget(domain, token);
-                        return Err(refused);
-                    }
-                };
+            let (appended, remember) = match pipeline::decide_append(
+                request,
+                holder.state.hwm,
+                &holder.state.ops,
+                self.inner.bounds,
+            ) {
+                Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
+                Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
+                Err(refused) => {
+                    *guard = None;
+                    drop(guard);
+                    self.inner.holders.forget(domain, token);
+                    return Err(refused);
+                }
+            };
             let mut next = holder.state.clone();
             next.hwm = Some(token);
             if let Some(record) = remember {
@@ -449,6 +460,7 @@ impl Fence for KafkaFence {
             .with_op_id_retention(retention)
             .with_max_value_bytes(Some(self.inner.max_batch_bytes))
             .with_survives_restart(true)
+            .with_max_token_step(self.inner.bounds.max_step)
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

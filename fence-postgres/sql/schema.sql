@@ -46,24 +46,42 @@ CREATE TABLE IF NOT EXISTS fence_schema.fence_leases (
     expires  timestamptz NOT NULL
 );
 
+-- Operators' re-bases of a domain's mark (`PostgresFence::rebase`): who, when and why.
+CREATE TABLE IF NOT EXISTS fence_schema.fence_rebases (
+    seq       bigserial PRIMARY KEY,
+    domain    text NOT NULL,
+    from_mark numeric(20,0) NOT NULL,
+    to_mark   numeric(20,0) NOT NULL,
+    operator  text NOT NULL,
+    reason    text NOT NULL,
+    at        timestamptz NOT NULL DEFAULT now()
+);
+
 -- Finding a domain's recent op ids and pruning them: by domain, in order.
 CREATE INDEX IF NOT EXISTS fence_ops_domain_seq ON fence_schema.fence_ops (domain, seq);
 
 -- A store write decided in one statement, in the order of fence-core's pipeline (the mark row
--- locked; anything not Fence's, a remembered op id, a stale token or a failed revision
--- condition changes nothing; else the write and its op id). Returns the mark row as it was,
--- the remembered operation and whether it applied: the client derives the outcome from them
--- with fence-core's own decision, and reports any disagreement. Arguments are checked: the
--- function refuses what the client would never send.
+-- locked; anything not Fence's, a remembered op id, a stale token, a token the domain's counter
+-- never issued (when p_issued_only) or more than p_max_step above the mark (when not NULL), or
+-- a failed revision condition changes nothing; else the write and its op id). Returns the mark
+-- row as it was, the remembered operation, the counter's last token and whether it applied:
+-- the client derives the outcome from them with fence-core's own decision, and reports any
+-- disagreement. Arguments are checked: the function refuses what the client would never send.
+-- (Version 1 had no p_max_step, p_issued_only nor `issued`: migrating replaces it.)
+DROP FUNCTION IF EXISTS fence_schema.fence_write(
+    text, numeric, boolean, text, text, bigint, "char", bytea, bigint);
 CREATE OR REPLACE FUNCTION fence_schema.fence_write(
     p_domain text, p_token numeric, p_strict boolean, p_op_id text, p_condition text,
-    p_expected bigint, p_state "char", p_value bytea, p_retention bigint)
+    p_expected bigint, p_state "char", p_value bytea, p_retention bigint,
+    p_max_step numeric, p_issued_only boolean)
 RETURNS TABLE (hwm text, state "char", revision bigint, writer text, created boolean,
-               op_kind text, op_revision bigint, op_previous text, applied boolean)
+               op_kind text, op_revision bigint, op_previous text, applied boolean,
+               issued text)
 LANGUAGE plpgsql AS $fence$
 DECLARE
     m fence_schema.fence_marks%ROWTYPE;
     o fence_schema.fence_ops%ROWTYPE;
+    last_issued numeric;
     fresh boolean := false;
     refused boolean;
     u64 CONSTANT numeric := 18446744073709551615;
@@ -72,7 +90,8 @@ BEGIN
        OR p_token <> trunc(p_token) OR p_strict IS NULL OR p_retention IS NULL
        OR p_state IS NULL OR p_state NOT IN ('v', 't') OR (p_state = 'v') <> (p_value IS NOT NULL)
        OR p_condition IS NULL OR p_condition NOT IN ('any', 'absent', 'revision')
-       OR (p_condition = 'revision') <> (p_expected IS NOT NULL) THEN
+       OR (p_condition = 'revision') <> (p_expected IS NOT NULL)
+       OR p_issued_only IS NULL OR (p_max_step IS NOT NULL AND p_max_step < 1) THEN
         RAISE EXCEPTION 'fence_write: invalid arguments' USING ERRCODE = '22023';
     END IF;
     SELECT * INTO m FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain FOR UPDATE;
@@ -87,6 +106,12 @@ BEGIN
         SELECT * INTO o FROM fence_schema.fence_ops AS r
          WHERE r.domain = p_domain AND r.token = p_token AND r.op_id = p_op_id;
     END IF;
+    IF p_issued_only THEN
+        -- Tokens are returned by the issuer only once committed: every one is visible here.
+        SELECT c.last INTO last_issued FROM fence_schema.fence_counters AS c
+         WHERE c.domain = p_domain;
+    END IF;
+    issued := last_issued::text;
     hwm := m.hwm::text; state := m.state; revision := m.revision; writer := m.writer::text;
     created := fresh; op_kind := o.kind; op_revision := o.revision;
     op_previous := o.previous::text; applied := false;
@@ -99,6 +124,8 @@ BEGIN
                    AND m.writer >= 1 AND m.writer <= m.hwm))
        OR o.kind IS NOT NULL
        OR (m.hwm IS NOT NULL AND (p_token < m.hwm OR (p_strict AND p_token = m.hwm)))
+       OR (p_issued_only AND (last_issued IS NULL OR p_token > last_issued))
+       OR (p_max_step IS NOT NULL AND p_token - COALESCE(m.hwm, 0) > p_max_step)
        OR (p_condition = 'absent' AND m.state IS NOT DISTINCT FROM 'v')
        OR (p_condition = 'revision' AND m.revision IS DISTINCT FROM p_expected);
     -- Unknown (NULL) counts as refused: fail closed.

@@ -1,6 +1,7 @@
 //! `PostgresFence`: the fenced store on PostgreSQL.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -8,14 +9,14 @@ use async_trait::async_trait;
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
     Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError, FencedStore,
-    FencingToken, InvalidInput, Mutation, OpIdRetention, OpMemory, Operation, OperationId,
-    Snapshot, WriteCondition, WriteOutcome, WriteRequest,
+    FencingToken, InvalidInput, IssuerView, Mutation, OpIdRetention, OpMemory, Operation,
+    OperationId, Snapshot, TokenBounds, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
-use crate::mark::{commit, decode_head, decode_op, revision_i64, MarkChange};
+use crate::mark::{commit, decode_head, decode_op, issued_column, revision_i64, MarkChange};
 use crate::schema::{check_shape, Schema, Shape};
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
@@ -44,6 +45,8 @@ pub struct PostgresFence {
     schema: Schema,
     max_value_bytes: usize,
     op_id_retention: usize,
+    max_token_step: Option<NonZeroU64>,
+    issued_only: bool,
     /// Set once the tables were found with the expected shape (checked on first use).
     shape_checked: Arc<AtomicBool>,
 }
@@ -56,6 +59,8 @@ impl PostgresFence {
             schema: Schema::new(schema)?,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
+            max_token_step: None,
+            issued_only: false,
             shape_checked: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -70,6 +75,39 @@ impl PostgresFence {
     pub fn with_op_id_retention(mut self, count: usize) -> Self {
         self.op_id_retention = count;
         self
+    }
+
+    /// Accepts only tokens the schema's own counter issued for the domain ([`crate::PostgresIssuer`]
+    /// and [`crate::PostgresLeases`] on the same schema: up to the `fence_counters` row's last
+    /// token), refusing others with [`FenceError::Unissued`]. The counter row is read in the
+    /// write's own transaction, after the mark row's lock. Use it only for domains whose
+    /// tokens come from this schema's issuer or leases.
+    pub fn issued_only(mut self) -> Self {
+        self.issued_only = true;
+        self
+    }
+
+    /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
+    /// without one) with [`FenceError::TokenTooFar`], in the same transaction: see
+    /// [`fence_core::TokenBounds`]. The schema's own counter grows by one per acquisition; a
+    /// step of a few thousand leaves room for acquisitions that never wrote.
+    pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
+        self.max_token_step = Some(max_step);
+        self
+    }
+
+    /// The checks beyond the rule, with the counter's last token as read (when issued-only).
+    pub(crate) fn bounds(&self, last_issued: Option<FencingToken>) -> TokenBounds {
+        let issuer = if self.issued_only {
+            IssuerView::IssuedUpTo(last_issued)
+        } else {
+            IssuerView::Unchecked
+        };
+        TokenBounds::new(self.max_token_step, issuer)
+    }
+
+    pub(crate) fn is_issued_only(&self) -> bool {
+        self.issued_only
     }
 
     /// The schema holding the fence's tables.
@@ -146,7 +184,8 @@ impl PostgresFence {
             .map_err(|e| map_error(e, domain, operation, false))?;
         // One autocommit statement: once it is sent, a lost answer leaves the outcome unknown.
         let row = sqlx::query(&format!(
-            "SELECT * FROM {}.fence_write($1, $2::numeric, $3, $4, $5, $6, $7, $8, $9)",
+            "SELECT * FROM {}.fence_write($1, $2::numeric, $3, $4, $5, $6, $7, $8, $9, \
+             $10::numeric, $11)",
             self.schema.name()
         ))
         .bind(domain.as_str())
@@ -158,12 +197,16 @@ impl PostgresFence {
         .bind(state as i8)
         .bind(value)
         .bind(i64::try_from(self.op_id_retention).unwrap_or(i64::MAX))
+        .bind(self.max_token_step.map(|step| step.to_string()))
+        .bind(self.issued_only)
         .fetch_one(&mut *conn)
         .await
         .map_err(|e| map_error(e, domain, operation, true))?;
         let column = |e: sqlx::Error| corrupt(domain, format!("write result: {e}"));
         let created: bool = row.try_get(4).map_err(column)?;
         let applied: bool = row.try_get(8).map_err(column)?;
+        let issued: Option<String> = row.try_get(9).map_err(column)?;
+        let issued = issued_column(domain, issued)?;
         let (hwm, entry) = decode_head(domain, &row, created)?;
         let current = match entry {
             Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
@@ -175,7 +218,7 @@ impl PostgresFence {
         };
         match (
             applied,
-            pipeline::decide_write(request, current, &remembered),
+            pipeline::decide_write(request, current, &remembered, self.bounds(issued)),
         ) {
             (true, Ok(Decision::Apply { outcome, .. })) => Ok(WriteOutcome::Accepted(outcome)),
             (false, Ok(Decision::Replay(first))) => Ok(WriteOutcome::Duplicate(first)),
@@ -195,7 +238,8 @@ impl PostgresFence {
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let decision = pipeline::decide_claim(domain, locked.hwm, token)?;
+        let bounds = self.bounds(locked.issued);
+        let decision = pipeline::decide_claim(domain, locked.hwm, token, bounds)?;
         if let ClaimDecision::Raise(_) = decision {
             self.apply(
                 &mut tx,
@@ -254,6 +298,8 @@ impl fmt::Debug for PostgresFence {
             .field("schema", &self.schema.name())
             .field("max_value_bytes", &self.max_value_bytes)
             .field("op_id_retention", &self.op_id_retention)
+            .field("max_token_step", &self.max_token_step)
+            .field("issued_only", &self.issued_only)
             .finish_non_exhaustive()
     }
 }
@@ -269,6 +315,8 @@ impl Fence for PostgresFence {
             .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
             .with_max_value_bytes(Some(self.max_value_bytes))
             .with_survives_restart(true)
+            .with_max_token_step(self.max_token_step)
+            .with_issued_only(self.issued_only)
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

@@ -5,6 +5,7 @@ pub mod extension;
 mod fence;
 mod lease;
 mod mark;
+mod rebase;
 mod row;
 mod schema;
 mod transaction;

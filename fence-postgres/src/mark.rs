@@ -18,6 +18,8 @@ pub(crate) struct Locked {
     pub(crate) hwm: Option<FencingToken>,
     /// The record of the request's (token, op id), if one was asked for and is remembered.
     pub(crate) op: Option<OpRow>,
+    /// The domain's counter's last token, read after the lock when the fence is issued-only.
+    pub(crate) issued: Option<FencingToken>,
 }
 
 /// A remembered operation as stored: a write (with the revision it produced) or a fenced
@@ -170,7 +172,32 @@ impl PostgresFence {
             }
             None => None,
         };
-        Ok((tx, Locked { hwm, op }))
+        let issued = if self.is_issued_only() {
+            self.last_issued(&mut tx, domain, operation).await?
+        } else {
+            None
+        };
+        Ok((tx, Locked { hwm, op, issued }))
+    }
+
+    /// The last token the domain's counter issued (`None`: no row, or nothing issued yet),
+    /// read on `conn`. Tokens are handed out only once committed, so every issued token is
+    /// visible to a statement that starts after it was presented.
+    pub(crate) async fn last_issued(
+        &self,
+        conn: &mut PgConnection,
+        domain: &Domain,
+        operation: Operation,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        let last: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT last::text FROM {} WHERE domain = $1",
+            self.tables().counters()
+        ))
+        .bind(domain.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(|e| map_error(e, domain, operation, false))?;
+        issued_column(domain, last)
     }
 
     /// Applies `change` to the locked mark row and remembers `op`, in one statement, and
@@ -251,6 +278,17 @@ impl PostgresFence {
             ));
         }
         Ok(())
+    }
+}
+
+/// The counter's last token as read (`None`: no row, or a counter at 0 that issued nothing).
+pub(crate) fn issued_column(
+    domain: &Domain,
+    last: Option<String>,
+) -> Result<Option<FencingToken>, FenceError> {
+    match last.as_deref() {
+        None | Some("0") => Ok(None),
+        Some(last) => Ok(Some(token_column(domain, last, "issued counter")?)),
     }
 }
 

@@ -51,6 +51,10 @@ impl Schema {
         format!("{}.fence_counters", self.0)
     }
 
+    pub(crate) fn rebases(&self) -> String {
+        format!("{}.fence_rebases", self.0)
+    }
+
     pub(crate) fn leases(&self) -> String {
         format!("{}.fence_leases", self.0)
     }
@@ -97,6 +101,18 @@ const EXPECTED: &[(&str, &[(&str, &str)])] = &[
             ("expires", "timestamp with time zone not null"),
         ],
     ),
+    (
+        "fence_rebases",
+        &[
+            ("seq", "bigint not null"),
+            ("domain", "text not null"),
+            ("from_mark", "numeric(20,0) not null"),
+            ("to_mark", "numeric(20,0) not null"),
+            ("operator", "text not null"),
+            ("reason", "text not null"),
+            ("at", "timestamp with time zone not null"),
+        ],
+    ),
 ];
 
 /// What is wrong with the tables found in a schema.
@@ -117,7 +133,7 @@ pub(crate) async fn check_shape(
                 || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END \
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
          JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases') \
+         WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases', 'fence_rebases') \
          AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum",
     )
     .bind(schema.name())
@@ -152,7 +168,8 @@ pub(crate) async fn check_shape(
     // lacks it: run `migrate` again).
     let function: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-         WHERE n.nspname = $1 AND p.proname = 'fence_write')",
+         WHERE n.nspname = $1 AND p.proname = 'fence_write' \
+         AND p.pronargs = 11)",
     )
     .bind(schema.name())
     .fetch_one(pool)

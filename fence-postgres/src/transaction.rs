@@ -349,6 +349,8 @@ impl PostgresFence {
             });
         }
         rule::check_token(domain, locked.hwm, token, request.policy())?;
+        self.bounds(locked.issued)
+            .check(domain, locked.hwm, token)?;
         let change = if locked.hwm == Some(token) {
             MarkChange::Keep
         } else {

@@ -1,6 +1,7 @@
 //! Configuration of a [`crate::RedisFence`]: where Redis is, and how fencing behaves there.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use fence_core::{FenceError, InvalidInput, Operation};
@@ -56,6 +57,8 @@ pub struct RedisFenceBuilder {
     connection_timeout: Duration,
     wait: Option<(u32, Duration)>,
     durable: bool,
+    max_token_step: Option<NonZeroU64>,
+    issued_only: bool,
 }
 
 impl Default for RedisFenceBuilder {
@@ -69,6 +72,8 @@ impl Default for RedisFenceBuilder {
             connection_timeout: Duration::from_secs(2),
             wait: None,
             durable: false,
+            max_token_step: None,
+            issued_only: false,
         }
     }
 }
@@ -138,6 +143,26 @@ impl RedisFenceBuilder {
     /// Rejects larger values before any I/O (default [`DEFAULT_MAX_VALUE_BYTES`]).
     pub fn max_value_bytes(mut self, max: usize) -> Self {
         self.max_value_bytes = max;
+        self
+    }
+
+    /// Accepts only tokens this Redis issued for the domain (by the fence's
+    /// [`crate::RedisIssuer`] or [`crate::RedisLeases`] under the same prefix: up to the
+    /// domain's `seq` key, which shares the domain's hash slot), refusing others with
+    /// [`FenceError::Unissued`] in the same script as the mark decision. Use it only for domains
+    /// whose tokens come from this Redis.
+    pub fn issued_only(mut self) -> Self {
+        self.issued_only = true;
+        self
+    }
+
+    /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
+    /// without one) with [`FenceError::TokenTooFar`], in the same script: see
+    /// [`fence_core::TokenBounds`]. Redis's own issuer grows by one per acquisition; for tokens
+    /// from elsewhere choose a step above the largest legitimate gap between two owners'
+    /// tokens (an etcd revision grows with every write in its cluster).
+    pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {
+        self.max_token_step = Some(max_step);
         self
     }
 
@@ -270,6 +295,8 @@ impl RedisFenceBuilder {
             op_id_retention: self.op_id_retention,
             wait: self.wait,
             durable: self.durable,
+            max_token_step: self.max_token_step,
+            issued_only: self.issued_only,
         }))
     }
 
@@ -301,6 +328,8 @@ impl fmt::Debug for RedisFenceBuilder {
             .field("op_id_retention", &self.op_id_retention)
             .field("wait", &self.wait)
             .field("durable", &self.durable)
+            .field("max_token_step", &self.max_token_step)
+            .field("issued_only", &self.issued_only)
             .finish_non_exhaustive()
     }
 }

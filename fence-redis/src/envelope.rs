@@ -3,8 +3,8 @@
 //! extensions' bodies alike.
 
 use fence_core::{
-    Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, OpKind, Operation,
-    OperationId,
+    Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, IssuerView, OpKind,
+    Operation, OperationId,
 };
 use redis::Value;
 
@@ -75,6 +75,7 @@ impl RedisFence {
         let mut all_keys = vec![
             self.inner.keys.state(domain),
             self.inner.keys.op(domain, call.token, call.op_id),
+            self.inner.keys.sequence(domain),
         ];
         all_keys.extend(keys);
         let token_text = call.token.to_string();
@@ -84,12 +85,18 @@ impl RedisFence {
         } else {
             b"0"
         };
+        let max_step = self
+            .inner
+            .max_token_step
+            .map_or_else(String::new, |step| step.to_string());
         let mut all_args: Vec<&[u8]> = vec![
             token_text.as_bytes(),
             strict,
             if call.op_id.is_some() { b"1" } else { b"0" },
             retention.as_bytes(),
             kind_code(call.kind),
+            max_step.as_bytes(),
+            if self.inner.issued_only { b"1" } else { b"0" },
         ];
         all_args.extend_from_slice(args);
         let (reply, waited) = self
@@ -113,6 +120,24 @@ impl RedisFence {
                     domain: domain.clone(),
                     presented: call.token,
                     current,
+                });
+            }
+            "unissued" => {
+                return Err(FenceError::Unissued {
+                    domain: domain.clone(),
+                    presented: call.token,
+                    issuer: IssuerView::IssuedUpTo(reply.token(0)?),
+                })
+            }
+            "too_far" => {
+                let max_step = self.inner.max_token_step.ok_or_else(|| {
+                    FenceError::corrupt(BACKEND, domain, "a step refusal without a step")
+                })?;
+                return Err(FenceError::TokenTooFar {
+                    domain: domain.clone(),
+                    presented: call.token,
+                    current: reply.token(0)?,
+                    max_step,
                 });
             }
             "op_kind" => {

@@ -1,6 +1,7 @@
 //! `RedisFence`: the fenced store on Redis.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,6 +40,8 @@ pub(crate) struct Inner {
     pub(crate) op_id_retention: Duration,
     pub(crate) wait: Option<(u32, Duration)>,
     pub(crate) durable: bool,
+    pub(crate) max_token_step: Option<NonZeroU64>,
+    pub(crate) issued_only: bool,
 }
 
 /// A fenced store on standalone Redis or Redis Cluster: every operation is one Lua script that
@@ -340,6 +343,8 @@ impl Fence for RedisFence {
             .with_op_id_retention(OpIdRetention::Window(self.inner.op_id_retention))
             .with_max_value_bytes(Some(self.inner.max_value_bytes))
             .with_survives_restart(self.inner.durable)
+            .with_max_token_step(self.inner.max_token_step)
+            .with_issued_only(self.inner.issued_only)
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

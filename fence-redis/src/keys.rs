@@ -7,6 +7,7 @@
 //! | `<prefix>:{<domain>}:op:<token>:<op id>` | string, PX retention | first outcome of an operation id |
 //! | `<prefix>:{<domain>}:seq` | string | last issued token (never expires, never reset) |
 //! | `<prefix>:{<domain>}:lease` | hash, PX ttl | `owner`, `token` |
+//! | `<prefix>:{<domain>}:rebases` | list | operators' re-bases, one line each (see `RedisFence::rebase`) |
 //! | `<prefix>:{<domain>}:u:<name>` | any | keys of fenced user scripts |
 
 use fence_core::{Domain, FencingToken, InvalidInput, OperationId};
@@ -69,6 +70,10 @@ impl Keys {
         self.tagged(domain, "seq")
     }
 
+    pub(crate) fn rebases(&self, domain: &Domain) -> String {
+        self.tagged(domain, "rebases")
+    }
+
     pub(crate) fn lease(&self, domain: &Domain) -> String {
         self.tagged(domain, "lease")
     }
@@ -110,6 +115,7 @@ mod tests {
             keys.op(&d, t, None),
             keys.sequence(&d),
             keys.lease(&d),
+            keys.rebases(&d),
             keys.user(&d, "orders{1}")?,
         ];
         let slot = redis::cluster_routing::Slot::for_key(&all[0]);

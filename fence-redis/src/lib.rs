@@ -9,6 +9,7 @@ mod extension;
 mod fence;
 mod keys;
 mod lease;
+mod rebase;
 mod reply;
 mod script;
 mod scripts;

@@ -83,4 +83,5 @@ scripts! {
     LEASE_ACQUIRE => "lease_acquire",
     LEASE_RENEW => "lease_renew",
     ISSUE => "issue",
+    REBASE => "rebase",
 }

@@ -1,11 +1,12 @@
 //! Configuration of an [`S3Fence`]: the client, the bucket and key prefix, and the limits.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::Client;
-use fence_core::{FenceError, InvalidInput};
+use fence_core::{FenceError, InvalidInput, IssuerView, TokenBounds};
 use tokio::sync::OnceCell;
 
 use crate::cache::EtagCache;
@@ -58,6 +59,7 @@ pub struct S3FenceBuilder {
     max_attempts: usize,
     max_key_bytes: usize,
     max_segment_bytes: usize,
+    max_token_step: Option<NonZeroU64>,
 }
 
 impl Default for S3FenceBuilder {
@@ -73,6 +75,7 @@ impl Default for S3FenceBuilder {
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             max_key_bytes: DEFAULT_MAX_KEY_BYTES,
             max_segment_bytes: DEFAULT_MAX_SEGMENT_BYTES,
+            max_token_step: None,
             max_attempts: 20,
         }
     }
@@ -123,6 +126,16 @@ impl S3FenceBuilder {
     /// [`S3FenceError::TooManyConflicts`]: crate::S3FenceError::TooManyConflicts
     pub fn max_attempts(mut self, attempts: usize) -> Self {
         self.max_attempts = attempts;
+        self
+    }
+
+    /// Refuses tokens more than `max_step` above a domain's mark with
+    /// [`fence_core::FenceError::TokenTooFar`] (see [`fence_core::TokenBounds`]). The check runs
+    /// in this client between the read and the conditional write: it stops runaway tokens of
+    /// callers that go through Fence, while only the bucket's IAM policy stops a caller that
+    /// writes the object directly (see the crate docs on forged tokens).
+    pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {
+        self.max_token_step = Some(max_step);
         self
     }
 
@@ -205,6 +218,7 @@ impl S3FenceBuilder {
                 bucket,
                 keys,
                 max_value_bytes: self.max_value_bytes,
+                bounds: TokenBounds::new(self.max_token_step, IssuerView::Unchecked),
                 multipart_threshold: self.multipart_threshold,
                 part_size: self.part_size,
                 op_id_retention: self.op_id_retention,

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
     Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
-    OpIdRetention, OpMemory, Operation, Snapshot, WriteOutcome, WriteRequest,
+    OpIdRetention, OpMemory, Operation, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
 };
 use tokio::sync::OnceCell;
 
@@ -26,6 +26,7 @@ pub(crate) struct Inner {
     pub(crate) bucket: String,
     pub(crate) keys: KeyScheme,
     pub(crate) max_value_bytes: usize,
+    pub(crate) bounds: TokenBounds,
     pub(crate) multipart_threshold: usize,
     pub(crate) part_size: usize,
     pub(crate) op_id_retention: usize,
@@ -230,13 +231,19 @@ impl S3Fence {
             let no_ops = OpMemory::new();
             let ops = current.map_or(&no_ops, |h| &h.ops);
             // A cached mark is never above the real one, so `Fenced` and a replay found in the
-            // cache are true; a cached revision may be behind, so a mismatch is confirmed fresh.
-            let (accepted, remember) = match pipeline::decide_write(request, state, ops) {
+            // cache are true; a cached revision or mark may be behind, so a mismatch or a step
+            // too far is confirmed fresh.
+            let bounds = self.inner.bounds;
+            let (accepted, remember) = match pipeline::decide_write(request, state, ops, bounds) {
                 Ok(Decision::Replay(first)) => {
                     return Ok(Step::Done(WriteOutcome::Duplicate(first)))
                 }
                 Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
-                Err(FenceError::RevisionMismatch { .. }) if from_cache => return Ok(Step::Reload),
+                Err(FenceError::RevisionMismatch { .. } | FenceError::TokenTooFar { .. })
+                    if from_cache =>
+                {
+                    return Ok(Step::Reload)
+                }
                 Err(refused) => return Err(refused),
             };
             let mut ops = ops.clone();
@@ -265,7 +272,13 @@ impl S3Fence {
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         let decide = |current: Option<&Header>, from_cache: bool| {
-            let decision = pipeline::decide_claim(domain, current.map(|h| h.hwm), token)?;
+            let mark = current.map(|h| h.hwm);
+            let decision = match pipeline::decide_claim(domain, mark, token, self.inner.bounds) {
+                Ok(decision) => decision,
+                // A cached mark may be behind: a step too far is confirmed fresh.
+                Err(FenceError::TokenTooFar { .. }) if from_cache => return Ok(Step::Reload),
+                Err(refused) => return Err(refused),
+            };
             let header = match (decision, current) {
                 // A claim confirms ownership: the cache can prove `Fenced` (its mark is never
                 // above the real one) but not that the mark is still this token.
@@ -361,6 +374,7 @@ impl Fence for S3Fence {
             .with_op_id_retention(retention)
             .with_max_value_bytes(Some(self.inner.max_value_bytes))
             .with_survives_restart(true)
+            .with_max_token_step(self.inner.bounds.max_step)
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

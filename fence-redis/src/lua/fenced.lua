@@ -5,19 +5,21 @@
 -- context (`token`, `previous`, and `state`, the domain's entry fields, read-only) and the
 -- body's own KEYS and ARGV. They are defined before the envelope's variables, so no body (and
 -- no user Lua inside one) can see or overwrite them.
--- KEYS: state, op-id key, then the body's. ARGV: token, strict, has op id, op-id retention ms,
--- op kind (one letter), then the body's.
+-- KEYS: state, op-id key, token sequence, then the body's. ARGV: token, strict, has op id,
+-- op-id retention ms, op kind (one letter), max token step ('' for none), issued only ('1'),
+-- then the body's.
 local guard, body
 --BODY--
 
-local state_key, op_key = KEYS[1], KEYS[2]
+local state_key, op_key, seq_key = KEYS[1], KEYS[2], KEYS[3]
 local token, strict, has_op, kind = ARGV[1], ARGV[2] == '1', ARGV[3] == '1', ARGV[5]
+local bounds = { max_step = ARGV[6], issued_only = ARGV[7] == '1', seq_key = seq_key }
 
-local s, refusal = admit(state_key, op_key, token, strict, has_op, kind)
+local s, refusal = admit(state_key, op_key, token, strict, has_op, kind, bounds)
 if not s then return refusal end
 local body_keys, body_argv = {}, {}
-for i = 3, #KEYS do body_keys[#body_keys + 1] = KEYS[i] end
-for i = 6, #ARGV do body_argv[#body_argv + 1] = ARGV[i] end
+for i = 4, #KEYS do body_keys[#body_keys + 1] = KEYS[i] end
+for i = 8, #ARGV do body_argv[#body_argv + 1] = ARGV[i] end
 local previous = s.hwm or ''
 local fence = { state = s, token = token, previous = previous }
 

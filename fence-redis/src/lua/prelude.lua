@@ -74,6 +74,19 @@ local function stale(s, token, strict)
   return nil
 end
 
+-- The sum of two canonical decimal strings (not bounded to u64).
+local function add(a, b)
+  local out, carry, i, j = {}, 0, #a, #b
+  while i >= 1 or j >= 1 or carry > 0 do
+    local x = (i >= 1 and string.byte(a, i) - 48 or 0) + (j >= 1 and string.byte(b, j) - 48 or 0)
+    local d = x + carry
+    carry = d >= 10 and 1 or 0
+    table.insert(out, 1, string.char(48 + d % 10))
+    i, j = i - 1, j - 1
+  end
+  return table.concat(out)
+end
+
 -- Increments a canonical decimal string; nil at u64::MAX.
 local function increment(s)
   if s == nil then return '1' end
@@ -98,10 +111,38 @@ local function legacy_record(record)
   return nil
 end
 
--- What every fenced mutation checks first: state integrity, operation-id replay, the token rule.
--- An op-id record is `<kind>|<previous mark>|<outcome>`. Returns the state, or nil and the reply
--- to return as is.
-local function admit(state_key, op_key, token, strict, has_op, kind)
+-- The last token of a domain's sequence key (nil: none issued), or nil and the reply to return.
+local function last_issued(seq_key)
+  local kind = redis.call('TYPE', seq_key)['ok']
+  if kind ~= 'none' and kind ~= 'string' then
+    return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' holds a ' .. kind }
+  end
+  local last = field(redis.call('GET', seq_key))
+  if last ~= nil and not is_token(last) then
+    return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' is not a canonical u64 token' }
+  end
+  return last
+end
+
+-- fence-core's admission, after the token rule: a token the domain's sequence never issued
+-- (when issued only), or one more than max_step above the mark (from zero without one), is
+-- refused. Returns the reply to return as is, or nil.
+local function inadmissible(s, token, bounds)
+  if bounds.issued_only then
+    local last, refusal = last_issued(bounds.seq_key)
+    if refusal then return refusal end
+    if last == nil or cmp(token, last) > 0 then return { 'unissued', last or '' } end
+  end
+  if bounds.max_step ~= '' and cmp(token, add(s.hwm or '0', bounds.max_step)) > 0 then
+    return { 'too_far', s.hwm or '' }
+  end
+  return nil
+end
+
+-- What every fenced mutation checks first: state integrity, operation-id replay, the token rule,
+-- admission (`bounds`). An op-id record is `<kind>|<previous mark>|<outcome>`. Returns the state,
+-- or nil and the reply to return as is.
+local function admit(state_key, op_key, token, strict, has_op, kind, bounds)
   local s, reason = load_state(state_key, false)
   if not s then return nil, { 'corrupt', reason } end
   if has_op then
@@ -122,6 +163,8 @@ local function admit(state_key, op_key, token, strict, has_op, kind)
   end
   local current = stale(s, token, strict)
   if current then return nil, { 'fenced', current } end
+  local refusal = inadmissible(s, token, bounds)
+  if refusal then return nil, refusal end
   return s
 end
 
@@ -129,14 +172,8 @@ end
 -- state_key): a sequence that was deleted or restored from an old snapshot never issues a token
 -- the resource already fences. Returns the token, or nil and the reply to return as is.
 local function next_token(seq_key, state_key)
-  local kind = redis.call('TYPE', seq_key)['ok']
-  if kind ~= 'none' and kind ~= 'string' then
-    return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' holds a ' .. kind }
-  end
-  local last = field(redis.call('GET', seq_key))
-  if last ~= nil and not is_token(last) then
-    return nil, { 'corrupt', 'token sequence ' .. seq_key .. ' is not a canonical u64 token' }
-  end
+  local last, refusal = last_issued(seq_key)
+  if refusal then return nil, refusal end
   local s, reason = load_state(state_key, false)
   if not s then return nil, { 'corrupt', reason } end
   if s.hwm ~= nil and (last == nil or cmp(last, s.hwm) < 0) then last = s.hwm end

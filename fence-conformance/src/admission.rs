@@ -1,0 +1,421 @@
+//! The contract of the bounds policies (see [`fence_core::TokenBounds`]), run by every adapter
+//! that declares them against its real server: a token too far above the mark, or one the
+//! domain's issuer never issued, is refused with its own error, changes nothing, and never
+//! hides a stale token's `Fenced`; a forged token racing a legitimate owner never lands. Each
+//! function panics (failing the calling test) on a breach.
+
+use std::sync::Arc;
+
+use fence_core::{
+    AppendRequest, Bytes, Domain, Entry, Fence, FenceError, FencedLog, FencedStore, FencingToken,
+    OwnerId, Rebase, RebaseRecord, Rebaser, Record, TokenIssuer, WriteOutcome, WriteRequest,
+};
+use tokio::task::JoinSet;
+
+use crate::services::{assert_fenced, put, token, value_of};
+
+/// `store` refuses tokens more than `max_step` (at least 2) above the mark on the fresh
+/// `domain`: a first token above `max_step` (the step counts from zero), `u64::MAX` by write and
+/// by claim; a token exactly `max_step` above is accepted; a stale token is still `Fenced`.
+pub async fn runaway_tokens_are_refused(store: &dyn FencedStore, domain: &Domain, max_step: u64) {
+    assert!(max_step >= 2, "the scenario needs a step of at least 2");
+    assert_eq!(
+        store.capabilities().max_token_step.map(|step| step.get()),
+        Some(max_step),
+        "the store must declare the step it enforces"
+    );
+    let too_far =
+        |result: Result<WriteOutcome, FenceError>, current: Option<u64>, what: &str| match result {
+            Err(FenceError::TokenTooFar {
+                current: c,
+                max_step: m,
+                ..
+            }) if c.map(FencingToken::get) == current && m.get() == max_step => {}
+            other => panic!("{what}: expected TokenTooFar above {current:?}, got {other:?}"),
+        };
+    too_far(
+        put(store, domain, max_step + 1, "runaway").await,
+        None,
+        "a first token above the step",
+    );
+    assert_eq!(
+        store.high_water_mark(domain).await.ok().flatten(),
+        None,
+        "a refused first token left a mark"
+    );
+
+    put(store, domain, max_step, "first")
+        .await
+        .unwrap_or_else(|e| panic!("a first token within the step: {e}"));
+    too_far(
+        put(store, domain, u64::MAX, "forged").await,
+        Some(max_step),
+        "u64::MAX",
+    );
+    match store.claim(domain, FencingToken::MAX).await {
+        Err(FenceError::TokenTooFar { .. }) => {}
+        other => panic!("a claim of u64::MAX: expected TokenTooFar, got {other:?}"),
+    }
+    assert_fenced(
+        put(store, domain, max_step - 1, "stale").await,
+        max_step - 1,
+        max_step,
+    );
+
+    let next = 2 * max_step;
+    put(store, domain, next, "second")
+        .await
+        .unwrap_or_else(|e| panic!("a token exactly one step above the mark: {e}"));
+    too_far(
+        put(store, domain, next + max_step + 1, "runaway").await,
+        Some(next),
+        "one more than a step above",
+    );
+    assert_eq!(value_of(store, domain).await.as_deref(), Some("second"));
+    let mark = store
+        .high_water_mark(domain)
+        .await
+        .unwrap_or_else(|e| panic!("mark: {e}"));
+    assert_eq!(mark, Some(token(next)), "refused tokens moved the mark");
+}
+
+/// `store` accepts on the fresh `domain` only tokens `issuer` issued for it (the issuer the
+/// store sees: for etcd, the live lease's token): nothing before the first issue; an issued
+/// token is accepted, one above it is refused with `Unissued` by write and by claim; a newer
+/// issued token is accepted and fences the older one (`Fenced`, not `Unissued`).
+pub async fn unissued_tokens_are_refused(
+    store: &dyn FencedStore,
+    issuer: &dyn TokenIssuer,
+    domain: &Domain,
+) {
+    assert!(
+        store.capabilities().issued_only,
+        "the store must declare that it accepts only issued tokens"
+    );
+    let unissued =
+        |result: Result<WriteOutcome, FenceError>, presented: u64, what: &str| match result {
+            Err(FenceError::Unissued { presented: p, .. }) if p.get() == presented => {}
+            other => panic!("{what}: expected Unissued for {presented}, got {other:?}"),
+        };
+    unissued(put(store, domain, 1, "early").await, 1, "before any issue");
+    let first = issue(issuer, domain).await;
+    put(store, domain, first, "first")
+        .await
+        .unwrap_or_else(|e| panic!("the issued token {first}: {e}"));
+    unissued(
+        put(store, domain, first + 1, "forged").await,
+        first + 1,
+        "one above the issued token",
+    );
+    unissued(
+        put(store, domain, u64::MAX, "forged").await,
+        u64::MAX,
+        "u64::MAX",
+    );
+    match store.claim(domain, FencingToken::MAX).await {
+        Err(FenceError::Unissued { .. }) => {}
+        other => panic!("a claim of u64::MAX: expected Unissued, got {other:?}"),
+    }
+    assert_eq!(value_of(store, domain).await.as_deref(), Some("first"));
+
+    let second = issue(issuer, domain).await;
+    store
+        .claim(domain, token(second))
+        .await
+        .unwrap_or_else(|e| panic!("a claim of the issued token {second}: {e}"));
+    put(store, domain, second, "second")
+        .await
+        .unwrap_or_else(|e| panic!("the issued token {second}: {e}"));
+    assert_fenced(put(store, domain, first, "stale").await, first, second);
+    let mark = store
+        .high_water_mark(domain)
+        .await
+        .unwrap_or_else(|e| panic!("mark: {e}"));
+    assert_eq!(mark, Some(token(second)), "refused tokens moved the mark");
+}
+
+/// Forged tokens race a legitimate owner on the fresh `domain`: eight tasks write tokens
+/// `issuer` never issued (above its newest, up to `u64::MAX`) while the owner of a freshly
+/// issued token writes. Every forged write is refused (`Unissued`, or `TokenTooFar` under a
+/// step bound), the owner's writes are all accepted, and the mark ends at the owner's token.
+pub async fn forged_tokens_never_land_under_concurrency(
+    store: Arc<dyn FencedStore>,
+    issuer: &dyn TokenIssuer,
+    domain: &Domain,
+) {
+    assert!(
+        store.capabilities().issued_only,
+        "the store must declare that it accepts only issued tokens"
+    );
+    let owner = issue(issuer, domain).await;
+    let mut tasks = JoinSet::new();
+    for forger in 0..8u64 {
+        let (store, domain) = (store.clone(), domain.clone());
+        let forged = match forger {
+            0 => u64::MAX,
+            n => owner.saturating_add(n * 1_000_003),
+        };
+        tasks.spawn(async move {
+            let mut refusals = Vec::new();
+            for attempt in 0..5 {
+                let request =
+                    WriteRequest::put(domain.clone(), token(forged), format!("forged {attempt}"));
+                refusals.push((forged, store.write(&request).await));
+            }
+            refusals
+        });
+    }
+    let owner_store = store.clone();
+    let owner_domain = domain.clone();
+    tasks.spawn(async move {
+        let mut accepted = Vec::new();
+        for n in 0..5 {
+            let request =
+                WriteRequest::put(owner_domain.clone(), token(owner), format!("owner {n}"));
+            accepted.push((owner, owner_store.write(&request).await));
+        }
+        accepted
+    });
+    while let Some(joined) = tasks.join_next().await {
+        for (presented, result) in joined.unwrap_or_else(|e| panic!("racing task: {e}")) {
+            match (presented == owner, result) {
+                (true, Ok(WriteOutcome::Accepted(_))) => {}
+                (false, Err(FenceError::Unissued { .. } | FenceError::TokenTooFar { .. })) => {}
+                (is_owner, other) => {
+                    panic!("token {presented} (owner: {is_owner}) got {other:?}")
+                }
+            }
+        }
+    }
+    let mark = store
+        .high_water_mark(domain)
+        .await
+        .unwrap_or_else(|e| panic!("mark: {e}"));
+    assert_eq!(mark, Some(token(owner)), "a forged token moved the mark");
+    assert_eq!(
+        value_of(store.as_ref(), domain).await.as_deref(),
+        Some("owner 4")
+    );
+}
+
+/// The log form of [`runaway_tokens_are_refused`]: `log` refuses claims and appends more than
+/// `max_step` (at least 2) above the mark on the fresh `domain`, and commits nothing for them.
+pub async fn log_runaway_tokens_are_refused(log: &dyn FencedLog, domain: &Domain, max_step: u64) {
+    assert!(max_step >= 2, "the scenario needs a step of at least 2");
+    assert_eq!(
+        log.capabilities().max_token_step.map(|step| step.get()),
+        Some(max_step),
+        "the log must declare the step it enforces"
+    );
+    let append = |token_value: u64, value: &str| {
+        AppendRequest::new(
+            domain.clone(),
+            token(token_value),
+            vec![Record::new(value.to_owned())],
+        )
+    };
+    match log.append(&append(max_step + 1, "runaway")).await {
+        Err(FenceError::TokenTooFar { current: None, .. }) => {}
+        other => panic!("a first token above the step: expected TokenTooFar, got {other:?}"),
+    }
+    log.claim(domain, token(max_step))
+        .await
+        .unwrap_or_else(|e| panic!("a claim within the step: {e}"));
+    match log.claim(domain, FencingToken::MAX).await {
+        Err(FenceError::TokenTooFar {
+            current: Some(c), ..
+        }) if c.get() == max_step => {}
+        other => panic!("a claim of u64::MAX: expected TokenTooFar, got {other:?}"),
+    }
+    match log.append(&append(u64::MAX, "forged")).await {
+        Err(FenceError::TokenTooFar { .. }) => {}
+        other => panic!("an append with u64::MAX: expected TokenTooFar, got {other:?}"),
+    }
+    log.append(&append(2 * max_step, "kept"))
+        .await
+        .unwrap_or_else(|e| panic!("an append one step above the mark: {e}"));
+    let committed: Vec<(u64, Bytes)> = log
+        .read_log(domain)
+        .await
+        .unwrap_or_else(|e| panic!("reading the log: {e}"))
+        .into_iter()
+        .map(|entry| (entry.token.get(), entry.record.value))
+        .collect();
+    assert_eq!(
+        committed,
+        vec![(2 * max_step, Bytes::from_static(b"kept"))],
+        "refused appends left records"
+    );
+}
+
+/// An operator recovers the fresh `domain` after a forged `u64::MAX` was accepted (the store
+/// has no token bounds): a re-base from a mark other than the reviewed one is refused, and so is
+/// one below the issuer's last token when `issuer_visible` (the resource sees `issuer`); the
+/// reviewed re-base to the last issued token lowers the mark, keeps the value under the new
+/// mark, is recorded with who and why, fences every older holder, lets the current owner write
+/// on, and the issuer's next token is accepted.
+pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
+    store: &dyn FencedStore,
+    rebaser: &dyn Rebaser,
+    issuer: &dyn TokenIssuer,
+    issuer_visible: bool,
+    domain: &Domain,
+) {
+    let old = issue(issuer, domain).await;
+    put(store, domain, old, "old owner")
+        .await
+        .unwrap_or_else(|e| panic!("old owner: {e}"));
+    let owner = issue(issuer, domain).await;
+    put(store, domain, owner, "owner")
+        .await
+        .unwrap_or_else(|e| panic!("owner: {e}"));
+    put(store, domain, u64::MAX, "forged")
+        .await
+        .unwrap_or_else(|e| panic!("the forged write this scenario recovers from: {e}"));
+    assert_fenced(
+        put(store, domain, owner, "owner again").await,
+        owner,
+        u64::MAX,
+    );
+
+    let operator = OwnerId::new("ops:alice").unwrap_or_else(|e| panic!("{e}"));
+    let rebase = |to: u64, expected: FencingToken| {
+        Rebase::new(
+            token(to),
+            expected,
+            operator.clone(),
+            "INC-7: a forged u64::MAX",
+        )
+        .unwrap_or_else(|e| panic!("re-base request: {e}"))
+    };
+    let refused = |result: Result<RebaseRecord, FenceError>, what: &str| match result {
+        Err(FenceError::RebaseRefused { .. }) => {}
+        other => panic!("{what}: expected RebaseRefused, got {other:?}"),
+    };
+    refused(
+        rebaser
+            .rebase(domain, &rebase(owner, token(u64::MAX - 1)))
+            .await,
+        "a re-base from a mark the operator did not review",
+    );
+    if issuer_visible {
+        refused(
+            rebaser
+                .rebase(domain, &rebase(owner - 1, FencingToken::MAX))
+                .await,
+            "a re-base below the issuer's last token",
+        );
+    }
+    let mark = store
+        .high_water_mark(domain)
+        .await
+        .unwrap_or_else(|e| panic!("mark: {e}"));
+    assert_eq!(
+        mark,
+        Some(FencingToken::MAX),
+        "a refused re-base changed the mark"
+    );
+
+    let record = rebaser
+        .rebase(domain, &rebase(owner, FencingToken::MAX))
+        .await
+        .unwrap_or_else(|e| panic!("the reviewed re-base: {e}"));
+    assert_eq!(
+        (record.from, record.to.get(), record.operator.as_str()),
+        (FencingToken::MAX, owner, "ops:alice"),
+        "the returned record"
+    );
+    let snapshot = store
+        .read(domain)
+        .await
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    assert_eq!(
+        snapshot.high_water_mark,
+        Some(token(owner)),
+        "the re-based mark"
+    );
+    match snapshot.entry {
+        Entry::Value {
+            value,
+            token: writer,
+            ..
+        } => {
+            assert_eq!(
+                (value.as_ref(), writer.get()),
+                (&b"forged"[..], owner),
+                "the entry"
+            );
+        }
+        other => panic!("the entry after the re-base: {other:?}"),
+    }
+    assert_fenced(put(store, domain, old, "old again").await, old, owner);
+    put(store, domain, owner, "owner after the re-base")
+        .await
+        .unwrap_or_else(|e| panic!("the current owner after the re-base: {e}"));
+    let next = issue(issuer, domain).await;
+    assert!(
+        next > owner,
+        "the issuer's next token {next} is not above the new mark {owner}"
+    );
+    put(store, domain, next, "next owner")
+        .await
+        .unwrap_or_else(|e| panic!("the next owner: {e}"));
+    refused(
+        rebaser
+            .rebase(domain, &rebase(owner, FencingToken::MAX))
+            .await,
+        "the same re-base again",
+    );
+    let records = rebaser
+        .rebases(domain)
+        .await
+        .unwrap_or_else(|e| panic!("rebases: {e}"));
+    assert_eq!(records.len(), 1, "recorded re-bases: {records:?}");
+    assert_eq!(
+        (
+            records[0].from,
+            records[0].to.get(),
+            records[0].reason.as_str()
+        ),
+        (FencingToken::MAX, owner, "INC-7: a forged u64::MAX"),
+        "the recorded re-base"
+    );
+}
+
+/// The issuer's state at the resource is lost while the mark is kept (a restore from an older
+/// snapshot, an unclean restart, a row or key deleted by hand), by `lose` on the fresh
+/// `domain`: every token is refused, the last holder's too, until `issuer` issues again, which
+/// it does above the mark it sees; the stale holder stays fenced.
+pub async fn lost_issuer_state_refuses_tokens_until_reconciled(
+    store: &dyn FencedStore,
+    issuer: &dyn TokenIssuer,
+    domain: &Domain,
+    lose: impl std::future::Future<Output = ()>,
+) {
+    let first = issue(issuer, domain).await;
+    put(store, domain, first, "first")
+        .await
+        .unwrap_or_else(|e| panic!("the issued token {first}: {e}"));
+    lose.await;
+    match put(store, domain, first, "after the loss").await {
+        Err(FenceError::Unissued { .. }) => {}
+        other => panic!("a write after the issuer's state was lost: {other:?}"),
+    }
+    let next = issue(issuer, domain).await;
+    assert!(
+        next > first,
+        "the reconciled issuer issued {next}, not above the mark {first}"
+    );
+    put(store, domain, next, "reconciled")
+        .await
+        .unwrap_or_else(|e| panic!("the reconciled token {next}: {e}"));
+    assert_fenced(put(store, domain, first, "stale").await, first, next);
+}
+
+async fn issue(issuer: &dyn TokenIssuer, domain: &Domain) -> u64 {
+    issuer
+        .issue(domain)
+        .await
+        .unwrap_or_else(|e| panic!("issuing a token for `{domain}`: {e}"))
+        .get()
+}

@@ -1,0 +1,255 @@
+//! An operator's recovery of a domain whose mark was pushed to a token no one issued.
+
+use std::fmt;
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+
+use crate::{Domain, FenceError, FencingToken, InvalidInput, IssuerView, OwnerId};
+
+/// A resource whose marks an operator can re-base (see [`Rebase`]).
+#[async_trait]
+pub trait Rebaser: Send + Sync {
+    /// Lowers `domain`'s mark as `rebase` says, in one atomic step that checks the reviewed
+    /// mark (and the issuer, where the resource sees it) and records the re-base; refused with
+    /// [`FenceError::RebaseRefused`], changing nothing, when a check fails.
+    async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError>;
+
+    /// The re-bases of `domain`, oldest first.
+    async fn rebases(&self, domain: &Domain) -> Result<Vec<RebaseRecord>, FenceError>;
+}
+
+/// The longest reason a re-base records, in bytes.
+pub const MAX_REBASE_REASON_BYTES: usize = 512;
+
+/// A reviewed re-base of one domain's mark.
+///
+/// A forged or runaway token accepted before [`crate::TokenBounds`] guarded the domain leaves a
+/// mark its issuer cannot reach (`u64::MAX` exhausts it): every future owner is fenced out. A
+/// re-base lowers the mark to a token the operator chose after review, in one atomic step at
+/// the resource that also records who did it and why:
+///
+/// - the mark must still be the one the operator reviewed (`expected_mark`): a re-base never
+///   undoes a write it did not see;
+/// - the new mark must be below the current one, and, where the resource sees the domain's
+///   issuer, at or above its last issued token: every token ever issued stays fenced except the
+///   newest, whose holder is the current owner, and the issuer's next token is above the new
+///   mark. Where the resource cannot see the issuer, choosing a mark at or above every token
+///   issued is the operator's responsibility (read it from the issuer);
+/// - an entry written with a token above the new mark keeps its value; its writer token is
+///   lowered to the new mark (the audit record keeps the mark it replaced).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rebase {
+    to: FencingToken,
+    expected_mark: FencingToken,
+    operator: OwnerId,
+    reason: String,
+}
+
+impl Rebase {
+    /// Lowers the mark from `expected_mark` (what the operator reviewed) to `to`, recorded as
+    /// done by `operator` for `reason` (1 to [`MAX_REBASE_REASON_BYTES`] bytes, no control
+    /// characters).
+    ///
+    /// ```
+    /// use fence_core::{FencingToken, OwnerId, Rebase};
+    /// let rebase = Rebase::new(
+    ///     FencingToken::new(41)?,
+    ///     FencingToken::MAX,
+    ///     OwnerId::new("ops:alice")?,
+    ///     "INC-7: a test harness wrote u64::MAX",
+    /// )?;
+    /// assert_eq!(rebase.to().get(), 41);
+    /// assert!(Rebase::new(FencingToken::MAX, FencingToken::MAX, OwnerId::new("a")?, "x").is_err());
+    /// # Ok::<(), fence_core::InvalidInput>(())
+    /// ```
+    pub fn new(
+        to: FencingToken,
+        expected_mark: FencingToken,
+        operator: OwnerId,
+        reason: impl Into<String>,
+    ) -> Result<Self, InvalidInput> {
+        const WHAT: &str = "re-base reason";
+        let reason = reason.into();
+        if reason.is_empty() {
+            return Err(InvalidInput::EmptyIdentifier { what: WHAT });
+        }
+        if reason.len() > MAX_REBASE_REASON_BYTES {
+            return Err(InvalidInput::IdentifierTooLong {
+                what: WHAT,
+                len: reason.len(),
+                max: MAX_REBASE_REASON_BYTES,
+            });
+        }
+        if let Some((position, _)) = reason.char_indices().find(|(_, c)| c.is_control()) {
+            return Err(InvalidInput::IdentifierControlCharacter {
+                what: WHAT,
+                position,
+            });
+        }
+        if to >= expected_mark {
+            return Err(InvalidInput::Configuration(format!(
+                "a re-base lowers the mark: {to} is not below {expected_mark}"
+            )));
+        }
+        Ok(Rebase {
+            to,
+            expected_mark,
+            operator,
+            reason,
+        })
+    }
+
+    /// The new mark.
+    pub fn to(&self) -> FencingToken {
+        self.to
+    }
+
+    /// The mark the operator reviewed.
+    pub fn expected_mark(&self) -> FencingToken {
+        self.expected_mark
+    }
+
+    /// Who re-bases.
+    pub fn operator(&self) -> &OwnerId {
+        &self.operator
+    }
+
+    /// Why.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// Decides the re-base on what the resource holds, read in the step that applies it: the
+    /// domain's `mark` and its issuer as the resource sees it.
+    pub fn check(
+        &self,
+        domain: &Domain,
+        mark: Option<FencingToken>,
+        issuer: IssuerView,
+    ) -> Result<(), FenceError> {
+        let refused = |detail: String| FenceError::RebaseRefused {
+            domain: domain.clone(),
+            detail,
+        };
+        if mark != Some(self.expected_mark) {
+            return Err(refused(match mark {
+                Some(mark) => format!(
+                    "the mark is {mark}, not the reviewed {}",
+                    self.expected_mark
+                ),
+                None => format!(
+                    "the domain has no mark, not the reviewed {}",
+                    self.expected_mark
+                ),
+            }));
+        }
+        let issued = match issuer {
+            IssuerView::IssuedUpTo(last) | IssuerView::LiveLease(last) => last,
+            _ => None,
+        };
+        match issued {
+            Some(last) if self.to < last => Err(refused(format!(
+                "{} is below the issuer's last token {last}: its holders would write again",
+                self.to
+            ))),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A re-base as the resource recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RebaseRecord {
+    /// The mark before.
+    pub from: FencingToken,
+    /// The mark after.
+    pub to: FencingToken,
+    /// Who re-based.
+    pub operator: OwnerId,
+    /// Why.
+    pub reason: String,
+    /// When, by the resource's clock where it has one.
+    pub at: SystemTime,
+}
+
+impl RebaseRecord {
+    /// A record.
+    pub fn new(rebase: &Rebase, at: SystemTime) -> Self {
+        RebaseRecord {
+            from: rebase.expected_mark,
+            to: rebase.to,
+            operator: rebase.operator.clone(),
+            reason: rebase.reason.clone(),
+            at,
+        }
+    }
+}
+
+impl fmt::Display for RebaseRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "mark {} → {} by `{}`: {}",
+            self.from, self.to, self.operator, self.reason
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(n: u64) -> FencingToken {
+        FencingToken::new(n).unwrap_or(FencingToken::MAX)
+    }
+
+    fn rebase(to: u64, expected: u64) -> Rebase {
+        let operator = OwnerId::new("ops").unwrap_or_else(|_| unreachable!());
+        Rebase::new(t(to), t(expected), operator, "forged").unwrap_or_else(|_| unreachable!())
+    }
+
+    fn d() -> Domain {
+        Domain::new("d").unwrap_or_else(|_| unreachable!())
+    }
+
+    #[test]
+    fn only_the_reviewed_mark_is_lowered() {
+        let r = rebase(10, u64::MAX);
+        assert!(r
+            .check(&d(), Some(FencingToken::MAX), IssuerView::Unchecked)
+            .is_ok());
+        let moved = r.check(&d(), Some(t(u64::MAX - 1)), IssuerView::Unchecked);
+        assert!(
+            matches!(moved, Err(FenceError::RebaseRefused { .. })),
+            "{moved:?}"
+        );
+        assert!(r.check(&d(), None, IssuerView::Unchecked).is_err());
+    }
+
+    #[test]
+    fn never_below_what_the_issuer_issued() {
+        let r = rebase(10, u64::MAX);
+        let at = |last| IssuerView::IssuedUpTo(Some(t(last)));
+        assert!(r.check(&d(), Some(FencingToken::MAX), at(10)).is_ok());
+        assert!(r.check(&d(), Some(FencingToken::MAX), at(9)).is_ok());
+        let refused = r.check(&d(), Some(FencingToken::MAX), at(11));
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.to_string().contains("last token 11")),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn bad_requests_are_refused_before_io() {
+        let op = || OwnerId::new("ops").unwrap_or_else(|_| unreachable!());
+        assert!(Rebase::new(t(5), t(5), op(), "same").is_err());
+        assert!(Rebase::new(t(6), t(5), op(), "raise").is_err());
+        assert!(Rebase::new(t(4), t(5), op(), "").is_err());
+        assert!(Rebase::new(t(4), t(5), op(), "a\nb").is_err());
+        assert!(Rebase::new(t(4), t(5), op(), "x".repeat(513)).is_err());
+    }
+}

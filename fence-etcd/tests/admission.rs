@@ -1,0 +1,135 @@
+//! etcd's canonical guard and the bounded step on a real etcd: with `issued_only`, every
+//! write's txn compares the lock key's `create_revision` with the token, so only the live
+//! lease's token writes.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fence_conformance::admission;
+use fence_conformance::services::{domain as d, put};
+use fence_core::{
+    Domain, FenceError, FencingToken, IssuerView, Lease, LeaseManager, OwnerId, TokenIssuer,
+};
+use fence_etcd::EtcdLeases;
+use tokio::sync::Mutex;
+
+/// Tokens as etcd's canonical guard sees them: each issue releases the previous lease and
+/// acquires the domain's lease again, so the newest token is the live lease's.
+#[derive(Debug)]
+struct LeaseTokens {
+    leases: EtcdLeases,
+    held: Mutex<Option<Lease>>,
+}
+
+#[async_trait]
+impl TokenIssuer for LeaseTokens {
+    fn backend(&self) -> &'static str {
+        "etcd leases"
+    }
+
+    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+        let mut held = self.held.lock().await;
+        if let Some(previous) = held.take() {
+            self.leases.release(&previous).await?;
+        }
+        let owner = OwnerId::new("admission-test").unwrap();
+        let lease = self
+            .leases
+            .acquire(domain, &owner, Duration::from_secs(60))
+            .await?;
+        let token = lease.token;
+        *held = Some(lease);
+        Ok(token)
+    }
+}
+
+fn lease_tokens(etcd: &fence_etcd::Etcd) -> LeaseTokens {
+    LeaseTokens {
+        leases: etcd.leases(),
+        held: Mutex::new(None),
+    }
+}
+
+#[tokio::test]
+async fn runaway_tokens_are_refused() {
+    let Some(etcd) = support::shared("adm_step").await else {
+        return;
+    };
+    let step = 1_000_000;
+    let fence = etcd
+        .fence()
+        .with_max_token_step(NonZeroU64::new(step).unwrap());
+    admission::runaway_tokens_are_refused(&fence, &d("step"), step).await;
+}
+
+#[tokio::test]
+async fn only_the_live_lease_token_writes() {
+    let Some(etcd) = support::shared("adm_issued").await else {
+        return;
+    };
+    let fence = etcd.fence().issued_only();
+    admission::unissued_tokens_are_refused(&fence, &lease_tokens(&etcd), &d("issued")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forged_tokens_never_land_under_concurrency() {
+    let Some(etcd) = support::shared("adm_forged").await else {
+        return;
+    };
+    let issuer = lease_tokens(&etcd);
+    let fence = etcd.fence().issued_only();
+    admission::forged_tokens_never_land_under_concurrency(Arc::new(fence), &issuer, &d("r")).await;
+}
+
+#[tokio::test]
+async fn a_holder_whose_lease_ended_is_refused_even_at_the_mark() {
+    let Some(etcd) = support::shared("adm_ended").await else {
+        return;
+    };
+    // Two fences: the second's cached state still holds the lease when it ends.
+    let (fence, cached) = (etcd.fence().issued_only(), etcd.fence().issued_only());
+    let leases = etcd.leases();
+    let domain = d("ended");
+    let owner = OwnerId::new("worker-a").unwrap();
+    let lease = leases
+        .acquire(&domain, &owner, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let token = lease.token.get();
+    put(&fence, &domain, token, "held").await.unwrap();
+    put(&cached, &domain, token, "held again").await.unwrap();
+    leases.release(&lease).await.unwrap();
+    for (name, store) in [("fresh", &fence), ("cached", &cached)] {
+        match put(store, &domain, token, "after the lease").await {
+            Err(FenceError::Unissued {
+                issuer: IssuerView::LiveLease(None),
+                ..
+            }) => {}
+            other => panic!("{name}: a write after the lease ended: {other:?}"),
+        }
+    }
+    let next = leases
+        .acquire(
+            &domain,
+            &OwnerId::new("worker-b").unwrap(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    match put(&cached, &domain, token, "stale").await {
+        Err(FenceError::Unissued {
+            issuer: IssuerView::LiveLease(Some(live)),
+            ..
+        }) => assert_eq!(live, next.token),
+        other => panic!("the old token under the next lease: {other:?}"),
+    }
+    put(&cached, &domain, next.token.get(), "next owner")
+        .await
+        .unwrap();
+    leases.release(&next).await.unwrap();
+}

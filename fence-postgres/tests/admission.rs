@@ -1,0 +1,159 @@
+//! Issued-only acceptance and the bounded step on real PostgreSQL: the counter row is read and
+//! the step checked in the write's own statement (`fence_write`) or transaction (claims,
+//! fenced transactions).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::num::NonZeroU64;
+use std::sync::Arc;
+
+use fence_conformance::admission;
+use fence_conformance::services::{domain as d, token as t};
+use fence_core::{BackendErrorKind, FenceError, TokenIssuer};
+use fence_postgres::{Begun, TransactionRequest};
+use support::shared;
+
+const STEP: u64 = 1000;
+
+#[tokio::test]
+async fn runaway_tokens_are_refused() {
+    let Some((fence, _)) = shared("adm_step").await else {
+        return;
+    };
+    let fence = fence.with_max_token_step(NonZeroU64::new(STEP).unwrap());
+    admission::runaway_tokens_are_refused(&fence, &d("step"), STEP).await;
+}
+
+#[tokio::test]
+async fn unissued_tokens_are_refused() {
+    let Some((fence, _)) = shared("adm_issued").await else {
+        return;
+    };
+    let fence = fence.issued_only();
+    admission::unissued_tokens_are_refused(&fence, &fence.issuer(), &d("issued")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn forged_tokens_never_land_under_concurrency() {
+    let Some((fence, _)) = shared("adm_forged").await else {
+        return;
+    };
+    let fence = fence.issued_only();
+    let issuer = fence.issuer();
+    admission::forged_tokens_never_land_under_concurrency(Arc::new(fence), &issuer, &d("r")).await;
+}
+
+#[tokio::test]
+async fn fenced_transactions_are_admitted_like_writes() {
+    let Some((fence, _)) = shared("adm_tx").await else {
+        return;
+    };
+    let fence = fence
+        .issued_only()
+        .with_max_token_step(NonZeroU64::new(STEP).unwrap());
+    let domain = d("account");
+    let issued = fence.issuer().issue(&domain).await.unwrap();
+    let forged = TransactionRequest::new(domain.clone(), t(issued.get() + 1));
+    match fence.begin(&forged).await {
+        Err(FenceError::Unissued { presented, .. }) => {
+            assert_eq!(presented.get(), issued.get() + 1)
+        }
+        other => panic!("a transaction with an unissued token: {other:?}"),
+    }
+    match fence
+        .begin(&TransactionRequest::new(domain.clone(), issued))
+        .await
+    {
+        Ok(Begun::Admitted(tx)) => {
+            tx.commit().await.unwrap();
+        }
+        other => panic!("a transaction with the issued token: {other:?}"),
+    }
+    let mark = fence_core::Fence::high_water_mark(&fence, &domain)
+        .await
+        .unwrap();
+    assert_eq!(mark, Some(issued), "the refused transaction moved the mark");
+}
+
+#[tokio::test]
+async fn a_schema_from_before_the_admission_checks_must_be_migrated_again() {
+    let Some((fence, pool)) = shared("adm_upgrade").await else {
+        return;
+    };
+    let schema = fence.schema().to_owned();
+    // Version 1's function took nine arguments.
+    sqlx::raw_sql(&format!(
+        "DROP FUNCTION {schema}.fence_write(text, numeric, boolean, text, text, bigint, \"char\", \
+         bytea, bigint, numeric, boolean); \
+         CREATE FUNCTION {schema}.fence_write(text, numeric, boolean, text, text, bigint, \"char\", \
+         bytea, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let stale = fence_postgres::PostgresFence::new(pool.clone(), &schema).unwrap();
+    let refused = fence_conformance::services::put(&stale, &d("x"), 1, "v").await;
+    match &refused {
+        Err(error) => {
+            assert_eq!(
+                error.backend_kind(),
+                Some(BackendErrorKind::NotFound),
+                "{error}"
+            );
+            assert!(error.to_string().contains("fence_write"), "{error}");
+        }
+        Ok(outcome) => panic!("a write on the old schema: {outcome:?}"),
+    }
+    fence_postgres::migrate(&pool, &schema).await.unwrap();
+    let fresh = fence_postgres::PostgresFence::new(pool, &schema).unwrap();
+    fence_conformance::services::put(&fresh, &d("x"), 1, "v")
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_forged_mark_is_recovered_by_a_reviewed_rebase() {
+    let Some((fence, _)) = shared("adm_rebase").await else {
+        return;
+    };
+    let issuer = fence.issuer();
+    admission::forged_mark_is_recovered_by_a_reviewed_rebase(
+        &fence,
+        &fence,
+        &issuer,
+        true,
+        &d("recovered"),
+    )
+    .await;
+}
+
+/// A counter row lost (deleted by hand, or a restore that kept the marks): every token is
+/// refused until the issuer issues again, floored above the mark it sees.
+#[tokio::test]
+async fn a_lost_counter_refuses_tokens_until_the_issuer_reconciles() {
+    let Some((fence, pool)) = shared("adm_lost").await else {
+        return;
+    };
+    let fence = fence.issued_only();
+    let domain = d("lost");
+    let lose = async {
+        let deleted = sqlx::query(&format!(
+            "DELETE FROM {}.fence_counters WHERE domain = $1",
+            fence.schema()
+        ))
+        .bind(domain.as_str())
+        .execute(&pool)
+        .await
+        .unwrap()
+        .rows_affected();
+        assert_eq!(deleted, 1, "the counter row");
+    };
+    admission::lost_issuer_state_refuses_tokens_until_reconciled(
+        &fence,
+        &fence.issuer(),
+        &domain,
+        lose,
+    )
+    .await;
+}

@@ -1,0 +1,15 @@
+-- An operator's re-base of a domain's mark (fence-core's Rebase), recorded in the audit list.
+-- KEYS: state, sequence, audit list. ARGV: new mark, reviewed mark, operator, reason.
+local s, reason = load_state(KEYS[1], false)
+if not s then return { 'corrupt', reason } end
+local to, expected = ARGV[1], ARGV[2]
+if s.hwm ~= expected then return { 'moved', s.hwm or '' } end
+local last, refusal = last_issued(KEYS[2])
+if refusal then return refusal end
+if last ~= nil and cmp(to, last) < 0 then return { 'below_issued', last } end
+redis.call('HSET', KEYS[1], 'hwm', to)
+if s.tok ~= nil and cmp(s.tok, to) > 0 then redis.call('HSET', KEYS[1], 'tok', to) end
+local now = redis.call('TIME')
+local at = now[1] .. string.format('%03d', math.floor(tonumber(now[2]) / 1000))
+redis.call('RPUSH', KEYS[3], at .. '\t' .. expected .. '\t' .. to .. '\t' .. ARGV[3] .. '\t' .. ARGV[4])
+return { 'ok', at }

@@ -1,0 +1,103 @@
+//! An operator's re-base of a domain whose mark was pushed to a token no one issued: one
+//! script checks the reviewed mark and the domain's sequence, lowers the mark and records who
+//! did it in the domain's audit list (`<prefix>:{<domain>}:rebases`, one line per re-base:
+//! `<unix ms>\t<from>\t<to>\t<operator>\t<reason>`).
+
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use fence_core::{
+    Domain, FenceError, IssuerView, Operation, OwnerId, Rebase, RebaseRecord, Rebaser,
+};
+use redis::Value;
+
+use crate::error::{map_error, unexpected, BACKEND};
+use crate::fence::RedisFence;
+use crate::reply::parse_token;
+use crate::scripts::REBASE;
+
+#[async_trait]
+impl Rebaser for RedisFence {
+    /// Re-bases `domain` (see [`Rebase`]): refused unless the mark is still the reviewed one
+    /// and the new mark is at or above the last token this Redis issued for the domain (its
+    /// `seq` key); the entry's writer token is lowered to the new mark if above it. Returns the
+    /// record it appended to the domain's audit list (see [`Rebaser::rebases`]).
+    async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
+        let keys = &self.inner.keys;
+        let (to, expected) = (rebase.to().to_string(), rebase.expected_mark().to_string());
+        let reply = self
+            .eval(
+                &REBASE,
+                domain,
+                Operation::Rebase,
+                true,
+                &[
+                    keys.state(domain),
+                    keys.sequence(domain),
+                    keys.rebases(domain),
+                ],
+                &[
+                    to.as_bytes(),
+                    expected.as_bytes(),
+                    rebase.operator().as_str().as_bytes(),
+                    rebase.reason().as_bytes(),
+                ],
+            )
+            .await?;
+        // Refusals are worded by fence-core's own check, on what the script found.
+        match reply.tag.as_str() {
+            "ok" => Ok(RebaseRecord::new(rebase, unix_ms(domain, &reply.text(0)?)?)),
+            "moved" => rebase
+                .check(domain, reply.token(0)?, IssuerView::Unchecked)
+                .and_then(|()| Err(unexpected("rebase", domain, "a refusal fence-core admits"))),
+            "below_issued" => rebase
+                .check(
+                    domain,
+                    Some(rebase.expected_mark()),
+                    IssuerView::IssuedUpTo(reply.token(0)?),
+                )
+                .and_then(|()| Err(unexpected("rebase", domain, "a refusal fence-core admits"))),
+            _ => Err(reply.into_error()),
+        }
+    }
+
+    /// The re-bases of `domain`, oldest first.
+    async fn rebases(&self, domain: &Domain) -> Result<Vec<RebaseRecord>, FenceError> {
+        let mut cmd = redis::cmd("LRANGE");
+        cmd.arg(self.inner.keys.rebases(domain)).arg(0).arg(-1);
+        let answer = self
+            .connection(Some(domain))
+            .await?
+            .query(&cmd)
+            .await
+            .map_err(|e| map_error(e, Some(domain), Operation::Read, false))?;
+        let Value::Array(lines) = answer else {
+            return Err(unexpected("rebases", domain, "LRANGE answered no array"));
+        };
+        lines
+            .into_iter()
+            .map(|line| match line {
+                Value::BulkString(bytes) => parse_record(domain, &String::from_utf8_lossy(&bytes)),
+                other => Err(unexpected("rebases", domain, format!("entry {other:?}"))),
+            })
+            .collect()
+    }
+}
+
+fn parse_record(domain: &Domain, line: &str) -> Result<RebaseRecord, FenceError> {
+    let corrupt = || FenceError::corrupt(BACKEND, domain, format!("re-base record `{line}`"));
+    let mut fields = line.splitn(5, '\t');
+    let mut next = || fields.next().ok_or_else(corrupt);
+    let (at, from, to, operator, reason) = (next()?, next()?, next()?, next()?, next()?);
+    let from = parse_token(domain, from)?.ok_or_else(corrupt)?;
+    let to = parse_token(domain, to)?.ok_or_else(corrupt)?;
+    let operator = OwnerId::new(operator).map_err(|_| corrupt())?;
+    let rebase = Rebase::new(to, from, operator, reason).map_err(|_| corrupt())?;
+    Ok(RebaseRecord::new(&rebase, unix_ms(domain, at)?))
+}
+
+fn unix_ms(domain: &Domain, text: &str) -> Result<SystemTime, FenceError> {
+    text.parse::<u64>()
+        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
+        .map_err(|_| FenceError::corrupt(BACKEND, domain, format!("re-base time `{text}`")))
+}

@@ -1,0 +1,63 @@
+//! The bounded step on real SeaweedFS: decided between the read and the conditional write, and
+//! confirmed on a fresh read when it was decided on a cached mark.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::num::NonZeroU64;
+
+use fence_conformance::admission;
+use fence_conformance::services::{domain, put, unavailable};
+use fence_s3::S3Fence;
+use fence_testkit::s3::{counted_client, shared_endpoint, unique_prefix, BUCKET};
+
+const STEP: u64 = 1000;
+
+/// A fence on the shared server under `prefix` (each call: a client of its own, with its own
+/// cache).
+async fn fence_under(prefix: &str) -> Option<S3Fence> {
+    let Some(endpoint) = shared_endpoint() else {
+        unavailable("SeaweedFS")?;
+        return None;
+    };
+    let (client, _) = counted_client(&endpoint);
+    Some(
+        S3Fence::builder()
+            .client(client)
+            .bucket(BUCKET)
+            .prefix(prefix)
+            .max_token_step(NonZeroU64::new(STEP).unwrap())
+            .connect()
+            .await
+            .expect("probe the shared SeaweedFS"),
+    )
+}
+
+async fn fence(test: &str) -> Option<S3Fence> {
+    fence_under(&unique_prefix(test)).await
+}
+
+#[tokio::test]
+async fn runaway_tokens_are_refused() {
+    let Some(fence) = fence("step").await else {
+        return;
+    };
+    admission::runaway_tokens_are_refused(&fence, &domain("step"), STEP).await;
+}
+
+#[tokio::test]
+async fn a_step_decided_on_a_cached_mark_is_confirmed_fresh() {
+    let prefix = unique_prefix("cache");
+    let (Some(writer), Some(prefix_twin)) =
+        (fence_under(&prefix).await, fence_under(&prefix).await)
+    else {
+        return;
+    };
+    // Two clients of one prefix: the second caches the mark at STEP, then the first moves it.
+    let d = domain("cached");
+    put(&writer, &d, STEP, "first").await.unwrap();
+    put(&prefix_twin, &d, STEP, "cached").await.unwrap();
+    put(&writer, &d, 2 * STEP, "moved").await.unwrap();
+    // 3 * STEP is too far from the cached mark, within the step of the real one.
+    put(&prefix_twin, &d, 3 * STEP, "within the step")
+        .await
+        .unwrap();
+}
