@@ -5,6 +5,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 
+use crate::token::validate_text;
 use crate::{Domain, FenceError, FencingToken, InvalidInput, IssuerView, OwnerId};
 
 /// A resource whose marks an operator can re-base (see [`Rebase`]).
@@ -69,24 +70,8 @@ impl Rebase {
         operator: OwnerId,
         reason: impl Into<String>,
     ) -> Result<Self, InvalidInput> {
-        const WHAT: &str = "re-base reason";
         let reason = reason.into();
-        if reason.is_empty() {
-            return Err(InvalidInput::EmptyIdentifier { what: WHAT });
-        }
-        if reason.len() > MAX_REBASE_REASON_BYTES {
-            return Err(InvalidInput::IdentifierTooLong {
-                what: WHAT,
-                len: reason.len(),
-                max: MAX_REBASE_REASON_BYTES,
-            });
-        }
-        if let Some((position, _)) = reason.char_indices().find(|(_, c)| c.is_control()) {
-            return Err(InvalidInput::IdentifierControlCharacter {
-                what: WHAT,
-                position,
-            });
-        }
+        validate_text("re-base reason", &reason, MAX_REBASE_REASON_BYTES)?;
         if to >= expected_mark {
             return Err(InvalidInput::Configuration(format!(
                 "a re-base lowers the mark: {to} is not below {expected_mark}"
@@ -184,6 +169,53 @@ impl RebaseRecord {
             reason: rebase.reason.clone(),
             at,
         }
+    }
+}
+
+impl RebaseRecord {
+    /// The record as one line of text, as resources store it:
+    /// `<unix ms>\t<from>\t<to>\t<operator>\t<reason>` (no field holds a tab or a newline).
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use fence_core::{FencingToken, OwnerId, Rebase, RebaseRecord};
+    /// let rebase = Rebase::new(FencingToken::new(7)?, FencingToken::MAX, OwnerId::new("ops")?, "INC-7")?;
+    /// let record = RebaseRecord::new(&rebase, SystemTime::UNIX_EPOCH + Duration::from_millis(1500));
+    /// assert_eq!(record.to_line(), "1500\t18446744073709551615\t7\tops\tINC-7");
+    /// assert_eq!(RebaseRecord::parse_line(&record.to_line())?, record);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_line(&self) -> String {
+        let ms = self
+            .at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis());
+        format!(
+            "{ms}\t{}\t{}\t{}\t{}",
+            self.from, self.to, self.operator, self.reason
+        )
+    }
+
+    /// Parses [`RebaseRecord::to_line`]'s form; the error says what is wrong.
+    pub fn parse_line(line: &str) -> Result<Self, String> {
+        let mut fields = line.splitn(5, '\t');
+        let mut next = |what: &str| fields.next().ok_or_else(|| format!("no {what}"));
+        let (at, from, to, operator, reason) = (
+            next("time")?,
+            next("previous mark")?,
+            next("new mark")?,
+            next("operator")?,
+            next("reason")?,
+        );
+        let at: u64 = at.parse().map_err(|_| format!("time `{at}`"))?;
+        let from: FencingToken = from.parse().map_err(|e| format!("previous mark: {e}"))?;
+        let to: FencingToken = to.parse().map_err(|e| format!("new mark: {e}"))?;
+        let operator = OwnerId::new(operator).map_err(|e| e.to_string())?;
+        let rebase = Rebase::new(to, from, operator, reason).map_err(|e| e.to_string())?;
+        Ok(RebaseRecord::new(
+            &rebase,
+            SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(at),
+        ))
     }
 }
 

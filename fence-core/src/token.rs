@@ -117,15 +117,16 @@ impl FromStr for FencingToken {
 /// The greatest length of an operation id or lease owner id, in bytes.
 pub const MAX_IDENTIFIER_BYTES: usize = 128;
 
-fn validate_identifier(what: &'static str, id: &str) -> Result<(), InvalidInput> {
+/// Refuses text that is empty, longer than `max` bytes, or holds a control character.
+pub(crate) fn validate_text(what: &'static str, id: &str, max: usize) -> Result<(), InvalidInput> {
     if id.is_empty() {
         return Err(InvalidInput::EmptyIdentifier { what });
     }
-    if id.len() > MAX_IDENTIFIER_BYTES {
+    if id.len() > max {
         return Err(InvalidInput::IdentifierTooLong {
             what,
             len: id.len(),
-            max: MAX_IDENTIFIER_BYTES,
+            max,
         });
     }
     if let Some((position, _)) = id.char_indices().find(|(_, c)| c.is_control()) {
@@ -144,7 +145,7 @@ macro_rules! identifier {
             #[doc = concat!("Validates a ", $what, ": non-empty, at most [`MAX_IDENTIFIER_BYTES`] bytes, no control characters.")]
             pub fn new(id: impl AsRef<str>) -> Result<Self, InvalidInput> {
                 let id = id.as_ref();
-                validate_identifier($what, id)?;
+                validate_text($what, id, MAX_IDENTIFIER_BYTES)?;
                 Ok($name(Arc::from(id)))
             }
 

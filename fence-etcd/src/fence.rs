@@ -118,6 +118,15 @@ impl EtcdFence {
         self
     }
 
+    pub(crate) fn etcd(&self) -> &Etcd {
+        &self.etcd
+    }
+
+    /// Drops the domain's cached state (its next operation reads etcd first).
+    pub(crate) fn forget(&self, domain: &Domain) {
+        self.cache.remove(domain);
+    }
+
     fn bounds(&self, stored: &Stored) -> TokenBounds {
         let issuer = if self.issued_only {
             IssuerView::LiveLease(stored.live_lease)

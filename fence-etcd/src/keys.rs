@@ -10,6 +10,8 @@
 //! <p>/store/<domain>/entry    `value <token> <revision>` or `tombstone <token> <revision>`
 //! <p>/store/<domain>/value    the value's bytes, as written (present with a `value` entry)
 //! <p>/store/<domain>/ops      remembered operation ids, one fence-core op line each
+//! <p>/rebases/<domain>/<n>    an operator's re-base (a fence-core `RebaseRecord` line), `n`
+//!                             the mark key's revision it replaced (20 digits)
 //! ```
 
 use fence_core::{Domain, InvalidInput};
@@ -94,6 +96,16 @@ impl Keys {
     /// The folder of the domain's store keys, ending in `/`.
     pub(crate) fn store_dir(&self, domain: &Domain) -> String {
         format!("{}/store/{}/", self.prefix, domain.escaped())
+    }
+
+    /// The folder of the domain's re-base records, ending in `/`.
+    pub(crate) fn rebases_dir(&self, domain: &Domain) -> String {
+        format!("{}/rebases/{}/", self.prefix, domain.escaped())
+    }
+
+    /// The record of a re-base that replaced the mark key written at `version`.
+    pub(crate) fn rebase(&self, domain: &Domain, version: i64) -> String {
+        format!("{}{version:020}", self.rebases_dir(domain))
     }
 
     /// One of the domain's store keys.

@@ -7,6 +7,7 @@ mod issuer;
 mod keys;
 mod lease;
 mod lock;
+mod rebase;
 mod state;
 
 pub use error::{EtcdFenceError, BACKEND};

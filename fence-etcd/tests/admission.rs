@@ -133,3 +133,19 @@ async fn a_holder_whose_lease_ended_is_refused_even_at_the_mark() {
         .unwrap();
     leases.release(&next).await.unwrap();
 }
+
+#[tokio::test]
+async fn a_forged_mark_is_recovered_by_a_reviewed_rebase() {
+    let Some(etcd) = support::shared("adm_rebase").await else {
+        return;
+    };
+    let fence = etcd.fence();
+    admission::forged_mark_is_recovered_by_a_reviewed_rebase(
+        &fence,
+        &fence,
+        &etcd.issuer(),
+        true,
+        &d("recovered"),
+    )
+    .await;
+}

@@ -1,19 +1,14 @@
 //! An operator's re-base of a domain whose mark was pushed to a token no one issued: one
 //! script checks the reviewed mark and the domain's sequence, lowers the mark and records who
 //! did it in the domain's audit list (`<prefix>:{<domain>}:rebases`, one line per re-base:
-//! `<unix ms>\t<from>\t<to>\t<operator>\t<reason>`).
-
-use std::time::{Duration, SystemTime};
+//! [`RebaseRecord::to_line`]).
 
 use async_trait::async_trait;
-use fence_core::{
-    Domain, FenceError, IssuerView, Operation, OwnerId, Rebase, RebaseRecord, Rebaser,
-};
+use fence_core::{Domain, FenceError, IssuerView, Operation, Rebase, RebaseRecord, Rebaser};
 use redis::Value;
 
 use crate::error::{map_error, unexpected, BACKEND};
 use crate::fence::RedisFence;
-use crate::reply::parse_token;
 use crate::scripts::REBASE;
 
 #[async_trait]
@@ -46,7 +41,7 @@ impl Rebaser for RedisFence {
             .await?;
         // Refusals are worded by fence-core's own check, on what the script found.
         match reply.tag.as_str() {
-            "ok" => Ok(RebaseRecord::new(rebase, unix_ms(domain, &reply.text(0)?)?)),
+            "ok" => parse_record(domain, &reply.text(0)?),
             "moved" => rebase
                 .check(domain, reply.token(0)?, IssuerView::Unchecked)
                 .and_then(|()| Err(unexpected("rebase", domain, "a refusal fence-core admits"))),
@@ -85,19 +80,11 @@ impl Rebaser for RedisFence {
 }
 
 fn parse_record(domain: &Domain, line: &str) -> Result<RebaseRecord, FenceError> {
-    let corrupt = || FenceError::corrupt(BACKEND, domain, format!("re-base record `{line}`"));
-    let mut fields = line.splitn(5, '\t');
-    let mut next = || fields.next().ok_or_else(corrupt);
-    let (at, from, to, operator, reason) = (next()?, next()?, next()?, next()?, next()?);
-    let from = parse_token(domain, from)?.ok_or_else(corrupt)?;
-    let to = parse_token(domain, to)?.ok_or_else(corrupt)?;
-    let operator = OwnerId::new(operator).map_err(|_| corrupt())?;
-    let rebase = Rebase::new(to, from, operator, reason).map_err(|_| corrupt())?;
-    Ok(RebaseRecord::new(&rebase, unix_ms(domain, at)?))
-}
-
-fn unix_ms(domain: &Domain, text: &str) -> Result<SystemTime, FenceError> {
-    text.parse::<u64>()
-        .map(|ms| SystemTime::UNIX_EPOCH + Duration::from_millis(ms))
-        .map_err(|_| FenceError::corrupt(BACKEND, domain, format!("re-base time `{text}`")))
+    RebaseRecord::parse_line(line).map_err(|detail| {
+        FenceError::corrupt(
+            BACKEND,
+            domain,
+            format!("re-base record `{line}`: {detail}"),
+        )
+    })
 }

@@ -11,5 +11,7 @@ redis.call('HSET', KEYS[1], 'hwm', to)
 if s.tok ~= nil and cmp(s.tok, to) > 0 then redis.call('HSET', KEYS[1], 'tok', to) end
 local now = redis.call('TIME')
 local at = now[1] .. string.format('%03d', math.floor(tonumber(now[2]) / 1000))
-redis.call('RPUSH', KEYS[3], at .. '\t' .. expected .. '\t' .. to .. '\t' .. ARGV[3] .. '\t' .. ARGV[4])
-return { 'ok', at }
+-- fence-core's RebaseRecord line: <unix ms>\t<from>\t<to>\t<operator>\t<reason>.
+local line = at .. '\t' .. expected .. '\t' .. to .. '\t' .. ARGV[3] .. '\t' .. ARGV[4]
+redis.call('RPUSH', KEYS[3], line)
+return { 'ok', line }
