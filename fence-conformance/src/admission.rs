@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use fence_core::{
     AppendRequest, Bytes, Domain, Entry, Fence, FenceError, FencedLog, FencedStore, FencingToken,
-    OwnerId, Rebase, RebaseRecord, Rebaser, Record, TokenIssuer, WriteOutcome, WriteRequest,
+    OwnerId, Rebase, Rebaser, Record, TokenIssuer, WriteOutcome, WriteRequest,
 };
 use tokio::task::JoinSet;
 
@@ -39,7 +39,7 @@ pub async fn runaway_tokens_are_refused(store: &dyn FencedStore, domain: &Domain
         "a first token above the step",
     );
     assert_eq!(
-        store.high_water_mark(domain).await.ok().flatten(),
+        mark_of(store, domain).await,
         None,
         "a refused first token left a mark"
     );
@@ -248,12 +248,14 @@ pub async fn log_runaway_tokens_are_refused(log: &dyn FencedLog, domain: &Domain
     );
 }
 
-/// An operator recovers the fresh `domain` after a forged `u64::MAX` was accepted (the store
-/// has no token bounds): a re-base from a mark other than the reviewed one is refused, and so is
-/// one below the issuer's last token when `issuer_visible` (the resource sees `issuer`); the
-/// reviewed re-base to the last issued token lowers the mark, keeps the value under the new
-/// mark, is recorded with who and why, fences every older holder, lets the current owner write
-/// on, and the issuer's next token is accepted.
+/// An operator recovers the fresh `domain` (and `<domain>-claimed`, forged by a claim alone)
+/// after a forged `u64::MAX` was accepted (the store has no token bounds). A re-base from a mark
+/// other than the reviewed one is refused and changes nothing. The reviewed re-base asks for
+/// the older owner's token when `issuer_visible` (the resource sees `issuer`, and raises the
+/// new mark to its last token), else for the newest owner's; the mark lands at or above the
+/// newest issued token, keeps the value with its writer token lowered to the new mark, is
+/// recorded with who and why, and fences every older holder; the newest owner writes on if the
+/// mark landed on its token; the issuer's next token is accepted.
 pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
     store: &dyn FencedStore,
     rebaser: &dyn Rebaser,
@@ -278,51 +280,32 @@ pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
         u64::MAX,
     );
 
-    let operator = OwnerId::new("ops:alice").unwrap_or_else(|e| panic!("{e}"));
-    let rebase = |to: u64, expected: FencingToken| {
-        Rebase::new(
-            token(to),
-            expected,
-            operator.clone(),
-            "INC-7: a forged u64::MAX",
-        )
-        .unwrap_or_else(|e| panic!("re-base request: {e}"))
-    };
-    let refused = |result: Result<RebaseRecord, FenceError>, what: &str| match result {
-        Err(FenceError::RebaseRefused { .. }) => {}
-        other => panic!("{what}: expected RebaseRefused, got {other:?}"),
-    };
-    refused(
-        rebaser
-            .rebase(domain, &rebase(owner, token(u64::MAX - 1)))
-            .await,
-        "a re-base from a mark the operator did not review",
+    let refused = rebaser
+        .rebase(domain, &rebase_request(owner, u64::MAX - 1))
+        .await;
+    assert!(
+        matches!(refused, Err(FenceError::RebaseRefused { .. })),
+        "a re-base from a mark the operator did not review: {refused:?}"
     );
-    if issuer_visible {
-        refused(
-            rebaser
-                .rebase(domain, &rebase(owner - 1, FencingToken::MAX))
-                .await,
-            "a re-base below the issuer's last token",
-        );
-    }
-    let mark = store
-        .high_water_mark(domain)
-        .await
-        .unwrap_or_else(|e| panic!("mark: {e}"));
     assert_eq!(
-        mark,
+        mark_of(store, domain).await,
         Some(FencingToken::MAX),
-        "a refused re-base changed the mark"
+        "a refused re-base moved the mark"
     );
 
+    let requested = if issuer_visible { old } else { owner };
     let record = rebaser
-        .rebase(domain, &rebase(owner, FencingToken::MAX))
+        .rebase(domain, &rebase_request(requested, u64::MAX))
         .await
         .unwrap_or_else(|e| panic!("the reviewed re-base: {e}"));
+    let landed = record.to.get();
+    assert!(
+        landed >= owner,
+        "the re-base landed at {landed}, below the newest token {owner}"
+    );
     assert_eq!(
-        (record.from, record.to.get(), record.operator.as_str()),
-        (FencingToken::MAX, owner, "ops:alice"),
+        (record.from, record.operator.as_str()),
+        (FencingToken::MAX, "ops:alice"),
         "the returned record"
     );
     let snapshot = store
@@ -331,7 +314,7 @@ pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
         .unwrap_or_else(|e| panic!("read: {e}"));
     assert_eq!(
         snapshot.high_water_mark,
-        Some(token(owner)),
+        Some(token(landed)),
         "the re-based mark"
     );
     match snapshot.entry {
@@ -339,32 +322,35 @@ pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
             value,
             token: writer,
             ..
-        } => {
-            assert_eq!(
-                (value.as_ref(), writer.get()),
-                (&b"forged"[..], owner),
-                "the entry"
-            );
-        }
+        } => assert_eq!(
+            (value.as_ref(), writer.get()),
+            (&b"forged"[..], landed),
+            "the entry"
+        ),
         other => panic!("the entry after the re-base: {other:?}"),
     }
-    assert_fenced(put(store, domain, old, "old again").await, old, owner);
-    put(store, domain, owner, "owner after the re-base")
-        .await
-        .unwrap_or_else(|e| panic!("the current owner after the re-base: {e}"));
+    assert_fenced(put(store, domain, old, "old again").await, old, landed);
+    if landed == owner {
+        put(store, domain, owner, "owner after the re-base")
+            .await
+            .unwrap_or_else(|e| panic!("the newest owner after the re-base: {e}"));
+    } else {
+        assert_fenced(put(store, domain, owner, "owner").await, owner, landed);
+    }
     let next = issue(issuer, domain).await;
     assert!(
-        next > owner,
-        "the issuer's next token {next} is not above the new mark {owner}"
+        next > landed,
+        "the issuer's next token {next} is not above the new mark {landed}"
     );
     put(store, domain, next, "next owner")
         .await
         .unwrap_or_else(|e| panic!("the next owner: {e}"));
-    refused(
-        rebaser
-            .rebase(domain, &rebase(owner, FencingToken::MAX))
-            .await,
-        "the same re-base again",
+    let again = rebaser
+        .rebase(domain, &rebase_request(requested, u64::MAX))
+        .await;
+    assert!(
+        matches!(again, Err(FenceError::RebaseRefused { .. })),
+        "the same re-base again: {again:?}"
     );
     let records = rebaser
         .rebases(domain)
@@ -377,9 +363,58 @@ pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
             records[0].to.get(),
             records[0].reason.as_str()
         ),
-        (FencingToken::MAX, owner, "INC-7: a forged u64::MAX"),
+        (FencingToken::MAX, landed, REBASE_REASON),
         "the recorded re-base"
     );
+
+    // A domain forged by a claim alone: no entry to lower, and none appears.
+    let claimed = Domain::new(format!("{domain}-claimed")).unwrap_or_else(|e| panic!("{e}"));
+    let holder = issue(issuer, &claimed).await;
+    store
+        .claim(&claimed, token(holder))
+        .await
+        .unwrap_or_else(|e| panic!("claim: {e}"));
+    store
+        .claim(&claimed, FencingToken::MAX)
+        .await
+        .unwrap_or_else(|e| panic!("the forged claim: {e}"));
+    let record = rebaser
+        .rebase(&claimed, &rebase_request(holder, u64::MAX))
+        .await
+        .unwrap_or_else(|e| panic!("the re-base of a claimed domain: {e}"));
+    let snapshot = store
+        .read(&claimed)
+        .await
+        .unwrap_or_else(|e| panic!("read: {e}"));
+    assert_eq!(
+        snapshot.high_water_mark,
+        Some(record.to),
+        "the re-based mark"
+    );
+    assert!(
+        matches!(snapshot.entry, Entry::Absent),
+        "{:?}",
+        snapshot.entry
+    );
+    let next = issue(issuer, &claimed).await;
+    put(store, &claimed, next, "after the re-base")
+        .await
+        .unwrap_or_else(|e| panic!("the next owner of a re-based claimed domain: {e}"));
+}
+
+const REBASE_REASON: &str = "INC-7: a forged u64::MAX";
+
+fn rebase_request(to: u64, expected: u64) -> Rebase {
+    let operator = OwnerId::new("ops:alice").unwrap_or_else(|e| panic!("{e}"));
+    Rebase::new(token(to), token(expected), operator, REBASE_REASON)
+        .unwrap_or_else(|e| panic!("re-base request: {e}"))
+}
+
+async fn mark_of(store: &dyn FencedStore, domain: &Domain) -> Option<FencingToken> {
+    store
+        .high_water_mark(domain)
+        .await
+        .unwrap_or_else(|e| panic!("the mark of `{domain}`: {e}"))
 }
 
 /// The issuer's state at the resource is lost while the mark is kept (a restore from an older

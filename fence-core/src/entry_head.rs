@@ -49,6 +49,20 @@ impl EntryHead {
         }
     }
 
+    /// The head with its writer token lowered to `mark` if above it (a re-base).
+    pub fn capped_at(self, mark: FencingToken) -> EntryHead {
+        match self {
+            EntryHead::Value { token, revision } => EntryHead::Value {
+                token: token.min(mark),
+                revision,
+            },
+            EntryHead::Tombstone { token, revision } => EntryHead::Tombstone {
+                token: token.min(mark),
+                revision,
+            },
+        }
+    }
+
     /// True for a live value.
     pub fn is_live(self) -> bool {
         matches!(self, EntryHead::Value { .. })

@@ -129,9 +129,14 @@ impl MemoryFence {
 
     fn with_state<R>(&self, domain: &Domain, f: impl FnOnce(&mut DomainState) -> R) -> R {
         self.domains.with(domain, |map| {
-            f(map
-                .entry(domain.clone())
-                .or_insert_with(DomainState::default))
+            let state = map.entry(domain.clone()).or_default();
+            let result = f(state);
+            // A refusal on a domain never seen leaves nothing behind.
+            if state.hwm.is_none() && matches!(state.entry, Entry::Absent) && state.extras.is_none()
+            {
+                map.remove(domain);
+            }
+            result
         })
     }
 
@@ -170,8 +175,8 @@ impl MemoryFence {
 
     fn append_now(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         pipeline::validate_append(request, self.max_value_bytes)?;
-        let bounds = self.bounds(request.domain());
         self.with_state(request.domain(), |state| {
+            let bounds = self.bounds(request.domain());
             let (appended, remember) =
                 match pipeline::decide_append(request, state.hwm, state.ops(), bounds)? {
                     Decision::Replay(first) => return Ok(AppendOutcome::Duplicate(first)),
@@ -238,26 +243,10 @@ impl Rebaser for MemoryFence {
     async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
         let issuer = self.bounds(domain).issuer;
         self.with_state(domain, |state| {
-            rebase.check(domain, state.hwm, issuer)?;
-            let to = rebase.to();
+            let to = rebase.decide(domain, state.hwm, issuer)?;
             state.hwm = Some(to);
-            state.entry = match std::mem::replace(&mut state.entry, Entry::Absent) {
-                Entry::Value {
-                    value,
-                    token,
-                    revision,
-                } => Entry::Value {
-                    value,
-                    token: token.min(to),
-                    revision,
-                },
-                Entry::Tombstone { token, revision } => Entry::Tombstone {
-                    token: token.min(to),
-                    revision,
-                },
-                other => other,
-            };
-            let record = RebaseRecord::new(rebase, std::time::SystemTime::now());
+            state.entry = std::mem::replace(&mut state.entry, Entry::Absent).capped_at(to);
+            let record = RebaseRecord::new(rebase, to, std::time::SystemTime::now());
             state.extras().rebases.push(record.clone());
             Ok(record)
         })

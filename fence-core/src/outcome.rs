@@ -119,6 +119,28 @@ pub enum Entry {
     },
 }
 
+impl Entry {
+    /// The entry with its writer token lowered to `mark` if above it (a re-base).
+    pub fn capped_at(self, mark: FencingToken) -> Entry {
+        match self {
+            Entry::Value {
+                value,
+                token,
+                revision,
+            } => Entry::Value {
+                value,
+                token: token.min(mark),
+                revision,
+            },
+            Entry::Tombstone { token, revision } => Entry::Tombstone {
+                token: token.min(mark),
+                revision,
+            },
+            Entry::Absent => Entry::Absent,
+        }
+    }
+}
+
 impl fmt::Debug for Entry {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

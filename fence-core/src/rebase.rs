@@ -34,9 +34,12 @@ pub const MAX_REBASE_REASON_BYTES: usize = 512;
 ///   undoes a write it did not see;
 /// - the new mark must be below the current one, and, where the resource sees the domain's
 ///   issuer, at or above its last issued token: every token ever issued stays fenced except the
-///   newest, whose holder is the current owner, and the issuer's next token is above the new
-///   mark. Where the resource cannot see the issuer, choosing a mark at or above every token
-///   issued is the operator's responsibility (read it from the issuer);
+///   newest, whose holder is the current owner. Issuers floored at the mark (Redis, PostgreSQL)
+///   issue above the new mark; others (memory, etcd revisions) must reach it, so re-base to
+///   their last token. Where the resource sees no issuer state for the domain, the operator
+///   checks the new mark against the issuer and says so ([`Rebase::issuer_elsewhere`]);
+/// - turn on [`crate::TokenBounds`] for the domain before re-basing, or the caller that forged
+///   the mark can forge it again;
 /// - an entry written with a token above the new mark keeps its value; its writer token is
 ///   lowered to the new mark (the audit record keeps the mark it replaced).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,6 +48,7 @@ pub struct Rebase {
     expected_mark: FencingToken,
     operator: OwnerId,
     reason: String,
+    issuer_elsewhere: bool,
 }
 
 impl Rebase {
@@ -82,7 +86,18 @@ impl Rebase {
             expected_mark,
             operator,
             reason,
+            issuer_elsewhere: false,
         })
+    }
+
+    /// Declares that the domain's tokens come from an issuer the resource does not see (etcd
+    /// tokens on a Redis fence, say), and that `to` was checked against it: a resource that
+    /// finds no issuer state of its own for a domain with a mark then re-bases anyway. Without
+    /// it, such a re-base is refused: the missing state may be a lost sequence whose next
+    /// tokens would repeat ones already issued.
+    pub fn issuer_elsewhere(mut self) -> Self {
+        self.issuer_elsewhere = true;
+        self
     }
 
     /// The new mark.
@@ -105,14 +120,22 @@ impl Rebase {
         &self.reason
     }
 
-    /// Decides the re-base on what the resource holds, read in the step that applies it: the
-    /// domain's `mark` and its issuer as the resource sees it.
-    pub fn check(
+    /// True when the operator declared the domain's issuer to be one the resource does not
+    /// see ([`Rebase::issuer_elsewhere`]).
+    pub fn is_issuer_elsewhere(&self) -> bool {
+        self.issuer_elsewhere
+    }
+
+    /// Decides the re-base on what the resource holds, read in the step that applies it (the
+    /// domain's `mark` and its issuer as the resource sees it), and returns the new mark:
+    /// [`Rebase::to`], raised to the issuer's last token when below it, so no holder of an
+    /// issued token older than the newest writes again.
+    pub fn decide(
         &self,
         domain: &Domain,
         mark: Option<FencingToken>,
         issuer: IssuerView,
-    ) -> Result<(), FenceError> {
+    ) -> Result<FencingToken, FenceError> {
         let refused = |detail: String| FenceError::RebaseRefused {
             domain: domain.clone(),
             detail,
@@ -129,17 +152,26 @@ impl Rebase {
                 ),
             }));
         }
-        let issued = match issuer {
-            IssuerView::IssuedUpTo(last) | IssuerView::LiveLease(last) => last,
+        let floor = match issuer {
+            IssuerView::IssuedUpTo(Some(last)) | IssuerView::LiveLease(Some(last)) => Some(last),
+            IssuerView::IssuedUpTo(None) if !self.issuer_elsewhere => {
+                return Err(refused(
+                    "the resource holds no issuer state for this domain (lost, or its tokens \
+                     come from another issuer): check the new mark against the issuer and \
+                     declare it with `Rebase::issuer_elsewhere`"
+                        .to_owned(),
+                ))
+            }
             _ => None,
         };
-        match issued {
-            Some(last) if self.to < last => Err(refused(format!(
-                "{} is below the issuer's last token {last}: its holders would write again",
-                self.to
-            ))),
-            _ => Ok(()),
+        let to = floor.map_or(self.to, |floor| self.to.max(floor));
+        if to >= self.expected_mark {
+            return Err(refused(format!(
+                "the issuer's last token {to} is not below the mark {}: nothing to re-base",
+                self.expected_mark
+            )));
         }
+        Ok(to)
     }
 }
 
@@ -160,11 +192,11 @@ pub struct RebaseRecord {
 }
 
 impl RebaseRecord {
-    /// A record.
-    pub fn new(rebase: &Rebase, at: SystemTime) -> Self {
+    /// The record of `rebase`, which set the mark to `to` (what [`Rebase::decide`] returned).
+    pub fn new(rebase: &Rebase, to: FencingToken, at: SystemTime) -> Self {
         RebaseRecord {
             from: rebase.expected_mark,
-            to: rebase.to,
+            to,
             operator: rebase.operator.clone(),
             reason: rebase.reason.clone(),
             at,
@@ -180,7 +212,8 @@ impl RebaseRecord {
     /// use std::time::{Duration, SystemTime};
     /// use fence_core::{FencingToken, OwnerId, Rebase, RebaseRecord};
     /// let rebase = Rebase::new(FencingToken::new(7)?, FencingToken::MAX, OwnerId::new("ops")?, "INC-7")?;
-    /// let record = RebaseRecord::new(&rebase, SystemTime::UNIX_EPOCH + Duration::from_millis(1500));
+    /// let at = SystemTime::UNIX_EPOCH + Duration::from_millis(1500);
+    /// let record = RebaseRecord::new(&rebase, rebase.to(), at);
     /// assert_eq!(record.to_line(), "1500\t18446744073709551615\t7\tops\tINC-7");
     /// assert_eq!(RebaseRecord::parse_line(&record.to_line())?, record);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -214,6 +247,7 @@ impl RebaseRecord {
         let rebase = Rebase::new(to, from, operator, reason).map_err(|e| e.to_string())?;
         Ok(RebaseRecord::new(
             &rebase,
+            to,
             SystemTime::UNIX_EPOCH + std::time::Duration::from_millis(at),
         ))
     }
@@ -249,29 +283,47 @@ mod tests {
     #[test]
     fn only_the_reviewed_mark_is_lowered() {
         let r = rebase(10, u64::MAX);
-        assert!(r
-            .check(&d(), Some(FencingToken::MAX), IssuerView::Unchecked)
-            .is_ok());
-        let moved = r.check(&d(), Some(t(u64::MAX - 1)), IssuerView::Unchecked);
+        let max = Some(FencingToken::MAX);
+        assert_eq!(r.decide(&d(), max, IssuerView::Unchecked).ok(), Some(t(10)));
+        let moved = r.decide(&d(), Some(t(u64::MAX - 1)), IssuerView::Unchecked);
         assert!(
             matches!(moved, Err(FenceError::RebaseRefused { .. })),
             "{moved:?}"
         );
-        assert!(r.check(&d(), None, IssuerView::Unchecked).is_err());
+        assert!(r.decide(&d(), None, IssuerView::Unchecked).is_err());
     }
 
     #[test]
     fn never_below_what_the_issuer_issued() {
-        let r = rebase(10, u64::MAX);
+        let r = rebase(10, 100);
         let at = |last| IssuerView::IssuedUpTo(Some(t(last)));
-        assert!(r.check(&d(), Some(FencingToken::MAX), at(10)).is_ok());
-        assert!(r.check(&d(), Some(FencingToken::MAX), at(9)).is_ok());
-        let refused = r.check(&d(), Some(FencingToken::MAX), at(11));
+        let mark = Some(t(100));
+        assert_eq!(r.decide(&d(), mark, at(10)).ok(), Some(t(10)));
+        assert_eq!(r.decide(&d(), mark, at(9)).ok(), Some(t(10)));
+        assert_eq!(
+            r.decide(&d(), mark, at(42)).ok(),
+            Some(t(42)),
+            "raised to the issuer"
+        );
+        let passed = r.decide(&d(), mark, at(100));
         assert!(
-            refused
+            passed
                 .as_ref()
-                .is_err_and(|e| e.to_string().contains("last token 11")),
-            "{refused:?}"
+                .is_err_and(|e| e.to_string().contains("nothing to re-base")),
+            "{passed:?}"
+        );
+        let lost = r.decide(&d(), mark, IssuerView::IssuedUpTo(None));
+        assert!(
+            lost.as_ref()
+                .is_err_and(|e| e.to_string().contains("no issuer state")),
+            "{lost:?}"
+        );
+        let declared = r.clone().issuer_elsewhere();
+        assert_eq!(
+            declared
+                .decide(&d(), mark, IssuerView::IssuedUpTo(None))
+                .ok(),
+            Some(t(10))
         );
     }
 

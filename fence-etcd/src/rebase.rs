@@ -1,94 +1,60 @@
 //! An operator's re-base of a domain whose mark was pushed to a token no one issued: the
-//! domain's folder and lock key read at one revision, the re-base decided on them, and the
-//! lowered mark written with its record in one txn that fails if anything it read changed.
+//! domain's folder read, the re-base decided on it with the read's revision as the issuer's
+//! floor, and the lowered mark written with its record in one txn that fails if the folder
+//! changed meanwhile.
 
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
 use fence_core::{
-    Domain, EntryHead, FenceError, FencingToken, IssuerView, Operation, Rebase, RebaseRecord,
-    Rebaser,
+    Domain, FenceError, FencingToken, IssuerView, Operation, Rebase, RebaseRecord, Rebaser,
 };
 
 use crate::error::{corrupt, map_error};
 use crate::fence::EtcdFence;
 use crate::keys::StoreKey;
-use crate::state::{live_lease, Stored};
+use crate::state::Stored;
 
 #[async_trait]
 impl Rebaser for EtcdFence {
-    /// Re-bases `domain` (see [`Rebase`]): refused unless the mark is still the reviewed one
-    /// and the new mark is at or above the last token this cluster issued for the domain (the
-    /// live lease's lock key `create_revision`, and the [`crate::EtcdIssuer`]'s last put,
-    /// whichever is greater); the entry's writer token is lowered to the new mark
-    /// if above it. The record goes to `<prefix>/rebases/<domain>/<n>` (a
-    /// [`RebaseRecord::to_line`], timed by this client's clock). A domain that changed between
-    /// the read and the txn (a write, a new lease) is refused: review it again.
+    /// Re-bases `domain` (see [`Rebase::decide`]): refused unless the mark is still the
+    /// reviewed one. Every token this cluster ever issued (lease or issuer) is a revision at
+    /// or below the read's, so the new mark is never below that revision: every earlier holder,
+    /// the live lease's too, is fenced and takes the lease again. The entry's writer token is
+    /// lowered to the new mark if above it, and the record goes to
+    /// `<prefix>/rebases/<domain>/<n>` (a [`RebaseRecord::to_line`], timed by this client's
+    /// clock). A domain changed between the read and the txn is refused: review it again.
     async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
         let operation = Operation::Rebase;
         let keys = self.etcd().keys();
-        let (dir, lock, issued) = (
-            keys.store_dir(domain),
-            keys.lock(domain),
-            keys.issued(domain),
-        );
+        let dir = keys.store_dir(domain);
         self.forget(domain);
         let mut kv = self.etcd().client().kv_client();
-        let read = Txn::new().and_then([
-            TxnOp::get(dir.as_bytes(), Some(GetOptions::new().with_prefix())),
-            TxnOp::get(lock.as_bytes(), None),
-            TxnOp::get(issued.as_bytes(), None),
-        ]);
-        let response = kv
-            .txn(read)
+        let read = kv
+            .get(dir.as_bytes(), Some(GetOptions::new().with_prefix()))
             .await
             .map_err(|e| map_error(e, domain, operation, false))?;
-        let mut gets = response.op_responses().into_iter().filter_map(|r| match r {
-            TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
-            _ => None,
-        });
-        let (Some(folder), Some(lock_kvs), Some(issued_kvs)) =
-            (gets.next(), gets.next(), gets.next())
-        else {
-            return Err(corrupt(domain, "a read answer without the domain's keys"));
-        };
-        let stored = Stored::decode(domain, &dir, folder)?;
-        let live = live_lease(domain, &lock_kvs)?;
-        let issued_revision = issued_kvs.first().map_or(0, |kv| kv.mod_revision());
-        let last_issued = u64::try_from(issued_revision)
-            .ok()
+        let revision = read
+            .header()
+            .and_then(|h| u64::try_from(h.revision()).ok())
             .and_then(|r| FencingToken::new(r).ok())
-            .max(live);
-        rebase.check(domain, stored.mark, IssuerView::IssuedUpTo(last_issued))?;
+            .ok_or_else(|| corrupt(domain, "a read answer without a revision"))?;
+        let stored = Stored::decode(domain, &dir, read.kvs().to_vec())?;
+        let to = rebase.decide(domain, stored.mark, IssuerView::IssuedUpTo(Some(revision)))?;
 
-        let to = rebase.to();
-        let record = RebaseRecord::new(rebase, SystemTime::now());
+        let record = RebaseRecord::new(rebase, to, SystemTime::now());
         let mut changes = vec![
             TxnOp::put(keys.store(domain, StoreKey::Mark), to.to_string(), None),
             TxnOp::put(keys.rebase(domain, stored.version), record.to_line(), None),
         ];
-        let lowered = match stored.head {
-            Some(EntryHead::Value { token, revision }) if token > to => Some(EntryHead::Value {
-                token: to,
-                revision,
-            }),
-            Some(EntryHead::Tombstone { token, revision }) if token > to => {
-                Some(EntryHead::Tombstone {
-                    token: to,
-                    revision,
-                })
-            }
-            _ => None,
-        };
-        if let Some(head) = lowered {
+        if let Some(head) = stored.head.filter(|head| head.token() > to) {
             changes.push(TxnOp::put(
                 keys.store(domain, StoreKey::Entry),
-                head.to_string(),
+                head.capped_at(to).to_string(),
                 None,
             ));
         }
-        let live_revision = live.map_or(0, |t| i64::try_from(t.get()).unwrap_or(i64::MAX));
         let write = Txn::new()
             .when([
                 Compare::mod_revision(
@@ -98,8 +64,6 @@ impl Rebaser for EtcdFence {
                 ),
                 Compare::mod_revision(dir.as_bytes(), CompareOp::Less, stored.version + 1)
                     .with_prefix(),
-                Compare::create_revision(lock, CompareOp::Equal, live_revision),
-                Compare::mod_revision(issued, CompareOp::Equal, issued_revision),
             ])
             .and_then(changes);
         let written = kv

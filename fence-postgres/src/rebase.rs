@@ -16,20 +16,24 @@ use crate::mark::commit;
 
 #[async_trait]
 impl Rebaser for PostgresFence {
-    /// Re-bases `domain` (see [`Rebase`]): refused unless the mark is still the reviewed one
-    /// and the new mark is at or above the last token the schema's counter issued for the
-    /// domain; the entry's writer token is lowered to the new mark if above it. Returns the
+    /// Re-bases `domain` (see [`Rebase::decide`]): refused unless the mark is still the
+    /// reviewed one; the new mark is never below the last token the schema's counter issued
+    /// for the domain, and the entry's writer token is lowered to it if above. Returns the
     /// record it added to `fence_rebases` (see [`Rebaser::rebases`]).
     async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
         let operation = Operation::Rebase;
         let sql_error = |e| map_error(e, domain, operation, false);
         let (mut tx, locked) = self.lock(domain, operation, None).await?;
-        let issued = IssuerView::IssuedUpTo(self.last_issued(&mut tx, domain, operation).await?);
+        let last = match self.is_issued_only() {
+            true => locked.issued,
+            false => self.last_issued(&mut tx, domain, operation).await?,
+        };
         // A refusal drops the transaction: nothing changes.
-        rebase.check(domain, locked.hwm, issued)?;
-        let (to, from) = (rebase.to().to_string(), rebase.expected_mark().to_string());
+        let to = rebase.decide(domain, locked.hwm, IssuerView::IssuedUpTo(last))?;
+        let (to_text, from) = (to.to_string(), rebase.expected_mark().to_string());
         let at: i64 = sqlx::query_scalar(&format!(
-            "WITH m AS (UPDATE {marks} SET hwm = $2::numeric, writer = LEAST(writer, $2::numeric) \
+            "WITH m AS (UPDATE {marks} SET hwm = $2::numeric, \
+             writer = CASE WHEN writer > $2::numeric THEN $2::numeric ELSE writer END \
              WHERE domain = $1 AND hwm = $3::numeric RETURNING 1) \
              INSERT INTO {rebases} (domain, from_mark, to_mark, operator, reason) \
              SELECT $1, $3::numeric, $2::numeric, $4, $5 FROM m \
@@ -38,7 +42,7 @@ impl Rebaser for PostgresFence {
             rebases = self.tables().rebases(),
         ))
         .bind(domain.as_str())
-        .bind(&to)
+        .bind(&to_text)
         .bind(&from)
         .bind(rebase.operator().as_str())
         .bind(rebase.reason())
@@ -47,7 +51,7 @@ impl Rebaser for PostgresFence {
         .map_err(sql_error)?
         .ok_or_else(|| corrupt(domain, "the locked mark row changed during the re-base"))?;
         commit(tx, domain, operation).await?;
-        Ok(RebaseRecord::new(rebase, unix_ms(at)))
+        Ok(RebaseRecord::new(rebase, to, unix_ms(at)))
     }
 
     /// The re-bases of `domain`, oldest first.
@@ -75,7 +79,7 @@ impl Rebaser for PostgresFence {
                 let record = OwnerId::new(&operator)
                     .and_then(|operator| Rebase::new(to, from, operator, reason))
                     .map_err(|e| corrupt(domain, format!("re-base record: {e}")))?;
-                Ok(RebaseRecord::new(&record, unix_ms(at)))
+                Ok(RebaseRecord::new(&record, to, unix_ms(at)))
             })
             .collect()
     }

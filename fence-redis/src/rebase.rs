@@ -13,9 +13,9 @@ use crate::scripts::REBASE;
 
 #[async_trait]
 impl Rebaser for RedisFence {
-    /// Re-bases `domain` (see [`Rebase`]): refused unless the mark is still the reviewed one
-    /// and the new mark is at or above the last token this Redis issued for the domain (its
-    /// `seq` key); the entry's writer token is lowered to the new mark if above it. Returns the
+    /// Re-bases `domain` (see [`Rebase::decide`]): refused unless the mark is still the
+    /// reviewed one; the new mark is never below the last token this Redis issued for the
+    /// domain (its `seq` key), and the entry's writer token is lowered to it if above. Returns the
     /// record it appended to the domain's audit list (see [`Rebaser::rebases`]).
     async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
         let keys = &self.inner.keys;
@@ -36,22 +36,28 @@ impl Rebaser for RedisFence {
                     expected.as_bytes(),
                     rebase.operator().as_str().as_bytes(),
                     rebase.reason().as_bytes(),
+                    if rebase.is_issuer_elsewhere() {
+                        b"1"
+                    } else {
+                        b"0"
+                    },
                 ],
             )
             .await?;
-        // Refusals are worded by fence-core's own check, on what the script found.
+        // The script decides as fence-core's `Rebase::decide` does; a refusal is worded by
+        // `decide` itself, on what the script found.
+        let refused = |mark, issuer| match rebase.decide(domain, mark, issuer) {
+            Err(refusal) => Err(refusal),
+            Ok(_) => Err(unexpected("rebase", domain, "a refusal fence-core admits")),
+        };
         match reply.tag.as_str() {
             "ok" => parse_record(domain, &reply.text(0)?),
-            "moved" => rebase
-                .check(domain, reply.token(0)?, IssuerView::Unchecked)
-                .and_then(|()| Err(unexpected("rebase", domain, "a refusal fence-core admits"))),
-            "below_issued" => rebase
-                .check(
-                    domain,
-                    Some(rebase.expected_mark()),
-                    IssuerView::IssuedUpTo(reply.token(0)?),
-                )
-                .and_then(|()| Err(unexpected("rebase", domain, "a refusal fence-core admits"))),
+            "moved" => refused(reply.token(0)?, IssuerView::Unchecked),
+            "no_issuer" => refused(Some(rebase.expected_mark()), IssuerView::IssuedUpTo(None)),
+            "passed" => refused(
+                Some(rebase.expected_mark()),
+                IssuerView::IssuedUpTo(reply.token(0)?),
+            ),
             _ => Err(reply.into_error()),
         }
     }
