@@ -37,8 +37,8 @@
 
 use crate::op_memory::{OpMemory, OpOutcome, OpRecord};
 use crate::{
-    rule, Accepted, AppendRequest, Appended, Claimed, Domain, FenceError, FencingToken,
-    InvalidInput, Revision, TokenBounds, WriteRequest,
+    rule, Accepted, AppendRequest, Appended, Claimed, Domain, EqualTokenPolicy, FenceError,
+    FencingToken, InvalidInput, Revision, TokenBounds, WriteRequest,
 };
 
 /// What a resource holds for a domain, as far as a decision needs it.
@@ -151,6 +151,19 @@ pub fn validate_append(request: &AppendRequest, max: Option<usize>) -> Result<()
     check_size(request.domain(), size, max)
 }
 
+/// Steps 2 and 3 for any operation that carries a token (writes, appends, claims, fenced
+/// transactions): the token rule against the mark, then the resource's token bounds.
+pub fn admit(
+    domain: &Domain,
+    high_water_mark: Option<FencingToken>,
+    token: FencingToken,
+    policy: EqualTokenPolicy,
+    bounds: TokenBounds,
+) -> Result<(), FenceError> {
+    rule::check_token(domain, high_water_mark, token, policy)?;
+    bounds.check(domain, high_water_mark, token)
+}
+
 /// Decides a fenced write or delete; `bounds` holds the resource's checks beyond the rule.
 pub fn decide_write(
     request: &WriteRequest,
@@ -170,8 +183,13 @@ pub fn decide_write(
             }
         }
     }
-    rule::check_token(domain, current.high_water_mark, token, request.policy())?;
-    bounds.check(domain, current.high_water_mark, token)?;
+    admit(
+        domain,
+        current.high_water_mark,
+        token,
+        request.policy(),
+        bounds,
+    )?;
     rule::check_condition(domain, request.condition(), current.live, current.revision)?;
     let revision = current.revision.map_or(Revision::new(1), Revision::next);
     let previous = current.high_water_mark;
@@ -206,8 +224,7 @@ pub fn decide_append(
             }
         }
     }
-    rule::check_token(domain, high_water_mark, token, request.policy())?;
-    bounds.check(domain, high_water_mark, token)?;
+    admit(domain, high_water_mark, token, request.policy(), bounds)?;
     let records = request.records().len();
     let remember = request.op_id().map(|op_id| OpRecord {
         token,
@@ -229,8 +246,13 @@ pub fn decide_claim(
     token: FencingToken,
     bounds: TokenBounds,
 ) -> Result<ClaimDecision, FenceError> {
-    rule::check_claim(domain, high_water_mark, token)?;
-    bounds.check(domain, high_water_mark, token)?;
+    admit(
+        domain,
+        high_water_mark,
+        token,
+        EqualTokenPolicy::SameOwner,
+        bounds,
+    )?;
     let claimed = Claimed::new(token, high_water_mark);
     Ok(if high_water_mark == Some(token) {
         ClaimDecision::Held(claimed)

@@ -196,6 +196,17 @@ impl KafkaFence {
         })
     }
 
+    /// With a step bound, refuses a runaway token on the committed ledger before a producer is
+    /// opened for it: opening one bumps the domain's producer epoch, which aborts the owner's
+    /// open transaction, so a refusal after opening would still disturb the owner.
+    async fn refuse_runaway(&self, domain: &Domain, token: FencingToken) -> Result<(), FenceError> {
+        if self.inner.bounds.max_step.is_none() {
+            return Ok(());
+        }
+        let committed = self.read_ledger(domain).await?;
+        self.inner.bounds.check(domain, committed.hwm, token)
+    }
+
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.inner
             .holders
@@ -217,6 +228,13 @@ impl KafkaFence {
                     drop(guard);
                     self.inner.holders.forget(domain, token);
                     return Err(fenced);
+                }
+            }
+            if attempt == 0 {
+                if let Err(refused) = self.refuse_runaway(domain, token).await {
+                    drop(guard);
+                    self.inner.holders.forget(domain, token);
+                    return Err(refused);
                 }
             }
             let mut holder = self.open(domain).await?;
@@ -299,9 +317,19 @@ impl KafkaFence {
                         self.inner.bounds,
                     ) {
                         Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
-                        Ok(Decision::Apply { .. }) => stale,
+                        // A ledger below the mark already seen (lost, reset) says nothing about
+                        // the step: the mark seen fences the token.
+                        Ok(Decision::Apply { .. })
+                        | Err(FenceError::TokenTooFar { .. } | FenceError::Unissued { .. }) => {
+                            stale
+                        }
                         Err(refused) => refused,
                     };
+                    drop(guard);
+                    self.inner.holders.forget(domain, token);
+                    return Err(refused);
+                }
+                if let Err(refused) = self.refuse_runaway(domain, token).await {
                     drop(guard);
                     self.inner.holders.forget(domain, token);
                     return Err(refused);

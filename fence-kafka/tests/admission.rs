@@ -28,3 +28,45 @@ async fn runaway_tokens_are_refused() {
         .expect("connect to the broker");
     admission::log_runaway_tokens_are_refused(&fence, &domain("step"), STEP).await;
 }
+
+/// A runaway claim from another process is refused on the committed ledger before it opens a
+/// producer: the owner's producer epoch is untouched, so the owner appends on without a retry.
+#[tokio::test]
+async fn a_runaway_claim_does_not_disturb_the_owner() {
+    use fence_core::{AppendRequest, Fence, FenceError, FencedLog, Record};
+    let Some((config, topic)) = fresh_topic("admission-owner", 1).await else {
+        return;
+    };
+    let build = |retries: usize| {
+        KafkaFence::builder(config.clone())
+            .data_topic(&topic)
+            .ledger_topic(format!("{topic}-ledger"))
+            .transactional_id_prefix(format!("{topic}-"))
+            .timeout(Duration::from_secs(20))
+            .aborted_retries(retries)
+            .max_token_step(NonZeroU64::new(STEP).unwrap())
+    };
+    let owner = build(0).connect().await.expect("connect");
+    let runaway = build(0).connect().await.expect("connect");
+    let d = domain("owned");
+    let t = fence_conformance::services::token;
+    owner.claim(&d, t(5)).await.unwrap();
+    let append = |n: u64| AppendRequest::new(d.clone(), t(5), vec![Record::new(format!("r{n}"))]);
+    owner.append(&append(1)).await.unwrap();
+    match runaway.claim(&d, fence_core::FencingToken::MAX).await {
+        Err(FenceError::TokenTooFar { .. }) => {}
+        other => panic!("a runaway claim: {other:?}"),
+    }
+    owner
+        .append(&append(2))
+        .await
+        .expect("the owner appends on, its producer undisturbed");
+    let values: Vec<_> = owner
+        .read_log(&d)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.record.value)
+        .collect();
+    assert_eq!(values, vec![&b"r1"[..], &b"r2"[..]]);
+}

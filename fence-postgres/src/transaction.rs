@@ -6,10 +6,9 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 
+use fence_core::pipeline;
 use fence_core::telemetry::{observe, OutcomeLabel};
-use fence_core::{
-    rule, Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId,
-};
+use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::error::{map_error, BACKEND};
@@ -348,9 +347,13 @@ impl PostgresFence {
                 previous_high_water_mark: row.as_transaction(domain, op_id)?,
             });
         }
-        rule::check_token(domain, locked.hwm, token, request.policy())?;
-        self.bounds(locked.issued)
-            .check(domain, locked.hwm, token)?;
+        pipeline::admit(
+            domain,
+            locked.hwm,
+            token,
+            request.policy(),
+            self.bounds(locked.issued),
+        )?;
         let change = if locked.hwm == Some(token) {
             MarkChange::Keep
         } else {

@@ -33,7 +33,7 @@ pub mod unstable {
 }
 pub(crate) use fence::Inner;
 pub use fence::RedisFence;
-pub use keys::{MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};
+pub use keys::{FENCE_ACL_COMMANDS, MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};
 pub use lease::{RedisIssuer, RedisLeases};
 pub use script::{BodyOutcome, FencedBody, FencedScript, ReplicaAcks, ScriptCall, ScriptOutcome};
 pub use value::ScriptValue;

@@ -81,7 +81,8 @@ impl S3Fence {
 
     /// Brings an object written by another tool (no fence envelope) under fencing with `token`:
     /// its bytes become the value at revision 1, and the domain's mark becomes `token`. The
-    /// rewrite is conditional on the object not changing meanwhile.
+    /// rewrite is conditional on the object not changing meanwhile. A configured step bound
+    /// applies from zero ([`crate::S3FenceBuilder::max_token_step`]).
     pub async fn adopt(
         &self,
         domain: &Domain,
@@ -89,6 +90,7 @@ impl S3Fence {
     ) -> Result<Accepted, FenceError> {
         observe(BACKEND, Operation::Write, domain, Some(token), async {
             let key = self.object_key(domain)?;
+            self.inner.bounds.check(domain, None, token)?;
             self.probe().await?;
             let Some(fetched) = self.fetch(&key, domain, Operation::Write, None).await? else {
                 return Err(FenceError::corrupt(

@@ -61,3 +61,20 @@ async fn a_step_decided_on_a_cached_mark_is_confirmed_fresh() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn adopting_with_a_runaway_token_is_refused_before_any_request() {
+    let Some(fence) = fence("adopt").await else {
+        return;
+    };
+    let refused = fence
+        .adopt(&domain("foreign"), fence_core::FencingToken::MAX)
+        .await;
+    assert!(
+        matches!(
+            refused,
+            Err(fence_core::FenceError::TokenTooFar { current: None, .. })
+        ),
+        "{refused:?}"
+    );
+}

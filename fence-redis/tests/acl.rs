@@ -1,0 +1,120 @@
+//! The documented Redis ACL is enough, and confining: a user with exactly
+//! `FENCE_ACL_COMMANDS` on the fence's prefix runs every fenced operation, the leases, the
+//! issuer and a re-base, and is refused anything outside them.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use fence_conformance::services::{domain, put, token, unavailable};
+use fence_core::{
+    Fence, FencedStore, FencingToken, LeaseManager, OwnerId, Rebase, Rebaser, TokenIssuer,
+};
+use fence_redis::redis::AsyncCommands;
+use fence_redis::{RedisFence, FENCE_ACL_COMMANDS};
+use fence_testkit::redis::{raw, shared_url, unique_prefix};
+
+#[tokio::test]
+async fn the_documented_acl_runs_the_fence_and_nothing_else() {
+    let Some(url) = shared_url() else {
+        unavailable("Redis");
+        return;
+    };
+    let prefix = unique_prefix("acl");
+    let user = format!("fence-{prefix}").replace(':', "-");
+    let mut admin = raw(&url).await;
+    let mut rules = vec![
+        "SETUSER".to_owned(),
+        user.clone(),
+        "on".into(),
+        ">acl-secret".into(),
+        "resetkeys".into(),
+        format!("~{prefix}:*"),
+        "resetchannels".into(),
+        "-@all".into(),
+    ];
+    rules.extend(FENCE_ACL_COMMANDS.split_whitespace().map(str::to_owned));
+    let created: String = fence_redis::redis::cmd("ACL")
+        .arg(&rules)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(created, "OK");
+
+    let authed = url.replacen("redis://", &format!("redis://{user}:acl-secret@"), 1);
+    let (authed, prefix) = (authed.clone(), prefix.clone());
+    let result = async move {
+        let fence = RedisFence::builder()
+            .url(authed.clone())
+            .prefix(prefix.clone())
+            .issued_only()
+            .max_token_step(NonZeroU64::new(1000).unwrap())
+            .wait_for_replicas(1, Duration::from_secs(2))
+            .connect()
+            .await
+            .expect("connect as the ACL user");
+        let d = domain("acl");
+        let lease = fence
+            .leases()
+            .acquire(&d, &OwnerId::new("w").unwrap(), Duration::from_secs(30))
+            .await
+            .expect("acquire");
+        fence.claim(&d, lease.token).await.expect("claim");
+        put(&fence, &d, lease.token.get(), "v")
+            .await
+            .expect("write");
+        fence.read(&d).await.expect("read");
+        fence
+            .leases()
+            .renew(&lease, Duration::from_secs(30))
+            .await
+            .expect("renew");
+        fence.leases().release(&lease).await.expect("release");
+        let next = fence.issuer().issue(&d).await.expect("issue");
+        put(&fence, &d, next.get(), "w").await.expect("write");
+        let refused = put(&fence, &d, next.get() + 1, "x").await;
+        assert!(
+            matches!(refused, Err(fence_core::FenceError::Unissued { .. })),
+            "{refused:?}"
+        );
+
+        // A re-base, on an unbounded fence of the same user.
+        let plain = RedisFence::builder()
+            .url(authed.clone())
+            .prefix(prefix.clone())
+            .connect()
+            .await
+            .unwrap();
+        put(&plain, &d, u64::MAX, "forged")
+            .await
+            .expect("forged write");
+        let rebase = Rebase::new(
+            token(next.get()),
+            FencingToken::MAX,
+            OwnerId::new("ops").unwrap(),
+            "acl test",
+        )
+        .unwrap();
+        plain.rebase(&d, &rebase).await.expect("rebase");
+        assert_eq!(plain.rebases(&d).await.expect("rebases").len(), 1);
+
+        // Nothing outside the prefix, and no command outside the list.
+        let mut as_user = raw(&authed).await;
+        let outside: Result<(), _> = as_user.set("elsewhere", "x").await;
+        assert!(outside.is_err(), "a key outside the prefix was written");
+        let flush: Result<(), _> = fence_redis::redis::cmd("FLUSHALL")
+            .query_async(&mut as_user)
+            .await;
+        assert!(flush.is_err(), "FLUSHALL was allowed");
+    };
+    // The user is removed whatever happened.
+    let outcome = tokio::spawn(result).await;
+    let _: Result<u32, _> = fence_redis::redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut admin)
+        .await;
+    if let Err(panic) = outcome {
+        std::panic::resume_unwind(panic.into_panic());
+    }
+}
