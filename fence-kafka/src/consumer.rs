@@ -202,26 +202,12 @@ impl FencedConsumer {
                     domain,
                     token,
                     highest,
-                } => {
-                    tracing::warn!(
-                        domain,
-                        token = token.get(),
-                        highest = highest.get(),
-                        "dropped a stale fenced record"
-                    );
-                }
+                } => log_dropped(&domain, token, Some(highest), "stale"),
                 Admission::TooFar {
                     domain,
                     token,
                     highest,
-                } => {
-                    tracing::warn!(
-                        domain,
-                        token = token.get(),
-                        highest = highest.map(FencingToken::get),
-                        "dropped a fenced record whose token is too far above the domain's"
-                    );
-                }
+                } => log_dropped(&domain, token, highest, "too far above the domain's tokens"),
                 Admission::Unfenced if !self.allow_unfenced => {
                     self.unfenced_dropped += 1;
                     metrics::counter!("fence_consumer_dropped_total", "topic" => message.topic().to_owned(), "reason" => "unfenced").increment(1);
@@ -253,4 +239,14 @@ impl fmt::Debug for FencedConsumer {
             .field("filter", &self.filter)
             .finish_non_exhaustive()
     }
+}
+
+fn log_dropped(domain: &str, token: FencingToken, highest: Option<FencingToken>, why: &str) {
+    tracing::warn!(
+        domain,
+        token = token.get(),
+        highest = highest.map(FencingToken::get),
+        why,
+        "dropped a fenced record"
+    );
 }
