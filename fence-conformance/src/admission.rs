@@ -248,32 +248,38 @@ pub async fn log_runaway_tokens_are_refused(log: &dyn FencedLog, domain: &Domain
     );
 }
 
+/// Where a resource puts a re-based mark, as [`forged_mark_is_recovered_by_a_reviewed_rebase`]
+/// checks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RebaseFloor {
+    /// The resource does not see the issuer: the mark is the requested one.
+    Unchecked,
+    /// A counter issuer the resource sees: a request below its last token lands exactly on it.
+    LastIssued,
+    /// An issuer whose floor is above its last token for the domain (etcd: the cluster's
+    /// revision): a request below the last token lands at or above it.
+    AtOrAboveLastIssued,
+}
+
 /// An operator recovers the fresh `domain` (and `<domain>-claimed`, forged by a claim alone)
 /// after a forged `u64::MAX` was accepted (the store has no token bounds). A re-base from a mark
 /// other than the reviewed one is refused and changes nothing. The reviewed re-base asks for
-/// the older owner's token when `issuer_visible` (the resource sees `issuer`, and raises the
-/// new mark to its last token), else for the newest owner's; the mark lands at or above the
-/// newest issued token, keeps the value with its writer token lowered to the new mark, is
-/// recorded with who and why, and fences every older holder; the newest owner writes on if the
-/// mark landed on its token; the issuer's next token is accepted.
+/// the older owner's token where the resource sees `issuer` (`floor`), else for the newest
+/// owner's; the mark lands where `floor` says, keeps the value with its writer token lowered to
+/// the new mark, is recorded with who and why, and fences every older holder; the newest owner
+/// writes on if the mark landed on its token; the issuer's next token is accepted.
 pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
     store: &dyn FencedStore,
     rebaser: &dyn Rebaser,
     issuer: &dyn TokenIssuer,
-    issuer_visible: bool,
+    floor: RebaseFloor,
     domain: &Domain,
 ) {
     let old = issue(issuer, domain).await;
     put(store, domain, old, "old owner")
         .await
         .unwrap_or_else(|e| panic!("old owner: {e}"));
-    let owner = issue(issuer, domain).await;
-    put(store, domain, owner, "owner")
-        .await
-        .unwrap_or_else(|e| panic!("owner: {e}"));
-    put(store, domain, u64::MAX, "forged")
-        .await
-        .unwrap_or_else(|e| panic!("the forged write this scenario recovers from: {e}"));
+    let owner = forge_over_an_owner(store, issuer, domain).await;
     assert_fenced(
         put(store, domain, owner, "owner again").await,
         owner,
@@ -293,16 +299,27 @@ pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
         "a refused re-base moved the mark"
     );
 
-    let requested = if issuer_visible { old } else { owner };
+    let requested = if floor == RebaseFloor::Unchecked {
+        owner
+    } else {
+        old
+    };
     let record = rebaser
         .rebase(domain, &rebase_request(requested, u64::MAX))
         .await
         .unwrap_or_else(|e| panic!("the reviewed re-base: {e}"));
     let landed = record.to.get();
-    assert!(
-        landed >= owner,
-        "the re-base landed at {landed}, below the newest token {owner}"
-    );
+    if floor == RebaseFloor::AtOrAboveLastIssued {
+        assert!(
+            landed >= owner,
+            "the re-base landed at {landed}, below the newest token {owner}"
+        );
+    } else {
+        assert_eq!(
+            landed, owner,
+            "where the re-base landed (requested {requested})"
+        );
+    }
     assert_eq!(
         (record.from, record.operator.as_str()),
         (FencingToken::MAX, "ops:alice"),
@@ -400,6 +417,57 @@ pub async fn forged_mark_is_recovered_by_a_reviewed_rebase(
     put(store, &claimed, next, "after the re-base")
         .await
         .unwrap_or_else(|e| panic!("the next owner of a re-based claimed domain: {e}"));
+}
+
+/// A forged mark on the fresh `domain` whose issuer state the resource lost (by `lose`): a
+/// re-base is refused (the missing state may be a lost sequence whose next tokens repeat
+/// issued ones) and changes nothing, until the operator declares the issuer elsewhere; then
+/// the mark is the requested one.
+pub async fn rebase_without_issuer_state_needs_a_declaration(
+    store: &dyn FencedStore,
+    rebaser: &dyn Rebaser,
+    issuer: &dyn TokenIssuer,
+    domain: &Domain,
+    lose: impl std::future::Future<Output = ()>,
+) {
+    let owner = forge_over_an_owner(store, issuer, domain).await;
+    lose.await;
+    let refused = rebaser
+        .rebase(domain, &rebase_request(owner, u64::MAX))
+        .await;
+    match &refused {
+        Err(FenceError::RebaseRefused { detail, .. }) if detail.contains("no issuer state") => {}
+        other => panic!("a re-base without issuer state: {other:?}"),
+    }
+    assert_eq!(
+        mark_of(store, domain).await,
+        Some(FencingToken::MAX),
+        "a refused re-base moved the mark"
+    );
+    let declared = rebase_request(owner, u64::MAX).issuer_elsewhere();
+    let record = rebaser
+        .rebase(domain, &declared)
+        .await
+        .unwrap_or_else(|e| panic!("the declared re-base: {e}"));
+    assert_eq!(record.to.get(), owner, "the declared re-base's mark");
+    assert_eq!(mark_of(store, domain).await, Some(token(owner)));
+}
+
+/// An owner's write with a freshly issued token, then a forged `u64::MAX` over it; returns the
+/// owner's token.
+async fn forge_over_an_owner(
+    store: &dyn FencedStore,
+    issuer: &dyn TokenIssuer,
+    domain: &Domain,
+) -> u64 {
+    let owner = issue(issuer, domain).await;
+    put(store, domain, owner, "owner")
+        .await
+        .unwrap_or_else(|e| panic!("owner: {e}"));
+    put(store, domain, u64::MAX, "forged")
+        .await
+        .unwrap_or_else(|e| panic!("the forged write: {e}"));
+    owner
 }
 
 const REBASE_REASON: &str = "INC-7: a forged u64::MAX";

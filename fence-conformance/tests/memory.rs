@@ -183,7 +183,11 @@ async fn a_forged_mark_is_recovered_on_memory() {
     );
     let d = fence_conformance::services::domain("recovered");
     fence_conformance::admission::forged_mark_is_recovered_by_a_reviewed_rebase(
-        &store, &store, &issuer, false, &d,
+        &store,
+        &store,
+        &issuer,
+        fence_conformance::admission::RebaseFloor::Unchecked,
+        &d,
     )
     .await;
 }

@@ -32,9 +32,9 @@ pub const MAX_REBASE_REASON_BYTES: usize = 512;
 ///
 /// - the mark must still be the one the operator reviewed (`expected_mark`): a re-base never
 ///   undoes a write it did not see;
-/// - the new mark must be below the current one, and, where the resource sees the domain's
-///   issuer, at or above its last issued token: every token ever issued stays fenced except the
-///   newest, whose holder is the current owner. Issuers floored at the mark (Redis, PostgreSQL)
+/// - the new mark is below the current one, and, where the resource sees the domain's issuer,
+///   never below its last issued token (a lower request is raised to it): every token ever
+///   issued stays fenced except the newest, whose holder is the current owner. Issuers floored at the mark (Redis, PostgreSQL)
 ///   issue above the new mark; others (memory, etcd revisions) must reach it, so re-base to
 ///   their last token. Where the resource sees no issuer state for the domain, the operator
 ///   checks the new mark against the issuer and says so ([`Rebase::issuer_elsewhere`]);

@@ -24,7 +24,9 @@ impl Rebaser for EtcdFence {
     /// the live lease's too, is fenced and takes the lease again. The entry's writer token is
     /// lowered to the new mark if above it, and the record goes to
     /// `<prefix>/rebases/<domain>/<n>` (a [`RebaseRecord::to_line`], timed by this client's
-    /// clock). A domain changed between the read and the txn is refused: review it again.
+    /// clock). A domain changed between the read and the txn is refused: review it again. For a
+    /// domain whose tokens come from another issuer ([`Rebase::issuer_elsewhere`]) the mark is
+    /// the requested one, unraised.
     async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
         let operation = Operation::Rebase;
         let keys = self.etcd().keys();
@@ -41,7 +43,13 @@ impl Rebaser for EtcdFence {
             .and_then(|r| FencingToken::new(r).ok())
             .ok_or_else(|| corrupt(domain, "a read answer without a revision"))?;
         let stored = Stored::decode(domain, &dir, read.kvs().to_vec())?;
-        let to = rebase.decide(domain, stored.mark, IssuerView::IssuedUpTo(Some(revision)))?;
+        // Tokens of another issuer (declared by the operator) are not etcd revisions.
+        let issuer = if rebase.is_issuer_elsewhere() {
+            IssuerView::Unchecked
+        } else {
+            IssuerView::IssuedUpTo(Some(revision))
+        };
+        let to = rebase.decide(domain, stored.mark, issuer)?;
 
         let record = RebaseRecord::new(rebase, to, SystemTime::now());
         let mut changes = vec![

@@ -144,7 +144,7 @@ async fn a_forged_mark_is_recovered_by_a_reviewed_rebase() {
         &fence,
         &fence,
         &etcd.issuer(),
-        true,
+        admission::RebaseFloor::AtOrAboveLastIssued,
         &d("recovered"),
     )
     .await;

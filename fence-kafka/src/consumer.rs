@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::num::NonZeroU64;
 
 use fence_core::{FenceError, FencingToken, InvalidInput};
 use rdkafka::config::ClientConfig;
@@ -33,17 +32,6 @@ pub enum Admission {
         /// The highest token seen for the domain.
         highest: FencingToken,
     },
-    /// A fenced record more than the filter's step above its domain's highest token (above
-    /// zero for a domain not seen yet): dropped, and its token not remembered, so one forged
-    /// record cannot make the filter drop every later legitimate one.
-    TooFar {
-        /// The record's domain.
-        domain: String,
-        /// The record's token.
-        token: FencingToken,
-        /// The highest token seen for the domain, if any.
-        highest: Option<FencingToken>,
-    },
     /// A record without fence headers: passed through untouched.
     Unfenced,
 }
@@ -53,39 +41,12 @@ pub enum Admission {
 pub struct TokenFilter {
     highest: HashMap<String, FencingToken>,
     dropped: u64,
-    max_step: Option<NonZeroU64>,
 }
 
 impl TokenFilter {
     /// An empty filter.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Drops records whose token is more than `max_step` above their domain's highest token
-    /// (above zero for a domain not seen yet) without remembering it: a producer that wrote a
-    /// forged `u64::MAX` past the fence cannot make consumers drop the domain's later records.
-    /// Use the step of the fence that writes the topic
-    /// ([`crate::KafkaFenceBuilder::max_token_step`]); a consumer that starts in the middle of
-    /// a topic needs a step above the domain's tokens so far.
-    ///
-    /// ```
-    /// use std::num::NonZeroU64;
-    /// use fence_kafka::{Admission, CommittedRecord, TokenFilter, DOMAIN_HEADER, TOKEN_HEADER};
-    /// let record = |token: &str| {
-    ///     let mut r = CommittedRecord::new("orders", 0, 0, "v");
-    ///     r.headers.push((DOMAIN_HEADER.into(), "d".into()));
-    ///     r.headers.push((TOKEN_HEADER.into(), token.to_owned().into()));
-    ///     r
-    /// };
-    /// let mut filter = TokenFilter::new().with_max_step(NonZeroU64::new(100).unwrap());
-    /// assert_eq!(filter.admit(&record("7")), Admission::Admitted);
-    /// assert!(matches!(filter.admit(&record("18446744073709551615")), Admission::TooFar { .. }));
-    /// assert_eq!(filter.admit(&record("8")), Admission::Admitted);
-    /// ```
-    pub fn with_max_step(mut self, max_step: NonZeroU64) -> Self {
-        self.max_step = Some(max_step);
-        self
     }
 
     /// Judges one record (and remembers its token when admitted).
@@ -99,21 +60,8 @@ impl TokenFilter {
             return Admission::Unfenced;
         };
         let domain = domain.as_str();
-        let highest = self.highest.get(domain).copied();
-        if let Some(max_step) = self.max_step {
-            let base = highest.map_or(0, FencingToken::get);
-            if token.get().saturating_sub(base) > max_step.get() {
-                self.dropped += 1;
-                metrics::counter!("fence_consumer_dropped_total", "topic" => record.topic.clone(), "reason" => "too_far").increment(1);
-                return Admission::TooFar {
-                    domain: domain.to_owned(),
-                    token,
-                    highest,
-                };
-            }
-        }
-        match highest {
-            Some(highest) if token < highest => {
+        match self.highest.get(domain) {
+            Some(&highest) if token < highest => {
                 self.dropped += 1;
                 metrics::counter!("fence_consumer_dropped_total", "topic" => record.topic.clone(), "reason" => "stale").increment(1);
                 Admission::Stale {
@@ -129,7 +77,7 @@ impl TokenFilter {
         }
     }
 
-    /// How many records were dropped (stale or too far).
+    /// How many records were dropped.
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -172,13 +120,6 @@ impl FencedConsumer {
         })
     }
 
-    /// Drops records whose token is too far above their domain's (see
-    /// [`TokenFilter::with_max_step`]).
-    pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
-        self.filter = std::mem::take(&mut self.filter).with_max_step(max_step);
-        self
-    }
-
     /// Passes records without fence headers through instead of dropping them (for topics that
     /// mix fenced and plain producers).
     pub fn allow_unfenced(mut self, allow: bool) -> Self {
@@ -202,12 +143,14 @@ impl FencedConsumer {
                     domain,
                     token,
                     highest,
-                } => log_dropped(&domain, token, Some(highest), "stale"),
-                Admission::TooFar {
-                    domain,
-                    token,
-                    highest,
-                } => log_dropped(&domain, token, highest, "too far above the domain's tokens"),
+                } => {
+                    tracing::warn!(
+                        domain,
+                        token = token.get(),
+                        highest = highest.get(),
+                        "dropped a stale fenced record"
+                    );
+                }
                 Admission::Unfenced if !self.allow_unfenced => {
                     self.unfenced_dropped += 1;
                     metrics::counter!("fence_consumer_dropped_total", "topic" => message.topic().to_owned(), "reason" => "unfenced").increment(1);
@@ -239,14 +182,4 @@ impl fmt::Debug for FencedConsumer {
             .field("filter", &self.filter)
             .finish_non_exhaustive()
     }
-}
-
-fn log_dropped(domain: &str, token: FencingToken, highest: Option<FencingToken>, why: &str) {
-    tracing::warn!(
-        domain,
-        token = token.get(),
-        highest = highest.map(FencingToken::get),
-        why,
-        "dropped a fenced record"
-    );
 }

@@ -74,6 +74,20 @@ async fn fenced_transactions_are_admitted_like_writes() {
         .await
         .unwrap();
     assert_eq!(mark, Some(issued), "the refused transaction moved the mark");
+    // The step, and a stale token that stays `Fenced` (the rule comes before the bounds).
+    let plain = fence_postgres::PostgresFence::new(fence.pool().clone(), fence.schema())
+        .unwrap()
+        .with_max_token_step(NonZeroU64::new(STEP).unwrap());
+    let far = TransactionRequest::new(domain.clone(), t(issued.get() + STEP + 1));
+    match plain.begin(&far).await {
+        Err(FenceError::TokenTooFar { current, .. }) => assert_eq!(current, Some(issued)),
+        other => panic!("a transaction too far above the mark: {other:?}"),
+    }
+    if issued.get() > 1 {
+        let stale = TransactionRequest::new(domain.clone(), t(issued.get() - 1));
+        let fenced = plain.begin(&stale).await.map(|_| ());
+        fence_conformance::services::assert_fenced(fenced, issued.get() - 1, issued.get());
+    }
 }
 
 #[tokio::test]
@@ -122,7 +136,7 @@ async fn a_forged_mark_is_recovered_by_a_reviewed_rebase() {
         &fence,
         &fence,
         &issuer,
-        true,
+        admission::RebaseFloor::LastIssued,
         &d("recovered"),
     )
     .await;
@@ -137,18 +151,7 @@ async fn a_lost_counter_refuses_tokens_until_the_issuer_reconciles() {
     };
     let fence = fence.issued_only();
     let domain = d("lost");
-    let lose = async {
-        let deleted = sqlx::query(&format!(
-            "DELETE FROM {}.fence_counters WHERE domain = $1",
-            fence.schema()
-        ))
-        .bind(domain.as_str())
-        .execute(&pool)
-        .await
-        .unwrap()
-        .rows_affected();
-        assert_eq!(deleted, 1, "the counter row");
-    };
+    let lose = lose_counter(&pool, fence.schema(), &domain);
     admission::lost_issuer_state_refuses_tokens_until_reconciled(
         &fence,
         &fence.issuer(),
@@ -156,4 +159,34 @@ async fn a_lost_counter_refuses_tokens_until_the_issuer_reconciles() {
         lose,
     )
     .await;
+}
+
+#[tokio::test]
+async fn a_rebase_without_the_counter_needs_a_declaration() {
+    let Some((fence, pool)) = shared("adm_rebase_lost").await else {
+        return;
+    };
+    let domain = d("lost");
+    let lose = lose_counter(&pool, fence.schema(), &domain);
+    admission::rebase_without_issuer_state_needs_a_declaration(
+        &fence,
+        &fence,
+        &fence.issuer(),
+        &domain,
+        lose,
+    )
+    .await;
+}
+
+/// Deletes the domain's counter row, as a restore that kept the marks would lose it.
+async fn lose_counter(pool: &sqlx::PgPool, schema: &str, domain: &fence_core::Domain) {
+    let deleted = sqlx::query(&format!(
+        "DELETE FROM {schema}.fence_counters WHERE domain = $1"
+    ))
+    .bind(domain.as_str())
+    .execute(pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(deleted, 1, "the counter row");
 }

@@ -11,7 +11,7 @@ pub(crate) const BACKEND: &str = "redis";
 #[non_exhaustive]
 pub enum RedisFenceError {
     /// The server's ACL forbids a command Fence needs.
-    #[error("redis ACL denies a command fence-redis needs (grant +evalsha +eval +wait on the fence keys): {0}")]
+    #[error("redis ACL denies a command fence-redis needs (grant fence_redis::FENCE_ACL_COMMANDS on the fence's key prefix): {0}")]
     PermissionDenied(#[source] RedisError),
     /// A script answered in a shape this version of fence-redis does not know.
     #[error("unexpected reply from the `{script}` script: {detail}")]

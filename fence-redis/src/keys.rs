@@ -16,7 +16,7 @@ use fence_core::{Domain, FencingToken, InvalidInput, OperationId};
 /// every command its scripts call (Redis checks ACLs on each call inside a script), `EVALSHA`
 /// and `EVAL` to run them, `PING` to connect, `WAIT` for
 /// [`crate::RedisFenceBuilder::wait_for_replicas`], `LRANGE` for re-base records, and
-/// `CLUSTER SLOTS`/`CLUSTER SHARDS` for a cluster client's slot map (the client's
+/// `CLUSTER SLOTS`/`CLUSTER SHARDS`/`ASKING` for a cluster client's slot map and redirects (the client's
 /// `CLIENT SETINFO` on connecting may be refused: its answer is ignored). Fenced user scripts
 /// need the commands they call added. Tested on standalone Redis by creating a user with
 /// exactly these.
@@ -26,7 +26,7 @@ use fence_core::{Domain, FencingToken, InvalidInput, OperationId};
 /// ```
 pub const FENCE_ACL_COMMANDS: &str = "+evalsha +eval +ping +wait +lrange +type +exists +get \
      +set +del +hget +hmget +hset +hdel +pttl +pexpire +rpush +time +cluster|slots \
-     +cluster|shards";
+     +cluster|shards +asking";
 
 /// The greatest length of a key prefix.
 pub const MAX_PREFIX_BYTES: usize = 64;

@@ -72,6 +72,9 @@ async fn the_documented_acl_runs_the_fence_and_nothing_else() {
         fence.leases().release(&lease).await.expect("release");
         let next = fence.issuer().issue(&d).await.expect("issue");
         put(&fence, &d, next.get(), "w").await.expect("write");
+        fence_core::FencedStoreExt::delete(&fence, &d, next)
+            .await
+            .expect("delete");
         let refused = put(&fence, &d, next.get() + 1, "x").await;
         assert!(
             matches!(refused, Err(fence_core::FenceError::Unissued { .. })),

@@ -95,7 +95,7 @@ async fn a_forged_mark_is_recovered_by_a_reviewed_rebase() {
             &fence,
             &fence,
             &issuer,
-            true,
+            admission::RebaseFloor::LastIssued,
             &domain("recovered"),
         )
         .await;
@@ -106,7 +106,6 @@ async fn a_forged_mark_is_recovered_by_a_reviewed_rebase() {
 /// refused until the issuer issues again, floored above the mark it sees.
 #[tokio::test]
 async fn a_lost_sequence_refuses_tokens_until_the_issuer_reconciles() {
-    use fence_redis::redis::AsyncCommands;
     let Some(url) = shared_url() else {
         unavailable("Redis");
         return;
@@ -119,12 +118,40 @@ async fn a_lost_sequence_refuses_tokens_until_the_issuer_reconciles() {
         .await
         .unwrap();
     let d = domain("lost");
-    let seq = format!("{}:{{{}}}:seq", fence.prefix(), d.escaped());
-    let lose = async {
-        let mut raw = fence_testkit::redis::raw(&url).await;
-        let deleted: u32 = raw.del(&seq).await.unwrap();
-        assert_eq!(deleted, 1, "the sequence key {seq}");
-    };
+    let lose = lose_sequence(&url, &fence, &d);
     admission::lost_issuer_state_refuses_tokens_until_reconciled(&fence, &fence.issuer(), &d, lose)
         .await;
+}
+
+#[tokio::test]
+async fn a_rebase_without_the_sequence_needs_a_declaration() {
+    let Some(url) = shared_url() else {
+        unavailable("Redis");
+        return;
+    };
+    let fence = RedisFence::builder()
+        .url(url.clone())
+        .prefix(unique_prefix("rebase-lost"))
+        .connect()
+        .await
+        .unwrap();
+    let d = domain("lost");
+    let lose = lose_sequence(&url, &fence, &d);
+    admission::rebase_without_issuer_state_needs_a_declaration(
+        &fence,
+        &fence,
+        &fence.issuer(),
+        &d,
+        lose,
+    )
+    .await;
+}
+
+/// Deletes the domain's token sequence, as a restore from an older snapshot would lose it.
+async fn lose_sequence(url: &str, fence: &RedisFence, d: &fence_core::Domain) {
+    use fence_redis::redis::AsyncCommands;
+    let seq = format!("{}:{{{}}}:seq", fence.prefix(), d.escaped());
+    let mut raw = fence_testkit::redis::raw(url).await;
+    let deleted: u32 = raw.del(&seq).await.unwrap();
+    assert_eq!(deleted, 1, "the sequence key {seq}");
 }

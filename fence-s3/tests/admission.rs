@@ -7,28 +7,32 @@ use std::num::NonZeroU64;
 use fence_conformance::admission;
 use fence_conformance::services::{domain, put, unavailable};
 use fence_s3::S3Fence;
-use fence_testkit::s3::{counted_client, shared_endpoint, unique_prefix, BUCKET};
+use fence_testkit::s3::{counted_client, shared_endpoint, unique_prefix, RequestCounter, BUCKET};
 
 const STEP: u64 = 1000;
 
 /// A fence on the shared server under `prefix` (each call: a client of its own, with its own
-/// cache).
-async fn fence_under(prefix: &str) -> Option<S3Fence> {
+/// cache), and its request counter.
+async fn counted_fence_under(prefix: &str) -> Option<(S3Fence, RequestCounter)> {
     let Some(endpoint) = shared_endpoint() else {
         unavailable("SeaweedFS")?;
         return None;
     };
-    let (client, _) = counted_client(&endpoint);
-    Some(
-        S3Fence::builder()
-            .client(client)
-            .bucket(BUCKET)
-            .prefix(prefix)
-            .max_token_step(NonZeroU64::new(STEP).unwrap())
-            .connect()
-            .await
-            .expect("probe the shared SeaweedFS"),
-    )
+    let (client, counter) = counted_client(&endpoint);
+    let fence = S3Fence::builder()
+        .client(client)
+        .bucket(BUCKET)
+        .prefix(prefix)
+        .max_token_step(NonZeroU64::new(STEP).unwrap())
+        .connect()
+        .await
+        .expect("probe the shared SeaweedFS");
+    counter.take();
+    Some((fence, counter))
+}
+
+async fn fence_under(prefix: &str) -> Option<S3Fence> {
+    counted_fence_under(prefix).await.map(|(fence, _)| fence)
 }
 
 async fn fence(test: &str) -> Option<S3Fence> {
@@ -64,7 +68,7 @@ async fn a_step_decided_on_a_cached_mark_is_confirmed_fresh() {
 
 #[tokio::test]
 async fn adopting_with_a_runaway_token_is_refused_before_any_request() {
-    let Some(fence) = fence("adopt").await else {
+    let Some((fence, counter)) = counted_fence_under(&unique_prefix("adopt")).await else {
         return;
     };
     let refused = fence
@@ -77,4 +81,5 @@ async fn adopting_with_a_runaway_token_is_refused_before_any_request() {
         ),
         "{refused:?}"
     );
+    assert_eq!(counter.take(), 0, "requests sent for a refused adopt");
 }
