@@ -165,7 +165,8 @@ mod admission {
         admission::log_runaway_tokens_are_refused(&store, &domain("log-step"), STEP).await;
     }
 
-    #[tokio::test]
+    // The forged writers race on worker threads: the contract is about interleavings.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn unissued_tokens_are_refused_on_memory() {
         let issuer = Arc::new(MemoryIssuer::new());
         let store = Arc::new(MemoryFence::new().issued_by(issuer.clone()));
