@@ -60,13 +60,17 @@ impl Domain {
     /// # Ok::<(), fence_core::InvalidInput>(())
     /// ```
     pub fn escaped(&self) -> String {
-        escape(&self.0)
+        percent_encode(&self.0)
     }
 }
 
-/// Percent-encodes every byte outside `[A-Za-z0-9._-]`: injective, and safe in keys, object
-/// names and identifiers of every backend.
-pub(crate) fn escape(text: &str) -> String {
+/// Percent-encodes every byte outside `[A-Za-z0-9._-]` as `%XX` (uppercase hex): injective, and
+/// safe in keys, object names, identifiers of every backend and URL components.
+///
+/// ```
+/// assert_eq!(fence_core::percent_encode("a b/ç"), "a%20b%2F%C3%A7");
+/// ```
+pub fn percent_encode(text: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut out = String::with_capacity(text.len());
     for &byte in text.as_bytes() {
@@ -81,7 +85,7 @@ pub(crate) fn escape(text: &str) -> String {
     out
 }
 
-/// Reverses [`escape`]; `None` for a malformed escape or bytes that are not UTF-8.
+/// Reverses [`percent_encode`]; `None` for a malformed escape or bytes that are not UTF-8.
 pub(crate) fn unescape(text: &str) -> Option<String> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());

@@ -139,6 +139,28 @@ pub enum InvalidInput {
         /// The limit in bytes.
         max: usize,
     },
+    /// A domain that cannot name a backend key as written (a verbatim key layout refuses
+    /// domains that S3 paths would normalise, or that could reach the adapter's own keys).
+    #[error("domain `{domain}` cannot be a {backend} key as written: {reason}")]
+    DomainNotAKey {
+        /// The backend's name.
+        backend: &'static str,
+        /// The domain.
+        domain: Domain,
+        /// Why not.
+        reason: &'static str,
+    },
+    /// A backend key given by the caller that the adapter refuses (an S3 key under the fence's
+    /// own prefix, or one S3 could not store).
+    #[error("{backend} key `{key}` is refused: {reason}")]
+    InvalidKey {
+        /// The backend's name.
+        backend: &'static str,
+        /// The key, shortened to 120 characters.
+        key: String,
+        /// Why.
+        reason: &'static str,
+    },
     /// A log append with no records.
     #[error("append to domain `{domain}` holds no records")]
     EmptyBatch {

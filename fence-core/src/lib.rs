@@ -26,7 +26,7 @@ pub use bytes::Bytes;
 pub use backoff::{random_u64, Backoff};
 pub use bounded_cache::BoundedCache;
 pub use capabilities::{Capabilities, OpIdRetention};
-pub use domain::{Domain, MAX_DOMAIN_BYTES};
+pub use domain::{percent_encode, Domain, MAX_DOMAIN_BYTES};
 pub use entry_head::EntryHead;
 pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation};
 pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};

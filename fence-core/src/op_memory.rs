@@ -14,7 +14,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 
-use crate::domain::{escape, unescape};
+use crate::domain::{percent_encode, unescape};
 use crate::{Domain, FenceError, FencingToken, InvalidInput, OperationId, Revision};
 
 /// Which kind of operation an operation id named. Reusing one id for two kinds is refused.
@@ -121,7 +121,7 @@ impl OpRecord {
             "op {} {} {previous} {}",
             self.token,
             self.outcome.count(),
-            escape(self.op_id.as_str())
+            percent_encode(self.op_id.as_str())
         )
     }
 
@@ -148,7 +148,7 @@ impl OpRecord {
         };
         let op_id = unescape(op)
             .and_then(|raw| OperationId::new(raw).ok())
-            .filter(|id| escape(id.as_str()) == op)
+            .filter(|id| percent_encode(id.as_str()) == op)
             .ok_or_else(|| format!("operation id `{}` is not canonically escaped", shortened()))?;
         let outcome = match kind {
             OpKind::Write => OpOutcome::Write {

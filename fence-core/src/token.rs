@@ -156,7 +156,7 @@ macro_rules! identifier {
 
             #[doc = concat!("An injective, backend-safe spelling of the ", $what, " (see [`crate::Domain::escaped`]).")]
             pub fn escaped(&self) -> String {
-                crate::domain::escape(&self.0)
+                crate::domain::percent_encode(&self.0)
             }
         }
 

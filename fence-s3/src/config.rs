@@ -10,8 +10,8 @@ use fence_core::{FenceError, InvalidInput, IssuerView, TokenBounds};
 use tokio::sync::OnceCell;
 
 use crate::cache::EtagCache;
-use crate::keys::{KeyScheme, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
-use crate::{Inner, S3Fence};
+use crate::keys::{KeyLayout, KeyScheme, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
+use crate::{Inner, ObjectOptions, S3Fence};
 
 /// Default key prefix of fenced objects.
 pub const DEFAULT_PREFIX: &str = "fence/";
@@ -51,6 +51,8 @@ pub struct S3FenceBuilder {
     client: Option<Client>,
     bucket: Option<String>,
     prefix: String,
+    layout: KeyLayout,
+    object_options: ObjectOptions,
     max_value_bytes: usize,
     multipart_threshold: usize,
     part_size: usize,
@@ -68,6 +70,8 @@ impl Default for S3FenceBuilder {
             client: None,
             bucket: None,
             prefix: DEFAULT_PREFIX.to_owned(),
+            layout: KeyLayout::default(),
+            object_options: ObjectOptions::default(),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             multipart_threshold: DEFAULT_MULTIPART_THRESHOLD,
             part_size: DEFAULT_PART_SIZE,
@@ -106,6 +110,24 @@ impl S3FenceBuilder {
     /// object; the crate docs state the whole key layout.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
+        self
+    }
+
+    /// How a domain becomes the key after the prefix (default [`KeyLayout::Escaped`]: one
+    /// escaped segment). [`KeyLayout::Verbatim`] keeps the domain as written, `/` included, to
+    /// fence an existing layout in place (`sales/2026/part-0.csv`); the crate docs state which
+    /// domains it refuses.
+    pub fn key_layout(mut self, layout: KeyLayout) -> Self {
+        self.layout = layout;
+        self
+    }
+
+    /// The options every write sends unless it brings its own ([`S3Fence::write_with`]):
+    /// content type, cache control, user metadata, tags, server-side encryption. The capability
+    /// probe's objects are written with them too, so a bucket policy that requires encryption
+    /// holds for every PUT. Checked by `build`.
+    pub fn object_options(mut self, options: ObjectOptions) -> Self {
+        self.object_options = options;
         self
     }
 
@@ -185,7 +207,13 @@ impl S3FenceBuilder {
                 "bucket name `{bucket}` must be 1 to 63 characters"
             )));
         }
-        let keys = KeyScheme::new(self.prefix, self.max_key_bytes, self.max_segment_bytes)?;
+        let keys = KeyScheme::new(
+            self.prefix,
+            self.layout,
+            self.max_key_bytes,
+            self.max_segment_bytes,
+        )?;
+        self.object_options.validate()?;
         if self.part_size < 5 * 1024 * 1024 {
             return Err(invalid(format!(
                 "part size {} is below S3's 5 MiB minimum",
@@ -217,6 +245,7 @@ impl S3FenceBuilder {
                 client,
                 bucket,
                 keys,
+                object_options: self.object_options,
                 max_value_bytes: self.max_value_bytes,
                 bounds: TokenBounds::new(self.max_token_step, IssuerView::Unchecked),
                 multipart_threshold: self.multipart_threshold,
@@ -243,6 +272,7 @@ impl fmt::Debug for S3FenceBuilder {
         f.debug_struct("S3FenceBuilder")
             .field("bucket", &self.bucket)
             .field("prefix", &self.prefix)
+            .field("layout", &self.layout)
             .field("max_value_bytes", &self.max_value_bytes)
             .field("multipart_threshold", &self.multipart_threshold)
             .field("cache_capacity", &self.cache_capacity)

@@ -19,12 +19,14 @@ use crate::config::S3FenceBuilder;
 use crate::envelope::{fresh_nonce, Head, Header};
 use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
 use crate::keys::KeyScheme;
+use crate::options::ObjectOptions;
 use crate::requests::{decode, Expect};
 
 pub(crate) struct Inner {
     pub(crate) client: Client,
     pub(crate) bucket: String,
     pub(crate) keys: KeyScheme,
+    pub(crate) object_options: ObjectOptions,
     pub(crate) max_value_bytes: usize,
     pub(crate) bounds: TokenBounds,
     pub(crate) multipart_threshold: usize,
@@ -90,12 +92,14 @@ impl S3Fence {
         tokio::time::sleep(BACKOFF.delay(attempt)).await;
     }
 
+    /// A write of a domain's object: `new_payload` is the payload and the options to write it
+    /// with, or `None` to keep the object's payload and options (a claim).
     async fn conditional_update<T>(
         &self,
         domain: &Domain,
         operation: Operation,
         mut decide: impl FnMut(Option<&Header>, bool) -> Result<Step<T>, FenceError>,
-        new_payload: Option<Bytes>,
+        new_payload: Option<(Bytes, &ObjectOptions)>,
     ) -> Result<T, FenceError> {
         let key = self.object_key(domain)?;
         self.probe().await?;
@@ -126,13 +130,17 @@ impl S3Fence {
                 Err(error) => return Err(error),
             };
             // A claim on a live value rewrites the value: fetch it at exactly this version.
-            let payload = match (&current, &new_payload) {
-                (_, Some(payload)) => payload.clone(),
+            let kept;
+            let (payload, options) = match (&current, &new_payload) {
+                (_, Some((payload, options))) => (payload.clone(), *options),
                 (Some((etag, header)), None) => match self
                     .payload_at(&key, domain, operation, etag, header)
                     .await?
                 {
-                    Some(payload) => payload,
+                    Some((payload, options)) => {
+                        kept = options;
+                        (payload, &kept)
+                    }
                     None => {
                         // Another writer moved the object on: a lost race like a 412.
                         use_cache = false;
@@ -141,7 +149,7 @@ impl S3Fence {
                         continue;
                     }
                 },
-                (None, None) => Bytes::new(),
+                (None, None) => (Bytes::new(), &self.inner.object_options),
             };
             let mut body = BytesMut::from(&plan.header.encode()[..]);
             body.extend_from_slice(&payload);
@@ -149,7 +157,10 @@ impl S3Fence {
                 Some((etag, _)) => Expect::Etag(etag.clone()),
                 None => Expect::Absent,
             };
-            match self.put_conditional(&key, body.freeze(), &expect).await {
+            match self
+                .put_conditional(&key, body.freeze(), &expect, options)
+                .await
+            {
                 Ok(etag) => {
                     self.inner.cache.insert(
                         key.clone(),
@@ -191,7 +202,8 @@ impl S3Fence {
         ))
     }
 
-    /// The payload of the version `etag`, or `None` if the object moved on.
+    /// The payload and options of the version `etag`, or `None` if the object moved on. An
+    /// object without a value is rewritten with the builder's options.
     async fn payload_at(
         &self,
         key: &str,
@@ -199,9 +211,9 @@ impl S3Fence {
         operation: Operation,
         etag: &str,
         header: &Header,
-    ) -> Result<Option<Bytes>, FenceError> {
+    ) -> Result<Option<(Bytes, ObjectOptions)>, FenceError> {
         if !matches!(header.head, Head::Value { .. }) {
-            return Ok(Some(Bytes::new()));
+            return Ok(Some((Bytes::new(), self.inner.object_options.clone())));
         }
         let Some(fetched) = self.fetch(key, domain, operation, None).await? else {
             return Ok(None);
@@ -210,10 +222,52 @@ impl S3Fence {
             return Ok(None);
         }
         let (_, offset) = decode(domain, key, &fetched.bytes)?;
-        Ok(Some(fetched.bytes.slice(offset..)))
+        let options = self.options_of(key, domain, operation, &fetched).await?;
+        Ok(Some((fetched.bytes.slice(offset..), options)))
     }
 
-    async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    /// Writes like [`FencedStore::write`], with this write's own object options instead of
+    /// the builder's ([`crate::S3FenceBuilder::object_options`]); invalid options are refused
+    /// before any request.
+    ///
+    /// ```no_run
+    /// # async fn demo(fence: fence_s3::S3Fence) -> Result<(), fence_core::FenceError> {
+    /// use fence_core::{Domain, FencingToken, WriteRequest};
+    /// use fence_s3::ObjectOptions;
+    /// let request = WriteRequest::put(Domain::new("reports/q3.csv")?, FencingToken::new(7)?, "a,b\n1,2\n");
+    /// let csv = ObjectOptions::new().content_type("text/csv").metadata("source", "erp");
+    /// fence.write_with(&request, &csv).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn write_with(
+        &self,
+        request: &WriteRequest,
+        options: &ObjectOptions,
+    ) -> Result<WriteOutcome, FenceError> {
+        fence_core::telemetry::observe(
+            BACKEND,
+            request.operation(),
+            request.domain(),
+            Some(request.token()),
+            async {
+                if let Some(why) = options.problem() {
+                    return Err(fence_core::InvalidInput::Configuration(format!(
+                        "write to domain `{}`: {why}",
+                        request.domain()
+                    ))
+                    .into());
+                }
+                self.write_now(request, options).await
+            },
+        )
+        .await
+    }
+
+    async fn write_now(
+        &self,
+        request: &WriteRequest,
+        options: &ObjectOptions,
+    ) -> Result<WriteOutcome, FenceError> {
         pipeline::validate_write(request, Some(self.inner.max_value_bytes))?;
         let value = match request.mutation() {
             Mutation::Put(value) => Some(value.clone()),
@@ -266,8 +320,13 @@ impl S3Fence {
             }))
         };
         let payload = value.clone().unwrap_or_default();
-        self.conditional_update(request.domain(), request.operation(), decide, Some(payload))
-            .await
+        self.conditional_update(
+            request.domain(),
+            request.operation(),
+            decide,
+            Some((payload, options)),
+        )
+        .await
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
@@ -392,7 +451,7 @@ impl Fence for S3Fence {
 #[async_trait]
 impl FencedStore for S3Fence {
     async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        self.write_now(request).await
+        self.write_now(request, &self.inner.object_options).await
     }
 
     async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {

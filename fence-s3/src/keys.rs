@@ -14,6 +14,14 @@
 //!
 //! So (prefix, domain) and (prefix, domain, name) can be read back from a key, no two
 //! configurations share a key, and no domain can ever reach an internal object.
+//!
+//! [`KeyLayout::Verbatim`] instead puts the domain after the prefix as written, `/` included, so
+//! that existing layouts (`sales/2026/part-0.csv`) are fenced in place. It is still injective
+//! (the key is the prefix plus the domain) and still keeps domains off Fence's own objects: a
+//! domain that starts with `!`, has an empty, `.` or `..` segment, or starts or ends with `/` is
+//! refused with [`InvalidInput::DomainNotAKey`], since S3 paths would normalise it or it could
+//! reach an internal key. Only across prefixes that nest (`a/` and `a/b/`) can two
+//! configurations name the same object: give each fence a prefix of its own.
 
 use fence_core::{Domain, FenceError, InvalidInput};
 
@@ -25,10 +33,23 @@ pub const DEFAULT_MAX_KEY_BYTES: usize = 1024;
 /// (SeaweedFS and MinIO answer `KeyTooLongError` above 255).
 pub const DEFAULT_MAX_SEGMENT_BYTES: usize = 255;
 
+/// How a domain becomes the object key after the prefix.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum KeyLayout {
+    /// The domain's escaped form, one segment (`2026/q3` is `2026%2Fq3`): every domain fits.
+    #[default]
+    Escaped,
+    /// The domain as written, `/` allowed (`sales/2026/part-0.csv`), for fencing an existing
+    /// object layout in place; domains S3 would normalise or that start with `!` are refused.
+    Verbatim,
+}
+
 /// Builds object keys under a validated prefix.
 #[derive(Clone, Debug)]
 pub(crate) struct KeyScheme {
     prefix: String,
+    layout: KeyLayout,
     max_key_bytes: usize,
     max_segment_bytes: usize,
 }
@@ -36,6 +57,7 @@ pub(crate) struct KeyScheme {
 impl KeyScheme {
     pub(crate) fn new(
         prefix: String,
+        layout: KeyLayout,
         max_key_bytes: usize,
         max_segment_bytes: usize,
     ) -> Result<Self, InvalidInput> {
@@ -58,6 +80,7 @@ impl KeyScheme {
         }
         Ok(KeyScheme {
             prefix,
+            layout,
             max_key_bytes,
             max_segment_bytes,
         })
@@ -69,12 +92,55 @@ impl KeyScheme {
 
     /// The object key of a domain, or `KeyTooLong` before any I/O.
     pub(crate) fn object(&self, domain: &Domain) -> Result<String, FenceError> {
+        if self.layout == KeyLayout::Verbatim {
+            return self.verbatim(domain);
+        }
         let segment = match domain.as_str() {
             "." => "%2E".to_owned(),
             ".." => "%2E%2E".to_owned(),
             _ => domain.escaped(),
         };
         self.key(domain, segment, "")
+    }
+
+    fn verbatim(&self, domain: &Domain) -> Result<String, FenceError> {
+        let name = domain.as_str();
+        let refuse = |reason| {
+            Err(InvalidInput::DomainNotAKey {
+                backend: BACKEND,
+                domain: domain.clone(),
+                reason,
+            }
+            .into())
+        };
+        if name.starts_with('!') {
+            return refuse("keys starting with `!` are the fence's own objects");
+        }
+        if name.starts_with('/') || name.ends_with('/') {
+            return refuse("a verbatim key must not start or end with `/`");
+        }
+        let mut longest = "";
+        for segment in name.split('/') {
+            if matches!(segment, "" | "." | "..") {
+                return refuse("S3 paths normalise empty, `.` and `..` segments away");
+            }
+            if segment.len() > longest.len() {
+                longest = segment;
+            }
+        }
+        self.key(domain, longest.to_owned(), "")?;
+        let len = self.prefix.len() + name.len();
+        if len > self.max_key_bytes {
+            return Err(InvalidInput::KeyTooLong {
+                backend: BACKEND,
+                domain: domain.clone(),
+                what: "object key",
+                len,
+                max: self.max_key_bytes,
+            }
+            .into());
+        }
+        Ok(format!("{}{name}", self.prefix))
     }
 
     /// The key of immutable data object `name` of `domain`; `name` follows the domain rules.
@@ -85,6 +151,36 @@ impl KeyScheme {
             format!("!data!{}!{}", domain.escaped(), name.escaped()),
             "data ",
         )
+    }
+
+    /// Checks a plain object key the caller chose ([`crate::S3Fence::put_plain`]): within the
+    /// endpoint's limits, and never a key this fence owns (a domain's object or an internal
+    /// one), so a plain object can never block or shadow a fenced one.
+    pub(crate) fn plain(&self, key: &str) -> Result<(), FenceError> {
+        let refuse = |reason| {
+            Err(InvalidInput::InvalidKey {
+                backend: BACKEND,
+                key: key.chars().take(120).collect(),
+                reason,
+            }
+            .into())
+        };
+        if key.is_empty() || key.chars().any(char::is_control) {
+            return refuse("a key must be non-empty, without control characters");
+        }
+        if key.len() > self.max_key_bytes
+            || key.split('/').any(|s| s.len() > self.max_segment_bytes)
+        {
+            return refuse("over the endpoint's key or segment length limit");
+        }
+        if let Some(rest) = key.strip_prefix(&self.prefix) {
+            if self.layout == KeyLayout::Verbatim || !rest.contains('/') {
+                return refuse(
+                    "the fence's prefix holds fenced objects: put plain objects elsewhere",
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The key of a capability probe object.
@@ -131,6 +227,7 @@ mod tests {
     fn scheme(prefix: &str) -> KeyScheme {
         KeyScheme::new(
             prefix.to_owned(),
+            KeyLayout::Escaped,
             DEFAULT_MAX_KEY_BYTES,
             DEFAULT_MAX_SEGMENT_BYTES,
         )
@@ -145,13 +242,13 @@ mod tests {
     fn prefixes_that_could_run_into_a_domain_are_refused() {
         for bad in ["t1", "t12", "a/b", "x\ny/"] {
             assert!(
-                KeyScheme::new(bad.to_owned(), 1024, 255).is_err(),
+                KeyScheme::new(bad.to_owned(), KeyLayout::Escaped, 1024, 255).is_err(),
                 "{bad:?}"
             );
         }
         for good in ["", "t1/", "a/b/", "/"] {
             assert!(
-                KeyScheme::new(good.to_owned(), 1024, 255).is_ok(),
+                KeyScheme::new(good.to_owned(), KeyLayout::Escaped, 1024, 255).is_ok(),
                 "{good:?}"
             );
         }
@@ -221,8 +318,13 @@ mod tests {
         }
         assert!(keys.object(&d(&"a".repeat(255))).is_ok());
         assert!(keys.object(&d(&"a".repeat(256))).is_err());
-        let deep = KeyScheme::new(format!("{}/", "p".repeat(511)), 700, 255)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let deep = KeyScheme::new(
+            format!("{}/", "p".repeat(511)),
+            KeyLayout::Escaped,
+            700,
+            255,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let err = deep.object(&d(&"a".repeat(250)));
         assert!(
             matches!(
@@ -239,5 +341,118 @@ mod tests {
             keys.data(&d("x"), ""),
             Err(FenceError::InvalidInput(_))
         ));
+    }
+
+    fn verbatim(prefix: &str) -> KeyScheme {
+        KeyScheme::new(
+            prefix.to_owned(),
+            KeyLayout::Verbatim,
+            DEFAULT_MAX_KEY_BYTES,
+            DEFAULT_MAX_SEGMENT_BYTES,
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn verbatim_keys_keep_the_layout_and_stay_off_internal_objects() {
+        let keys = verbatim("lake/");
+        assert_eq!(
+            keys.object(&d("sales/2026/part-0.csv")).ok().as_deref(),
+            Some("lake/sales/2026/part-0.csv")
+        );
+        assert_eq!(
+            keys.object(&d("a b%2F")).ok().as_deref(),
+            Some("lake/a b%2F")
+        );
+        for bad in [
+            "!data!x!y",
+            "!probe!0000000000000000",
+            "/abs",
+            "dir/",
+            "a//b",
+            "./a",
+            "a/../b",
+            "..",
+        ] {
+            match keys.object(&d(bad)) {
+                Err(FenceError::InvalidInput(InvalidInput::DomainNotAKey { domain, .. })) => {
+                    assert_eq!(domain.as_str(), bad);
+                }
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+        // Injective among domains and away from the internal objects of the same prefix.
+        let mut seen: HashMap<String, String> = HashMap::new();
+        for name in ["x", "x/y", "x%2Fy", "y", "x/y/z", ".data", "a!b", "é/ü"] {
+            let domain = d(name);
+            let object = keys.object(&domain).unwrap_or_else(|e| panic!("{e}"));
+            assert!(!object["lake/".len()..].starts_with('!'));
+            assert!(seen.insert(object, name.to_owned()).is_none(), "{name}");
+            let data = keys.data(&domain, "part").unwrap_or_else(|e| panic!("{e}"));
+            assert!(seen.insert(data, format!("data of {name}")).is_none());
+        }
+        assert!(seen.insert(keys.probe(0), "probe".into()).is_none());
+    }
+
+    #[test]
+    fn verbatim_segments_and_keys_are_bounded() {
+        let keys = KeyScheme::new("p/".into(), KeyLayout::Verbatim, 1024, 100)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(keys.object(&d(&format!("{}/b", "a".repeat(100)))).is_ok());
+        let err = keys.object(&d(&format!("b/{}", "a".repeat(101))));
+        assert!(
+            matches!(
+                err,
+                Err(FenceError::InvalidInput(InvalidInput::KeyTooLong {
+                    what: "key segment",
+                    len: 101,
+                    ..
+                }))
+            ),
+            "{err:?}"
+        );
+        let deep = KeyScheme::new(
+            format!("{}/", "p".repeat(511)),
+            KeyLayout::Verbatim,
+            700,
+            255,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let nested = format!("{}/{}", "s".repeat(120), "t".repeat(120));
+        assert!(matches!(
+            deep.object(&d(&nested)),
+            Err(FenceError::InvalidInput(InvalidInput::KeyTooLong {
+                what: "object key",
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn plain_keys_never_reach_fenced_objects() {
+        let escaped = scheme("fence/");
+        assert!(escaped.plain("lake/sales/part-0.csv").is_ok());
+        assert!(escaped.plain("fence/deeper/part-0.csv").is_ok());
+        let verbatim = verbatim("fence/");
+        assert!(verbatim.plain("lake/part-0.csv").is_ok());
+        let root = scheme("");
+        assert!(root.plain("lake/part-0.csv").is_ok());
+        for (keys, bad) in [
+            (&escaped, "fence/x"),
+            (&escaped, "fence/!data!x!y"),
+            (&verbatim, "fence/deeper/part-0.csv"),
+            (&root, "x"),
+            (&root, ""),
+            (&root, "a\nb/c"),
+        ] {
+            assert!(
+                matches!(
+                    keys.plain(bad),
+                    Err(FenceError::InvalidInput(InvalidInput::InvalidKey { .. }))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert!(root.plain(&format!("a/{}", "b".repeat(256))).is_err());
     }
 }

@@ -6,6 +6,8 @@ mod envelope;
 mod error;
 mod fence;
 mod keys;
+mod manifest;
+mod options;
 mod pointer;
 mod probe;
 mod requests;
@@ -22,5 +24,7 @@ pub use config::{
 pub use error::S3FenceError;
 pub(crate) use fence::Inner;
 pub use fence::S3Fence;
-pub use keys::{DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
-pub use pointer::Immutable;
+pub use keys::{KeyLayout, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
+pub use manifest::{Manifest, MAX_MANIFEST_KEYS};
+pub use options::{Encryption, ObjectOptions, MAX_METADATA_BYTES, MAX_TAGS};
+pub use pointer::{Immutable, Resolved};

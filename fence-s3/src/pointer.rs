@@ -4,15 +4,18 @@
 //! objects is written as immutable data objects (create-only, `If-None-Match: *`, never
 //! overwritten) plus ONE fenced manifest, the domain's object, that points at them. A stale
 //! writer can still create data objects, but no manifest will ever point at them: only the
-//! manifest write is fenced, and readers follow the manifest.
+//! manifest write is fenced, and readers follow the manifest. Data objects carry no envelope,
+//! so plain readers (Athena, Spark, a CDN) read them as they are.
 
 use bytes::{Bytes, BytesMut};
 use fence_core::telemetry::observe;
-use fence_core::{Accepted, Domain, FenceError, FencingToken, Operation, Revision};
+use fence_core::{Accepted, Domain, FenceError, FencedStore, FencingToken, Operation, Revision};
 
 use crate::cache::Known;
 use crate::envelope::{fresh_nonce, Head, Header, Invalid};
 use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
+use crate::manifest::Manifest;
+use crate::options::ObjectOptions;
 use crate::requests::Expect;
 use crate::S3Fence;
 
@@ -33,6 +36,18 @@ impl fence_core::telemetry::OutcomeLabel for Immutable {
             Immutable::AlreadyExists(_) => "duplicate",
         }
     }
+}
+
+/// What [`S3Fence::resolve`] found: the committed manifest and the write that committed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Resolved {
+    /// The plain objects' keys.
+    pub manifest: Manifest,
+    /// The token of the write that committed it.
+    pub token: FencingToken,
+    /// Its revision.
+    pub revision: Revision,
 }
 
 impl S3Fence {
@@ -57,13 +72,79 @@ impl S3Fence {
                 bytes.len(),
                 Some(self.inner.max_value_bytes),
             )?;
-            match self.put_conditional(&key, bytes, &Expect::Absent).await {
-                Ok(_) => Ok(Immutable::Created(key)),
-                Err(Failure::Precondition | Failure::Conflict) => Ok(Immutable::AlreadyExists(key)),
-                Err(failure) => Err(failure.into_fence_error(domain, Operation::Write, true)),
-            }
+            self.create_only(key, bytes, &self.inner.object_options, domain)
+                .await
         })
         .await
+    }
+
+    /// Creates a plain object at exactly `key` (create-only: an existing object is never
+    /// overwritten), with no envelope, so that any reader sees its bytes as written. `key` must
+    /// lie outside what this fence owns (its prefix's domain objects); list it in a
+    /// [`Manifest`] that a fenced write commits, and readers resolve it with
+    /// [`S3Fence::resolve`]. `domain` names the owner in errors and telemetry.
+    pub async fn put_plain(
+        &self,
+        domain: &Domain,
+        key: &str,
+        bytes: Bytes,
+        options: &ObjectOptions,
+    ) -> Result<Immutable, FenceError> {
+        observe(BACKEND, Operation::Write, domain, None, async {
+            self.inner.keys.plain(key)?;
+            if let Some(why) = options.problem() {
+                return Err(fence_core::InvalidInput::Configuration(format!(
+                    "plain object `{key}` of domain `{domain}`: {why}"
+                ))
+                .into());
+            }
+            fence_core::pipeline::check_size(
+                domain,
+                bytes.len(),
+                Some(self.inner.max_value_bytes),
+            )?;
+            self.create_only(key.to_owned(), bytes, options, domain)
+                .await
+        })
+        .await
+    }
+
+    async fn create_only(
+        &self,
+        key: String,
+        bytes: Bytes,
+        options: &ObjectOptions,
+        domain: &Domain,
+    ) -> Result<Immutable, FenceError> {
+        self.probe().await?;
+        match self
+            .put_conditional(&key, bytes, &Expect::Absent, options)
+            .await
+        {
+            Ok(_) => Ok(Immutable::Created(key)),
+            Err(Failure::Precondition | Failure::Conflict) => Ok(Immutable::AlreadyExists(key)),
+            Err(failure) => Err(failure.into_fence_error(domain, Operation::Write, true)),
+        }
+    }
+
+    /// Reads the domain's fenced [`Manifest`]: the keys of the plain objects that the last
+    /// accepted write committed, with that write's token and revision. `None` when the domain
+    /// holds no value; a value that is not a manifest is [`FenceError::CorruptState`].
+    pub async fn resolve(&self, domain: &Domain) -> Result<Option<Resolved>, FenceError> {
+        let snapshot = self.read(domain).await?;
+        let (Some(value), Some(token), Some(revision)) =
+            (snapshot.value(), snapshot.written_by(), snapshot.revision())
+        else {
+            return Ok(None);
+        };
+        let manifest = Manifest::parse(value).map_err(|why| {
+            FenceError::corrupt(BACKEND, domain, format!("the domain's value: {why}"))
+        })?;
+        Ok(Some(Resolved {
+            manifest,
+            token,
+            revision,
+        }))
     }
 
     /// Reads an immutable data object.
@@ -80,8 +161,9 @@ impl S3Fence {
     }
 
     /// Brings an object written by another tool (no fence envelope) under fencing with `token`:
-    /// its bytes become the value at revision 1, and the domain's mark becomes `token`. The
-    /// rewrite is conditional on the object not changing meanwhile. A configured step bound
+    /// its bytes become the value at revision 1, and the domain's mark becomes `token`; its
+    /// content type, cache control, metadata, tags and encryption are kept. The rewrite is
+    /// conditional on the object not changing meanwhile. A configured step bound
     /// applies from zero ([`crate::S3FenceBuilder::max_token_step`]).
     pub async fn adopt(
         &self,
@@ -121,10 +203,14 @@ impl S3Fence {
                 nonce: fresh_nonce(),
                 ops: Default::default(),
             };
+            // The object keeps its content type, metadata, tags and encryption.
+            let options = self
+                .options_of(&key, domain, Operation::Write, &fetched)
+                .await?;
             let mut body = BytesMut::from(&header.encode()[..]);
             body.extend_from_slice(&fetched.bytes);
             match self
-                .put_conditional(&key, body.freeze(), &Expect::Etag(fetched.etag))
+                .put_conditional(&key, body.freeze(), &Expect::Etag(fetched.etag), &options)
                 .await
             {
                 Ok(etag) => {

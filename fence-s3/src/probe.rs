@@ -54,11 +54,12 @@ impl S3Fence {
                 failure => fail(failure),
             });
         }
-        self.put_conditional(&key, "probe".into(), &Expect::Absent)
+        let options = &self.inner.object_options;
+        self.put_conditional(&key, "probe".into(), &Expect::Absent, options)
             .await
             .map_err(fail)?;
         let result = match self
-            .put_conditional(&key, "create again".into(), &Expect::Absent)
+            .put_conditional(&key, "create again".into(), &Expect::Absent, options)
             .await
         {
             Ok(_) => Err(ignored(
@@ -70,6 +71,7 @@ impl S3Fence {
                         &key,
                         "wrong version".into(),
                         &Expect::Etag(WRONG_ETAG.into()),
+                        options,
                     )
                     .await
                 {

@@ -7,6 +7,7 @@ use fence_core::{Domain, FenceError, Operation};
 
 use crate::envelope::{Header, Invalid, MAX_HEADER_BYTES};
 use crate::error::{backend_error, classify, Failure, S3FenceError, BACKEND};
+use crate::options::ObjectOptions;
 use crate::S3Fence;
 
 /// The write condition that makes a PUT a compare-and-set.
@@ -18,10 +19,12 @@ pub(crate) enum Expect {
     Etag(String),
 }
 
-/// An object's bytes and version.
+/// An object's bytes, version and options (tags not included: see [`S3Fence::options_of`]).
 pub(crate) struct Fetched {
     pub(crate) etag: String,
     pub(crate) bytes: Bytes,
+    pub(crate) options: ObjectOptions,
+    pub(crate) tag_count: usize,
 }
 
 impl S3Fence {
@@ -70,14 +73,51 @@ impl S3Fence {
             let etag = output.e_tag().map(str::to_owned).ok_or_else(|| {
                 FenceError::corrupt(BACKEND, domain, "S3 returned the object without an ETag")
             })?;
+            let options = ObjectOptions::of_object(&output);
+            let tag_count = usize::try_from(output.tag_count().unwrap_or(0)).unwrap_or(0);
             let bytes = output
                 .body
                 .collect()
                 .await
                 .map_err(|e| backend_error(Some(domain), S3FenceError::Transport(Box::new(e))))?
                 .into_bytes();
-            return Ok(Some(Fetched { etag, bytes }));
+            return Ok(Some(Fetched {
+                etag,
+                bytes,
+                options,
+                tag_count,
+            }));
         }
+    }
+
+    /// The whole options of a fetched object: its tags need a request of their own, made only
+    /// when the object has some.
+    pub(crate) async fn options_of(
+        &self,
+        key: &str,
+        domain: &Domain,
+        operation: Operation,
+        fetched: &Fetched,
+    ) -> Result<ObjectOptions, FenceError> {
+        if fetched.tag_count == 0 {
+            return Ok(fetched.options.clone());
+        }
+        let tags = self
+            .inner
+            .client
+            .get_object_tagging()
+            .bucket(&self.inner.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| {
+                classify(e, &self.inner.bucket).into_fence_error(domain, operation, false)
+            })?;
+        Ok(fetched.options.clone().with_tags(
+            tags.tag_set()
+                .iter()
+                .map(|tag| (tag.key().to_owned(), tag.value().to_owned())),
+        ))
     }
 
     /// Reads and validates the envelope header of `key` with one ranged GET.
@@ -104,17 +144,19 @@ impl S3Fence {
         key: &str,
         body: Bytes,
         expect: &Expect,
+        options: &ObjectOptions,
     ) -> Result<String, Failure> {
         if body.len() > self.inner.multipart_threshold {
-            return self.put_multipart(key, body, expect).await;
+            return self.put_multipart(key, body, expect, options).await;
         }
-        let mut put = self
+        let put = self
             .inner
             .client
             .put_object()
             .bucket(&self.inner.bucket)
             .key(key)
             .body(ByteStream::from(body));
+        let mut put = options.apply_to_put(put);
         put = match expect {
             Expect::Absent => put.if_none_match("*"),
             Expect::Etag(etag) => put.if_match(etag),
@@ -137,13 +179,13 @@ impl S3Fence {
         key: &str,
         body: Bytes,
         expect: &Expect,
+        options: &ObjectOptions,
     ) -> Result<String, Failure> {
         let bucket = &self.inner.bucket;
         let client = &self.inner.client;
-        let created = client
-            .create_multipart_upload()
-            .bucket(bucket)
-            .key(key)
+        let create = client.create_multipart_upload().bucket(bucket).key(key);
+        let created = options
+            .apply_to_multipart(create)
             .send()
             .await
             .map_err(|e| classify(e, bucket))?;

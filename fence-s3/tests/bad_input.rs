@@ -30,15 +30,7 @@ async fn raw_put(key: &str, body: &'static [u8]) {
 }
 
 async fn raw_get(key: &str) -> Vec<u8> {
-    let client = support::client(&support::shared_endpoint().unwrap());
-    let object = client
-        .get_object()
-        .bucket(support::BUCKET)
-        .key(key)
-        .send()
-        .await
-        .unwrap();
-    object.body.collect().await.unwrap().into_bytes().to_vec()
+    support::raw_get(&support::client(&support::shared_endpoint().unwrap()), key).await
 }
 
 fn source_of(error: &FenceError) -> Option<&S3FenceError> {

@@ -70,6 +70,21 @@ pub fn client(endpoint: &str) -> aws_sdk_s3::Client {
     aws_sdk_s3::Client::from_conf(config(endpoint, ACCESS_KEY, SECRET_KEY).build())
 }
 
+/// The raw bytes of object `key` in the test bucket, read with `client` (no Fence involved).
+pub async fn raw_get(client: &aws_sdk_s3::Client, key: &str) -> Vec<u8> {
+    let object = client
+        .get_object()
+        .bucket(BUCKET)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET `{key}`: {e}"));
+    let body = object.body.collect().await;
+    body.unwrap_or_else(|e| panic!("GET `{key}`: {e}"))
+        .into_bytes()
+        .to_vec()
+}
+
 /// A unique key prefix per test run.
 pub fn unique_prefix(test: &str) -> String {
     format!("fence-test/{test}/{}/", crate::unique_suffix())
