@@ -21,6 +21,14 @@ pub enum RedisFenceError {
         /// What was wrong with the reply.
         detail: String,
     },
+    /// A key that `adopt_value` or `adopt_key` cannot bring under fencing.
+    #[error("redis key `{key}` cannot be adopted: {reason}")]
+    AdoptRefused {
+        /// The key.
+        key: String,
+        /// Why, and what to do about it.
+        reason: String,
+    },
     /// Any other client or server error.
     #[error(transparent)]
     Redis(#[from] RedisError),
@@ -31,7 +39,9 @@ impl RedisFenceError {
     pub fn kind(&self) -> BackendErrorKind {
         match self {
             RedisFenceError::PermissionDenied(_) => BackendErrorKind::PermissionDenied,
-            RedisFenceError::UnexpectedReply { .. } => BackendErrorKind::Rejected,
+            RedisFenceError::UnexpectedReply { .. } | RedisFenceError::AdoptRefused { .. } => {
+                BackendErrorKind::Rejected
+            }
             RedisFenceError::Redis(error) => kind_of(error),
         }
     }

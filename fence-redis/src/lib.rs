@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod adopt;
 mod config;
 mod connection;
 mod envelope;

@@ -76,6 +76,7 @@ macro_rules! scripts {
 fenced_scripts! {
     WRITE => "write",
     CLAIM => "claim",
+    ADOPT => "adopt",
 }
 
 scripts! {

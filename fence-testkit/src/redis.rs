@@ -289,6 +289,38 @@ pub async fn raw(url: &str) -> fence_redis::redis::aio::MultiplexedConnection {
         .expect("a test connection")
 }
 
+/// A plain connection to the shared standalone server or the shared cluster (which routes each
+/// command by its key), for a test's own checks on either.
+pub enum RawRedis {
+    /// The standalone server.
+    Standalone(fence_redis::redis::aio::MultiplexedConnection),
+    /// The cluster.
+    Cluster(fence_redis::redis::cluster_async::ClusterConnection),
+}
+
+impl RawRedis {
+    /// A connection to the shared cluster (`cluster`) or standalone server.
+    pub async fn shared(cluster: bool) -> Self {
+        if !cluster {
+            return RawRedis::Standalone(raw(&shared_url().expect("the shared Redis")).await);
+        }
+        let nodes = shared_cluster().expect("the shared cluster");
+        let client = fence_redis::redis::cluster::ClusterClient::new(nodes).expect("cluster nodes");
+        let connection = client.get_async_connection().await;
+        RawRedis::Cluster(connection.expect("a cluster test connection"))
+    }
+
+    /// Runs `cmd`; panics on an error answer.
+    pub async fn query(&mut self, cmd: &fence_redis::redis::Cmd) -> fence_redis::redis::Value {
+        use fence_redis::redis::aio::ConnectionLike;
+        let answer = match self {
+            RawRedis::Standalone(c) => c.req_packed_command(cmd).await,
+            RawRedis::Cluster(c) => c.req_packed_command(cmd).await,
+        };
+        answer.unwrap_or_else(|e| panic!("test command failed: {e}"))
+    }
+}
+
 /// Deletes `domain`'s lease on the shared standalone server (where `fence` lives), as its TTL
 /// would.
 pub async fn expire_lease(fence: &RedisFence, domain: &fence_core::Domain) {
