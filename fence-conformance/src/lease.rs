@@ -350,3 +350,49 @@ impl LeaseManager for CountingAcquires {
         self.inner.do_release(lease).await
     }
 }
+
+/// `holder` reports the live lease of the fresh `domain` as the backend sees it: none before
+/// the first acquisition, the holder's owner and token with a remaining time within the TTL
+/// while it runs, the new owner after a release and re-acquisition, none once released.
+pub async fn holder_is_reported(leases: &dyn LeaseManager, domain: &Domain) {
+    let holder = |what: &'static str| async move {
+        leases
+            .holder(domain)
+            .await
+            .unwrap_or_else(|e| panic!("holder {what}: {e}"))
+    };
+    assert_eq!(holder("before any lease").await, None);
+    let ttl = Duration::from_secs(30);
+    let a = leases
+        .acquire(domain, &owner("inspected-a"), ttl)
+        .await
+        .unwrap_or_else(|e| panic!("A acquires: {e}"));
+    let seen = holder("while A holds it")
+        .await
+        .unwrap_or_else(|| panic!("no holder reported while A holds the lease"));
+    assert_eq!((seen.owner.as_str(), seen.token), ("inspected-a", a.token));
+    if let Some(remaining) = seen.remaining {
+        assert!(
+            remaining <= ttl && remaining > Duration::from_secs(20),
+            "A's lease of {ttl:?} reported {remaining:?} remaining"
+        );
+    }
+    leases
+        .release(&a)
+        .await
+        .unwrap_or_else(|e| panic!("A releases: {e}"));
+    let b = leases
+        .acquire(domain, &owner("inspected-b"), ttl)
+        .await
+        .unwrap_or_else(|e| panic!("B acquires: {e}"));
+    let seen = holder("while B holds it").await;
+    assert_eq!(
+        seen.map(|h| (h.owner.as_str().to_owned(), h.token)),
+        Some(("inspected-b".to_owned(), b.token))
+    );
+    leases
+        .release(&b)
+        .await
+        .unwrap_or_else(|e| panic!("B releases: {e}"));
+    assert_eq!(holder("after B released").await, None);
+}

@@ -85,6 +85,11 @@ mod leases {
             .await;
     }
 
+    #[tokio::test]
+    async fn the_holder_is_reported_on_memory() {
+        lease::holder_is_reported(&MemoryLeases::new(), &domain("held")).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_guard_renews_waits_and_signals_loss_on_memory() {
         lease::guard_renews_waits_and_signals_loss(Arc::new(MemoryLeases::new()), &domain("g"))

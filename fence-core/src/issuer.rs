@@ -145,6 +145,29 @@ impl Lease {
     }
 }
 
+/// Who holds a domain's lease now, as the backend sees it (for operators: `fence inspect`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseHolder {
+    /// The holder.
+    pub owner: OwnerId,
+    /// The token issued with its acquisition.
+    pub token: FencingToken,
+    /// How long the lease still runs by the backend's clock, when the backend says.
+    pub remaining: Option<Duration>,
+}
+
+impl LeaseHolder {
+    /// A holder record.
+    pub fn new(owner: OwnerId, token: FencingToken, remaining: Option<Duration>) -> Self {
+        LeaseHolder {
+            owner,
+            token,
+            remaining,
+        }
+    }
+}
+
 /// Leases that come with a fencing token.
 ///
 /// A lease alone cannot stop a paused holder from writing after it expired: the token it
@@ -209,6 +232,15 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
     async fn wait_for_release(&self, domain: &Domain, within: Duration) {
         let _ = domain;
         crate::lease_guard::poll_for_release(within).await;
+    }
+
+    /// The live lease of `domain`, if any: who holds it, with which token, for how long. For
+    /// inspection only: by the time it answers the lease may have changed hands, so never
+    /// decide a write on it (the token at the resource decides). The default answers
+    /// [`FenceError::Unsupported`].
+    async fn holder(&self, domain: &Domain) -> Result<Option<LeaseHolder>, FenceError> {
+        let _ = domain;
+        Err(FenceError::unsupported(self.backend(), "lease inspection"))
     }
 
     /// The backend's `acquire`, without telemetry, with `ttl` already checked (1 ms ..=
@@ -314,6 +346,19 @@ impl LeaseManager for MemoryLeases {
             },
         );
         Ok(Lease::new(domain.clone(), owner.clone(), token, expires))
+    }
+
+    async fn holder(&self, domain: &Domain) -> Result<Option<LeaseHolder>, FenceError> {
+        let now = Instant::now();
+        Ok(self.held().get(domain).and_then(|current| {
+            (current.expires > now).then(|| {
+                LeaseHolder::new(
+                    current.owner.clone(),
+                    current.token,
+                    Some(current.expires - now),
+                )
+            })
+        }))
     }
 
     async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {

@@ -30,7 +30,7 @@ pub use domain::{percent_encode, Domain, MAX_DOMAIN_BYTES};
 pub use entry_head::EntryHead;
 pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation};
 pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};
-pub use issuer::{Lease, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};
+pub use issuer::{Lease, LeaseHolder, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};
 pub use lease_guard::{LeaseGuard, LeaseLoss, LeaseOptions};
 pub use memory::{MemoryFence, DEFAULT_OP_ID_RETENTION, DEFAULT_SHARDS};
 pub use op_memory::{OpKind, OpMemory, OpOutcome, OpRecord};

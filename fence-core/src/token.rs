@@ -158,6 +158,13 @@ macro_rules! identifier {
             pub fn escaped(&self) -> String {
                 crate::domain::percent_encode(&self.0)
             }
+
+            #[doc = concat!("Reads back the spelling [`", stringify!($name), "::escaped`] wrote; `None` for anything it never writes.")]
+            pub fn from_escaped(text: &str) -> Option<Self> {
+                let id = crate::domain::unescape(text)?;
+                let parsed = Self::new(&id).ok()?;
+                (parsed.escaped() == text).then_some(parsed)
+            }
         }
 
         impl fmt::Display for $name {
@@ -232,6 +239,21 @@ impl fmt::Display for Revision {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaped_identifiers_read_back_and_nothing_else_does() {
+        for id in ["worker-1", "a b/ç", "%41"] {
+            let owner = OwnerId::new(id).unwrap_or_else(|e| unreachable!("{e}"));
+            assert_eq!(OwnerId::from_escaped(&owner.escaped()), Some(owner));
+        }
+        for never_written in ["a b", "%41", "%4", "", "%0A"] {
+            assert_eq!(
+                OwnerId::from_escaped(never_written),
+                None,
+                "{never_written}"
+            );
+        }
+    }
 
     fn reason(input: &str) -> Option<&'static str> {
         match input.parse::<FencingToken>() {

@@ -10,7 +10,9 @@ use etcd_client::{
     Compare, CompareOp, EventType, KeyValue, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp,
     TxnOpResponse, WatchFilterType, WatchOptions,
 };
-use fence_core::{Domain, FenceError, InvalidInput, Lease, LeaseManager, Operation, OwnerId};
+use fence_core::{
+    Domain, FenceError, InvalidInput, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
+};
 
 use crate::error::{corrupt, map_error, EtcdFenceError, BACKEND};
 use crate::issuer::revision_token;
@@ -406,6 +408,28 @@ fn lost(lease: &Lease) -> FenceError {
 impl LeaseManager for EtcdLeases {
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    /// The lock key's owner and `create_revision`, and its etcd lease's remaining TTL (whole
+    /// seconds, etcd's clock).
+    async fn holder(&self, domain: &Domain) -> Result<Option<LeaseHolder>, FenceError> {
+        let (Some(kv), _) = self.lock_key(domain).await? else {
+            return Ok(None);
+        };
+        let holder = Self::holder(domain, &kv)?;
+        let owner = OwnerId::from_escaped(&holder.owner)
+            .ok_or_else(|| corrupt(domain, "lock key names no valid owner"))?;
+        let token = revision_token(domain, holder.create_revision)?;
+        let remaining = self
+            .etcd
+            .client()
+            .lease_client()
+            .time_to_live(holder.lease, None)
+            .await
+            .ok()
+            .and_then(|answer| u64::try_from(answer.ttl()).ok())
+            .map(Duration::from_secs);
+        Ok(Some(LeaseHolder::new(owner, token, remaining)))
     }
 
     async fn wait_for_release(&self, domain: &Domain, within: Duration) {

@@ -55,6 +55,14 @@ async fn an_expired_holder_is_fenced_by_the_next_owner() {
         .await;
 }
 
+#[tokio::test]
+async fn the_holder_is_reported() {
+    let Some(etcd) = support::shared("lease_holder").await else {
+        return;
+    };
+    lease::holder_is_reported(&etcd.leases(), &d("held")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_acquires_have_exactly_one_winner() {
     let Some(etcd) = support::shared("lease_race").await else {

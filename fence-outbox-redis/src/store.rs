@@ -5,6 +5,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fence_core::{Domain, FencingToken};
 use fence_redis::redis::{self, Value};
+use fence_redis::unstable::glob_escape;
 
 use crate::outbox::{RedisOutbox, BACKEND, ENTRIES, META};
 use crate::reply::{corrupt, parse, with_presented};
@@ -81,18 +82,6 @@ impl RedisOutbox {
         tracing::debug!(partition, recovered, "outbox sweep done");
         Ok(())
     }
-}
-
-/// Escapes Redis glob metacharacters.
-fn glob_escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[async_trait]

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fence_core::{
-    Domain, FenceError, FencingToken, Lease, LeaseManager, Operation, OwnerId, TokenIssuer,
+    Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
+    TokenIssuer,
 };
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::{PgConnection, Postgres, Transaction};
@@ -308,6 +309,32 @@ fn lost(lease: &Lease) -> FenceError {
 impl LeaseManager for PostgresLeases {
     fn backend(&self) -> &'static str {
         BACKEND
+    }
+
+    /// The live lease row, with its remaining time by the server's clock.
+    async fn holder(&self, domain: &Domain) -> Result<Option<LeaseHolder>, FenceError> {
+        self.fence.ensure_shape(domain, Operation::Read).await?;
+        let row: Option<(String, String, i64)> = sqlx::query_as(&format!(
+            "SELECT owner, token::text, \
+             (extract(epoch FROM expires - clock_timestamp()) * 1000)::bigint \
+             FROM {} WHERE domain = $1 AND expires > clock_timestamp()",
+            self.fence.tables().leases()
+        ))
+        .bind(domain.as_str())
+        .fetch_optional(self.fence.pool())
+        .await
+        .map_err(|e| map_error(e, domain, Operation::Read, false))?;
+        let Some((owner, token, remaining_ms)) = row else {
+            return Ok(None);
+        };
+        let corrupt =
+            |what: &str| FenceError::corrupt(BACKEND, domain, format!("lease row: {what}"));
+        let owner = OwnerId::new(owner).map_err(|_| corrupt("no valid owner"))?;
+        let token = token
+            .parse()
+            .map_err(|_| corrupt("token is not a u64 token"))?;
+        let remaining = u64::try_from(remaining_ms).ok().map(Duration::from_millis);
+        Ok(Some(LeaseHolder::new(owner, token, remaining)))
     }
 
     async fn do_acquire(

@@ -51,7 +51,7 @@ fn kind_code(kind: OpKind) -> &'static [u8] {
     }
 }
 
-fn kind_of(code: &str) -> Option<OpKind> {
+pub(crate) fn kind_of(code: &str) -> Option<OpKind> {
     Some(match code {
         "w" => OpKind::Write,
         "a" => OpKind::Append,

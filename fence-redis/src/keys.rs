@@ -82,6 +82,11 @@ impl Keys {
         }
     }
 
+    /// What every op-id key of `domain` starts with.
+    pub(crate) fn ops_prefix(&self, domain: &Domain) -> String {
+        self.tagged(domain, "op:")
+    }
+
     pub(crate) fn sequence(&self, domain: &Domain) -> String {
         self.tagged(domain, "seq")
     }

@@ -5,13 +5,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fence_core::{
-    Domain, FenceError, FencingToken, Lease, LeaseManager, Operation, OwnerId, TokenIssuer,
+    Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
+    TokenIssuer,
 };
 
 use crate::error::{unexpected, BACKEND};
 use crate::fence::RedisFence;
 use crate::reply::Reply;
-use crate::scripts::{ISSUE, LEASE_ACQUIRE, LEASE_RENEW};
+use crate::scripts::{ISSUE, LEASE_ACQUIRE, LEASE_HOLDER, LEASE_RENEW};
 
 /// Leases on Redis: `acquire` takes the lease (owner, TTL) and issues a fresh token for the
 /// domain in one script; `renew` and `release` act only for the current owner and token.
@@ -156,6 +157,39 @@ impl LeaseManager for RedisLeases {
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
         self.acquire_now(domain, owner, ttl).await
+    }
+
+    /// The lease hash's owner and token, and its `PTTL` (Redis's clock).
+    async fn holder(&self, domain: &Domain) -> Result<Option<LeaseHolder>, FenceError> {
+        let lease_key = self.fence.inner.keys.lease(domain);
+        let reply = self
+            .fence
+            .eval(
+                &LEASE_HOLDER,
+                domain,
+                Operation::Read,
+                false,
+                &[lease_key],
+                &[],
+            )
+            .await?;
+        match reply.tag.as_str() {
+            "none" => Ok(None),
+            "ok" => {
+                let corrupt = |what: &str| {
+                    FenceError::corrupt(BACKEND, domain, format!("lease hash: {what}"))
+                };
+                let owner = OwnerId::new(reply.text(0)?).map_err(|_| corrupt("no valid owner"))?;
+                let token = reply.token(1)?.ok_or_else(|| corrupt("no token"))?;
+                let remaining = reply
+                    .text(2)?
+                    .parse::<u64>()
+                    .ok()
+                    .map(Duration::from_millis);
+                Ok(Some(LeaseHolder::new(owner, token, remaining)))
+            }
+            _ => Err(reply.into_error()),
+        }
     }
 
     async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {

@@ -10,8 +10,10 @@ mod extension;
 mod fence;
 mod keys;
 mod lease;
+mod ops;
 mod rebase;
 mod reply;
+mod scan;
 mod script;
 mod scripts;
 mod value;
@@ -31,10 +33,12 @@ pub use error::RedisFenceError;
 #[cfg(feature = "unstable-raw")]
 pub mod unstable {
     pub use crate::extension::RedisScript;
+    pub use crate::ops::glob_escape;
 }
 pub(crate) use fence::Inner;
 pub use fence::RedisFence;
 pub use keys::{FENCE_ACL_COMMANDS, MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};
 pub use lease::{RedisIssuer, RedisLeases};
+pub use ops::RememberedOp;
 pub use script::{BodyOutcome, FencedBody, FencedScript, ReplicaAcks, ScriptCall, ScriptOutcome};
 pub use value::ScriptValue;

@@ -83,6 +83,7 @@ scripts! {
     READ => "read",
     LEASE_ACQUIRE => "lease_acquire",
     LEASE_RENEW => "lease_renew",
+    LEASE_HOLDER => "lease_holder",
     ISSUE => "issue",
     REBASE => "rebase",
 }

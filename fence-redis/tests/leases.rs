@@ -54,6 +54,18 @@ async fn concurrent_acquires_have_exactly_one_winner() {
 }
 
 #[tokio::test]
+async fn the_holder_is_reported() {
+    let Some(fence) = shared_fence("holder").await else {
+        return;
+    };
+    lease::holder_is_reported(&fence.leases(), &Domain::new("held").unwrap()).await;
+    let Some(cluster) = shared_cluster_fence("holder").await else {
+        return;
+    };
+    lease::holder_is_reported(&cluster.leases(), &Domain::new("held").unwrap()).await;
+}
+
+#[tokio::test]
 async fn issuer_is_strictly_increasing_and_refuses_to_wrap_or_read_garbage() {
     let Some(fence) = shared_fence("issuer").await else {
         return;

@@ -74,12 +74,69 @@ pub(crate) struct Header {
 }
 
 /// Why bytes at a fenced key are not a valid envelope.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Invalid {
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvelopeError {
     /// No envelope at all: an object written by another tool.
+    #[error("no FENCE-S3/1 envelope (written by another tool?)")]
     Foreign,
     /// An envelope that does not parse.
+    #[error("damaged FENCE-S3/1 envelope: {0}")]
     Corrupt(String),
+}
+
+/// A decoded `FENCE-S3/1` envelope: what a domain's object says about its fence (the format
+/// is specified in FORMATS.md). Decoding is strict: the same rules the fence reads with.
+///
+/// ```
+/// let object = b"FENCE-S3/1\nhwm 7\nentry value 7 2\nnonce 00000000000000ff\n\na,b\n";
+/// let envelope = fence_s3::Envelope::decode(object)?;
+/// assert_eq!(envelope.high_water_mark().get(), 7);
+/// assert_eq!(envelope.entry().map(|e| e.to_string()).as_deref(), Some("value 7 2"));
+/// assert_eq!(&object[envelope.payload_offset()..], b"a,b\n");
+/// # Ok::<(), fence_s3::EnvelopeError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Envelope {
+    header: Header,
+    payload_offset: usize,
+}
+
+impl Envelope {
+    /// Decodes the envelope at the start of an object's bytes (a ranged read of the first
+    /// 16 KiB is enough).
+    pub fn decode(bytes: &[u8]) -> Result<Envelope, EnvelopeError> {
+        let (header, payload_offset) = Header::decode(bytes)?;
+        Ok(Envelope {
+            header,
+            payload_offset,
+        })
+    }
+
+    /// The domain's high-water mark.
+    pub fn high_water_mark(&self) -> FencingToken {
+        self.header.hwm
+    }
+
+    /// The entry (value or tombstone, writer token, revision); `None` after a claim alone.
+    pub fn entry(&self) -> Option<EntryHead> {
+        self.header.head.entry()
+    }
+
+    /// The write's nonce (it makes every write's ETag unique).
+    pub fn nonce(&self) -> u64 {
+        self.header.nonce
+    }
+
+    /// The operation ids the object remembers, oldest first.
+    pub fn ops(&self) -> &OpMemory {
+        &self.header.ops
+    }
+
+    /// Where the payload starts in the decoded bytes.
+    pub fn payload_offset(&self) -> usize {
+        self.payload_offset
+    }
 }
 
 /// A nonce that differs between any two writes of any process.
@@ -107,11 +164,11 @@ impl Header {
     }
 
     /// Parses the header at the start of `bytes`; returns it and where the payload starts.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<(Header, usize), Invalid> {
+    pub(crate) fn decode(bytes: &[u8]) -> Result<(Header, usize), EnvelopeError> {
         if !bytes.starts_with(MAGIC) {
-            return Err(Invalid::Foreign);
+            return Err(EnvelopeError::Foreign);
         }
-        let corrupt = |why: &str| Invalid::Corrupt(why.to_owned());
+        let corrupt = |why: &str| EnvelopeError::Corrupt(why.to_owned());
         let limit = bytes.len().min(MAX_HEADER_BYTES);
         let end = bytes[..limit]
             .windows(2)
@@ -121,13 +178,13 @@ impl Header {
             .map_err(|_| corrupt("header is not UTF-8"))?;
         let token = |s: &str| {
             s.parse::<FencingToken>()
-                .map_err(|e| Invalid::Corrupt(format!("token `{s}`: {e}")))
+                .map_err(|e| EnvelopeError::Corrupt(format!("token `{s}`: {e}")))
         };
         let mut lines = text.lines();
         let mut next = |what: &str| {
             lines
                 .next()
-                .ok_or_else(|| Invalid::Corrupt(format!("missing `{what}` line")))
+                .ok_or_else(|| EnvelopeError::Corrupt(format!("missing `{what}` line")))
         };
         let hwm = match next("hwm")?.split(' ').collect::<Vec<_>>()[..] {
             ["hwm", t] => token(t)?,
@@ -135,7 +192,7 @@ impl Header {
         };
         let head = match next("entry")?.strip_prefix("entry ") {
             Some("none") => Head::None,
-            Some(entry) => Head::from(EntryHead::parse(entry).map_err(Invalid::Corrupt)?),
+            Some(entry) => Head::from(EntryHead::parse(entry).map_err(EnvelopeError::Corrupt)?),
             None => return Err(corrupt("malformed `entry` line")),
         };
         let nonce = match next("nonce")?.split(' ').collect::<Vec<_>>()[..] {
@@ -147,9 +204,11 @@ impl Header {
         let mut ops = Vec::new();
         for line in lines {
             if line.starts_with("op ") {
-                ops.push(OpRecord::parse_line(line, OpKind::Write).map_err(Invalid::Corrupt)?);
+                ops.push(
+                    OpRecord::parse_line(line, OpKind::Write).map_err(EnvelopeError::Corrupt)?,
+                );
             } else {
-                return Err(Invalid::Corrupt(format!(
+                return Err(EnvelopeError::Corrupt(format!(
                     "unknown header line `{}`",
                     line.chars().take(60).collect::<String>()
                 )));
@@ -213,7 +272,10 @@ mod tests {
 
     #[test]
     fn foreign_and_corrupt_headers_are_refused() {
-        assert_eq!(Header::decode(b"just some file"), Err(Invalid::Foreign));
+        assert_eq!(
+            Header::decode(b"just some file"),
+            Err(EnvelopeError::Foreign)
+        );
         let good = String::from_utf8(sample().encode()).unwrap_or_default();
         for (from, to) in [
             ("hwm 18446744073709551615", "hwm 18446744073709551616"),
@@ -231,19 +293,25 @@ mod tests {
         ] {
             let bad = good.replace(from, to);
             assert!(
-                matches!(Header::decode(bad.as_bytes()), Err(Invalid::Corrupt(_))),
+                matches!(
+                    Header::decode(bad.as_bytes()),
+                    Err(EnvelopeError::Corrupt(_))
+                ),
                 "{to}"
             );
         }
         let above = good.replace("hwm 18446744073709551615", "hwm 40");
         assert!(
-            matches!(Header::decode(above.as_bytes()), Err(Invalid::Corrupt(_))),
+            matches!(
+                Header::decode(above.as_bytes()),
+                Err(EnvelopeError::Corrupt(_))
+            ),
             "writer above mark"
         );
         let unterminated = good.trim_end_matches('\n').to_owned() + "\n";
         assert!(matches!(
             Header::decode(unterminated.as_bytes()),
-            Err(Invalid::Corrupt(_))
+            Err(EnvelopeError::Corrupt(_))
         ));
     }
 

@@ -21,6 +21,7 @@ pub use config::{
     S3FenceBuilder, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_VALUE_BYTES, DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_OP_ID_RETENTION, DEFAULT_PART_SIZE, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
 };
+pub use envelope::{Envelope, EnvelopeError};
 pub use error::S3FenceError;
 pub(crate) use fence::Inner;
 pub use fence::S3Fence;

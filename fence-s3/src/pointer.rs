@@ -12,7 +12,7 @@ use fence_core::telemetry::observe;
 use fence_core::{Accepted, Domain, FenceError, FencedStore, FencingToken, Operation, Revision};
 
 use crate::cache::Known;
-use crate::envelope::{fresh_nonce, Head, Header, Invalid};
+use crate::envelope::{fresh_nonce, EnvelopeError, Head, Header};
 use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
 use crate::manifest::Manifest;
 use crate::options::ObjectOptions;
@@ -182,9 +182,9 @@ impl S3Fence {
                 ));
             };
             match Header::decode(&fetched.bytes) {
-                Err(Invalid::Foreign) => {}
+                Err(EnvelopeError::Foreign) => {}
                 Ok(_) => return Err(backend_error(Some(domain), S3FenceError::AlreadyFenced)),
-                Err(Invalid::Corrupt(why)) => {
+                Err(EnvelopeError::Corrupt(why)) => {
                     return Err(FenceError::corrupt(
                         BACKEND,
                         domain,
