@@ -68,6 +68,43 @@ impl LedgerState {
     }
 }
 
+/// A decoded `FENCE-KAFKA/1` fence-ledger record (the format is specified in FORMATS.md), for
+/// tools that read the ledger topic: decoded with the same strict rules the fence reads with.
+///
+/// ```
+/// let record = fence_kafka::LedgerRecord::decode(b"FENCE-KAFKA/1\nhwm 42\nop 42 100 41 batch-7\n")?;
+/// assert_eq!(record.high_water_mark.map(|t| t.get()), Some(42));
+/// assert_eq!(record.ops.iter().next().map(|op| op.op_id.as_str()), Some("batch-7"));
+/// # Ok::<(), fence_kafka::LedgerDecodeError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LedgerRecord {
+    /// The domain's high-water mark (`None` in a record that only created the domain's key).
+    pub high_water_mark: Option<FencingToken>,
+    /// The operation ids the domain remembers, oldest first.
+    pub ops: OpMemory,
+}
+
+/// Why bytes are not a fence-ledger record.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("damaged FENCE-KAFKA/1 ledger record: {reason}")]
+pub struct LedgerDecodeError {
+    /// What is wrong.
+    pub reason: String,
+}
+
+impl LedgerRecord {
+    /// Decodes a ledger record's value.
+    pub fn decode(bytes: &[u8]) -> Result<Self, LedgerDecodeError> {
+        let state = LedgerState::decode(bytes).map_err(|reason| LedgerDecodeError { reason })?;
+        Ok(LedgerRecord {
+            high_water_mark: state.hwm,
+            ops: state.ops,
+        })
+    }
+}
+
 /// A stable partition for a domain (FNV-1a), the same in every process and version.
 pub(crate) fn partition_for(domain: &str, partitions: i32) -> i32 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;

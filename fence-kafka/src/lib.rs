@@ -24,4 +24,5 @@ pub use error::KafkaFenceError;
 pub(crate) use fence::Inner;
 pub use fence::KafkaFence;
 pub use holders::DEFAULT_MAX_HOLDERS;
+pub use ledger::{LedgerDecodeError, LedgerRecord};
 pub use record::{CommittedRecord, FenceHeaders, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};

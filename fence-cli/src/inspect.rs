@@ -1,0 +1,329 @@
+//! `fence inspect <backend> <domain>`: the mark, the entry, the remembered operation ids and
+//! the lease holder, as the resource holds them.
+
+use std::fmt::Write as _;
+
+use fence_core::{Domain, Entry, FenceError, FencedStore, LeaseHolder, LeaseManager, OpOutcome};
+use fence_s3::Envelope;
+use serde_json::{json, Value};
+
+use crate::report::{bytes_json, bytes_text, token_json, Report};
+use crate::targets::Targets;
+use crate::Backend;
+
+/// A remembered operation id, whichever backend holds it.
+struct Op {
+    token: String,
+    op_id: String,
+    kind: String,
+    previous: Value,
+    outcome: String,
+}
+
+/// What one backend shows of a domain.
+struct Inspection {
+    backend: &'static str,
+    domain: Domain,
+    /// Where the state lives (key, object), when one place holds it.
+    location: Option<String>,
+    snapshot: fence_core::Snapshot,
+    /// `None`: this backend's operation ids are not listed by the tool yet.
+    ops: Option<Vec<Op>>,
+    /// `None`: the backend has no leases; `Some(None)`: no live lease.
+    lease: Option<Option<LeaseHolder>>,
+    /// Backend-specific facts (S3: nonce, content type, metadata).
+    extra: Value,
+}
+
+pub(crate) async fn run(targets: &Targets, backend: Backend, domain: &str) -> Report {
+    match inspect(targets, backend, domain).await {
+        Ok(inspection) => inspection.report(),
+        Err(report) => report,
+    }
+}
+
+async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<Inspection, Report> {
+    let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
+    let failed = |e: FenceError| Report::failed(&e);
+    match backend {
+        Backend::Redis => {
+            let fence = targets.redis().await?;
+            let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
+            let ops = ops
+                .into_iter()
+                .map(|op| Op {
+                    token: op.token.to_string(),
+                    op_id: op.op_id.as_str().to_owned(),
+                    kind: op.kind.as_str().to_owned(),
+                    previous: token_json(op.previous),
+                    outcome: op.outcome,
+                })
+                .collect();
+            let mut inspection = generic("redis", &fence, Some(&fence.leases()), domain).await?;
+            inspection.ops = Some(ops);
+            Ok(inspection)
+        }
+        Backend::Postgres => {
+            let fence = targets.postgres().await?;
+            generic("postgres", &fence, Some(&fence.leases()), domain).await
+        }
+        Backend::Etcd => {
+            let etcd = targets.etcd().await?;
+            generic("etcd", &etcd.fence(), Some(&etcd.leases()), domain).await
+        }
+        Backend::S3 => s3(targets, domain).await,
+    }
+}
+
+/// Through the fence's own read and the lease backend's `holder`.
+async fn generic(
+    backend: &'static str,
+    store: &dyn FencedStore,
+    leases: Option<&dyn LeaseManager>,
+    domain: Domain,
+) -> Result<Inspection, Report> {
+    let snapshot = store.read(&domain).await.map_err(|e| Report::failed(&e))?;
+    let lease = match leases {
+        Some(leases) => Some(
+            leases
+                .holder(&domain)
+                .await
+                .map_err(|e| Report::failed(&e))?,
+        ),
+        None => None,
+    };
+    Ok(Inspection {
+        backend,
+        domain,
+        location: None,
+        snapshot,
+        ops: None,
+        lease,
+        extra: Value::Null,
+    })
+}
+
+/// The raw object, decoded with the public envelope decoder: everything the envelope holds.
+async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
+    let fence = targets.s3()?;
+    let key = fence.object_key(&domain).map_err(|e| Report::failed(&e))?;
+    // The fence's own read classifies every failure (a missing bucket, foreign bytes...);
+    // the raw object then shows what the envelope holds beyond the snapshot.
+    let snapshot = fence.read(&domain).await.map_err(|e| Report::failed(&e))?;
+    if snapshot.high_water_mark.is_none() {
+        return Ok(Inspection {
+            backend: "s3",
+            domain,
+            location: Some(key),
+            snapshot,
+            ops: Some(Vec::new()),
+            lease: None,
+            extra: Value::Null,
+        });
+    }
+    let unavailable = |domain: &Domain, e: Box<dyn std::error::Error + Send + Sync>| {
+        Report::failed(&FenceError::backend(
+            "s3",
+            fence_core::BackendErrorKind::Unavailable,
+            Some(domain),
+            e,
+        ))
+    };
+    let client = targets.s3_client()?;
+    let object = client
+        .get_object()
+        .bucket(fence.bucket())
+        .key(&key)
+        .send()
+        .await
+        .map_err(|e| unavailable(&domain, e.into()))?;
+    let content_type = object.content_type().map(str::to_owned);
+    let metadata = object.metadata().cloned().unwrap_or_default();
+    let bytes = object
+        .body
+        .collect()
+        .await
+        .map_err(|e| unavailable(&domain, e.into()))?
+        .into_bytes();
+    let envelope = Envelope::decode(&bytes).map_err(|why| {
+        Report::failed(&FenceError::corrupt(
+            "s3",
+            &domain,
+            format!("object `{key}`: {why}"),
+        ))
+    })?;
+    let payload = bytes.slice(envelope.payload_offset()..);
+    let entry = match envelope.entry() {
+        None => Entry::Absent,
+        Some(fence_core::EntryHead::Value { token, revision }) => Entry::Value {
+            value: payload,
+            token,
+            revision,
+        },
+        Some(fence_core::EntryHead::Tombstone { token, revision }) => {
+            Entry::Tombstone { token, revision }
+        }
+    };
+    let ops = envelope
+        .ops()
+        .iter()
+        .map(|op| Op {
+            token: op.token.to_string(),
+            op_id: op.op_id.as_str().to_owned(),
+            kind: op.outcome.kind().as_str().to_owned(),
+            previous: token_json(op.previous),
+            outcome: outcome_text(op.outcome),
+        })
+        .collect();
+    Ok(Inspection {
+        backend: "s3",
+        domain,
+        location: Some(key),
+        snapshot: fence_core::Snapshot::new(Some(envelope.high_water_mark()), entry),
+        ops: Some(ops),
+        lease: None,
+        extra: json!({
+            "nonce": format!("{:016x}", envelope.nonce()),
+            "content_type": content_type,
+            "metadata": metadata,
+        }),
+    })
+}
+
+fn outcome_text(outcome: OpOutcome) -> String {
+    match outcome {
+        OpOutcome::Write { revision } => revision.to_string(),
+        OpOutcome::Append { records } => records.to_string(),
+        _ => "?".into(),
+    }
+}
+
+impl Inspection {
+    fn report(self) -> Report {
+        let snapshot = &self.snapshot;
+        let entry = match &snapshot.entry {
+            Entry::Value {
+                value,
+                token,
+                revision,
+            } => {
+                let mut entry = bytes_json(value);
+                entry["state"] = "value".into();
+                entry["token"] = token.to_string().into();
+                entry["revision"] = revision.get().into();
+                entry
+            }
+            Entry::Tombstone { token, revision } => json!({
+                "state": "tombstone", "token": token.to_string(), "revision": revision.get()
+            }),
+            _ => json!({ "state": "absent" }),
+        };
+        let ops = self.ops.as_ref().map(|ops| {
+            ops.iter()
+                .map(|op| {
+                    json!({
+                        "token": op.token, "op_id": op.op_id, "kind": op.kind,
+                        "previous": op.previous, "outcome": op.outcome,
+                    })
+                })
+                .collect::<Vec<_>>()
+        });
+        // `null`: the backend has no leases; `"free"`: no live lease; else the holder.
+        let lease = self.lease.as_ref().map(|holder| match holder {
+            None => Value::from("free"),
+            Some(h) => json!({
+                "owner": h.owner.as_str(),
+                "token": h.token.to_string(),
+                "remaining_ms": h.remaining.map(|r| u64::try_from(r.as_millis()).unwrap_or(u64::MAX)),
+            }),
+        });
+        let json = json!({
+            "backend": self.backend,
+            "domain": self.domain.as_str(),
+            "location": self.location,
+            "mark": token_json(snapshot.high_water_mark),
+            "entry": entry,
+            "ops": ops,
+            "lease": lease,
+            "details": self.extra,
+        });
+        let text = self.text();
+        let unknown = snapshot.high_water_mark.is_none()
+            && matches!(snapshot.entry, Entry::Absent)
+            && !matches!(self.lease, Some(Some(_)));
+        if unknown {
+            Report::not_found(json, text)
+        } else {
+            Report::done(json, text)
+        }
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        let location = self
+            .location
+            .as_ref()
+            .map_or(String::new(), |l| format!(" at `{l}`"));
+        let _ = writeln!(out, "domain  {} ({}{location})", self.domain, self.backend);
+        let mark = self
+            .snapshot
+            .high_water_mark
+            .map_or("none (no token accepted yet)".to_owned(), |m| m.to_string());
+        let _ = writeln!(out, "mark    {mark}");
+        let entry = match &self.snapshot.entry {
+            Entry::Value {
+                value,
+                token,
+                revision,
+            } => format!(
+                "value {}, written with token {token} at revision {revision}",
+                bytes_text(value)
+            ),
+            Entry::Tombstone { token, revision } => {
+                format!("tombstone, deleted with token {token} at revision {revision}")
+            }
+            _ => "absent".to_owned(),
+        };
+        let _ = writeln!(out, "entry   {entry}");
+        match &self.ops {
+            None => {
+                let _ = writeln!(out, "ops     not listed for {}", self.backend);
+            }
+            Some(ops) if ops.is_empty() => {
+                let _ = writeln!(out, "ops     none remembered");
+            }
+            Some(ops) => {
+                for (i, op) in ops.iter().enumerate() {
+                    let label = if i == 0 { "ops" } else { "" };
+                    let previous = op.previous.as_str().unwrap_or("none");
+                    let _ = writeln!(
+                        out,
+                        "{label:<7} token {} op {:?}: {} -> {} (mark before: {previous})",
+                        op.token, op.op_id, op.kind, op.outcome
+                    );
+                }
+            }
+        }
+        match &self.lease {
+            None => {}
+            Some(None) => {
+                let _ = writeln!(out, "lease   free");
+            }
+            Some(Some(holder)) => {
+                let remaining = holder.remaining.map_or(String::new(), |r| {
+                    format!(", {:.1} s left", r.as_secs_f64())
+                });
+                let _ = writeln!(
+                    out,
+                    "lease   held by {:?} with token {}{remaining}",
+                    holder.owner.as_str(),
+                    holder.token
+                );
+            }
+        }
+        if let Some(content_type) = self.extra.get("content_type").and_then(Value::as_str) {
+            let _ = writeln!(out, "type    {content_type}");
+        }
+        out.trim_end().to_owned()
+    }
+}

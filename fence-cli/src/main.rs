@@ -1,0 +1,163 @@
+//! `fence`: look at and act on fenced state where it lives, for operators.
+//!
+//! Configured from the same environment variables as the library builders (every one is also a
+//! flag: see `fence --help`). Human output by default, `--json` for scripts. The exit code says
+//! what happened: see [`report::Exit`].
+
+mod decode;
+mod inspect;
+mod mutate;
+mod report;
+mod targets;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use report::{Exit, Report};
+use targets::Targets;
+
+/// Look at and act on fenced state where it lives.
+///
+/// Exit codes: 0 done; 1 failed otherwise; 2 bad usage or input; 3 the fence refused the token
+/// (stale, too far, unissued); 4 not found; 5 corrupt or foreign state; 6 the resource is
+/// unavailable (a retry may help); 7 ambiguous (sent, outcome unknown).
+#[derive(Debug, Parser)]
+#[command(name = "fence", version)]
+struct Cli {
+    /// Print one JSON document instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(flatten)]
+    targets: Targets,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show a domain's mark, entry, remembered operation ids and lease holder.
+    Inspect {
+        /// Where the domain lives.
+        backend: Backend,
+        /// The domain.
+        domain: String,
+    },
+    /// Raise a domain's mark to TOKEN (refused when the mark is already above it).
+    Claim {
+        /// Where the domain lives.
+        backend: Backend,
+        /// The domain.
+        domain: String,
+        /// The token (canonical decimal).
+        token: String,
+    },
+    /// Bring data another tool wrote under fencing, with TOKEN as the domain's mark.
+    ///
+    /// S3: the object at the domain's key keeps its bytes and metadata and gains the envelope.
+    /// Redis: `--key` names the key to adopt; a string becomes the domain's value, or any key
+    /// becomes the user key `--user-key` for fenced scripts.
+    Adopt {
+        /// Where the data lives.
+        backend: AdoptBackend,
+        /// The domain.
+        domain: String,
+        /// The token (canonical decimal).
+        token: String,
+        /// Redis: the key to adopt.
+        #[arg(long)]
+        key: Option<String>,
+        /// Redis: adopt `--key` as this user key of the domain instead of as its value.
+        #[arg(long, requires = "key")]
+        user_key: Option<String>,
+    },
+    /// Decode a record Fence wrote at a resource and print it (`--json` for JSON).
+    Decode {
+        /// Which record.
+        format: Format,
+        /// Read it from this file instead of standard input.
+        #[arg(long, conflicts_with = "object")]
+        file: Option<PathBuf>,
+        /// s3-envelope: read the object with this key from the configured bucket.
+        #[arg(long)]
+        object: Option<String>,
+    },
+}
+
+/// A backend with fenced domains.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Backend {
+    /// Redis or Redis Cluster (`FENCE_REDIS_URL` or `FENCE_REDIS_CLUSTER`).
+    Redis,
+    /// S3 or an S3-compatible server (`FENCE_S3_*`).
+    S3,
+    /// PostgreSQL (`FENCE_POSTGRES_URL`).
+    Postgres,
+    /// etcd (`FENCE_ETCD_ENDPOINTS`).
+    Etcd,
+}
+
+/// A backend that can adopt data another tool wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum AdoptBackend {
+    /// Redis: `--key` names the key.
+    Redis,
+    /// S3: the object at the domain's key.
+    S3,
+}
+
+/// A record format FORMATS.md specifies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// A fenced S3 object's `FENCE-S3/1` envelope (and its payload's size).
+    S3Envelope,
+    /// A `FENCE-MANIFEST/1` payload: the plain objects a fenced pointer names.
+    Manifest,
+    /// A `FENCE-KAFKA/1` fence-ledger record's value.
+    KafkaLedger,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("fence: cannot start the async runtime: {error}");
+            return ExitCode::from(Exit::Failed as u8);
+        }
+    };
+    let report = runtime.block_on(run(&cli));
+    report.print(cli.json)
+}
+
+async fn run(cli: &Cli) -> Report {
+    let targets = &cli.targets;
+    match &cli.command {
+        Command::Inspect { backend, domain } => inspect::run(targets, *backend, domain).await,
+        Command::Claim {
+            backend,
+            domain,
+            token,
+        } => mutate::claim(targets, *backend, domain, token).await,
+        Command::Adopt {
+            backend,
+            domain,
+            token,
+            key,
+            user_key,
+        } => {
+            let redis_key = key.as_deref().zip(Some(user_key.as_deref()));
+            mutate::adopt(targets, *backend, domain, token, redis_key).await
+        }
+        Command::Decode {
+            format,
+            file,
+            object,
+        } => decode::run(targets, *format, file.as_deref(), object.as_deref()).await,
+    }
+}

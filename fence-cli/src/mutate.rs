@@ -1,0 +1,121 @@
+//! `fence claim` and `fence adopt`: an operator's explicit changes, each one fenced request.
+
+use fence_core::{Domain, Fence, FenceError, FencingToken};
+use serde_json::json;
+
+use crate::report::{token_json, Report};
+use crate::targets::Targets;
+use crate::{AdoptBackend, Backend};
+
+fn parse(domain: &str, token: &str) -> Result<(Domain, FencingToken), Report> {
+    let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
+    let token = token
+        .parse::<FencingToken>()
+        .map_err(|e| Report::failed(&e.into()))?;
+    Ok((domain, token))
+}
+
+pub(crate) async fn claim(
+    targets: &Targets,
+    backend: Backend,
+    domain: &str,
+    token: &str,
+) -> Report {
+    let claimed = async {
+        let (domain, token) = parse(domain, token)?;
+        let claimed = match backend {
+            Backend::Redis => targets.redis().await?.claim(&domain, token).await,
+            Backend::S3 => targets.s3()?.claim(&domain, token).await,
+            Backend::Postgres => targets.postgres().await?.claim(&domain, token).await,
+            Backend::Etcd => targets.etcd().await?.fence().claim(&domain, token).await,
+        };
+        let claimed = claimed.map_err(|e: FenceError| Report::failed(&e))?;
+        Ok::<_, Report>((domain, claimed))
+    };
+    match claimed.await {
+        Ok((domain, claimed)) => {
+            let previous = claimed.previous_high_water_mark;
+            let text = format!(
+                "claimed `{domain}` with token {} (mark before: {})",
+                claimed.token,
+                previous.map_or("none".to_owned(), |t| t.to_string())
+            );
+            Report::done(
+                json!({
+                    "domain": domain.as_str(),
+                    "token": claimed.token.to_string(),
+                    "previous_mark": token_json(previous),
+                }),
+                text,
+            )
+        }
+        Err(report) => report,
+    }
+}
+
+/// `redis_key`: the key to adopt and, when given, the user key it becomes.
+pub(crate) async fn adopt(
+    targets: &Targets,
+    backend: AdoptBackend,
+    domain: &str,
+    token: &str,
+    redis_key: Option<(&str, Option<&str>)>,
+) -> Report {
+    let adopted = async {
+        let (domain, token) = parse(domain, token)?;
+        let failed = |e: FenceError| Report::failed(&e);
+        let (what, previous) =
+            match (backend, redis_key) {
+                (AdoptBackend::S3, None) => {
+                    let fence = targets.s3()?;
+                    let key = fence.object_key(&domain).map_err(failed)?;
+                    let accepted = fence.adopt(&domain, token).await.map_err(failed)?;
+                    (
+                        format!("object `{key}` as its value"),
+                        accepted.previous_high_water_mark,
+                    )
+                }
+                (AdoptBackend::S3, Some(_)) => return Err(Report::usage(
+                    "S3 adopts the object at the domain's key: --key and --user-key are for Redis",
+                )),
+                (AdoptBackend::Redis, None) => {
+                    return Err(Report::usage("Redis needs --key: the key to adopt"))
+                }
+                (AdoptBackend::Redis, Some((key, None))) => {
+                    let fence = targets.redis().await?;
+                    let accepted = fence
+                        .adopt_value(&domain, token, key)
+                        .await
+                        .map_err(failed)?;
+                    (
+                        format!("key `{key}` as its value"),
+                        accepted.previous_high_water_mark,
+                    )
+                }
+                (AdoptBackend::Redis, Some((key, Some(name)))) => {
+                    let fence = targets.redis().await?;
+                    let claimed = fence
+                        .adopt_key(&domain, token, key, name)
+                        .await
+                        .map_err(failed)?;
+                    (
+                        format!("key `{key}` as its user key `{name}`"),
+                        claimed.previous_high_water_mark,
+                    )
+                }
+            };
+        Ok::<_, Report>((domain, token, what, previous))
+    };
+    match adopted.await {
+        Ok((domain, token, what, previous)) => Report::done(
+            json!({
+                "domain": domain.as_str(),
+                "token": token.to_string(),
+                "adopted": what,
+                "previous_mark": token_json(previous),
+            }),
+            format!("adopted {what} into `{domain}` with token {token}"),
+        ),
+        Err(report) => report,
+    }
+}

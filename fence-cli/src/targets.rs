@@ -1,0 +1,255 @@
+//! Where the fenced state lives: one flag per setting, each also read from the environment
+//! variable the library builders and examples use.
+
+use std::fmt;
+
+use clap::{Args, ValueEnum};
+use fence_etcd::Etcd;
+use fence_postgres::PostgresFence;
+use fence_redis::RedisFence;
+use fence_s3::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use fence_s3::S3Fence;
+
+use crate::report::Report;
+
+/// How S3 keys are laid out ([`fence_s3::KeyLayout`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum S3Layout {
+    /// One escaped segment per domain (the default).
+    Escaped,
+    /// The domain as written, `/` included.
+    Verbatim,
+}
+
+/// The connection settings of every backend.
+#[derive(Args)]
+pub(crate) struct Targets {
+    /// Redis URL.
+    #[arg(long, env = "FENCE_REDIS_URL", global = true, hide_env_values = true)]
+    redis_url: Option<String>,
+    /// Redis Cluster nodes, comma-separated.
+    #[arg(
+        long,
+        env = "FENCE_REDIS_CLUSTER",
+        global = true,
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    redis_cluster: Vec<String>,
+    /// Key prefix of the fence on Redis.
+    #[arg(long, env = "FENCE_REDIS_PREFIX", global = true, default_value = fence_redis::DEFAULT_PREFIX)]
+    redis_prefix: String,
+    /// S3 endpoint of an S3-compatible server (path-style); unset for AWS.
+    #[arg(long, env = "FENCE_S3_ENDPOINT", global = true)]
+    s3_endpoint: Option<String>,
+    /// S3 bucket.
+    #[arg(long, env = "FENCE_S3_BUCKET", global = true)]
+    s3_bucket: Option<String>,
+    /// S3 region.
+    #[arg(
+        long,
+        env = "FENCE_S3_REGION",
+        global = true,
+        default_value = "us-east-1"
+    )]
+    s3_region: String,
+    /// S3 access key id.
+    #[arg(
+        long,
+        env = "FENCE_S3_ACCESS_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    s3_access_key: Option<String>,
+    /// S3 secret access key.
+    #[arg(
+        long,
+        env = "FENCE_S3_SECRET_KEY",
+        global = true,
+        hide_env_values = true
+    )]
+    s3_secret_key: Option<String>,
+    /// Key prefix of the fence's objects (empty or ending in `/`).
+    #[arg(long, env = "FENCE_S3_PREFIX", global = true, default_value = fence_s3::DEFAULT_PREFIX)]
+    s3_prefix: String,
+    /// How domains map to object keys.
+    #[arg(
+        long,
+        env = "FENCE_S3_KEY_LAYOUT",
+        global = true,
+        value_enum,
+        default_value = "escaped"
+    )]
+    s3_key_layout: S3Layout,
+    /// PostgreSQL URL.
+    #[arg(
+        long,
+        env = "FENCE_POSTGRES_URL",
+        global = true,
+        hide_env_values = true
+    )]
+    postgres_url: Option<String>,
+    /// Schema of the fence's tables.
+    #[arg(
+        long,
+        env = "FENCE_POSTGRES_SCHEMA",
+        global = true,
+        default_value = "fence"
+    )]
+    postgres_schema: String,
+    /// etcd endpoints, comma-separated.
+    #[arg(
+        long,
+        env = "FENCE_ETCD_ENDPOINTS",
+        global = true,
+        value_delimiter = ','
+    )]
+    etcd_endpoints: Vec<String>,
+    /// Key prefix of the fence on etcd.
+    #[arg(
+        long,
+        env = "FENCE_ETCD_PREFIX",
+        global = true,
+        default_value = "fence"
+    )]
+    etcd_prefix: String,
+}
+
+impl fmt::Debug for Targets {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // URLs and keys may hold credentials: only which targets are set is shown.
+        f.debug_struct("Targets")
+            .field(
+                "redis",
+                &(self.redis_url.is_some() || !self.redis_cluster.is_empty()),
+            )
+            .field("s3_bucket", &self.s3_bucket)
+            .field("postgres", &self.postgres_url.is_some())
+            .field("etcd_endpoints", &self.etcd_endpoints)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A connection failure or a missing setting, as a report.
+type Connect<T> = Result<T, Report>;
+
+/// A setting's value; an empty variable counts as unset (`FENCE_REDIS_CLUSTER= fence ...`).
+fn set(value: &Option<String>) -> Option<&str> {
+    value.as_deref().filter(|v| !v.is_empty())
+}
+
+fn missing(what: &str, variable: &str, flag: &str) -> Report {
+    Report::usage(format!(
+        "{what} is not configured: set {variable} or pass --{flag}"
+    ))
+}
+
+impl Targets {
+    /// A connected Redis fence (one of URL or cluster, never both).
+    pub(crate) async fn redis(&self) -> Connect<RedisFence> {
+        let nodes: Vec<String> = self
+            .redis_cluster
+            .iter()
+            .filter(|n| !n.is_empty())
+            .cloned()
+            .collect();
+        let builder = match (set(&self.redis_url), nodes.is_empty()) {
+            (Some(_), false) => {
+                return Err(Report::usage(
+                    "both FENCE_REDIS_URL and FENCE_REDIS_CLUSTER are set: set one",
+                ))
+            }
+            (Some(url), true) => RedisFence::builder().url(url),
+            (None, false) => RedisFence::builder().cluster(nodes),
+            (None, true) => {
+                return Err(missing(
+                    "Redis",
+                    "FENCE_REDIS_URL (or FENCE_REDIS_CLUSTER)",
+                    "redis-url",
+                ))
+            }
+        };
+        builder
+            .prefix(&self.redis_prefix)
+            .connect()
+            .await
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// A plain S3 client with the configured endpoint, region and credentials.
+    pub(crate) fn s3_client(&self) -> Connect<fence_s3::aws_sdk_s3::Client> {
+        let (Some(access), Some(secret)) = (set(&self.s3_access_key), set(&self.s3_secret_key))
+        else {
+            return Err(missing(
+                "S3 credentials",
+                "FENCE_S3_ACCESS_KEY and FENCE_S3_SECRET_KEY",
+                "s3-access-key/--s3-secret-key",
+            ));
+        };
+        let mut config = fence_s3::aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new(self.s3_region.clone()))
+            .credentials_provider(Credentials::new(access, secret, None, None, "fence-cli"));
+        if let Some(endpoint) = set(&self.s3_endpoint) {
+            config = config.endpoint_url(endpoint).force_path_style(true);
+        }
+        Ok(fence_s3::aws_sdk_s3::Client::from_conf(config.build()))
+    }
+
+    /// The configured bucket.
+    pub(crate) fn s3_bucket(&self) -> Connect<&str> {
+        set(&self.s3_bucket).ok_or_else(|| missing("the S3 bucket", "FENCE_S3_BUCKET", "s3-bucket"))
+    }
+
+    /// An S3 fence (no request made yet).
+    pub(crate) fn s3(&self) -> Connect<S3Fence> {
+        let layout = match self.s3_key_layout {
+            S3Layout::Escaped => fence_s3::KeyLayout::Escaped,
+            S3Layout::Verbatim => fence_s3::KeyLayout::Verbatim,
+        };
+        S3Fence::builder()
+            .client(self.s3_client()?)
+            .bucket(self.s3_bucket()?)
+            .prefix(&self.s3_prefix)
+            .key_layout(layout)
+            .build()
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// A PostgreSQL fence on a small pool.
+    pub(crate) async fn postgres(&self) -> Connect<PostgresFence> {
+        let url = set(&self.postgres_url)
+            .ok_or_else(|| missing("PostgreSQL", "FENCE_POSTGRES_URL", "postgres-url"))?;
+        let pool = fence_postgres::sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .acquire_timeout(std::time::Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| {
+                let fault = fence_core::FenceError::backend(
+                    "postgres",
+                    fence_core::BackendErrorKind::Unavailable,
+                    None,
+                    e,
+                );
+                Report::failed(&fault)
+            })?;
+        PostgresFence::new(pool, &self.postgres_schema)
+            .map_err(|e| Report::failed(&fence_core::FenceError::from(e)))
+    }
+
+    /// An etcd handle.
+    pub(crate) async fn etcd(&self) -> Connect<Etcd> {
+        let endpoints: Vec<&String> = self
+            .etcd_endpoints
+            .iter()
+            .filter(|e| !e.is_empty())
+            .collect();
+        if endpoints.is_empty() {
+            return Err(missing("etcd", "FENCE_ETCD_ENDPOINTS", "etcd-endpoints"));
+        }
+        Etcd::connect(&endpoints, None, &self.etcd_prefix)
+            .await
+            .map_err(|e| Report::failed(&e))
+    }
+}

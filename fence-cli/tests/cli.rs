@@ -1,0 +1,370 @@
+//! The `fence` command against the real servers: every subcommand, its JSON and text output
+//! and its exit codes (0 done, 2 usage, 3 refused, 4 not found, 5 corrupt, 6 unavailable).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write as _;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use fence_conformance::services::{domain as d, token as t, unavailable};
+use fence_core::{Fence, FencedStore, LeaseManager, OperationId, OwnerId, WriteRequest};
+use fence_redis::redis;
+use fence_redis::RedisFence;
+use fence_s3::{ObjectOptions, S3Fence};
+use fence_testkit::redis::{shared_url, unique_prefix};
+use fence_testkit::s3 as s3_support;
+use serde_json::Value;
+
+/// What one run of `fence` printed and how it exited.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+
+    fn expect(self, code: i32) -> Self {
+        assert_eq!(
+            self.code, code,
+            "exit code\nstdout: {}\nstderr: {}",
+            self.stdout, self.stderr
+        );
+        self
+    }
+}
+
+/// Runs `fence` with only `env` set (no variable of the caller's leaks in) and `stdin`.
+fn fence(env: &[(&str, String)], args: &[&str], stdin: &[u8]) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fence"))
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run fence");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let output = child.wait_with_output().unwrap();
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+fn s3_env(prefix: &str) -> Option<Vec<(&'static str, String)>> {
+    let endpoint = s3_support::shared_endpoint()?;
+    Some(vec![
+        ("FENCE_S3_ENDPOINT", endpoint),
+        ("FENCE_S3_BUCKET", s3_support::BUCKET.into()),
+        ("FENCE_S3_ACCESS_KEY", s3_support::ACCESS_KEY.into()),
+        ("FENCE_S3_SECRET_KEY", s3_support::SECRET_KEY.into()),
+        ("FENCE_S3_PREFIX", prefix.into()),
+    ])
+}
+
+#[test]
+fn help_and_usage_errors() {
+    let help = fence(&[], &["--help"], b"");
+    let help = help.expect(0);
+    assert!(help.stdout.contains("inspect") && help.stdout.contains("FENCE_REDIS_URL"));
+    let bad = fence(&[], &["inspect", "nosuch", "d"], b"").expect(2);
+    assert!(bad.stderr.contains("nosuch"), "{}", bad.stderr);
+    // A setting that is missing names the variable to set.
+    let missing = fence(&[], &["--json", "inspect", "redis", "d"], b"").expect(2);
+    let message = missing.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(message.contains("FENCE_REDIS_URL"), "{message}");
+    let both = [
+        ("FENCE_REDIS_URL", "redis://127.0.0.1:1".to_owned()),
+        ("FENCE_REDIS_CLUSTER", "redis://127.0.0.1:2".to_owned()),
+    ];
+    let conflict = fence(&both, &["inspect", "redis", "d"], b"").expect(2);
+    assert!(conflict.stderr.contains("both"), "{}", conflict.stderr);
+    let token = fence(&[], &["claim", "redis", "d", "007"], b"").expect(2);
+    assert!(token.stderr.contains("007"), "{}", token.stderr);
+}
+
+#[tokio::test]
+async fn redis_inspect_claim_and_adopt() {
+    let Some(url) = shared_url() else {
+        unavailable("the shared Redis");
+        return;
+    };
+    let prefix = unique_prefix("cli");
+    let env = vec![
+        ("FENCE_REDIS_URL", url.clone()),
+        ("FENCE_REDIS_PREFIX", prefix.clone()),
+        // An empty variable counts as unset, so this is not a conflict.
+        ("FENCE_REDIS_CLUSTER", String::new()),
+    ];
+    let library = RedisFence::builder()
+        .url(&url)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("orders/7");
+    let lease = library
+        .leases()
+        .acquire(
+            &domain,
+            &OwnerId::new("worker-a").unwrap(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    let request = WriteRequest::put(domain.clone(), lease.token, "paid")
+        .with_op_id(OperationId::new("pay-1").unwrap());
+    library.write(&request).await.unwrap();
+
+    let inspected = fence(&env, &["--json", "inspect", "redis", "orders/7"], b"").expect(0);
+    let json = inspected.json();
+    let token = lease.token.to_string();
+    assert_eq!(json["mark"], token.as_str());
+    assert_eq!(json["entry"]["state"], "value");
+    assert_eq!(json["entry"]["value"], "paid");
+    assert_eq!(json["entry"]["revision"], 1);
+    assert_eq!(json["ops"][0]["op_id"], "pay-1");
+    assert_eq!(json["ops"][0]["outcome"], "1");
+    assert_eq!(json["lease"]["owner"], "worker-a");
+    assert_eq!(json["lease"]["token"], token.as_str());
+    let text = fence(&env, &["inspect", "redis", "orders/7"], b"").expect(0);
+    println!("fence inspect redis orders/7\n{}", text.stdout);
+    assert!(
+        text.stdout.contains("held by \"worker-a\""),
+        "{}",
+        text.stdout
+    );
+
+    // Claims: a stale one is refused with exit 3, a newer one raises the mark.
+    let stale = fence(&env, &["--json", "claim", "redis", "orders/7", "0"], b"").expect(2);
+    assert_eq!(stale.json()["error"]["class"], "invalid_input");
+    let next = (lease.token.get() + 5).to_string();
+    fence(&env, &["claim", "redis", "orders/7", &next], b"").expect(0);
+    let refused = fence(&env, &["--json", "claim", "redis", "orders/7", &token], b"").expect(3);
+    assert_eq!(refused.json()["error"]["class"], "refused");
+    assert_eq!(
+        library
+            .high_water_mark(&domain)
+            .await
+            .unwrap()
+            .map(|t| t.get()),
+        next.parse().ok()
+    );
+
+    // Never-seen domains are "not found"; corrupt state is exit 5.
+    let unseen = fence(&env, &["--json", "inspect", "redis", "nobody"], b"").expect(4);
+    assert_eq!(unseen.json()["mark"], Value::Null);
+    let mut raw = fence_testkit::redis::raw(&url).await;
+    let state = format!("{prefix}:{{broken}}:state");
+    let _: () = redis::AsyncCommands::set(&mut raw, &state, "not a hash")
+        .await
+        .unwrap();
+    let corrupt = fence(&env, &["--json", "inspect", "redis", "broken"], b"").expect(5);
+    assert_eq!(corrupt.json()["error"]["class"], "corrupt");
+
+    // Adopt: a plain string becomes a domain's value, through the command.
+    let legacy = format!("legacy-{prefix}:{{cart}}");
+    let _: () = redis::AsyncCommands::set(&mut raw, &legacy, "3 apples")
+        .await
+        .unwrap();
+    let adopted = fence(
+        &env,
+        &["adopt", "redis", "cart", "9", "--key", &legacy],
+        b"",
+    )
+    .expect(0);
+    assert!(adopted.stdout.contains("adopted key"), "{}", adopted.stdout);
+    assert_eq!(
+        library
+            .read(&d("cart"))
+            .await
+            .unwrap()
+            .value()
+            .map(|v| v.to_vec()),
+        Some(b"3 apples".to_vec())
+    );
+    let again = fence(
+        &env,
+        &["adopt", "redis", "cart", "9", "--key", &legacy],
+        b"",
+    )
+    .expect(1);
+    assert!(again.stderr.contains("does not exist"), "{}", again.stderr);
+
+    // A server that is not there is "unavailable" (a retry may help).
+    let gone = [(
+        "FENCE_REDIS_URL",
+        format!("redis://127.0.0.1:{}", fence_testkit::free_port()),
+    )];
+    let down = fence(&gone, &["--json", "inspect", "redis", "x"], b"").expect(6);
+    assert_eq!(down.json()["error"]["retryable"], true);
+}
+
+#[tokio::test]
+async fn s3_inspect_adopt_and_decode() {
+    let prefix = s3_support::unique_prefix("cli");
+    let Some(env) = s3_env(&prefix) else {
+        return;
+    };
+    let endpoint = s3_support::shared_endpoint().unwrap();
+    let library = S3Fence::builder()
+        .client(s3_support::client(&endpoint))
+        .bucket(s3_support::BUCKET)
+        .prefix(&prefix)
+        .object_options(ObjectOptions::new().content_type("text/csv"))
+        .connect()
+        .await
+        .unwrap();
+    let domain = d("q3 report");
+    let request = WriteRequest::put(domain.clone(), t(4), "a,b\n1,2\n")
+        .with_op_id(OperationId::new("run-17").unwrap());
+    library.write(&request).await.unwrap();
+
+    let json = fence(&env, &["--json", "inspect", "s3", "q3 report"], b"")
+        .expect(0)
+        .json();
+    let key = library.object_key(&domain).unwrap();
+    assert_eq!(json["location"], key.as_str());
+    assert_eq!(json["mark"], "4");
+    assert_eq!(json["entry"]["value"], "a,b\n1,2\n");
+    assert_eq!(json["ops"][0]["op_id"], "run-17");
+    assert_eq!(json["details"]["content_type"], "text/csv");
+    assert_eq!(json["details"]["nonce"].as_str().map(str::len), Some(16));
+
+    // decode: the raw object from the bucket, the same bytes from stdin, garbage refused.
+    let decoded = fence(
+        &env,
+        &["--json", "decode", "s3-envelope", "--object", &key],
+        b"",
+    )
+    .expect(0)
+    .json();
+    assert_eq!(decoded["mark"], "4");
+    assert_eq!(decoded["entry"]["revision"], 1);
+    assert_eq!(decoded["payload"]["value"], "a,b\n1,2\n");
+    let raw = s3_support::raw_get(&s3_support::client(&endpoint), &key).await;
+    let piped = fence(&[], &["--json", "decode", "s3-envelope"], &raw)
+        .expect(0)
+        .json();
+    assert_eq!(piped, decoded);
+    let garbage = fence(&[], &["--json", "decode", "s3-envelope"], b"id,name\n").expect(5);
+    assert_eq!(garbage.json()["error"]["class"], "corrupt");
+
+    // A foreign object is corrupt until adopted through the command.
+    let foreign = d("legacy.csv");
+    let foreign_key = library.object_key(&foreign).unwrap();
+    s3_support::client(&endpoint)
+        .put_object()
+        .bucket(s3_support::BUCKET)
+        .key(&foreign_key)
+        .body(b"id,name\n".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    fence(&env, &["inspect", "s3", "legacy.csv"], b"").expect(5);
+    fence(&env, &["adopt", "s3", "legacy.csv", "2"], b"").expect(0);
+    let adopted = fence(&env, &["--json", "inspect", "s3", "legacy.csv"], b"")
+        .expect(0)
+        .json();
+    assert_eq!(adopted["entry"]["value"], "id,name\n");
+    fence(&env, &["claim", "s3", "legacy.csv", "1"], b"").expect(3);
+    let missing = fence(
+        &env,
+        &["decode", "s3-envelope", "--object", "no/such/key"],
+        b"",
+    );
+    missing.expect(4);
+}
+
+#[tokio::test]
+async fn postgres_and_etcd_inspect_show_the_lease() {
+    let (Some(pg_url), Some(endpoints)) = (
+        fence_testkit::postgres::shared_url(),
+        fence_testkit::etcd::shared_endpoints(),
+    ) else {
+        unavailable("the shared PostgreSQL and etcd");
+        return;
+    };
+    let schema = fence_testkit::postgres::unique_schema("cli");
+    let pool = fence_testkit::postgres::pool(&pg_url).await;
+    fence_postgres::migrate(&pool, &schema).await.unwrap();
+    let postgres = fence_postgres::PostgresFence::new(pool, &schema).unwrap();
+    let etcd_prefix = fence_testkit::etcd::unique_prefix("cli");
+    let etcd = fence_etcd::Etcd::connect(&endpoints, None, &etcd_prefix)
+        .await
+        .unwrap();
+    let domain = d("account-9");
+    let owner = OwnerId::new("worker-b").unwrap();
+    let ttl = Duration::from_secs(60);
+    let pg_lease = postgres
+        .leases()
+        .acquire(&domain, &owner, ttl)
+        .await
+        .unwrap();
+    postgres
+        .write(&WriteRequest::put(domain.clone(), pg_lease.token, "100"))
+        .await
+        .unwrap();
+    let etcd_lease = etcd.leases().acquire(&domain, &owner, ttl).await.unwrap();
+    etcd.fence()
+        .write(&WriteRequest::put(domain.clone(), etcd_lease.token, "100"))
+        .await
+        .unwrap();
+
+    let env = vec![
+        ("FENCE_POSTGRES_URL", pg_url),
+        ("FENCE_POSTGRES_SCHEMA", schema),
+        ("FENCE_ETCD_ENDPOINTS", endpoints.join(",")),
+        ("FENCE_ETCD_PREFIX", etcd_prefix),
+    ];
+    for (backend, lease) in [("postgres", &pg_lease), ("etcd", &etcd_lease)] {
+        let json = fence(&env, &["--json", "inspect", backend, "account-9"], b"")
+            .expect(0)
+            .json();
+        let token = lease.token.to_string();
+        assert_eq!(json["mark"], token.as_str(), "{backend}");
+        assert_eq!(json["entry"]["value"], "100", "{backend}");
+        assert_eq!(json["lease"]["owner"], "worker-b", "{backend}");
+        assert_eq!(json["lease"]["token"], token.as_str(), "{backend}");
+        let remaining = json["lease"]["remaining_ms"].as_u64().unwrap();
+        assert!(
+            remaining > 30_000 && remaining <= 60_000,
+            "{backend}: {remaining}"
+        );
+        let next = (lease.token.get() + 2).to_string();
+        fence(&env, &["claim", backend, "account-9", &next], b"").expect(0);
+        fence(&env, &["claim", backend, "account-9", &token], b"").expect(3);
+    }
+}
+
+#[test]
+fn kafka_ledger_and_manifest_records_decode() {
+    let ledger = b"FENCE-KAFKA/1\nhwm 42\nop 42 100 41 batch-7\n";
+    let json = fence(&[], &["--json", "decode", "kafka-ledger"], ledger)
+        .expect(0)
+        .json();
+    assert_eq!(json["mark"], "42");
+    assert_eq!(json["ops"][0]["outcome"]["records"], 100);
+    assert_eq!(json["ops"][0]["previous"], "41");
+    fence(
+        &[],
+        &["decode", "kafka-ledger"],
+        b"FENCE-KAFKA/1\nhwm 042\n",
+    )
+    .expect(5);
+    let manifest = b"FENCE-MANIFEST/1\nlake/q3/part-0.csv\n";
+    let json = fence(&[], &["--json", "decode", "manifest"], manifest)
+        .expect(0)
+        .json();
+    assert_eq!(json["keys"][0], "lake/q3/part-0.csv");
+}
