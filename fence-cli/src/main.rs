@@ -7,6 +7,7 @@
 mod decode;
 mod inspect;
 mod mutate;
+mod outbox;
 mod report;
 mod targets;
 
@@ -72,6 +73,11 @@ enum Command {
         #[arg(long, requires = "key")]
         user_key: Option<String>,
     },
+    /// A domain's outbox: its entries and the relay's lag; re-driving or discarding a dead letter.
+    Outbox {
+        #[command(subcommand)]
+        action: OutboxAction,
+    },
     /// Decode a record Fence wrote at a resource and print it (`--json` for JSON).
     Decode {
         /// Which record.
@@ -83,6 +89,46 @@ enum Command {
         #[arg(long)]
         object: Option<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+enum OutboxAction {
+    /// List the entries still kept (pending, delivered within retention, dead letters) and how
+    /// long the oldest pending one has waited (the relay's lag on the domain).
+    List {
+        /// Where the outbox lives.
+        backend: OutboxBackend,
+        /// The domain.
+        domain: String,
+    },
+    /// Deliver dead letter SEQ again: it becomes a new pending entry after the last one, with
+    /// the same idempotency key (exit 4 when it is not a dead letter).
+    Redrive {
+        /// Where the outbox lives.
+        backend: OutboxBackend,
+        /// The domain.
+        domain: String,
+        /// The entry's sequence number.
+        seq: u64,
+    },
+    /// Remove dead letter SEQ once an operator has dealt with it (exit 4 when it is not one).
+    Discard {
+        /// Where the outbox lives.
+        backend: OutboxBackend,
+        /// The domain.
+        domain: String,
+        /// The entry's sequence number.
+        seq: u64,
+    },
+}
+
+/// A backend with an outbox the tool can read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OutboxBackend {
+    /// fence-outbox-redis.
+    Redis,
+    /// fence-outbox-postgres.
+    Postgres,
 }
 
 /// A backend with fenced domains.
@@ -154,6 +200,19 @@ async fn run(cli: &Cli) -> Report {
             let redis_key = key.as_deref().zip(Some(user_key.as_deref()));
             mutate::adopt(targets, *backend, domain, token, redis_key).await
         }
+        Command::Outbox { action } => match action {
+            OutboxAction::List { backend, domain } => outbox::list(targets, *backend, domain).await,
+            OutboxAction::Redrive {
+                backend,
+                domain,
+                seq,
+            } => outbox::redrive(targets, *backend, domain, *seq).await,
+            OutboxAction::Discard {
+                backend,
+                domain,
+                seq,
+            } => outbox::discard(targets, *backend, domain, *seq).await,
+        },
         Command::Decode {
             format,
             file,

@@ -368,3 +368,198 @@ fn kafka_ledger_and_manifest_records_decode() {
         .json();
     assert_eq!(json["keys"][0], "lake/q3/part-0.csv");
 }
+
+/// An outbox on one backend, as the outbox test drives it.
+enum TestOutbox {
+    Redis(fence_outbox_redis::RedisOutbox),
+    Postgres(fence_outbox_postgres::PostgresOutbox),
+}
+
+impl TestOutbox {
+    /// Records one `enqueue` effect with `payload` for `domain` under `token`.
+    async fn record(&self, domain: &fence_core::Domain, token: u64, op: &str, payload: &str) {
+        use fence_outbox::Effect;
+        let effect = Effect::new("enqueue", "orders-out", payload.to_owned());
+        let op = fence_testkit::outbox::op(op);
+        match self {
+            TestOutbox::Redis(outbox) => {
+                let transition =
+                    fence_outbox_redis::RedisTransition::new(domain.clone(), t(token), op)
+                        .effect(effect);
+                let script = fence_outbox_redis::OutboxScript::new("return 1");
+                outbox.transition(&script, &transition).await.unwrap();
+            }
+            TestOutbox::Postgres(outbox) => {
+                let request = fence_postgres::TransactionRequest::new(domain.clone(), t(token))
+                    .with_op_id(op);
+                outbox.transition(&request, &[effect]).await.unwrap();
+            }
+        }
+    }
+
+    async fn entries(&self, domain: &fence_core::Domain) -> Vec<fence_outbox::OutboxEntry> {
+        match self {
+            TestOutbox::Redis(outbox) => outbox.entries(domain).await.unwrap(),
+            TestOutbox::Postgres(outbox) => outbox.entries(domain).await.unwrap(),
+        }
+    }
+
+    /// A relay delivering this outbox with the webhook sink, leasing from the same backend.
+    fn relay(&self) -> fence_outbox::RelayHandle {
+        use std::sync::Arc;
+        let config = fence_testkit::outbox::fast_relay("cli-relay");
+        let sink = fence_testkit::outbox::webhook();
+        let relay = match self {
+            TestOutbox::Redis(outbox) => fence_outbox::Relay::new(
+                Arc::new(outbox.clone()),
+                sink,
+                Arc::new(outbox.fence().leases()),
+                config,
+            ),
+            TestOutbox::Postgres(outbox) => fence_outbox::Relay::new(
+                Arc::new(outbox.clone()),
+                sink,
+                Arc::new(outbox.fence().leases()),
+                config,
+            ),
+        };
+        relay.unwrap().spawn()
+    }
+}
+
+#[tokio::test]
+async fn outbox_list_and_discard_on_redis_and_postgres() {
+    use fence_outbox::EntryStatus;
+    use fence_testkit::outbox::kinds;
+
+    let (Some(redis_url), Some(pg_url)) = (shared_url(), fence_testkit::postgres::shared_url())
+    else {
+        unavailable("the shared Redis and PostgreSQL");
+        return;
+    };
+    let prefix = unique_prefix("cli-outbox");
+    let redis_fence = RedisFence::builder()
+        .url(&redis_url)
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    let schema = fence_testkit::postgres::unique_schema("cli_outbox");
+    let pool = fence_testkit::postgres::pool(&pg_url).await;
+    fence_postgres::migrate(&pool, &schema).await.unwrap();
+    let pg_fence = fence_postgres::PostgresFence::new(pool, &schema).unwrap();
+    fence_outbox_postgres::migrate(&pg_fence).await.unwrap();
+    let runs = [
+        (
+            "redis",
+            TestOutbox::Redis(fence_outbox_redis::RedisOutbox::new(redis_fence, kinds())),
+            vec![
+                ("FENCE_REDIS_URL", redis_url.clone()),
+                ("FENCE_REDIS_PREFIX", prefix.clone()),
+            ],
+        ),
+        (
+            "postgres",
+            TestOutbox::Postgres(fence_outbox_postgres::PostgresOutbox::new(
+                pg_fence,
+                kinds(),
+            )),
+            vec![
+                ("FENCE_POSTGRES_URL", pg_url.clone()),
+                ("FENCE_POSTGRES_SCHEMA", schema.clone()),
+            ],
+        ),
+    ];
+    for (backend, outbox, env) in runs {
+        let domain = d("order-5");
+        // An effect the webhook sink cannot deliver (an opaque destination) is dead-lettered.
+        outbox.record(&domain, 1, "q", "x").await;
+        let relay = outbox.relay();
+        let started = std::time::Instant::now();
+        while !matches!(
+            outbox.entries(&domain).await[0].status,
+            EntryStatus::DeadLettered { .. }
+        ) {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{backend}: no dead letter"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        relay.shutdown().await.unwrap();
+        // A second effect stays pending: no relay runs now.
+        outbox.record(&domain, 2, "r", "y").await;
+
+        let json = fence(&env, &["--json", "outbox", "list", backend, "order-5"], b"")
+            .expect(0)
+            .json();
+        assert_eq!(
+            (json["pending"].as_u64(), json["dead_lettered"].as_u64()),
+            (Some(1), Some(1)),
+            "{backend}: {json}"
+        );
+        assert!(json["lag_ms"].as_u64().is_some(), "{backend}: {json}");
+        let entries = json["entries"].as_array().unwrap();
+        assert_eq!(entries[0]["status"], "dead-lettered", "{backend}");
+        assert!(entries[0]["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("orders-out"));
+        assert_eq!(entries[1]["status"], "pending", "{backend}");
+        assert_eq!(entries[1]["payload"]["value"], "y", "{backend}");
+        assert_eq!(entries[1]["token"], "2", "{backend}");
+        let text = fence(&env, &["outbox", "list", backend, "order-5"], b"").expect(0);
+        println!("fence outbox list {backend} order-5\n{}", text.stdout);
+
+        // Re-drive: the dead letter is pending again after the last entry, with its key.
+        fence(&env, &["outbox", "redrive", backend, "order-5", "2"], b"").expect(4);
+        let redriven = fence(
+            &env,
+            &["--json", "outbox", "redrive", backend, "order-5", "1"],
+            b"",
+        )
+        .expect(0)
+        .json();
+        assert_eq!(redriven["new_seq"], 3, "{backend}");
+        let listed = fence(&env, &["--json", "outbox", "list", backend, "order-5"], b"")
+            .expect(0)
+            .json();
+        let entries = listed["entries"].as_array().unwrap();
+        let seen: Vec<_> = entries
+            .iter()
+            .map(|e| (e["seq"].as_u64(), e["status"].as_str(), e["key"].as_str()))
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                (Some(2), Some("pending"), Some("order-5:2:r:0")),
+                (Some(3), Some("pending"), Some("order-5:1:q:0")),
+            ],
+            "{backend}"
+        );
+        // The relay delivers both in order (dead-lettered again: the destination is opaque).
+        let relay = outbox.relay();
+        let started = std::time::Instant::now();
+        while !outbox
+            .entries(&domain)
+            .await
+            .iter()
+            .all(|e| matches!(e.status, EntryStatus::DeadLettered { .. }))
+        {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{backend}: not settled"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        relay.shutdown().await.unwrap();
+        fence(&env, &["outbox", "discard", backend, "order-5", "2"], b"").expect(0);
+        fence(&env, &["outbox", "discard", backend, "order-5", "2"], b"").expect(4);
+        let left = outbox.entries(&domain).await;
+        assert_eq!(
+            left.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [3],
+            "{backend}"
+        );
+    }
+}

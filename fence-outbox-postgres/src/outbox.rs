@@ -280,6 +280,64 @@ impl PostgresOutbox {
         Ok(removed == 1)
     }
 
+    /// Re-drives dead letter `seq` of `domain` once an operator has dealt with its cause: in one
+    /// transaction, under the domain's row lock (the relay's too), the dead letter becomes a new
+    /// pending entry after the domain's last one, with the same idempotency key, token and
+    /// recording time (a sink that saw the key before can deduplicate), and the relay is
+    /// woken. Returns the new entry's seq, or `None` when `seq` is not a dead letter.
+    pub async fn redrive_dead_letter(
+        &self,
+        domain: &Domain,
+        seq: u64,
+    ) -> Result<Option<u64>, OutboxError> {
+        let sql_error = |e| OutboxError::from(map_error(e, domain, Operation::Write, false));
+        let (domains, entries) = (self.table("domains"), self.table("entries"));
+        let mut tx = self.fence.pool().begin().await.map_err(sql_error)?;
+        let row: Option<(i64, i32)> = sqlx::query_as(&format!(
+            "SELECT last, partition FROM {domains} WHERE domain = $1 FOR UPDATE"
+        ))
+        .bind(domain.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(sql_error)?;
+        let Some((last, partition)) = row else {
+            return Ok(None);
+        };
+        let new_seq = last + 1;
+        // The dead letter moves to the new position (its key stays unique: one row holds it).
+        let moved = sqlx::query(&format!(
+            "UPDATE {entries} SET seq = $3, status = 'p', attempts = 0, last_error = NULL,
+                    settled_at = NULL, settled_by = NULL
+             WHERE domain = $1 AND seq = $2 AND status = 'x'"
+        ))
+        .bind(domain.as_str())
+        .bind(i64::try_from(seq).unwrap_or(i64::MAX))
+        .bind(new_seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_error)?
+        .rows_affected();
+        if moved != 1 {
+            return Ok(None);
+        }
+        sqlx::query(&format!(
+            "UPDATE {domains} SET last = $2, version = version + 1 WHERE domain = $1"
+        ))
+        .bind(domain.as_str())
+        .bind(new_seq)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_error)?;
+        sqlx::query("SELECT pg_notify($1, $2::text)")
+            .bind(crate::notify::channel(self.fence.schema()))
+            .bind(partition)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql_error)?;
+        tx.commit().await.map_err(sql_error)?;
+        Ok(u64::try_from(new_seq).ok())
+    }
+
     /// Entries of `domain` after seq `after`, at most `limit`, optionally pending ones only.
     pub(crate) async fn select_entries(
         &self,

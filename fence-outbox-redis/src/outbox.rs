@@ -380,6 +380,41 @@ impl RedisOutbox {
         domain: &Domain,
         seq: u64,
     ) -> Result<bool, OutboxError> {
+        Ok(self.on_entry(&scripts::DISCARD, domain, seq).await? == "1")
+    }
+
+    /// Re-drives dead letter `seq` of `domain` once an operator has dealt with its cause: its
+    /// record (the same idempotency key, token and recording time) becomes a new pending
+    /// entry after the domain's last one, so the relay delivers it again (a sink that saw the
+    /// key before can deduplicate), and the dead letter goes. Returns the new entry's seq, or
+    /// `None` when `seq` is not a dead letter.
+    pub async fn redrive_dead_letter(
+        &self,
+        domain: &Domain,
+        seq: u64,
+    ) -> Result<Option<u64>, OutboxError> {
+        let new_seq = self.on_entry(&scripts::REDRIVE, domain, seq).await?;
+        if new_seq == "0" {
+            return Ok(None);
+        }
+        // The partition's index lists the domain again, so a relay visits it.
+        self.index(domain).await;
+        new_seq.parse().map(Some).map_err(|_| {
+            OutboxError::from(fence_core::FenceError::corrupt(
+                "redis",
+                domain,
+                format!("re-drive answered seq `{new_seq}`"),
+            ))
+        })
+    }
+
+    /// Runs an operator's script on entry `seq` of `domain`; its one-word answer.
+    async fn on_entry(
+        &self,
+        script: &fence_redis::unstable::RedisScript,
+        domain: &Domain,
+        seq: u64,
+    ) -> Result<String, OutboxError> {
         let keys = [
             self.fence.user_key(domain, META)?,
             self.fence.user_key(domain, ENTRIES)?,
@@ -387,15 +422,9 @@ impl RedisOutbox {
         let seq_text = seq.to_string();
         let value = self
             .fence
-            .eval_script(
-                &scripts::DISCARD,
-                domain,
-                true,
-                &keys,
-                &[seq_text.as_bytes()],
-            )
+            .eval_script(script, domain, true, &keys, &[seq_text.as_bytes()])
             .await?;
-        Ok(parse(domain, value)?.text(domain, 0)? == "1")
+        Ok(parse(domain, value)?.text(domain, 0)?)
     }
 }
 

@@ -34,4 +34,5 @@ scripts! {
     PURGE => "purge",
     FORGET => "forget",
     DISCARD => "discard",
+    REDRIVE => "redrive",
 }
