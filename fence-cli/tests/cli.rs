@@ -2,8 +2,8 @@
 //! and its exit codes (0 done, 2 usage, 3 refused, 4 not found, 5 corrupt, 6 unavailable).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::Write as _;
-use std::process::{Command, Stdio};
+mod support;
+
 use std::time::Duration;
 
 use fence_conformance::services::{domain as d, token as t, unavailable};
@@ -14,49 +14,7 @@ use fence_s3::{ObjectOptions, S3Fence};
 use fence_testkit::redis::{shared_url, unique_prefix};
 use fence_testkit::s3 as s3_support;
 use serde_json::Value;
-
-/// What one run of `fence` printed and how it exited.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
-    }
-
-    fn expect(self, code: i32) -> Self {
-        assert_eq!(
-            self.code, code,
-            "exit code\nstdout: {}\nstderr: {}",
-            self.stdout, self.stderr
-        );
-        self
-    }
-}
-
-/// Runs `fence` with only `env` set (no variable of the caller's leaks in) and `stdin`.
-fn fence(env: &[(&str, String)], args: &[&str], stdin: &[u8]) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_fence"))
-        .env_clear()
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run fence");
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
-    let output = child.wait_with_output().unwrap();
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
+use support::fence;
 
 fn s3_env(prefix: &str) -> Option<Vec<(&'static str, String)>> {
     let endpoint = s3_support::shared_endpoint()?;

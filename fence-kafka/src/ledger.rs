@@ -120,6 +120,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn partitions_match_the_fnv1a_64_vectors_of_formats_md() {
+        // FORMATS.md §1.8: the same values a reader in another language must compute.
+        for (domain, partition) in [("orders", 4), ("customer-42", 2), ("order/42", 10)] {
+            assert_eq!(partition_for(domain, 12), partition, "{domain}");
+        }
+        assert_eq!(partition_for("anything", 1), 0);
+    }
+
+    #[test]
     fn round_trips_and_refuses_garbage() {
         let mut state = LedgerState {
             hwm: FencingToken::new(u64::MAX).ok(),

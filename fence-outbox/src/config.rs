@@ -87,3 +87,18 @@ impl OutboxConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partitions_match_the_fnv1a_32_vectors_of_formats_md() {
+        // FORMATS.md §1.8: the same values a reader in another language must compute.
+        let config = OutboxConfig::new(EffectKinds::new()).partitions(4);
+        for (domain, partition) in [("orders", 0), ("customer-42", 2), ("order/42", 2)] {
+            let domain = Domain::new(domain).unwrap_or_else(|e| unreachable!("{e}"));
+            assert_eq!(config.partition_of(&domain), partition, "{domain}");
+        }
+    }
+}

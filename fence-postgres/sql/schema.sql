@@ -1,4 +1,4 @@
--- fence-postgres schema, version 1. `fence_schema` is replaced by the schema you choose.
+-- fence-postgres schema, version 2 (FORMATS.md §6). `fence_schema` is replaced by the schema you choose.
 -- Tokens are u64: numeric(20,0), compared exactly by the server (bigint stops at 2^63 - 1),
 -- with a check that keeps them in 1 ..= 2^64 - 1. Rows that break it anyway fail closed.
 CREATE SCHEMA IF NOT EXISTS fence_schema;
@@ -67,7 +67,7 @@ CREATE INDEX IF NOT EXISTS fence_ops_domain_seq ON fence_schema.fence_ops (domai
 -- row as it was, the remembered operation, the counter's last token and whether it applied:
 -- the client derives the outcome from them with fence-core's own decision, and reports any
 -- disagreement. Arguments are checked: the function refuses what the client would never send.
--- (Version 1 had no p_max_step, p_issued_only nor `issued`: migrating replaces it.)
+-- (Schema version 1 had no p_max_step, p_issued_only nor `issued`: migrating replaces it.)
 DROP FUNCTION IF EXISTS fence_schema.fence_write(
     text, numeric, boolean, text, text, bigint, "char", bytea, bigint);
 CREATE OR REPLACE FUNCTION fence_schema.fence_write(
