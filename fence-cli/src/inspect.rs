@@ -72,7 +72,30 @@ async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<In
             generic("etcd", &etcd.fence(), Some(&etcd.leases()), domain).await
         }
         Backend::S3 => s3(targets, domain).await,
+        Backend::Kafka => kafka(targets, domain).await,
     }
+}
+
+/// The domain's committed fence-ledger record: a log has a mark and op ids, no entry.
+async fn kafka(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
+    let fence = targets.kafka()?;
+    let record = fence
+        .committed_ledger(&domain)
+        .await
+        .map_err(|e| Report::failed(&e))?;
+    let ops = ops_of(&record.ops);
+    Ok(Inspection {
+        backend: "kafka",
+        location: Some(format!(
+            "transactional id `{}`",
+            fence.transactional_id(&domain)
+        )),
+        domain,
+        snapshot: fence_core::Snapshot::new(record.high_water_mark, Entry::Absent),
+        ops: Some(ops),
+        lease: None,
+        extra: Value::Null,
+    })
 }
 
 /// Through the fence's own read and the lease backend's `holder`.
@@ -164,17 +187,7 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
             Entry::Tombstone { token, revision }
         }
     };
-    let ops = envelope
-        .ops()
-        .iter()
-        .map(|op| Op {
-            token: op.token.to_string(),
-            op_id: op.op_id.as_str().to_owned(),
-            kind: op.outcome.kind().as_str().to_owned(),
-            previous: token_json(op.previous),
-            outcome: outcome_text(op.outcome),
-        })
-        .collect();
+    let ops = ops_of(envelope.ops());
     Ok(Inspection {
         backend: "s3",
         domain,
@@ -188,6 +201,19 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
             "metadata": metadata,
         }),
     })
+}
+
+/// The operation ids an envelope or ledger record remembers.
+fn ops_of(ops: &fence_core::OpMemory) -> Vec<Op> {
+    ops.iter()
+        .map(|op| Op {
+            token: op.token.to_string(),
+            op_id: op.op_id.as_str().to_owned(),
+            kind: op.outcome.kind().as_str().to_owned(),
+            previous: token_json(op.previous),
+            outcome: outcome_text(op.outcome),
+        })
+        .collect()
 }
 
 fn outcome_text(outcome: OpOutcome) -> String {

@@ -142,6 +142,10 @@ enum Backend {
     Postgres,
     /// etcd (`FENCE_ETCD_ENDPOINTS`).
     Etcd,
+    /// Kafka (`FENCE_KAFKA_BOOTSTRAP`, `FENCE_KAFKA_TOPIC`): the domain's fence-ledger record.
+    /// A claim opens the domain's transactional producer, which aborts the owner's open
+    /// transaction: claim only to fence a holder out.
+    Kafka,
 }
 
 /// A backend that can adopt data another tool wrote.

@@ -97,6 +97,26 @@ pub(crate) struct Targets {
         default_value = "fence"
     )]
     postgres_schema: String,
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "FENCE_KAFKA_BOOTSTRAP", global = true)]
+    kafka_bootstrap: Option<String>,
+    /// Extra Kafka client properties, `key=value;key=value` (security settings).
+    #[arg(
+        long,
+        env = "FENCE_KAFKA_PROPERTIES",
+        global = true,
+        hide_env_values = true
+    )]
+    kafka_properties: Option<String>,
+    /// The fenced data topic.
+    #[arg(long, env = "FENCE_KAFKA_TOPIC", global = true)]
+    kafka_topic: Option<String>,
+    /// The fence-ledger topic.
+    #[arg(long, env = "FENCE_KAFKA_LEDGER_TOPIC", global = true, default_value = fence_kafka::DEFAULT_LEDGER_TOPIC)]
+    kafka_ledger_topic: String,
+    /// The transactional id prefix of the domains' producers.
+    #[arg(long, env = "FENCE_KAFKA_TRANSACTIONAL_ID_PREFIX", global = true, default_value = fence_kafka::DEFAULT_TRANSACTIONAL_ID_PREFIX)]
+    kafka_transactional_id_prefix: String,
     /// etcd endpoints, comma-separated.
     #[arg(
         long,
@@ -126,6 +146,7 @@ impl fmt::Debug for Targets {
             .field("s3_bucket", &self.s3_bucket)
             .field("postgres", &self.postgres_url.is_some())
             .field("etcd_endpoints", &self.etcd_endpoints)
+            .field("kafka_topic", &self.kafka_topic)
             .finish_non_exhaustive()
     }
 }
@@ -236,6 +257,36 @@ impl Targets {
             })?;
         PostgresFence::new(pool, &self.postgres_schema)
             .map_err(|e| Report::failed(&fence_core::FenceError::from(e)))
+    }
+
+    /// A Kafka fence on the configured topics (no topic is created).
+    pub(crate) fn kafka(&self) -> Connect<fence_kafka::KafkaFence> {
+        let bootstrap = set(&self.kafka_bootstrap)
+            .ok_or_else(|| missing("Kafka", "FENCE_KAFKA_BOOTSTRAP", "kafka-bootstrap"))?;
+        let topic = set(&self.kafka_topic)
+            .ok_or_else(|| missing("the Kafka data topic", "FENCE_KAFKA_TOPIC", "kafka-topic"))?;
+        let mut config = fence_kafka::rdkafka::ClientConfig::new();
+        config.set("bootstrap.servers", bootstrap);
+        for pair in set(&self.kafka_properties).unwrap_or_default().split(';') {
+            let pair = pair.trim();
+            if pair.is_empty() {
+                continue;
+            }
+            // Never echoed: an entry may hold a password.
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(Report::usage(
+                    "FENCE_KAFKA_PROPERTIES holds an entry without `=` (key=value entries, separated by `;`)",
+                ));
+            };
+            config.set(key.trim(), value.trim());
+        }
+        fence_kafka::KafkaFence::builder(config)
+            .data_topic(topic)
+            .ledger_topic(&self.kafka_ledger_topic)
+            .transactional_id_prefix(&self.kafka_transactional_id_prefix)
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|e| Report::failed(&e))
     }
 
     /// An etcd handle.

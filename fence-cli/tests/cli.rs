@@ -521,3 +521,52 @@ async fn outbox_list_and_discard_on_redis_and_postgres() {
         );
     }
 }
+
+#[tokio::test]
+async fn kafka_inspect_shows_the_committed_ledger() {
+    use fence_core::{AppendRequest, FencedLog, Record};
+    let (Some(bootstrap), Some(kafka)) = (
+        fence_testkit::kafka::shared_bootstrap(),
+        fence_testkit::kafka::shared_fence("cli").await,
+    ) else {
+        return;
+    };
+    let domain = d("partition 7");
+    kafka.claim(&domain, t(3)).await.unwrap();
+    let append = AppendRequest::new(
+        domain.clone(),
+        t(3),
+        vec![Record::new("a"), Record::new("b")],
+    )
+    .with_op_id(OperationId::new("batch-1").unwrap());
+    kafka.append(&append).await.unwrap();
+    let topic = kafka.data_topic().to_owned();
+    let env = vec![
+        ("FENCE_KAFKA_BOOTSTRAP", bootstrap),
+        ("FENCE_KAFKA_TOPIC", topic.clone()),
+        ("FENCE_KAFKA_LEDGER_TOPIC", format!("{topic}-ledger")),
+        ("FENCE_KAFKA_TRANSACTIONAL_ID_PREFIX", format!("{topic}-")),
+    ];
+    let json = fence(&env, &["--json", "inspect", "kafka", "partition 7"], b"")
+        .expect(0)
+        .json();
+    assert_eq!(json["mark"], "3");
+    assert_eq!(json["entry"]["state"], "absent");
+    assert_eq!(json["ops"][0]["op_id"], "batch-1");
+    assert_eq!(json["ops"][0]["kind"], "append");
+    assert_eq!(json["ops"][0]["outcome"], "2");
+    assert_eq!(
+        json["location"],
+        format!("transactional id `{}`", kafka.transactional_id(&domain)).as_str()
+    );
+    fence(&env, &["--json", "inspect", "kafka", "never"], b"").expect(4);
+    fence(&env, &["claim", "kafka", "partition 7", "2"], b"").expect(3);
+    let bad = [("FENCE_KAFKA_PROPERTIES", "secret-without-equals".to_owned())];
+    let refused = fence(
+        &[env.as_slice(), &bad].concat(),
+        &["inspect", "kafka", "x"],
+        b"",
+    )
+    .expect(2);
+    assert!(!refused.stderr.contains("secret"), "{}", refused.stderr);
+}

@@ -20,7 +20,7 @@ use crate::error::{
     backend, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
 };
 use crate::holders::{Holder, Holders};
-use crate::ledger::{partition_for, LedgerState};
+use crate::ledger::{partition_for, LedgerRecord, LedgerState};
 use crate::record::{is_fence_header, CommittedRecord};
 use crate::txn::{pause, Outgoing};
 
@@ -148,6 +148,17 @@ impl KafkaFence {
         })
         .await
         .copied()
+    }
+
+    /// The domain's committed fence-ledger record (FORMATS.md §4.3): its mark and remembered
+    /// operation ids, as a read_committed consumer of the ledger topic sees them now. For
+    /// operators (`fence inspect kafka`); it opens no producer, so it fences no one.
+    pub async fn committed_ledger(&self, domain: &Domain) -> Result<LedgerRecord, FenceError> {
+        let state = self.read_ledger(domain).await?;
+        Ok(LedgerRecord {
+            high_water_mark: state.hwm,
+            ops: state.ops,
+        })
     }
 
     /// Reads the domain's committed ledger state.
