@@ -5,7 +5,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use fence_core::{EntryHead, OpMemory, OpOutcome};
-use fence_kafka::LedgerRecord;
+use fence_kafka::{CommittedRecord, LedgerRecord, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};
+use fence_outbox_redis::PackedRecord;
 use fence_s3::{Envelope, Manifest};
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
@@ -31,6 +32,10 @@ pub(crate) async fn run(
             .map_err(|e| e.to_string()),
         Format::KafkaLedger => LedgerRecord::decode(&bytes)
             .map(|record| ledger_report(&record))
+            .map_err(|e| e.to_string()),
+        Format::KafkaHeaders => kafka_headers(&bytes),
+        Format::RedisOutboxEntry => PackedRecord::decode(&bytes)
+            .map(|record| outbox_entry_report(&record))
             .map_err(|e| e.to_string()),
     };
     decoded.unwrap_or_else(corrupt)
@@ -166,4 +171,60 @@ fn ledger_report(record: &LedgerRecord) -> Report {
     );
     ops_text(&mut text, &record.ops);
     Report::done(json, text.trim_end().to_owned())
+}
+
+/// Headers as `name=value` lines, decoded by fence-kafka's own reader of committed records.
+fn kafka_headers(bytes: &[u8]) -> Result<Report, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "headers are not UTF-8 text".to_owned())?;
+    let mut record = CommittedRecord::new("stdin", 0, 0, Vec::new());
+    for line in text.lines().filter(|l| !l.is_empty()) {
+        let (name, value) = line
+            .split_once('=')
+            .ok_or_else(|| format!("header line `{line}` is not name=value"))?;
+        record = record.with_header(name, value.as_bytes().to_vec());
+    }
+    let Some(headers) = record.fence_headers() else {
+        return Ok(Report::done(
+            json!({ "fenced": false }),
+            format!("not a fenced record: no `{DOMAIN_HEADER}` header"),
+        ));
+    };
+    // FORMATS.md §4.2: a fenced record's token must be valid, and an op id header too.
+    let token = headers
+        .token
+        .ok_or_else(|| format!("`{TOKEN_HEADER}` is missing or not a canonical token"))?;
+    if record.header(OP_HEADER).is_some() && headers.op_id.is_none() {
+        return Err(format!("`{OP_HEADER}` is not a valid operation id"));
+    }
+    let op_id = headers.op_id.as_ref().map(|op| op.as_str().to_owned());
+    let text = format!(
+        "domain  {}\ntoken   {token}\nop      {}",
+        headers.domain,
+        op_id.as_deref().unwrap_or("none")
+    );
+    Ok(Report::done(
+        json!({ "fenced": true, "domain": headers.domain, "token": token.to_string(), "op_id": op_id }),
+        text,
+    ))
+}
+
+fn outbox_entry_report(record: &PackedRecord) -> Report {
+    let json = json!({
+        "recorded_at_ms": record.recorded_at_ms,
+        "token": record.token,
+        "key": record.key,
+        "kind": record.kind,
+        "destination": record.destination,
+        "payload": bytes_json(&record.payload),
+    });
+    let text = format!(
+        "recorded {} ms\ntoken    {}\nkey      {}\nkind     {}\nto       {}\npayload  {} bytes",
+        record.recorded_at_ms,
+        record.token,
+        record.key,
+        record.kind,
+        record.destination,
+        record.payload.len()
+    );
+    Report::done(json, text)
 }

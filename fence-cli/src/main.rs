@@ -166,6 +166,10 @@ enum Format {
     Manifest,
     /// A `FENCE-KAFKA/1` fence-ledger record's value.
     KafkaLedger,
+    /// A Kafka record's headers, one `name=value` per line (the fence headers are decoded).
+    KafkaHeaders,
+    /// A Redis outbox entry's packed record (`<recorded ms>|<token>` LF, then the fields).
+    RedisOutboxEntry,
 }
 
 fn main() -> ExitCode {

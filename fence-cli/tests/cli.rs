@@ -320,6 +320,14 @@ fn kafka_ledger_and_manifest_records_decode() {
         b"FENCE-KAFKA/1\nhwm 042\n",
     )
     .expect(5);
+    // Kafka headers: a record without the domain header is not fenced; a bad token is corrupt.
+    let plain = fence(&[], &["--json", "decode", "kafka-headers"], b"trace=abc\n")
+        .expect(0)
+        .json();
+    assert_eq!(plain["fenced"], false);
+    let bad_token = b"fence-domain=orders\nfence-token=042\n";
+    fence(&[], &["decode", "kafka-headers"], bad_token).expect(5);
+    fence(&[], &["decode", "redis-outbox-entry"], b"17|7\n9:x").expect(5);
     let manifest = b"FENCE-MANIFEST/1\nlake/q3/part-0.csv\n";
     let json = fence(&[], &["--json", "decode", "manifest"], manifest)
         .expect(0)

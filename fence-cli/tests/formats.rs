@@ -56,6 +56,7 @@ fn formats_md_has_every_example_this_test_decodes() {
             "entry-head",
             "escaping",
             "etcd-store",
+            "kafka-headers",
             "kafka-ledger",
             "manifest",
             "op-line",
@@ -143,6 +144,28 @@ fn s3_manifest_and_kafka_records_decode_with_the_command() {
     assert_eq!(ledger["ops"][0]["outcome"]["records"], 100);
     assert_eq!(ledger["ops"][1]["op_id"], "batch 8/a");
     assert_eq!(ledger["ops"][1]["previous"], "42");
+
+    let headers = fence(
+        &[],
+        &["--json", "decode", "kafka-headers"],
+        example("kafka-headers").as_bytes(),
+    )
+    .expect(0)
+    .json();
+    assert_eq!(
+        headers,
+        serde_json::json!({ "fenced": true, "domain": "orders", "token": "42", "op_id": "batch-7" })
+    );
+    let packed = example("redis-outbox-entry");
+    let entry = fence(
+        &[],
+        &["--json", "decode", "redis-outbox-entry"],
+        packed.strip_suffix('\n').unwrap().as_bytes(),
+    )
+    .expect(0)
+    .json();
+    assert_eq!(entry["key"], "order%2F42:7:pay:0");
+    assert_eq!(entry["payload"]["value"], "{\"amount\":90}");
 }
 
 /// `key value` lines (the first space splits them).

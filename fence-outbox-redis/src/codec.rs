@@ -26,19 +26,50 @@ pub(crate) fn pack(
     out
 }
 
-/// A stored record, unpacked.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Unpacked {
-    pub(crate) recorded_at_ms: u64,
-    pub(crate) token: String,
-    pub(crate) key: String,
-    pub(crate) kind: String,
-    pub(crate) destination: String,
-    pub(crate) payload: Bytes,
+/// An entry's stored record, unpacked (FORMATS.md §5.2): for tools that read the outbox's
+/// entries hash directly (`fence decode redis-outbox-entry`).
+///
+/// ```
+/// let stored = b"1700000000123|7\n18:order%2F42:7:pay:011:charge-card4:mail{}";
+/// let record = fence_outbox_redis::PackedRecord::decode(stored)?;
+/// assert_eq!((record.recorded_at_ms, record.token.as_str()), (1_700_000_000_123, "7"));
+/// assert_eq!((record.key.as_str(), &record.payload[..]), ("order%2F42:7:pay:0", &b"{}"[..]));
+/// # Ok::<(), fence_outbox_redis::PackedRecordError>(())
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PackedRecord {
+    /// When it was recorded (ms since the Unix epoch, the server's clock).
+    pub recorded_at_ms: u64,
+    /// The recording transition's token, as stored (decimal text).
+    pub token: String,
+    /// The idempotency key.
+    pub key: String,
+    /// The effect kind.
+    pub kind: String,
+    /// The destination.
+    pub destination: String,
+    /// The payload.
+    pub payload: Bytes,
+}
+
+/// Why bytes are not a packed outbox record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("damaged outbox record: {reason}")]
+pub struct PackedRecordError {
+    /// What is malformed.
+    pub reason: &'static str,
+}
+
+impl PackedRecord {
+    /// Unpacks a stored record.
+    pub fn decode(record: &[u8]) -> Result<Self, PackedRecordError> {
+        unpack(record).map_err(|reason| PackedRecordError { reason })
+    }
 }
 
 /// Unpacks a stored record; the error says what is malformed.
-pub(crate) fn unpack(record: &[u8]) -> Result<Unpacked, &'static str> {
+pub(crate) fn unpack(record: &[u8]) -> Result<PackedRecord, &'static str> {
     let bar = record
         .iter()
         .position(|&b| b == b'|')
@@ -65,7 +96,7 @@ pub(crate) fn unpack(record: &[u8]) -> Result<Unpacked, &'static str> {
         rest = &rest[start + len..];
     }
     let [key, kind, destination] = <[String; 3]>::try_from(parts).map_err(|_| "truncated field")?;
-    Ok(Unpacked {
+    Ok(PackedRecord {
         recorded_at_ms,
         token,
         key,
@@ -97,7 +128,7 @@ mod tests {
         let unpacked = unpack(&stored);
         assert_eq!(
             unpacked,
-            Ok(Unpacked {
+            Ok(PackedRecord {
                 recorded_at_ms: 1_795_990_000_123,
                 token: "18446744073709551615".into(),
                 key: "d:1:op:0".into(),

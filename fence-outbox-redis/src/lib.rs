@@ -9,4 +9,5 @@ mod store;
 /// The contract this crate implements, so users need one dependency.
 pub use fence_core;
 
+pub use codec::{PackedRecord, PackedRecordError};
 pub use outbox::{OutboxScript, RedisOutbox, RedisRecorded, RedisTransition};
