@@ -1,44 +1,79 @@
 //! `fence decode <format>`: a record Fence wrote at a resource, decoded by the same strict
-//! decoder the library reads it with, from standard input, a file or (S3) an object.
+//! decoder the library reads it with, from standard input, a file, an S3 object or a Redis key.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use fence_core::{EntryHead, OpMemory, OpOutcome};
+use fence_core::{EntryHead, OpMemory, OpOutcome, Snapshot};
 use fence_kafka::{CommittedRecord, LedgerRecord, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};
+use fence_outbox_kafka::Progress;
 use fence_outbox_redis::PackedRecord;
 use fence_s3::{Envelope, Manifest};
 use serde_json::{json, Value};
 use tokio::io::AsyncReadExt;
 
-use crate::report::{bytes_json, token_json, Exit, Report};
+use crate::report::{bytes_json, entry_json, entry_text, token_json, Exit, Report};
 use crate::targets::Targets;
 use crate::Format;
 
-pub(crate) async fn run(
-    targets: &Targets,
-    format: Format,
-    file: Option<&Path>,
-    object: Option<&str>,
-) -> Report {
-    let bytes = match read(targets, file, object).await {
-        Ok(bytes) => bytes,
-        Err(report) => return report,
+/// Where the record comes from (standard input when nothing is named).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Source<'a> {
+    file: Option<&'a Path>,
+    object: Option<&'a str>,
+    key: Option<&'a str>,
+}
+
+impl<'a> Source<'a> {
+    pub(crate) fn new(
+        file: Option<&'a Path>,
+        object: Option<&'a str>,
+        key: Option<&'a str>,
+    ) -> Self {
+        Source { file, object, key }
+    }
+}
+
+pub(crate) async fn run(targets: &Targets, format: Format, source: Source<'_>) -> Report {
+    if source.object.is_some() && format == Format::RedisState {
+        return Report::usage("redis-state is read from --key, a file or standard input");
+    }
+    if source.key.is_some() && format != Format::RedisState {
+        return Report::usage("--key reads a Redis state key: it goes with redis-state");
+    }
+    let decode: fn(&[u8]) -> Result<Report, String> = match format {
+        Format::RedisState => {
+            return redis_state(targets, source)
+                .await
+                .unwrap_or_else(|report| report)
+        }
+        Format::S3Envelope => s3_envelope,
+        Format::Manifest => |bytes| {
+            Manifest::parse(bytes)
+                .map(|manifest| manifest_report(&manifest))
+                .map_err(|e| e.to_string())
+        },
+        Format::KafkaLedger => |bytes| {
+            LedgerRecord::decode(bytes)
+                .map(|record| ledger_report(&record))
+                .map_err(|e| e.to_string())
+        },
+        Format::KafkaHeaders => kafka_headers,
+        Format::RedisOutboxEntry => |bytes| {
+            PackedRecord::decode(bytes)
+                .map(|record| outbox_entry_report(&record))
+                .map_err(|e| e.to_string())
+        },
+        Format::KafkaOutboxProgress => |bytes| {
+            Progress::decode(bytes)
+                .map(|progress| progress_report(&progress))
+                .map_err(|e| e.to_string())
+        },
     };
-    let decoded = match format {
-        Format::S3Envelope => s3_envelope(&bytes),
-        Format::Manifest => Manifest::parse(&bytes)
-            .map(|manifest| manifest_report(&manifest))
-            .map_err(|e| e.to_string()),
-        Format::KafkaLedger => LedgerRecord::decode(&bytes)
-            .map(|record| ledger_report(&record))
-            .map_err(|e| e.to_string()),
-        Format::KafkaHeaders => kafka_headers(&bytes),
-        Format::RedisOutboxEntry => PackedRecord::decode(&bytes)
-            .map(|record| outbox_entry_report(&record))
-            .map_err(|e| e.to_string()),
-    };
-    decoded.unwrap_or_else(corrupt)
+    match read(targets, source).await {
+        Ok(bytes) => decode(&bytes).unwrap_or_else(corrupt),
+        Err(report) => report,
+    }
 }
 
 /// Bytes that do not decode: the corrupt-state exit code, with the decoder's reason.
@@ -46,12 +81,8 @@ fn corrupt(reason: String) -> Report {
     Report::usage(reason).with_exit(Exit::Corrupt, "corrupt")
 }
 
-async fn read(
-    targets: &Targets,
-    file: Option<&Path>,
-    object: Option<&str>,
-) -> Result<Vec<u8>, Report> {
-    if let Some(key) = object {
+async fn read(targets: &Targets, source: Source<'_>) -> Result<Vec<u8>, Report> {
+    if let Some(key) = source.object {
         let client = targets.s3_client()?;
         let output = client
             .get_object()
@@ -76,12 +107,106 @@ async fn read(
         return Ok(bytes.into_bytes().to_vec());
     }
     let mut bytes = Vec::new();
-    let read = match file {
+    let read = match source.file {
         Some(path) => tokio::fs::read(path).await.map(|b| bytes = b),
         None => tokio::io::stdin().read_to_end(&mut bytes).await.map(|_| ()),
     };
     read.map_err(|e| Report::usage(format!("reading the input: {e}")))?;
     Ok(bytes)
+}
+
+/// A state hash from a live key (`HGETALL`, binary-safe) or from text: an optional `key K`
+/// line, then one `field value` per line (FORMATS.md §3.2's example form).
+async fn redis_state(targets: &Targets, source: Source<'_>) -> Result<Report, Report> {
+    let (key, fields) = match source.key {
+        Some(key) => {
+            let fence = targets.redis().await?;
+            let domain = fence.domain_of_key(key).ok_or_else(|| {
+                Report::usage(format!(
+                    "`{key}` is not a key of a domain under the prefix `{}` (`<prefix>:{{<escaped domain>}}:state`)",
+                    fence.prefix()
+                ))
+            })?;
+            if !key.ends_with("}:state") {
+                return Err(Report::usage(format!(
+                    "`{key}` is not a state key (`…:state`); inspect the domain `{domain}` instead"
+                )));
+            }
+            let fields = fence
+                .state_fields(&domain)
+                .await
+                .map_err(|e| Report::failed(&e))?;
+            if fields.is_empty() {
+                return Err(
+                    Report::usage(format!("no key `{key}`")).with_exit(Exit::NotFound, "not_found")
+                );
+            }
+            (Some(key.to_owned()), fields)
+        }
+        None => {
+            let bytes = read(targets, source).await?;
+            state_text(&bytes).map_err(corrupt)?
+        }
+    };
+    let snapshot = fence_redis::decode_state(&fields).map_err(|e| corrupt(e.to_string()))?;
+    Ok(state_report(key.as_deref(), &snapshot, &fields))
+}
+
+/// A state hash's fields, as `HGETALL` answers them.
+type Fields = Vec<(Vec<u8>, Vec<u8>)>;
+
+fn state_text(bytes: &[u8]) -> Result<(Option<String>, Fields), String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "state text is not UTF-8".to_owned())?;
+    let mut lines = text.lines().filter(|l| !l.is_empty()).peekable();
+    let key = lines
+        .peek()
+        .and_then(|l| l.strip_prefix("key "))
+        .map(str::to_owned);
+    if key.is_some() {
+        lines.next();
+    }
+    let fields: Vec<_> = lines
+        .map(|line| {
+            let (field, value) = line.split_once(' ').unwrap_or((line, ""));
+            (field.as_bytes().to_vec(), value.as_bytes().to_vec())
+        })
+        .collect();
+    if fields.is_empty() {
+        return Err("no fields: one `field value` per line".to_owned());
+    }
+    Ok((key, fields))
+}
+
+fn state_report(key: Option<&str>, snapshot: &Snapshot, fields: &[(Vec<u8>, Vec<u8>)]) -> Report {
+    const FORMAT_FIELDS: [&[u8]; 6] = [b"fence", b"hwm", b"rev", b"tok", b"state", b"val"];
+    let ignored: Vec<String> = fields
+        .iter()
+        .filter(|(name, _)| !FORMAT_FIELDS.contains(&name.as_slice()))
+        .map(|(name, _)| String::from_utf8_lossy(name).into_owned())
+        .collect();
+    let json = json!({
+        "format": "redis-state",
+        "key": key,
+        "mark": token_json(snapshot.high_water_mark),
+        "entry": entry_json(&snapshot.entry),
+        "ignored_fields": ignored,
+    });
+    let mut text = String::new();
+    if let Some(key) = key {
+        let _ = writeln!(text, "key     {key}");
+    }
+    let _ = write!(
+        text,
+        "mark    {}\nentry   {}",
+        snapshot
+            .high_water_mark
+            .map_or("none".to_owned(), |t| t.to_string()),
+        entry_text(&snapshot.entry)
+    );
+    if !ignored.is_empty() {
+        let _ = write!(text, "\nignored {}", ignored.join(" "));
+    }
+    Report::done(json, text)
 }
 
 fn ops_json(ops: &OpMemory) -> Vec<Value> {
@@ -226,5 +351,47 @@ fn outbox_entry_report(record: &PackedRecord) -> Report {
         record.destination,
         record.payload.len()
     );
+    Report::done(json, text)
+}
+
+fn progress_report(progress: &Progress) -> Report {
+    let (json, text) = match progress {
+        Progress::Begin {
+            domain,
+            seq,
+            attempt,
+        } => (
+            json!({ "format": "FENCE-OUTBOX-PROGRESS/1", "kind": "begin", "domain": domain.as_str(), "seq": seq, "attempt": attempt }),
+            format!("begin   entry {seq} of `{domain}`, attempt {attempt}"),
+        ),
+        Progress::Settle {
+            domain,
+            seq,
+            outcome,
+            at_ms,
+            error,
+        } => {
+            let outcome = match outcome {
+                'd' => "delivered",
+                'x' => "dead_letter",
+                _ => "retry",
+            };
+            (
+                json!({ "format": "FENCE-OUTBOX-PROGRESS/1", "kind": "settle", "domain": domain.as_str(), "seq": seq, "outcome": outcome, "at_ms": at_ms, "error": error }),
+                format!(
+                    "settle  entry {seq} of `{domain}`: {outcome} at {at_ms} ms{}",
+                    if error.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({error})")
+                    }
+                ),
+            )
+        }
+        _ => (
+            json!({ "format": "FENCE-OUTBOX-PROGRESS/1", "kind": "unknown" }),
+            "a progress record of a kind this tool does not know".to_owned(),
+        ),
+    };
     Report::done(json, text)
 }

@@ -7,7 +7,7 @@ use fence_core::{Domain, Entry, FenceError, FencedStore, LeaseHolder, LeaseManag
 use fence_s3::Envelope;
 use serde_json::{json, Value};
 
-use crate::report::{bytes_json, bytes_text, token_json, Report};
+use crate::report::{entry_json, entry_text, token_json, Report};
 use crate::targets::Targets;
 use crate::Backend;
 
@@ -227,23 +227,7 @@ fn outcome_text(outcome: OpOutcome) -> String {
 impl Inspection {
     fn report(self) -> Report {
         let snapshot = &self.snapshot;
-        let entry = match &snapshot.entry {
-            Entry::Value {
-                value,
-                token,
-                revision,
-            } => {
-                let mut entry = bytes_json(value);
-                entry["state"] = "value".into();
-                entry["token"] = token.to_string().into();
-                entry["revision"] = revision.get().into();
-                entry
-            }
-            Entry::Tombstone { token, revision } => json!({
-                "state": "tombstone", "token": token.to_string(), "revision": revision.get()
-            }),
-            _ => json!({ "state": "absent" }),
-        };
+        let entry = entry_json(&snapshot.entry);
         let ops = self.ops.as_ref().map(|ops| {
             ops.iter()
                 .map(|op| {
@@ -296,20 +280,7 @@ impl Inspection {
             .high_water_mark
             .map_or("none (no token accepted yet)".to_owned(), |m| m.to_string());
         let _ = writeln!(out, "mark    {mark}");
-        let entry = match &self.snapshot.entry {
-            Entry::Value {
-                value,
-                token,
-                revision,
-            } => format!(
-                "value {}, written with token {token} at revision {revision}",
-                bytes_text(value)
-            ),
-            Entry::Tombstone { token, revision } => {
-                format!("tombstone, deleted with token {token} at revision {revision}")
-            }
-            _ => "absent".to_owned(),
-        };
+        let entry = entry_text(&self.snapshot.entry);
         let _ = writeln!(out, "entry   {entry}");
         match &self.ops {
             None => {

@@ -85,9 +85,13 @@ enum Command {
         /// Read it from this file instead of standard input.
         #[arg(long, conflicts_with = "object")]
         file: Option<PathBuf>,
-        /// s3-envelope: read the object with this key from the configured bucket.
-        #[arg(long)]
+        /// Read the object with this key from the configured S3 bucket.
+        #[arg(long, conflicts_with = "key")]
         object: Option<String>,
+        /// redis-state: read this state key (`<prefix>:{<domain>}:state`) from the configured
+        /// Redis.
+        #[arg(long, conflicts_with = "file")]
+        key: Option<String>,
     },
 }
 
@@ -170,6 +174,10 @@ enum Format {
     KafkaHeaders,
     /// A Redis outbox entry's packed record (`<recorded ms>|<token>` LF, then the fields).
     RedisOutboxEntry,
+    /// A domain's Redis state hash: `--key`, or one `field value` per line (FORMATS.md §3.2).
+    RedisState,
+    /// A Kafka outbox relay's `FENCE-OUTBOX-PROGRESS/1` record value.
+    KafkaOutboxProgress,
 }
 
 fn main() -> ExitCode {
@@ -225,6 +233,10 @@ async fn run(cli: &Cli) -> Report {
             format,
             file,
             object,
-        } => decode::run(targets, *format, file.as_deref(), object.as_deref()).await,
+            key,
+        } => {
+            let source = decode::Source::new(file.as_deref(), object.as_deref(), key.as_deref());
+            decode::run(targets, *format, source).await
+        }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use fence_core::{BackendErrorKind, FenceError, FencingToken};
+use fence_core::{BackendErrorKind, Entry, FenceError, FencingToken};
 use serde_json::{json, Value};
 
 /// How a command ended: its exit code.
@@ -144,6 +144,45 @@ pub(crate) fn bytes_json(bytes: &[u8]) -> Value {
     match std::str::from_utf8(bytes) {
         Ok(text) => json!({ "size": bytes.len(), "value": text }),
         Err(_) => json!({ "size": bytes.len(), "value": null, "value_hex": hex(bytes) }),
+    }
+}
+
+/// An entry as JSON: its state, writer token and revision, and a value's bytes.
+pub(crate) fn entry_json(entry: &Entry) -> Value {
+    match entry {
+        Entry::Value {
+            value,
+            token,
+            revision,
+        } => {
+            let mut json = bytes_json(value);
+            json["state"] = "value".into();
+            json["token"] = token.to_string().into();
+            json["revision"] = revision.get().into();
+            json
+        }
+        Entry::Tombstone { token, revision } => json!({
+            "state": "tombstone", "token": token.to_string(), "revision": revision.get()
+        }),
+        _ => json!({ "state": "absent" }),
+    }
+}
+
+/// An entry for people.
+pub(crate) fn entry_text(entry: &Entry) -> String {
+    match entry {
+        Entry::Value {
+            value,
+            token,
+            revision,
+        } => format!(
+            "value {}, written with token {token} at revision {revision}",
+            bytes_text(value)
+        ),
+        Entry::Tombstone { token, revision } => {
+            format!("tombstone, deleted with token {token} at revision {revision}")
+        }
+        _ => "absent".to_owned(),
     }
 }
 

@@ -130,6 +130,50 @@ async fn redis_inspect_claim_and_adopt() {
     let corrupt = fence(&env, &["--json", "inspect", "redis", "broken"], b"").expect(5);
     assert_eq!(corrupt.json()["error"]["class"], "corrupt");
 
+    // decode redis-state: the live hash by its key (binary-safe), the same hash as text, and
+    // keys that are no domain's state.
+    let state_key = format!("{prefix}:{{orders%2F7}}:state");
+    let decoded = fence(
+        &env,
+        &["--json", "decode", "redis-state", "--key", &state_key],
+        b"",
+    )
+    .expect(0)
+    .json();
+    assert_eq!(decoded["key"], state_key.as_str());
+    assert_eq!(decoded["mark"], next.as_str());
+    assert_eq!(decoded["entry"]["state"], "value");
+    assert_eq!(decoded["entry"]["token"], token.as_str());
+    assert_eq!(decoded["entry"]["value"], "paid");
+    let as_text =
+        format!("key {state_key}\nfence 1\nhwm {next}\nrev 1\ntok {token}\nstate v\nval paid\n");
+    let piped = fence(
+        &[],
+        &["--json", "decode", "redis-state"],
+        as_text.as_bytes(),
+    )
+    .expect(0)
+    .json();
+    assert_eq!(piped, decoded);
+    let broken = fence(
+        &env,
+        &["--json", "decode", "redis-state", "--key", &state],
+        b"",
+    )
+    .expect(5);
+    assert_eq!(broken.json()["error"]["class"], "corrupt");
+    let absent = format!("{prefix}:{{nobody}}:state");
+    fence(&env, &["decode", "redis-state", "--key", &absent], b"").expect(4);
+    let foreign = fence(
+        &env,
+        &["decode", "redis-state", "--key", "other:{x}:state"],
+        b"",
+    )
+    .expect(2);
+    assert!(foreign.stderr.contains(&prefix), "{}", foreign.stderr);
+    let lease_key = format!("{prefix}:{{orders%2F7}}:lease");
+    fence(&env, &["decode", "redis-state", "--key", &lease_key], b"").expect(2);
+
     // Adopt: a plain string becomes a domain's value, through the command.
     let legacy = format!("legacy-{prefix}:{{cart}}");
     let _: () = redis::AsyncCommands::set(&mut raw, &legacy, "3 apples")
@@ -328,6 +372,19 @@ fn kafka_ledger_and_manifest_records_decode() {
     let bad_token = b"fence-domain=orders\nfence-token=042\n";
     fence(&[], &["decode", "kafka-headers"], bad_token).expect(5);
     fence(&[], &["decode", "redis-outbox-entry"], b"17|7\n9:x").expect(5);
+    // A Kafka outbox relay's progress record; a damaged one is corrupt.
+    let settle = b"FENCE-OUTBOX-PROGRESS/1\tsettle\torder/42\t1841\tx\t1700000000500\tHTTP 500";
+    let json = fence(&[], &["--json", "decode", "kafka-outbox-progress"], settle)
+        .expect(0)
+        .json();
+    assert_eq!(json["domain"], "order/42");
+    assert_eq!(json["seq"], 1841);
+    assert_eq!(json["outcome"], "dead_letter");
+    assert_eq!(json["error"], "HTTP 500");
+    let begin = b"FENCE-OUTBOX-PROGRESS/1\tbegin\torder/42\t1841\tnine";
+    fence(&[], &["decode", "kafka-outbox-progress"], begin).expect(5);
+    // Foreign state text: no fence marker.
+    fence(&[], &["decode", "redis-state"], b"name someone\n").expect(5);
     let manifest = b"FENCE-MANIFEST/1\nlake/q3/part-0.csv\n";
     let json = fence(&[], &["--json", "decode", "manifest"], manifest)
         .expect(0)

@@ -58,6 +58,7 @@ fn formats_md_has_every_example_this_test_decodes() {
             "etcd-store",
             "kafka-headers",
             "kafka-ledger",
+            "kafka-outbox-progress",
             "manifest",
             "op-line",
             "postgres",
@@ -166,6 +167,43 @@ fn s3_manifest_and_kafka_records_decode_with_the_command() {
     .json();
     assert_eq!(entry["key"], "order%2F42:7:pay:0");
     assert_eq!(entry["payload"]["value"], "{\"amount\":90}");
+}
+
+#[test]
+fn redis_state_and_outbox_progress_decode_with_the_command() {
+    let state = fence(
+        &[],
+        &["--json", "decode", "redis-state"],
+        example("redis-state").as_bytes(),
+    )
+    .expect(0)
+    .json();
+    assert_eq!(state["key"], "fence:{orders%2F42}:state");
+    assert_eq!(state["mark"], "7");
+    assert_eq!(
+        (
+            &state["entry"]["state"],
+            &state["entry"]["token"],
+            &state["entry"]["revision"]
+        ),
+        (&Value::from("value"), &Value::from("7"), &Value::from(3))
+    );
+    assert_eq!(state["entry"]["value"], "paid");
+    let progress = example("kafka-outbox-progress").replace("<HTAB>", "\t");
+    let json = fence(
+        &[],
+        &["--json", "decode", "kafka-outbox-progress"],
+        progress.trim_end_matches('\n').as_bytes(),
+    )
+    .expect(0)
+    .json();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "format": "FENCE-OUTBOX-PROGRESS/1", "kind": "settle", "domain": "order/42",
+            "seq": 1841, "outcome": "delivered", "at_ms": 1_700_000_000_500u64, "error": ""
+        })
+    );
 }
 
 /// `key value` lines (the first space splits them).

@@ -62,6 +62,20 @@ impl Domain {
     pub fn escaped(&self) -> String {
         percent_encode(&self.0)
     }
+
+    /// Reads back the spelling [`Domain::escaped`] wrote (a key or object name an operator
+    /// holds); `None` for anything it never writes.
+    ///
+    /// ```
+    /// use fence_core::Domain;
+    /// assert_eq!(Domain::from_escaped("a%7Bb%7D%2Fc"), Some(Domain::new("a{b}/c")?));
+    /// assert_eq!(Domain::from_escaped("a/c"), None); // `/` is always escaped
+    /// # Ok::<(), fence_core::InvalidInput>(())
+    /// ```
+    pub fn from_escaped(text: &str) -> Option<Self> {
+        let parsed = Domain::new(unescape(text)?).ok()?;
+        (parsed.escaped() == text).then_some(parsed)
+    }
 }
 
 /// Percent-encodes every byte outside `[A-Za-z0-9._-]` as `%XX` (uppercase hex): injective, and

@@ -8,6 +8,7 @@ mod store;
 pub use fence_core;
 
 pub use outbox::{KafkaOutbox, KafkaRecorded, KafkaTransition};
+pub use progress::{Progress, ProgressDecodeError};
 pub use store::KafkaRelayStore;
 
 /// Header carrying an effect's idempotency key.

@@ -2,23 +2,53 @@
 
 use fence_core::Domain;
 
-/// One progress mark about entry `seq` (its Kafka offset) of `domain`.
+/// One progress mark about entry `seq` (its Kafka offset) of `domain`: the value of a relay's
+/// `FENCE-OUTBOX-PROGRESS/1` record (FORMATS.md §5.3), for tools that read the topic.
+///
+/// ```
+/// use fence_outbox_kafka::Progress;
+/// let value = b"FENCE-OUTBOX-PROGRESS/1\tsettle\torder/42\t1841\td\t1700000000500\t";
+/// match Progress::decode(value)? {
+///     Progress::Settle { domain, seq, outcome, .. } => {
+///         assert_eq!((domain.as_str(), seq, outcome), ("order/42", 1841, 'd'));
+///     }
+///     other => panic!("{other:?}"),
+/// }
+/// # Ok::<(), fence_outbox_kafka::ProgressDecodeError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Progress {
+#[non_exhaustive]
+pub enum Progress {
     /// Attempt `attempt` started.
     Begin {
+        /// The entry's domain.
         domain: Domain,
+        /// The entry's offset in its data partition.
         seq: u64,
+        /// The attempt's number, from 1.
         attempt: u32,
     },
     /// An attempt ended: `d` delivered, `x` dead-lettered, `r` will retry.
     Settle {
+        /// The entry's domain.
         domain: Domain,
+        /// The entry's offset in its data partition.
         seq: u64,
+        /// `d`, `x` or `r`.
         outcome: char,
+        /// When it ended (ms since the Unix epoch, the relay's clock).
         at_ms: u64,
+        /// The sink's error (empty when delivered).
         error: String,
     },
+}
+
+/// Why bytes are not a progress record.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("not a relay progress record: {reason}")]
+pub struct ProgressDecodeError {
+    /// What is malformed.
+    pub reason: String,
 }
 
 const FORMAT: &str = "FENCE-OUTBOX-PROGRESS/1";
@@ -45,7 +75,12 @@ impl Progress {
         }
     }
 
-    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
+    /// Decodes a progress record's value.
+    pub fn decode(bytes: &[u8]) -> Result<Self, ProgressDecodeError> {
+        Self::parse(bytes).map_err(|reason| ProgressDecodeError { reason })
+    }
+
+    fn parse(bytes: &[u8]) -> Result<Self, String> {
         let text = std::str::from_utf8(bytes).map_err(|_| "progress record is not UTF-8")?;
         let mut fields = text.splitn(7, '\t');
         if fields.next() != Some(FORMAT) {
@@ -108,7 +143,10 @@ mod tests {
                 error: "HTTP 500\twith\ttabs\nand lines".into(),
             },
         ] {
-            assert_eq!(Progress::decode(p.encode().as_bytes())?, p);
+            assert_eq!(
+                Progress::decode(p.encode().as_bytes()).map_err(|e| e.to_string())?,
+                p
+            );
         }
         for bad in [
             "",

@@ -16,6 +16,7 @@ mod reply;
 mod scan;
 mod script;
 mod scripts;
+mod state;
 mod value;
 
 /// The contract this crate implements, so users need one dependency.
@@ -41,4 +42,5 @@ pub use keys::{FENCE_ACL_COMMANDS, MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};
 pub use lease::{RedisIssuer, RedisLeases};
 pub use ops::RememberedOp;
 pub use script::{BodyOutcome, FencedBody, FencedScript, ReplicaAcks, ScriptCall, ScriptOutcome};
+pub use state::{decode_state, StateHashError};
 pub use value::ScriptValue;
