@@ -53,8 +53,18 @@ pub fn random_u64() -> u64 {
     let mixed = nanos
         ^ (u64::from(std::process::id()) << 40)
         ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(17);
-    // splitmix64 finaliser: spreads the bits so nearby inputs give unrelated numbers.
-    let mut z = mixed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    splitmix64(mixed.wrapping_add(0x9E37_79B9_7F4A_7C15))
+}
+
+/// The splitmix64 finaliser: spreads the bits so that nearby inputs give unrelated numbers.
+/// A seeded generator that steps its state by `0x9E37_79B9_7F4A_7C15` and returns this of it
+/// replays the same numbers from the same seed (fence-torture's runs).
+///
+/// ```
+/// assert_eq!(fence_core::splitmix64(1), fence_core::splitmix64(1));
+/// assert_ne!(fence_core::splitmix64(1), fence_core::splitmix64(2));
+/// ```
+pub fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)

@@ -23,7 +23,7 @@ mod token_bounds;
 
 pub use bytes::Bytes;
 
-pub use backoff::{random_u64, Backoff};
+pub use backoff::{random_u64, splitmix64, Backoff};
 pub use bounded_cache::BoundedCache;
 pub use capabilities::{Capabilities, OpIdRetention};
 pub use domain::{percent_encode, Domain, MAX_DOMAIN_BYTES};

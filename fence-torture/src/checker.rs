@@ -1,0 +1,577 @@
+//! Proves the fencing invariants from a recorded [`History`] (DESIGN.md §11):
+//!
+//! - **no stale acceptance**: no write or claim applied with a token below the mark at its
+//!   acceptance (its own reported previous mark, and every token applied before it began);
+//! - **the mark never decreases**: every observation of the mark (reads, refusals, the previous
+//!   mark a write reports) is at least every token applied before the observation began;
+//! - **no acknowledged write lost**: applied writes have distinct revisions, reads never go
+//!   back past an acknowledged revision, and the final entry is the last applied write;
+//! - **no forged mark**: every mark the resource reports is a token some worker presented;
+//! - **linearizable**: each window of the run has an order of its operations, consistent with
+//!   real time, in which a sequential fenced register gives every recorded answer
+//!   ([`crate::linearizable`]).
+//!
+//! Ambiguous operations are resolved from the history itself: a retry with the same operation
+//! id that answers `Duplicate` says the first attempt applied (at that revision), one that
+//! answers `Written` or `Fenced` says it did not (replays are decided before the token rule);
+//! a read showing an ambiguous put's unique value says it applied. What stays unresolved may
+//! have applied or not, and every check allows both.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use crate::history::{Event, History, Op, Outcome, SeenEntry};
+use crate::linearizable;
+
+/// A property the checker proves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Property {
+    /// A write or claim applied with a token below the mark at its acceptance.
+    StaleAccepted,
+    /// An observation of the mark below a token applied before it began.
+    MarkDecreased,
+    /// An acknowledged write lost (a revision given twice, a read or the final state behind it).
+    LostWrite,
+    /// The final state is not the last applied write (or names a write no one made).
+    FinalState,
+    /// A mark no worker presented, or a refusal the acceptance rule does not allow.
+    WrongRefusal,
+    /// No linearization of a window explains its answers.
+    NotLinearizable,
+}
+
+impl Property {
+    /// Every property, in report order.
+    pub const ALL: [Property; 6] = [
+        Property::StaleAccepted,
+        Property::MarkDecreased,
+        Property::LostWrite,
+        Property::FinalState,
+        Property::WrongRefusal,
+        Property::NotLinearizable,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Property::StaleAccepted => "no stale acceptance",
+            Property::MarkDecreased => "mark never decreases",
+            Property::LostWrite => "no acknowledged write lost",
+            Property::FinalState => "final state is the last applied write",
+            Property::WrongRefusal => "refusals follow the rule",
+            Property::NotLinearizable => "linearizable (bounded windows)",
+        }
+    }
+}
+
+/// One violated property, with the events that show it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// What was violated.
+    pub property: Property,
+    /// Why, in words.
+    pub detail: String,
+    /// The smallest window of the history that shows it.
+    pub window: Vec<Event>,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "violated: {} — {}", self.property.name(), self.detail)?;
+        for event in &self.window {
+            writeln!(f, "  {event}")?;
+        }
+        Ok(())
+    }
+}
+
+/// How the ambiguous operations of a history were resolved.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Ambiguity {
+    /// Ambiguous operations in all.
+    pub total: usize,
+    /// Shown to have applied (a `Duplicate` retry, or a read of the value).
+    pub applied: usize,
+    /// Shown not to have applied (the retry applied, or was fenced).
+    pub not_applied: usize,
+    /// Neither: every check allowed both.
+    pub unresolved: usize,
+}
+
+/// What the checker found in one history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Report {
+    /// Operations recorded.
+    pub operations: usize,
+    /// Writes and claims applied at once.
+    pub accepted: usize,
+    /// Operations refused as stale.
+    pub fenced: usize,
+    /// Replays answered with the first outcome.
+    pub duplicates: usize,
+    /// Operations that failed before applying.
+    pub failed: usize,
+    /// Ambiguous operations and how they were resolved.
+    pub ambiguity: Ambiguity,
+    /// Windows checked for linearizability.
+    pub windows_checked: usize,
+    /// Windows too large to search (counted, not checked).
+    pub windows_skipped: usize,
+    /// Every violation found (empty: the history proves the invariants).
+    pub violations: Vec<Violation>,
+}
+
+impl Report {
+    /// True when no property was violated.
+    pub fn holds(&self) -> bool {
+        self.violations.is_empty()
+    }
+
+    /// The violated properties, each once.
+    pub fn violated(&self) -> BTreeSet<Property> {
+        self.violations.iter().map(|v| v.property).collect()
+    }
+}
+
+/// A write or claim known (or possibly known) to have applied.
+#[derive(Clone, Copy, Debug)]
+struct Applied {
+    index: usize,
+    token: u64,
+    /// The revision a write produced (`None`: a claim).
+    revision: Option<u64>,
+    invoked: u64,
+    /// When it had certainly applied.
+    completed: u64,
+}
+
+/// What the resolution step learned about each ambiguous event, by index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resolved {
+    Applied { revision: Option<u64>, by: u64 },
+    NotApplied,
+    Unresolved,
+}
+
+/// Checks every property on `history`.
+pub fn check(history: &History) -> Report {
+    let events = &history.events;
+    let mut report = Report {
+        operations: events.len(),
+        ..Report::default()
+    };
+    for event in events {
+        match event.outcome {
+            Outcome::Written { .. } | Outcome::Claimed { .. } => report.accepted += 1,
+            Outcome::Fenced { .. } => report.fenced += 1,
+            Outcome::Duplicate { .. } => report.duplicates += 1,
+            Outcome::Failed(_) => report.failed += 1,
+            Outcome::Ambiguous => report.ambiguity.total += 1,
+            Outcome::Read { .. } => {}
+        }
+    }
+    let resolved = resolve(events);
+    for r in resolved.values() {
+        match r {
+            Resolved::Applied { .. } => report.ambiguity.applied += 1,
+            Resolved::NotApplied => report.ambiguity.not_applied += 1,
+            Resolved::Unresolved => report.ambiguity.unresolved += 1,
+        }
+    }
+    let applied = applied_operations(events, &resolved);
+    let mut violations = Vec::new();
+    stale_acceptances(history, &applied, &mut violations);
+    mark_observations(history, &applied, &mut violations);
+    lost_writes(history, &applied, &resolved, &mut violations);
+    refusals(history, &mut violations);
+    let windows = linearizable::check_windows(events, &resolved);
+    report.windows_checked = windows.checked;
+    report.windows_skipped = windows.skipped;
+    for (window, detail) in windows.failures {
+        violations.push(Violation {
+            property: Property::NotLinearizable,
+            detail,
+            window,
+        });
+    }
+    report.violations = violations;
+    report
+}
+
+/// Links each ambiguous event to what later events show about it.
+pub(crate) fn resolve(events: &[Event]) -> BTreeMap<usize, Resolved> {
+    // Values a read saw, with the revision it saw them at.
+    let mut seen_values: HashMap<u64, (u64, u64)> = HashMap::new();
+    for event in events {
+        if let Outcome::Read {
+            entry: SeenEntry::Value {
+                value, revision, ..
+            },
+            ..
+        } = event.outcome
+        {
+            seen_values
+                .entry(value)
+                .or_insert((revision, event.completed));
+        }
+    }
+    let mut resolved = BTreeMap::new();
+    for (index, event) in events.iter().enumerate() {
+        if event.outcome != Outcome::Ambiguous {
+            continue;
+        }
+        let mut verdict = Resolved::Unresolved;
+        if let Op::Write {
+            token,
+            value,
+            op_id: Some(op_id),
+        } = &event.op
+        {
+            let retry = events.iter().find(|later| {
+                later.invoked >= event.completed
+                    && matches!(&later.op, Op::Write { token: t, op_id: Some(o), .. } if t == token && o == op_id)
+                    && !matches!(later.outcome, Outcome::Ambiguous | Outcome::Failed(_))
+            });
+            verdict = match retry.map(|r| (&r.outcome, r.completed)) {
+                Some((Outcome::Duplicate { revision, .. }, by)) => Resolved::Applied {
+                    revision: Some(*revision),
+                    by,
+                },
+                Some(_) => Resolved::NotApplied,
+                None => Resolved::Unresolved,
+            };
+            if verdict == Resolved::Unresolved {
+                if let Some((revision, by)) = value.and_then(|v| seen_values.get(&v).copied()) {
+                    verdict = Resolved::Applied {
+                        revision: Some(revision),
+                        by,
+                    };
+                }
+            }
+        } else if let Op::Write {
+            value: Some(value), ..
+        } = &event.op
+        {
+            if let Some((revision, by)) = seen_values.get(value).copied() {
+                verdict = Resolved::Applied {
+                    revision: Some(revision),
+                    by,
+                };
+            }
+        }
+        resolved.insert(index, verdict);
+    }
+    resolved
+}
+
+fn applied_operations(events: &[Event], resolved: &BTreeMap<usize, Resolved>) -> Vec<Applied> {
+    let mut applied = Vec::new();
+    for (index, event) in events.iter().enumerate() {
+        let Some(token) = event.op.token() else {
+            continue;
+        };
+        let (revision, completed) = match (&event.outcome, resolved.get(&index)) {
+            (Outcome::Written { revision, .. }, _) => (Some(*revision), event.completed),
+            (Outcome::Claimed { .. }, _) => (None, event.completed),
+            (Outcome::Ambiguous, Some(Resolved::Applied { revision, by })) => (*revision, *by),
+            _ => continue,
+        };
+        applied.push(Applied {
+            index,
+            token,
+            revision,
+            invoked: event.invoked,
+            completed,
+        });
+    }
+    applied
+}
+
+/// For each sink, the greatest source value among sources completed before the sink was
+/// invoked, with that source: the real-time order every property here is about.
+fn before_each(sources: &[(u64, u64, usize)], sinks: &[(u64, usize)]) -> Vec<Option<(u64, usize)>> {
+    // sources: (completed, value, event index); sinks: (invoked, event index).
+    let mut by_completion: Vec<&(u64, u64, usize)> = sources.iter().collect();
+    by_completion.sort_by_key(|s| s.0);
+    let mut order: Vec<usize> = (0..sinks.len()).collect();
+    order.sort_by_key(|&i| sinks[i].0);
+    let mut out = vec![None; sinks.len()];
+    let (mut next, mut best): (usize, Option<(u64, usize)>) = (0, None);
+    for i in order {
+        while next < by_completion.len() && by_completion[next].0 < sinks[i].0 {
+            let (_, value, index) = *by_completion[next];
+            if best.is_none_or(|(b, _)| value > b) {
+                best = Some((value, index));
+            }
+            next += 1;
+        }
+        out[i] = best;
+    }
+    out
+}
+
+fn violation(history: &History, property: Property, detail: String, pair: &[usize]) -> Violation {
+    let events = &history.events;
+    let from = pair.iter().map(|&i| events[i].invoked).min().unwrap_or(0);
+    let to = pair.iter().map(|&i| events[i].completed).max().unwrap_or(0);
+    Violation {
+        property,
+        detail,
+        window: history.window(from, to).into_iter().cloned().collect(),
+    }
+}
+
+fn stale_acceptances(history: &History, applied: &[Applied], out: &mut Vec<Violation>) {
+    let events = &history.events;
+    for a in applied {
+        let previous = match events[a.index].outcome {
+            Outcome::Written { previous, .. } | Outcome::Claimed { previous } => previous,
+            _ => None,
+        };
+        if let Some(previous) = previous.filter(|&p| p > a.token) {
+            out.push(violation(
+                history,
+                Property::StaleAccepted,
+                format!(
+                    "token {} applied over the mark {previous} it reported",
+                    a.token
+                ),
+                &[a.index],
+            ));
+        }
+    }
+    let sources: Vec<_> = applied
+        .iter()
+        .map(|a| (a.completed, a.token, a.index))
+        .collect();
+    let sinks: Vec<_> = applied.iter().map(|a| (a.invoked, a.index)).collect();
+    for (a, before) in applied.iter().zip(before_each(&sources, &sinks)) {
+        if let Some((mark, source)) = before.filter(|(m, _)| *m > a.token) {
+            out.push(violation(
+                history,
+                Property::StaleAccepted,
+                format!(
+                    "token {} applied although token {mark} had been applied before it began",
+                    a.token
+                ),
+                &[source, a.index],
+            ));
+        }
+    }
+}
+
+/// Every answer that reports the mark at some instant of its interval.
+fn observed_mark(outcome: &Outcome) -> Option<Option<u64>> {
+    match outcome {
+        Outcome::Read { mark, .. } => Some(*mark),
+        Outcome::Fenced { current } => Some(Some(*current)),
+        Outcome::Written { previous, .. } | Outcome::Claimed { previous } => Some(*previous),
+        _ => None,
+    }
+}
+
+fn mark_observations(history: &History, applied: &[Applied], out: &mut Vec<Violation>) {
+    let events = &history.events;
+    let mut sources: Vec<_> = applied
+        .iter()
+        .map(|a| (a.completed, a.token, a.index))
+        .collect();
+    let mut sinks = Vec::new();
+    for (index, event) in events.iter().enumerate() {
+        if let Some(mark) = observed_mark(&event.outcome) {
+            sinks.push((event.invoked, index));
+            if let Some(mark) = mark {
+                sources.push((event.completed, mark, index));
+            }
+        }
+    }
+    for (&(_, index), before) in sinks.iter().zip(before_each(&sources, &sinks)) {
+        let seen = observed_mark(&events[index].outcome).flatten();
+        if let Some((mark, source)) = before.filter(|(m, _)| seen.is_none_or(|s| s < *m)) {
+            // A write's own previous mark below an earlier token is a stale acceptance,
+            // reported there; here only the observation.
+            out.push(violation(
+                history,
+                Property::MarkDecreased,
+                format!(
+                    "the mark was seen as {} after {mark} had been applied or seen",
+                    seen.map_or("none".to_owned(), |s| s.to_string())
+                ),
+                &[source, index],
+            ));
+        }
+    }
+}
+
+fn lost_writes(
+    history: &History,
+    applied: &[Applied],
+    resolved: &BTreeMap<usize, Resolved>,
+    out: &mut Vec<Violation>,
+) {
+    let events = &history.events;
+    let mut by_revision: BTreeMap<u64, usize> = BTreeMap::new();
+    for a in applied {
+        let Some(revision) = a.revision else { continue };
+        if let Some(&other) = by_revision.get(&revision) {
+            out.push(violation(
+                history,
+                Property::LostWrite,
+                format!("two writes acknowledged at revision {revision}: one of them is lost"),
+                &[other, a.index],
+            ));
+        } else {
+            by_revision.insert(revision, a.index);
+        }
+    }
+    // Revisions reads report never go back past an acknowledged or earlier-read revision.
+    let mut sources: Vec<_> = applied
+        .iter()
+        .filter_map(|a| a.revision.map(|r| (a.completed, r, a.index)))
+        .collect();
+    let mut sinks = Vec::new();
+    for (index, event) in events.iter().enumerate() {
+        if let Outcome::Read { entry, .. } = event.outcome {
+            sinks.push((event.invoked, index));
+            sources.push((event.completed, entry.revision(), index));
+        }
+    }
+    for (&(_, index), before) in sinks.iter().zip(before_each(&sources, &sinks)) {
+        let Outcome::Read { entry, .. } = events[index].outcome else {
+            continue;
+        };
+        if let Some((revision, source)) = before.filter(|(r, _)| entry.revision() < *r) {
+            out.push(violation(
+                history,
+                Property::LostWrite,
+                format!(
+                    "a read saw revision {} after revision {revision} was acknowledged or read",
+                    entry.revision()
+                ),
+                &[source, index],
+            ));
+        }
+    }
+    final_state(history, applied, &by_revision, resolved, out);
+}
+
+fn final_state(
+    history: &History,
+    applied: &[Applied],
+    by_revision: &BTreeMap<u64, usize>,
+    resolved: &BTreeMap<usize, Resolved>,
+    out: &mut Vec<Violation>,
+) {
+    let events = &history.events;
+    let Some((mark, entry)) = history.final_state else {
+        return;
+    };
+    let end = events.iter().map(|e| e.completed).max().unwrap_or(0);
+    let tail = |detail: String, out: &mut Vec<Violation>| {
+        out.push(Violation {
+            property: Property::FinalState,
+            detail,
+            window: history
+                .window(end.saturating_sub(1), end)
+                .into_iter()
+                .cloned()
+                .collect(),
+        });
+    };
+    // Tokens that may have applied without anyone knowing.
+    let maybe: BTreeSet<u64> = resolved
+        .iter()
+        .filter(|(_, r)| **r == Resolved::Unresolved)
+        .filter_map(|(&i, _)| events[i].op.token())
+        .collect();
+    let greatest = applied.iter().map(|a| a.token).max();
+    match (mark, greatest) {
+        (Some(m), Some(g)) if m < g => tail(
+            format!("final mark {m} is below the applied token {g}: an acknowledged mark was lost"),
+            out,
+        ),
+        (None, Some(g)) => tail(format!("no final mark, but token {g} was applied"), out),
+        (Some(m), g) if g.is_none_or(|g| m > g) && !maybe.contains(&m) => tail(
+            format!("final mark {m} is no applied or possibly applied token"),
+            out,
+        ),
+        _ => {}
+    }
+    let last = by_revision.last_key_value();
+    let revision = entry.revision();
+    match last {
+        Some((&r, _)) if r > revision => tail(
+            format!("the final entry is at revision {revision}, but revision {r} was acknowledged"),
+            out,
+        ),
+        Some((&r, &index)) if r == revision => {
+            let Op::Write { token, value, .. } = &events[index].op else {
+                return;
+            };
+            let expected = match value {
+                Some(value) => SeenEntry::Value {
+                    value: *value,
+                    token: *token,
+                    revision: r,
+                },
+                None => SeenEntry::Tombstone {
+                    token: *token,
+                    revision: r,
+                },
+            };
+            if entry != expected {
+                tail(
+                    format!(
+                        "the final entry is {entry:?}, but the last applied write is {expected:?}"
+                    ),
+                    out,
+                );
+            }
+        }
+        _ if revision > 0 => {
+            // The final entry is a write no one saw acknowledged: only an unresolved
+            // ambiguous write of its token may explain it.
+            let explained = resolved.iter().any(|(&i, r)| {
+                *r == Resolved::Unresolved
+                    && matches!(&events[i].op, Op::Write { token, value, .. }
+                        if Some(*token) == entry_token(entry)
+                        && match entry { SeenEntry::Value { value: v, .. } => *value == Some(v), _ => value.is_none() })
+            });
+            if !explained {
+                tail(
+                    format!("the final entry {entry:?} is no write any worker made"),
+                    out,
+                );
+            }
+        }
+        _ => {}
+    }
+}
+
+fn entry_token(entry: SeenEntry) -> Option<u64> {
+    match entry {
+        SeenEntry::Absent => None,
+        SeenEntry::Value { token, .. } | SeenEntry::Tombstone { token, .. } => Some(token),
+    }
+}
+
+fn refusals(history: &History, out: &mut Vec<Violation>) {
+    let events = &history.events;
+    let presented: BTreeSet<u64> = events.iter().filter_map(|e| e.op.token()).collect();
+    for (index, event) in events.iter().enumerate() {
+        let reported = match (&event.outcome, event.op.token()) {
+            (Outcome::Fenced { current }, Some(token)) if *current <= token => Some(format!(
+                "token {token} refused although the mark was {current}: the rule accepts it"
+            )),
+            _ => None,
+        };
+        let forged = observed_mark(&event.outcome)
+            .flatten()
+            .filter(|m| !presented.contains(m))
+            .map(|m| format!("the resource reported the mark {m}, which no worker presented"));
+        for detail in reported.into_iter().chain(forged) {
+            out.push(violation(history, Property::WrongRefusal, detail, &[index]));
+        }
+    }
+}

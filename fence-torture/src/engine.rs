@@ -1,0 +1,373 @@
+//! The torture engine: workers take leases from a real issuer and write, delete, claim and read
+//! one domain through a fenced store, in windows that each start with no operation in flight,
+//! with seeded pauses past the lease's expiry (a frozen worker wakes up and writes with its old
+//! token, as a zombie does). Every operation and answer goes into a [`History`].
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fence_core::{
+    Domain, Entry, FenceError, FencedStore, FencingToken, LeaseManager, OperationId, OwnerId,
+    WriteOutcome, WriteRequest,
+};
+use tokio::sync::Barrier;
+
+use crate::history::{Event, History, Op, Outcome, SeenEntry};
+use crate::rng::Rng;
+
+/// The shape of a run: how many workers, windows and operations, and how often they pause.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Profile {
+    /// The seed every random choice comes from (printed with every failure).
+    pub seed: u64,
+    /// Concurrent workers.
+    pub workers: usize,
+    /// Windows; every worker runs `operations_per_window` operations in each.
+    pub windows: u32,
+    /// Operations per worker per window.
+    pub operations_per_window: usize,
+    /// The lease each worker takes.
+    pub lease_ttl: Duration,
+    /// Per operation, the chance a worker freezes for longer than its lease first.
+    pub pause_probability: f64,
+    /// Per operation, the chance a worker tries to take the lease first.
+    pub acquire_probability: f64,
+}
+
+impl Profile {
+    /// A profile of `workers` × `windows` × `operations_per_window` with the given seed; pauses
+    /// of 5 % and acquisitions of 20 % of operations, a 60 ms lease.
+    pub fn new(seed: u64, workers: usize, windows: u32, operations_per_window: usize) -> Self {
+        Profile {
+            seed,
+            workers,
+            windows,
+            operations_per_window,
+            lease_ttl: Duration::from_millis(60),
+            pause_probability: 0.05,
+            acquire_probability: 0.2,
+        }
+    }
+
+    /// Sets the lease TTL.
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self
+    }
+
+    /// Sets the chance of a pause past the lease before an operation.
+    pub fn pause_probability(mut self, probability: f64) -> Self {
+        self.pause_probability = probability;
+        self
+    }
+
+    /// The operations a run of this profile makes (besides retries and the final read).
+    pub fn operations(&self) -> usize {
+        self.workers * self.windows as usize * self.operations_per_window
+    }
+}
+
+/// What a run injected, by kind.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Injected {
+    /// Workers frozen past their lease's expiry.
+    pub pauses: usize,
+    /// Leases taken over (acquired while another worker believed it held the domain).
+    pub acquisitions: usize,
+    /// Retries of ambiguous operations with the same operation id.
+    pub retries: usize,
+}
+
+/// A finished run: the history and what was injected.
+#[derive(Clone, Debug)]
+pub struct Run {
+    /// The seed it ran with.
+    pub seed: u64,
+    /// Everything recorded.
+    pub history: History,
+    /// The faults injected.
+    pub injected: Injected,
+}
+
+/// The resource and the issuer a run drives.
+#[derive(Clone)]
+pub struct Target {
+    /// The fenced store under test.
+    pub store: Arc<dyn FencedStore>,
+    /// The lease backend that issues tokens.
+    pub leases: Arc<dyn LeaseManager>,
+    /// The domain every worker contends for.
+    pub domain: Domain,
+}
+
+/// Runs `profile` against `target`.
+pub async fn run(profile: &Profile, target: &Target) -> Run {
+    let started = Instant::now();
+    let barrier = Arc::new(Barrier::new(profile.workers));
+    let mut tasks = Vec::with_capacity(profile.workers);
+    let mut run = Run {
+        seed: profile.seed,
+        history: History::default(),
+        injected: Injected::default(),
+    };
+    for worker in 0..profile.workers {
+        let owner = match OwnerId::new(format!("torture-worker-{worker}")) {
+            Ok(owner) => owner,
+            Err(error) => {
+                run.history
+                    .events
+                    .push(died(format!("no owner id: {error}")));
+                return run;
+            }
+        };
+        let (profile, target, barrier) = (profile.clone(), target.clone(), barrier.clone());
+        tasks.push(tokio::spawn(async move {
+            Worker::new(worker, owner, &profile, started)
+                .run(&profile, &target, &barrier)
+                .await
+        }));
+    }
+    for task in tasks {
+        match task.await {
+            Ok((events, injected)) => {
+                run.history.events.extend(events);
+                run.injected.pauses += injected.pauses;
+                run.injected.acquisitions += injected.acquisitions;
+                run.injected.retries += injected.retries;
+            }
+            Err(error) => run
+                .history
+                .events
+                .push(died(format!("a worker task died: {error}"))),
+        }
+    }
+    run.history.events.sort_by_key(|e| (e.invoked, e.worker));
+    run.history.final_state = final_read(&*target.store, &target.domain).await.ok();
+    run
+}
+
+/// A worker that could not run: recorded so the run's report shows it.
+fn died(reason: String) -> Event {
+    Event {
+        worker: usize::MAX,
+        window: u32::MAX,
+        op: Op::Read,
+        invoked: 0,
+        completed: 0,
+        outcome: Outcome::Failed(reason),
+    }
+}
+
+async fn final_read(
+    store: &dyn FencedStore,
+    domain: &Domain,
+) -> Result<(Option<u64>, SeenEntry), FenceError> {
+    let snapshot = store.read(domain).await?;
+    Ok((
+        snapshot.high_water_mark.map(FencingToken::get),
+        seen(&snapshot.entry),
+    ))
+}
+
+/// The entry as the history records it: values are the decimal text of their unique id.
+fn seen(entry: &Entry) -> SeenEntry {
+    match entry {
+        Entry::Value {
+            value,
+            token,
+            revision,
+        } => SeenEntry::Value {
+            value: std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(u64::MAX),
+            token: token.get(),
+            revision: revision.get(),
+        },
+        Entry::Tombstone { token, revision } => SeenEntry::Tombstone {
+            token: token.get(),
+            revision: revision.get(),
+        },
+        _ => SeenEntry::Absent,
+    }
+}
+
+struct Worker {
+    id: usize,
+    rng: Rng,
+    owner: OwnerId,
+    /// The token this worker believes it holds (it keeps writing with it after losing the lease).
+    token: Option<FencingToken>,
+    started: Instant,
+    counter: u64,
+    events: Vec<Event>,
+    injected: Injected,
+}
+
+impl Worker {
+    fn new(id: usize, owner: OwnerId, profile: &Profile, started: Instant) -> Self {
+        Worker {
+            id,
+            rng: Rng::new(profile.seed ^ (id as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15)),
+            owner,
+            token: None,
+            started,
+            counter: 0,
+            events: Vec::new(),
+            injected: Injected::default(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
+    }
+
+    async fn run(
+        mut self,
+        profile: &Profile,
+        target: &Target,
+        barrier: &Barrier,
+    ) -> (Vec<Event>, Injected) {
+        for window in 0..profile.windows {
+            barrier.wait().await;
+            for _ in 0..profile.operations_per_window {
+                self.step(profile, target, window).await;
+            }
+        }
+        (self.events, self.injected)
+    }
+
+    async fn step(&mut self, profile: &Profile, target: &Target, window: u32) {
+        if self.token.is_none() || self.rng.chance(profile.acquire_probability) {
+            if let Ok(lease) = target
+                .leases
+                .acquire(&target.domain, &self.owner, profile.lease_ttl)
+                .await
+            {
+                self.injected.acquisitions += 1;
+                self.token = Some(lease.token);
+                // A new owner claims at once, so stale holders are fenced before its writes.
+                self.record(
+                    target,
+                    window,
+                    Op::Claim {
+                        token: lease.token.get(),
+                    },
+                )
+                .await;
+                return;
+            }
+        }
+        if self.rng.chance(profile.pause_probability) {
+            self.injected.pauses += 1;
+            tokio::time::sleep(profile.lease_ttl.mul_f64(1.5)).await;
+        }
+        let Some(token) = self.token else {
+            self.record(target, window, Op::Read).await;
+            return;
+        };
+        self.counter += 1;
+        let op = match self.rng.below(10) {
+            0..=5 => Op::Write {
+                token: token.get(),
+                value: Some(((self.id as u64) << 32) | self.counter),
+                op_id: Some(format!("w{}-{}", self.id, self.counter)),
+            },
+            6 => Op::Write {
+                token: token.get(),
+                value: None,
+                op_id: Some(format!("w{}-{}", self.id, self.counter)),
+            },
+            7 => Op::Claim { token: token.get() },
+            _ => Op::Read,
+        };
+        let outcome = self.record(target, window, op.clone()).await;
+        if outcome == Outcome::Ambiguous && matches!(op, Op::Write { op_id: Some(_), .. }) {
+            // Resolve it the way a caller should: retry with the same operation id.
+            self.injected.retries += 1;
+            self.record(target, window, op).await;
+        }
+    }
+
+    async fn record(&mut self, target: &Target, window: u32, op: Op) -> Outcome {
+        let invoked = self.now();
+        let outcome = execute(&*target.store, &target.domain, &op).await;
+        self.events.push(Event {
+            worker: self.id,
+            window,
+            op,
+            invoked,
+            completed: self.now(),
+            outcome: outcome.clone(),
+        });
+        outcome
+    }
+}
+
+/// Runs one operation and records what the resource answered.
+pub(crate) async fn execute(store: &dyn FencedStore, domain: &Domain, op: &Op) -> Outcome {
+    let token = |t: u64| FencingToken::new(t);
+    let result = match op {
+        Op::Read => {
+            return match final_read(store, domain).await {
+                Ok((mark, entry)) => Outcome::Read { mark, entry },
+                Err(error) => failure(&error),
+            }
+        }
+        Op::Claim { token: t } => match token(*t) {
+            Ok(t) => store
+                .claim(domain, t)
+                .await
+                .map(|claimed| Outcome::Claimed {
+                    previous: claimed.previous_high_water_mark.map(FencingToken::get),
+                }),
+            Err(error) => Err(error.into()),
+        },
+        Op::Write {
+            token: t,
+            value,
+            op_id,
+        } => {
+            let request = match token(*t) {
+                Ok(t) => match value {
+                    Some(value) => WriteRequest::put(domain.clone(), t, value.to_string()),
+                    None => WriteRequest::delete(domain.clone(), t),
+                },
+                Err(error) => return failure(&error.into()),
+            };
+            let request = match op_id.as_deref().map(OperationId::new).transpose() {
+                Ok(Some(op)) => request.with_op_id(op),
+                Ok(None) => request,
+                Err(error) => return failure(&error.into()),
+            };
+            store.write(&request).await.map(|outcome| {
+                let accepted = outcome.accepted();
+                let (revision, previous) = (
+                    accepted.revision.get(),
+                    accepted.previous_high_water_mark.map(FencingToken::get),
+                );
+                match outcome {
+                    WriteOutcome::Duplicate(_) => Outcome::Duplicate { revision, previous },
+                    _ => Outcome::Written { revision, previous },
+                }
+            })
+        }
+    };
+    result.unwrap_or_else(|error| failure(&error))
+}
+
+/// An error as the history records it: refused as stale, ambiguous, or failed without applying.
+fn failure(error: &FenceError) -> Outcome {
+    match error {
+        FenceError::Fenced { current, .. } => Outcome::Fenced {
+            current: current.get(),
+        },
+        FenceError::Ambiguous { .. } => Outcome::Ambiguous,
+        // Errors that do not say the request never ran may have applied: ambiguous, never
+        // guessed as failed.
+        FenceError::Backend { .. } if error.is_retryable() => Outcome::Ambiguous,
+        other => Outcome::Failed(other.to_string()),
+    }
+}

@@ -1,0 +1,270 @@
+//! The checker on histories written by hand: a correct one holds, and each property catches
+//! the defect it is about, with the events that show it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use fence_torture::{check, Event, History, Op, Outcome, Property, SeenEntry};
+
+fn put(worker: usize, token: u64, value: u64, at: (u64, u64), outcome: Outcome) -> Event {
+    Event {
+        worker,
+        window: 0,
+        op: Op::Write {
+            token,
+            value: Some(value),
+            op_id: Some(format!("op-{value}")),
+        },
+        invoked: at.0,
+        completed: at.1,
+        outcome,
+    }
+}
+
+fn claim(worker: usize, token: u64, at: (u64, u64), outcome: Outcome) -> Event {
+    Event {
+        worker,
+        window: 0,
+        op: Op::Claim { token },
+        invoked: at.0,
+        completed: at.1,
+        outcome,
+    }
+}
+
+fn read(worker: usize, at: (u64, u64), mark: Option<u64>, entry: SeenEntry) -> Event {
+    Event {
+        worker,
+        window: 0,
+        op: Op::Read,
+        invoked: at.0,
+        completed: at.1,
+        outcome: Outcome::Read { mark, entry },
+    }
+}
+
+fn written(revision: u64, previous: Option<u64>) -> Outcome {
+    Outcome::Written { revision, previous }
+}
+
+fn value(value: u64, token: u64, revision: u64) -> SeenEntry {
+    SeenEntry::Value {
+        value,
+        token,
+        revision,
+    }
+}
+
+fn history(events: Vec<Event>, final_state: (Option<u64>, SeenEntry)) -> History {
+    History {
+        events,
+        final_state: Some(final_state),
+    }
+}
+
+/// A takeover: A writes with 1, B claims 2 and writes, A's late write is fenced.
+fn takeover() -> Vec<Event> {
+    vec![
+        claim(0, 1, (0, 10), Outcome::Claimed { previous: None }),
+        put(0, 1, 100, (20, 30), written(1, Some(1))),
+        claim(1, 2, (40, 50), Outcome::Claimed { previous: Some(1) }),
+        put(1, 2, 200, (60, 70), written(2, Some(2))),
+        put(0, 1, 101, (80, 90), Outcome::Fenced { current: 2 }),
+        read(1, (100, 110), Some(2), value(200, 2, 2)),
+    ]
+}
+
+#[test]
+fn a_correct_history_holds() {
+    let report = check(&history(takeover(), (Some(2), value(200, 2, 2))));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!(
+        (report.operations, report.accepted, report.fenced),
+        (6, 4, 1)
+    );
+    assert_eq!(report.windows_checked, 1);
+}
+
+#[test]
+fn a_stale_write_accepted_is_caught() {
+    let mut events = takeover();
+    // The zombie's write is accepted after B's write completed: below the mark.
+    events[4] = put(0, 1, 101, (80, 90), written(3, Some(2)));
+    let report = check(&history(events, (Some(2), value(101, 1, 3))));
+    assert!(
+        report.violated().contains(&Property::StaleAccepted),
+        "{report:?}"
+    );
+    let shown = &report
+        .violations
+        .iter()
+        .find(|v| v.property == Property::StaleAccepted)
+        .unwrap()
+        .window;
+    assert!(
+        shown
+            .iter()
+            .any(|e| e.op.token() == Some(1) && e.invoked == 80),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn a_stale_write_that_reports_a_fresh_mark_is_still_caught() {
+    let mut events = takeover();
+    // The store lies about the previous mark, but B's token 2 completed before token 1 began.
+    events[4] = put(0, 1, 101, (80, 90), written(3, Some(1)));
+    let report = check(&history(events, (Some(2), value(101, 1, 3))));
+    assert!(
+        report.violated().contains(&Property::StaleAccepted),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_mark_that_goes_down_is_caught() {
+    let mut events = takeover();
+    events[5] = read(1, (100, 110), Some(1), value(200, 2, 2));
+    let report = check(&history(events, (Some(2), value(200, 2, 2))));
+    assert!(
+        report.violated().contains(&Property::MarkDecreased),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn an_acknowledged_write_lost_is_caught() {
+    // Two writes acknowledged at one revision: one of them was lost.
+    let events = vec![
+        claim(0, 1, (0, 10), Outcome::Claimed { previous: None }),
+        put(0, 1, 100, (20, 30), written(1, Some(1))),
+        put(0, 1, 101, (40, 50), written(1, Some(1))),
+    ];
+    let report = check(&history(events, (Some(1), value(101, 1, 1))));
+    assert!(
+        report.violated().contains(&Property::LostWrite),
+        "{report:?}"
+    );
+
+    // A read behind an acknowledged revision.
+    let mut events = takeover();
+    events[5] = read(1, (100, 110), Some(2), value(100, 1, 1));
+    let report = check(&history(events, (Some(2), value(200, 2, 2))));
+    assert!(
+        report.violated().contains(&Property::LostWrite),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn a_final_state_other_than_the_last_write_is_caught() {
+    let report = check(&history(takeover(), (Some(2), value(100, 1, 1))));
+    assert!(
+        report.violated().contains(&Property::FinalState),
+        "{report:?}"
+    );
+    // A final mark below an applied token: an acknowledged mark was lost (a restart).
+    let report = check(&history(takeover(), (Some(1), value(200, 2, 2))));
+    assert!(
+        report.violated().contains(&Property::FinalState),
+        "{report:?}"
+    );
+    // A final value nobody wrote.
+    let report = check(&history(takeover(), (Some(2), value(999, 2, 3))));
+    assert!(
+        report.violated().contains(&Property::FinalState),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn refusals_against_the_rule_and_forged_marks_are_caught() {
+    let mut events = takeover();
+    // Token 2 refused by a mark of 2: the same-owner rule accepts it.
+    events.push(put(1, 2, 201, (120, 130), Outcome::Fenced { current: 2 }));
+    let report = check(&history(events, (Some(2), value(200, 2, 2))));
+    assert!(
+        report.violated().contains(&Property::WrongRefusal),
+        "{report:?}"
+    );
+
+    let mut events = takeover();
+    events[4] = put(0, 1, 101, (80, 90), Outcome::Fenced { current: 77 });
+    let report = check(&history(events, (Some(2), value(200, 2, 2))));
+    assert!(
+        report.violated().contains(&Property::WrongRefusal),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn answers_no_order_explains_are_not_linearizable() {
+    // A read overlapping the only write saw that write's mark without its entry: each answer
+    // alone passes every other check, no order gives both.
+    let events = vec![
+        read(0, (0, 100), Some(3), SeenEntry::Absent),
+        put(1, 3, 100, (10, 20), written(1, None)),
+    ];
+    let report = check(&history(events, (Some(3), value(100, 3, 1))));
+    assert_eq!(
+        report.violated(),
+        [Property::NotLinearizable].into(),
+        "{report:?}"
+    );
+}
+
+#[test]
+fn concurrent_answers_are_explained_by_some_order() {
+    // B's claim overlaps A's write: A's write saw the mark before the claim, and a read that
+    // overlaps both saw the claim first — linearizable with claim(2) before the read.
+    let events = vec![
+        claim(0, 1, (0, 10), Outcome::Claimed { previous: None }),
+        put(0, 1, 100, (20, 60), written(1, Some(1))),
+        claim(1, 2, (25, 50), Outcome::Claimed { previous: Some(1) }),
+        read(2, (30, 40), Some(2), SeenEntry::Absent),
+    ];
+    // The write must come after the read (it saw no entry) but its previous mark is 1, so the
+    // claim of 2 must come after it: the read saw 2 before the claim — no order works.
+    let report = check(&history(events.clone(), (Some(2), value(100, 1, 1))));
+    assert!(!report.holds(), "{report:?}");
+
+    let mut ok = events;
+    ok[3] = read(2, (30, 40), Some(1), SeenEntry::Absent);
+    let report = check(&history(ok, (Some(2), value(100, 1, 1))));
+    assert!(report.holds(), "{:?}", report.violations);
+}
+
+#[test]
+fn ambiguous_writes_are_resolved_by_retries_and_reads() {
+    let mut events = takeover();
+    // B's write times out; its retry with the same op id answers Duplicate: it applied.
+    events[3] = put(1, 2, 200, (60, 70), Outcome::Ambiguous);
+    events.insert(
+        4,
+        put(
+            1,
+            2,
+            200,
+            (72, 75),
+            Outcome::Duplicate {
+                revision: 2,
+                previous: Some(2),
+            },
+        ),
+    );
+    let report = check(&history(events.clone(), (Some(2), value(200, 2, 2))));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!((report.ambiguity.total, report.ambiguity.applied), (1, 1));
+
+    // The retry applied instead: the first attempt did not.
+    events[4] = put(1, 2, 200, (72, 75), written(2, Some(2)));
+    let report = check(&history(events, (Some(2), value(200, 2, 2))));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!(report.ambiguity.not_applied, 1);
+
+    // Unresolved: the final value may still be that write's.
+    let mut events = takeover();
+    events[3] = put(1, 2, 200, (60, 70), Outcome::Ambiguous);
+    events.pop();
+    let report = check(&history(events, (Some(2), value(200, 2, 2))));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!(report.ambiguity.applied, 0);
+}
