@@ -92,12 +92,16 @@ async fn read(targets: &Targets, source: Source<'_>) -> Result<Vec<u8>, Report> 
             .await
             .map_err(|e| {
                 let missing = e.as_service_error().is_some_and(|s| s.is_no_such_key());
-                if missing {
-                    Report::usage(format!("no object `{key}` in the bucket"))
-                        .with_exit(Exit::NotFound, "not_found")
-                } else {
-                    Report::usage(format!("reading object `{key}`: {e}"))
-                        .with_exit(Exit::Unavailable, "unavailable")
+                let status = e.raw_response().map(|r| r.status().as_u16());
+                let report = Report::usage(format!("reading object `{key}`: {e}"));
+                match status {
+                    _ if missing => Report::usage(format!("no object `{key}` in the bucket"))
+                        .with_exit(Exit::NotFound, "not_found"),
+                    // Refused (credentials, policy, a bad request): retrying will not help.
+                    Some(400..=499) if status != Some(429) => {
+                        report.with_exit(Exit::Failed, "failed")
+                    }
+                    _ => report.with_exit(Exit::Unavailable, "unavailable"),
                 }
             })?;
         let bytes = output.body.collect().await.map_err(|e| {
@@ -111,7 +115,14 @@ async fn read(targets: &Targets, source: Source<'_>) -> Result<Vec<u8>, Report> 
         Some(path) => tokio::fs::read(path).await.map(|b| bytes = b),
         None => tokio::io::stdin().read_to_end(&mut bytes).await.map(|_| ()),
     };
-    read.map_err(|e| Report::usage(format!("reading the input: {e}")))?;
+    read.map_err(|e| {
+        let report = Report::usage(format!("reading the input: {e}"));
+        if e.kind() == std::io::ErrorKind::NotFound {
+            report.with_exit(Exit::NotFound, "not_found")
+        } else {
+            report
+        }
+    })?;
     Ok(bytes)
 }
 
@@ -127,7 +138,7 @@ async fn redis_state(targets: &Targets, source: Source<'_>) -> Result<Report, Re
                     fence.prefix()
                 ))
             })?;
-            if !key.ends_with("}:state") {
+            if fence.state_key(&domain) != key {
                 return Err(Report::usage(format!(
                     "`{key}` is not a state key (`…:state`); inspect the domain `{domain}` instead"
                 )));
@@ -178,10 +189,13 @@ fn state_text(bytes: &[u8]) -> Result<(Option<String>, Fields), String> {
 }
 
 fn state_report(key: Option<&str>, snapshot: &Snapshot, fields: &[(Vec<u8>, Vec<u8>)]) -> Report {
-    const FORMAT_FIELDS: [&[u8]; 6] = [b"fence", b"hwm", b"rev", b"tok", b"state", b"val"];
     let ignored: Vec<String> = fields
         .iter()
-        .filter(|(name, _)| !FORMAT_FIELDS.contains(&name.as_slice()))
+        .filter(|(name, _)| {
+            !fence_redis::STATE_FIELDS
+                .iter()
+                .any(|f| f.as_bytes() == name)
+        })
         .map(|(name, _)| String::from_utf8_lossy(name).into_owned())
         .collect();
     let json = json!({
@@ -244,7 +258,7 @@ fn s3_envelope(bytes: &[u8]) -> Result<Report, String> {
         Some(EntryHead::Tombstone { token, revision }) => {
             json!({ "state": "tombstone", "token": token.to_string(), "revision": revision.get() })
         }
-        _ => json!({ "state": "none" }),
+        _ => json!({ "state": "absent" }),
     };
     let json = json!({
         "format": "FENCE-S3/1",
@@ -260,7 +274,7 @@ fn s3_envelope(bytes: &[u8]) -> Result<Report, String> {
         envelope.high_water_mark(),
         envelope
             .entry()
-            .map_or("none".to_owned(), |e| e.to_string()),
+            .map_or("absent".to_owned(), |e| e.to_string()),
         envelope.nonce()
     );
     ops_text(&mut text, envelope.ops());

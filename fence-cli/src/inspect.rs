@@ -3,7 +3,9 @@
 
 use std::fmt::Write as _;
 
-use fence_core::{Domain, Entry, FenceError, FencedStore, LeaseHolder, LeaseManager, OpOutcome};
+use fence_core::{
+    Domain, Entry, FenceError, FencedStore, LeaseHolder, LeaseManager, OpKind, OpOutcome,
+};
 use fence_s3::Envelope;
 use serde_json::{json, Value};
 
@@ -65,11 +67,32 @@ async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<In
         }
         Backend::Postgres => {
             let fence = targets.postgres().await?;
-            generic("postgres", &fence, Some(&fence.leases()), domain).await
+            let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
+            let ops = ops
+                .into_iter()
+                .map(|op| Op {
+                    token: op.token.to_string(),
+                    op_id: op.op_id.as_str().to_owned(),
+                    // `fence_ops` names a fenced transaction `transaction` (FORMATS.md §6.2).
+                    kind: match op.kind {
+                        OpKind::Script => "transaction".to_owned(),
+                        kind => kind.as_str().to_owned(),
+                    },
+                    previous: token_json(op.previous),
+                    outcome: op.revision.map_or(String::new(), |r| r.to_string()),
+                })
+                .collect();
+            let mut inspection = generic("postgres", &fence, Some(&fence.leases()), domain).await?;
+            inspection.ops = Some(ops);
+            Ok(inspection)
         }
         Backend::Etcd => {
             let etcd = targets.etcd().await?;
-            generic("etcd", &etcd.fence(), Some(&etcd.leases()), domain).await
+            let fence = targets.etcd_fence(&etcd);
+            let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
+            let mut inspection = generic("etcd", &fence, Some(&etcd.leases()), domain).await?;
+            inspection.ops = Some(ops_of(&ops));
+            Ok(inspection)
         }
         Backend::S3 => s3(targets, domain).await,
         Backend::Kafka => kafka(targets, domain).await,

@@ -27,7 +27,10 @@ pub(crate) async fn claim(
             Backend::Redis => targets.redis().await?.claim(&domain, token).await,
             Backend::S3 => targets.s3()?.claim(&domain, token).await,
             Backend::Postgres => targets.postgres().await?.claim(&domain, token).await,
-            Backend::Etcd => targets.etcd().await?.fence().claim(&domain, token).await,
+            Backend::Etcd => {
+                let etcd = targets.etcd().await?;
+                targets.etcd_fence(&etcd).claim(&domain, token).await
+            }
             Backend::Kafka => targets.kafka()?.claim(&domain, token).await,
         };
         let claimed = claimed.map_err(|e: FenceError| Report::failed(&e))?;

@@ -2,6 +2,7 @@
 //! variable the library builders and examples use.
 
 use std::fmt;
+use std::num::NonZeroU64;
 
 use clap::{Args, ValueEnum};
 use fence_etcd::Etcd;
@@ -21,9 +22,21 @@ pub(crate) enum S3Layout {
     Verbatim,
 }
 
+/// The default bound on how far above a domain's mark an operator's claim or adopt may go:
+/// a mistyped token (`18446744073709551615`) would otherwise fence every future owner out.
+pub(crate) const DEFAULT_MAX_TOKEN_STEP: u64 = 1_000_000;
+
 /// The connection settings of every backend.
 #[derive(Args)]
 pub(crate) struct Targets {
+    /// Refuse claims and adopts whose token is more than this above the domain's mark (above
+    /// zero for a domain without one), at the resource where it can check (Redis, PostgreSQL,
+    /// etcd; S3 and Kafka between the read and the write); 0 for no bound.
+    #[arg(long, env = "FENCE_MAX_TOKEN_STEP", global = true, default_value_t = DEFAULT_MAX_TOKEN_STEP)]
+    max_token_step: u64,
+    /// Redis, PostgreSQL, etcd: refuse tokens the resource's own issuer never issued.
+    #[arg(long, env = "FENCE_ISSUED_ONLY", global = true)]
+    issued_only: bool,
     /// Redis URL.
     #[arg(long, env = "FENCE_REDIS_URL", global = true, hide_env_values = true)]
     redis_url: Option<String>,
@@ -125,14 +138,21 @@ pub(crate) struct Targets {
         value_delimiter = ','
     )]
     etcd_endpoints: Vec<String>,
-    /// Key prefix of the fence on etcd.
+    /// etcd user, for a cluster with authentication (with `--etcd-password`).
+    #[arg(long, env = "FENCE_ETCD_USER", global = true)]
+    etcd_user: Option<String>,
+    /// etcd password of `--etcd-user`.
     #[arg(
         long,
-        env = "FENCE_ETCD_PREFIX",
+        env = "FENCE_ETCD_PASSWORD",
         global = true,
-        default_value = "fence"
+        hide_env_values = true
     )]
-    etcd_prefix: String,
+    etcd_password: Option<String>,
+    /// Key prefix of the fence on etcd (no default: the library has none, and a wrong one
+    /// would show every domain as unseen).
+    #[arg(long, env = "FENCE_ETCD_PREFIX", global = true)]
+    etcd_prefix: Option<String>,
 }
 
 impl fmt::Debug for Targets {
@@ -166,6 +186,20 @@ fn missing(what: &str, variable: &str, flag: &str) -> Report {
 }
 
 impl Targets {
+    fn max_token_step(&self) -> Option<NonZeroU64> {
+        NonZeroU64::new(self.max_token_step)
+    }
+
+    /// Refuses `--issued-only` for a backend that cannot see an issuer.
+    fn no_issuer(&self, backend: &str) -> Connect<()> {
+        if self.issued_only {
+            return Err(Report::usage(format!(
+                "{backend} cannot check --issued-only (FENCE_ISSUED_ONLY): no issuer is visible there; unset it"
+            )));
+        }
+        Ok(())
+    }
+
     /// A connected Redis fence (one of URL or cluster, never both).
     pub(crate) async fn redis(&self) -> Connect<RedisFence> {
         let nodes: Vec<String> = self
@@ -190,11 +224,14 @@ impl Targets {
                 ))
             }
         };
-        builder
-            .prefix(&self.redis_prefix)
-            .connect()
-            .await
-            .map_err(|e| Report::failed(&e))
+        let mut builder = builder.prefix(&self.redis_prefix);
+        if let Some(step) = self.max_token_step() {
+            builder = builder.max_token_step(step);
+        }
+        if self.issued_only {
+            builder = builder.issued_only();
+        }
+        builder.connect().await.map_err(|e| Report::failed(&e))
     }
 
     /// A plain S3 client with the configured endpoint, region and credentials.
@@ -228,13 +265,16 @@ impl Targets {
             S3Layout::Escaped => fence_s3::KeyLayout::Escaped,
             S3Layout::Verbatim => fence_s3::KeyLayout::Verbatim,
         };
-        S3Fence::builder()
+        self.no_issuer("S3")?;
+        let mut builder = S3Fence::builder()
             .client(self.s3_client()?)
             .bucket(self.s3_bucket()?)
             .prefix(&self.s3_prefix)
-            .key_layout(layout)
-            .build()
-            .map_err(|e| Report::failed(&e))
+            .key_layout(layout);
+        if let Some(step) = self.max_token_step() {
+            builder = builder.max_token_step(step);
+        }
+        builder.build().map_err(|e| Report::failed(&e))
     }
 
     /// A PostgreSQL fence on a small pool.
@@ -255,8 +295,15 @@ impl Targets {
                 );
                 Report::failed(&fault)
             })?;
-        PostgresFence::new(pool, &self.postgres_schema)
-            .map_err(|e| Report::failed(&fence_core::FenceError::from(e)))
+        let mut fence = PostgresFence::new(pool, &self.postgres_schema)
+            .map_err(|e| Report::failed(&fence_core::FenceError::from(e)))?;
+        if let Some(step) = self.max_token_step() {
+            fence = fence.with_max_token_step(step);
+        }
+        if self.issued_only {
+            fence = fence.issued_only();
+        }
+        Ok(fence)
     }
 
     /// A Kafka fence on the configured topics (no topic is created).
@@ -280,13 +327,16 @@ impl Targets {
             };
             config.set(key.trim(), value.trim());
         }
-        fence_kafka::KafkaFence::builder(config)
+        self.no_issuer("Kafka")?;
+        let mut builder = fence_kafka::KafkaFence::builder(config)
             .data_topic(topic)
             .ledger_topic(&self.kafka_ledger_topic)
             .transactional_id_prefix(&self.kafka_transactional_id_prefix)
-            .timeout(std::time::Duration::from_secs(10))
-            .build()
-            .map_err(|e| Report::failed(&e))
+            .timeout(std::time::Duration::from_secs(10));
+        if let Some(step) = self.max_token_step() {
+            builder = builder.max_token_step(step);
+        }
+        builder.build().map_err(|e| Report::failed(&e))
     }
 
     /// An etcd handle.
@@ -299,8 +349,36 @@ impl Targets {
         if endpoints.is_empty() {
             return Err(missing("etcd", "FENCE_ETCD_ENDPOINTS", "etcd-endpoints"));
         }
-        Etcd::connect(&endpoints, None, &self.etcd_prefix)
+        let prefix = set(&self.etcd_prefix)
+            .ok_or_else(|| missing("the etcd key prefix", "FENCE_ETCD_PREFIX", "etcd-prefix"))?;
+        let options = match (set(&self.etcd_user), set(&self.etcd_password)) {
+            (None, None) => None,
+            (Some(user), Some(password)) => Some(
+                fence_etcd::etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(fence_etcd::DEFAULT_CONNECT_TIMEOUT)
+                    .with_timeout(fence_etcd::DEFAULT_REQUEST_TIMEOUT)
+                    .with_user(user, password),
+            ),
+            _ => {
+                return Err(Report::usage(
+                    "etcd authentication needs both FENCE_ETCD_USER and FENCE_ETCD_PASSWORD",
+                ))
+            }
+        };
+        Etcd::connect(&endpoints, options, prefix)
             .await
             .map_err(|e| Report::failed(&e))
+    }
+
+    /// The fenced store on etcd, with the configured bounds.
+    pub(crate) fn etcd_fence(&self, etcd: &Etcd) -> fence_etcd::EtcdFence {
+        let mut fence = etcd.fence();
+        if let Some(step) = self.max_token_step() {
+            fence = fence.with_max_token_step(step);
+        }
+        if self.issued_only {
+            fence = fence.issued_only();
+        }
+        fence
     }
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use fence_conformance::services::{domain as d, token as t, unavailable};
+use fence_conformance::services::{domain as d, put, token as t, unavailable};
 use fence_core::{Fence, FencedStore, LeaseManager, OperationId, OwnerId, WriteRequest};
 use fence_redis::redis;
 use fence_redis::RedisFence;
@@ -173,6 +173,57 @@ async fn redis_inspect_claim_and_adopt() {
     assert!(foreign.stderr.contains(&prefix), "{}", foreign.stderr);
     let lease_key = format!("{prefix}:{{orders%2F7}}:lease");
     fence(&env, &["decode", "redis-state", "--key", &lease_key], b"").expect(2);
+    // A user key may hold `}:state` in its name: it is still no state key.
+    let user_key = format!("{prefix}:{{orders%2F7}}:u:a}}:state");
+    fence(&env, &["decode", "redis-state", "--key", &user_key], b"").expect(2);
+
+    // Token bounds: a mistyped token is refused by the default step, and mark stays put;
+    // the bound is what refused it (with no bound the claim goes through).
+    let far = fence(
+        &env,
+        &["--json", "claim", "redis", "typo", "18446744073709551615"],
+        b"",
+    )
+    .expect(3);
+    assert_eq!(far.json()["error"]["class"], "refused", "{}", far.stdout);
+    assert!(
+        far.stdout.contains("more than 1000000 above the mark"),
+        "{}",
+        far.stdout
+    );
+    assert_eq!(library.high_water_mark(&d("typo")).await.unwrap(), None);
+    fence(
+        &env,
+        &[
+            "--max-token-step",
+            "0",
+            "claim",
+            "redis",
+            "typo",
+            "18446744073709551615",
+        ],
+        b"",
+    )
+    .expect(0);
+    // Issued-only: nothing was issued for this domain, so a claim is refused as unissued.
+    let unissued = fence(
+        &env,
+        &[
+            "--json",
+            "--issued-only",
+            "claim",
+            "redis",
+            "never-issued",
+            "5",
+        ],
+        b"",
+    )
+    .expect(3);
+    assert!(
+        unissued.stdout.contains("not issued"),
+        "{}",
+        unissued.stdout
+    );
 
     // Adopt: a plain string becomes a domain's value, through the command.
     let legacy = format!("legacy-{prefix}:{{cart}}");
@@ -200,8 +251,70 @@ async fn redis_inspect_claim_and_adopt() {
         &["adopt", "redis", "cart", "9", "--key", &legacy],
         b"",
     )
-    .expect(1);
+    .expect(4);
     assert!(again.stderr.contains("does not exist"), "{}", again.stderr);
+
+    // Any key becomes a user key of a domain's fenced scripts with --user-key.
+    let profile = format!("legacy-{prefix}:{{profile}}");
+    redis::cmd("HSET")
+        .arg(&profile)
+        .arg("name")
+        .arg("ada")
+        .exec_async(&mut raw)
+        .await
+        .unwrap();
+    let adopted = fence(
+        &env,
+        &[
+            "adopt",
+            "redis",
+            "profile",
+            "4",
+            "--key",
+            &profile,
+            "--user-key",
+            "card",
+        ],
+        b"",
+    )
+    .expect(0);
+    assert!(
+        adopted.stdout.contains("as its user key `card`"),
+        "{}",
+        adopted.stdout
+    );
+    let card = library.user_key(&d("profile"), "card").unwrap();
+    let name: Option<String> = redis::AsyncCommands::hget(&mut raw, &card, "name")
+        .await
+        .unwrap();
+    assert_eq!(name.as_deref(), Some("ada"));
+    assert_eq!(
+        library.high_water_mark(&d("profile")).await.unwrap(),
+        Some(t(4))
+    );
+
+    // A deleted domain shows its tombstone (and keeps its mark).
+    library
+        .write(&WriteRequest::delete(d("cart"), t(10)))
+        .await
+        .unwrap();
+    let gone = fence(&env, &["--json", "inspect", "redis", "cart"], b"")
+        .expect(0)
+        .json();
+    assert_eq!(
+        (
+            &gone["mark"],
+            &gone["entry"]["state"],
+            &gone["entry"]["token"],
+            &gone["entry"]["revision"]
+        ),
+        (
+            &Value::from("10"),
+            &Value::from("tombstone"),
+            &Value::from("10"),
+            &Value::from(2)
+        )
+    );
 
     // A server that is not there is "unavailable" (a retry may help).
     let gone = [(
@@ -263,6 +376,47 @@ async fn s3_inspect_adopt_and_decode() {
     assert_eq!(garbage.json()["error"]["class"], "corrupt");
 
     // A foreign object is corrupt until adopted through the command.
+    // The verbatim layout: a domain is its object's path under the prefix.
+    let verbatim = S3Fence::builder()
+        .client(s3_support::client(&endpoint))
+        .bucket(s3_support::BUCKET)
+        .prefix(&prefix)
+        .key_layout(fence_s3::KeyLayout::Verbatim)
+        .connect()
+        .await
+        .unwrap();
+    put(
+        &verbatim,
+        &d("sales/2026/part-0.csv"),
+        6,
+        "r,a
+",
+    )
+    .await
+    .unwrap();
+    let mut in_place = env.clone();
+    in_place.push(("FENCE_S3_KEY_LAYOUT", "verbatim".into()));
+    let json = fence(
+        &in_place,
+        &["--json", "inspect", "s3", "sales/2026/part-0.csv"],
+        b"",
+    )
+    .expect(0)
+    .json();
+    assert_eq!(json["location"], format!("{prefix}sales/2026/part-0.csv"));
+    assert_eq!(
+        (&json["mark"], &json["entry"]["value"]),
+        (
+            &Value::from("6"),
+            &Value::from(
+                "r,a
+"
+            )
+        )
+    );
+    // The same domain under the escaped layout is another object, never written.
+    fence(&env, &["inspect", "s3", "sales/2026/part-0.csv"], b"").expect(4);
+
     let foreign = d("legacy.csv");
     let foreign_key = library.object_key(&foreign).unwrap();
     s3_support::client(&endpoint)
@@ -280,6 +434,54 @@ async fn s3_inspect_adopt_and_decode() {
         .json();
     assert_eq!(adopted["entry"]["value"], "id,name\n");
     fence(&env, &["claim", "s3", "legacy.csv", "1"], b"").expect(3);
+    // Nothing to adopt: not found.
+    let nothing = fence(
+        &env,
+        &["--json", "adopt", "s3", "nothing-here.csv", "2"],
+        b"",
+    )
+    .expect(4);
+    assert_eq!(nothing.json()["error"]["class"], "not_found");
+    // decode from a file, and a file that is not there.
+    let saved = std::env::temp_dir().join(format!("{}.envelope", fence_testkit::unique_suffix()));
+    std::fs::write(&saved, &raw).unwrap();
+    let from_file = fence(
+        &[],
+        &[
+            "--json",
+            "decode",
+            "s3-envelope",
+            "--file",
+            saved.to_str().unwrap(),
+        ],
+        b"",
+    )
+    .expect(0)
+    .json();
+    assert_eq!(from_file, decoded);
+    std::fs::remove_file(&saved).unwrap();
+    fence(
+        &[],
+        &["decode", "s3-envelope", "--file", saved.to_str().unwrap()],
+        b"",
+    )
+    .expect(4);
+    // Credentials the server refuses: a failure a retry cannot mend, not "unavailable".
+    let mut refused = env.clone();
+    refused.retain(|(k, _)| *k != "FENCE_S3_SECRET_KEY");
+    refused.push(("FENCE_S3_SECRET_KEY", "not-the-secret".into()));
+    let denied = fence(
+        &refused,
+        &["--json", "decode", "s3-envelope", "--object", &key],
+        b"",
+    )
+    .expect(1);
+    assert_eq!(
+        denied.json()["error"]["class"],
+        "failed",
+        "{}",
+        denied.stdout
+    );
     let missing = fence(
         &env,
         &["decode", "s3-envelope", "--object", "no/such/key"],
@@ -314,12 +516,18 @@ async fn postgres_and_etcd_inspect_show_the_lease() {
         .await
         .unwrap();
     postgres
-        .write(&WriteRequest::put(domain.clone(), pg_lease.token, "100"))
+        .write(
+            &WriteRequest::put(domain.clone(), pg_lease.token, "100")
+                .with_op_id(OperationId::new("deposit 1").unwrap()),
+        )
         .await
         .unwrap();
     let etcd_lease = etcd.leases().acquire(&domain, &owner, ttl).await.unwrap();
     etcd.fence()
-        .write(&WriteRequest::put(domain.clone(), etcd_lease.token, "100"))
+        .write(
+            &WriteRequest::put(domain.clone(), etcd_lease.token, "100")
+                .with_op_id(OperationId::new("deposit 1").unwrap()),
+        )
         .await
         .unwrap();
 
@@ -338,6 +546,25 @@ async fn postgres_and_etcd_inspect_show_the_lease() {
         assert_eq!(json["entry"]["value"], "100", "{backend}");
         assert_eq!(json["lease"]["owner"], "worker-b", "{backend}");
         assert_eq!(json["lease"]["token"], token.as_str(), "{backend}");
+        let op = &json["ops"][0];
+        assert_eq!(
+            (
+                &op["op_id"],
+                &op["kind"],
+                &op["token"],
+                &op["outcome"],
+                &op["previous"]
+            ),
+            (
+                &Value::from("deposit 1"),
+                &Value::from("write"),
+                &Value::from(token.as_str()),
+                &Value::from("1"),
+                &Value::Null
+            ),
+            "{backend}: {json}"
+        );
+        assert_eq!(json["ops"].as_array().map(Vec::len), Some(1), "{backend}");
         let remaining = json["lease"]["remaining_ms"].as_u64().unwrap();
         assert!(
             remaining > 30_000 && remaining <= 60_000,

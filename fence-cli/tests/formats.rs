@@ -324,6 +324,26 @@ async fn the_postgres_example_loads_and_reads_back() {
         ("FENCE_POSTGRES_SCHEMA", schema),
     ];
     assert_value_read_back(&env, "postgres", "7");
+    let json = fence(&env, &["--json", "inspect", "postgres", "orders/42"], b"")
+        .expect(0)
+        .json();
+    let op = &json["ops"][0];
+    assert_eq!(
+        (
+            &op["op_id"],
+            &op["kind"],
+            &op["token"],
+            &op["previous"],
+            &op["outcome"]
+        ),
+        (
+            &Value::from("pay 1"),
+            &Value::from("write"),
+            &Value::from("7"),
+            &Value::from("5"),
+            &Value::from("3")
+        )
+    );
 }
 
 #[tokio::test]

@@ -371,12 +371,14 @@ pub async fn holder_is_reported(leases: &dyn LeaseManager, domain: &Domain) {
         .await
         .unwrap_or_else(|| panic!("no holder reported while A holds the lease"));
     assert_eq!((seen.owner.as_str(), seen.token), ("inspected-a", a.token));
-    if let Some(remaining) = seen.remaining {
-        assert!(
-            remaining <= ttl && remaining > Duration::from_secs(20),
-            "A's lease of {ttl:?} reported {remaining:?} remaining"
-        );
-    }
+    // Every lease backend knows when its lease ends, and operators need it (`fence inspect`).
+    let remaining = seen
+        .remaining
+        .unwrap_or_else(|| panic!("A's lease reported no remaining time"));
+    assert!(
+        remaining <= ttl && remaining > Duration::from_secs(20),
+        "A's lease of {ttl:?} reported {remaining:?} remaining"
+    );
     leases
         .release(&a)
         .await

@@ -13,8 +13,8 @@ use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
     BackendErrorKind, Backoff, BoundedCache, Capabilities, Claimed, Domain, EntryHead, Fence,
-    FenceError, FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, Operation,
-    Snapshot, TokenBounds, WriteOutcome, WriteRequest,
+    FenceError, FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, OpMemory,
+    Operation, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
 };
 
 use crate::error::{map_error, EtcdFenceError, BACKEND};
@@ -167,6 +167,11 @@ impl EtcdFence {
             stored.live_lease = live_lease(domain, &gets.next().ok_or_else(unexpected)?)?;
         }
         Ok(stored)
+    }
+
+    /// The operation ids `domain` remembers (its `ops` key), oldest first: for operators.
+    pub async fn remembered_ops(&self, domain: &Domain) -> Result<OpMemory, FenceError> {
+        Ok(self.load(domain, Operation::Read).await?.ops)
     }
 
     /// Reads the domain's keys at one revision, and remembers what it read.

@@ -107,17 +107,34 @@ impl LedgerRecord {
 
 /// A stable partition for a domain (FNV-1a), the same in every process and version.
 pub(crate) fn partition_for(domain: &str, partitions: i32) -> i32 {
+    (fnv1a_64(domain) % u64::from(partitions.max(1).unsigned_abs())) as i32
+}
+
+/// FNV-1a 64 of `text`'s bytes (FORMATS.md §1.8).
+fn fnv1a_64(text: &str) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in domain.as_bytes() {
+    for byte in text.as_bytes() {
         hash ^= u64::from(*byte);
         hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (hash % u64::from(partitions.max(1).unsigned_abs())) as i32
+    hash
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hashes_match_the_fnv1a_64_vectors_of_formats_md() {
+        for (domain, hash) in [
+            ("a", 0xaf63_dc4c_8601_ec8c),
+            ("orders", 0x0012_5d92_50be_8b4c),
+            ("customer-42", 0x1e1b_8c70_eb18_f59e),
+            ("order/42", 0x6cbf_8986_9756_1972),
+        ] {
+            assert_eq!(fnv1a_64(domain), hash, "{domain}");
+        }
+    }
 
     #[test]
     fn partitions_match_the_fnv1a_64_vectors_of_formats_md() {

@@ -79,7 +79,12 @@ pub(crate) fn unpack(record: &[u8]) -> Result<PackedRecord, &'static str> {
         .map_err(|_| "bad record time")?;
     let rest = &record[bar + 1..];
     let newline = rest.iter().position(|&b| b == b'\n').ok_or("no token")?;
-    let token = text(&rest[..newline])?.to_owned();
+    let token = text(&rest[..newline])?;
+    // The script stores the transition's canonical token; anything else is damage.
+    if token.parse::<fence_core::FencingToken>().is_err() {
+        return Err("token is not a canonical u64 token");
+    }
+    let token = token.to_owned();
     let mut rest = &rest[newline + 1..];
     let mut parts = Vec::with_capacity(3);
     for _ in 0..3 {
@@ -91,9 +96,11 @@ pub(crate) fn unpack(record: &[u8]) -> Result<PackedRecord, &'static str> {
             .parse()
             .map_err(|_| "bad field length")?;
         let start = colon + 1;
-        let field = rest.get(start..start + len).ok_or("truncated field")?;
+        // A stored length is untrusted: it may point past the record, or past usize::MAX.
+        let end = start.checked_add(len).ok_or("truncated field")?;
+        let field = rest.get(start..end).ok_or("truncated field")?;
         parts.push(text(field)?.to_owned());
-        rest = &rest[start + len..];
+        rest = &rest[end..];
     }
     let [key, kind, destination] = <[String; 3]>::try_from(parts).map_err(|_| "truncated field")?;
     Ok(PackedRecord {
@@ -147,6 +154,10 @@ mod tests {
             b"1|7\n9:a",
             b"1|7\n1:a1:b",
             b"1|7\nz:a",
+            b"1|7\n18446744073709551615:x",
+            b"1|abc\n1:a1:b1:c",
+            b"1|07\n1:a1:b1:c",
+            b"1|7\n1:a18446744073709551615:x",
         ] {
             assert!(unpack(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
         }

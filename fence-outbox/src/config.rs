@@ -56,12 +56,7 @@ impl OutboxConfig {
 
     /// The partition of `domain`: FNV-1a of its bytes, stable across versions and machines.
     pub fn partition_of(&self, domain: &Domain) -> u16 {
-        let mut hash: u32 = 0x811c_9dc5;
-        for byte in domain.as_str().bytes() {
-            hash ^= u32::from(byte);
-            hash = hash.wrapping_mul(0x0100_0193);
-        }
-        (hash % u32::from(self.partitions.max(1))) as u16
+        (fnv1a_32(domain.as_str()) % u32::from(self.partitions.max(1))) as u16
     }
 
     /// Checks a transition's effects against the kinds and limits, before any I/O.
@@ -88,9 +83,31 @@ impl OutboxConfig {
     }
 }
 
+/// FNV-1a 32 of `text`'s bytes (FORMATS.md §1.8).
+fn fnv1a_32(text: &str) -> u32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in text.bytes() {
+        hash ^= u32::from(byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    hash
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hashes_match_the_fnv1a_32_vectors_of_formats_md() {
+        for (domain, hash) in [
+            ("a", 0xe40c_292c),
+            ("orders", 0x325e_96ec),
+            ("customer-42", 0xfe68_adbe),
+            ("order/42", 0x6ccb_ed52),
+        ] {
+            assert_eq!(fnv1a_32(domain), hash, "{domain}");
+        }
+    }
 
     #[test]
     fn partitions_match_the_fnv1a_32_vectors_of_formats_md() {

@@ -15,8 +15,10 @@ use fence_core::{
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
-use crate::mark::{commit, decode_head, decode_op, issued_column, revision_i64, MarkChange};
+use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
+use crate::mark::{
+    commit, decode_head, decode_op, issued_column, revision_i64, MarkChange, RememberedOp,
+};
 use crate::schema::{check_shape, Schema, Shape};
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
@@ -256,6 +258,33 @@ impl PostgresFence {
         }
         commit(tx, domain, Operation::Claim).await?;
         Ok(decision.claimed())
+    }
+
+    /// The operation ids `domain` still remembers, oldest first: for operators.
+    pub async fn remembered_ops(&self, domain: &Domain) -> Result<Vec<RememberedOp>, FenceError> {
+        self.ensure_shape(domain, Operation::Read).await?;
+        let rows = sqlx::query(&format!(
+            "SELECT token::text, op_id, kind, revision, previous::text FROM {} \
+             WHERE domain = $1 ORDER BY seq",
+            self.schema.ops()
+        ))
+        .bind(domain.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, domain, Operation::Read, false))?;
+        rows.iter()
+            .map(|row| {
+                let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
+                let token: String = row.try_get(0).map_err(column)?;
+                let token = token_column(domain, &token, "operation record's token")?;
+                let op_id: String = row.try_get(1).map_err(column)?;
+                let op_id = OperationId::new(&op_id)
+                    .map_err(|e| corrupt(domain, format!("operation record's op id: {e}")))?;
+                let op = decode_op(domain, row, 2)?
+                    .ok_or_else(|| corrupt(domain, "operation record without a kind"))?;
+                op.remembered(domain, token, op_id)
+            })
+            .collect()
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {

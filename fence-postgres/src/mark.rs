@@ -30,7 +30,46 @@ pub(crate) struct OpRow {
     previous: Option<FencingToken>,
 }
 
+/// An operation id a domain remembers, as `fence_ops` holds it (for `fence inspect`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RememberedOp {
+    /// The token the operation carried.
+    pub token: FencingToken,
+    /// The operation id.
+    pub op_id: OperationId,
+    /// A store write or delete ([`OpKind::Write`]) or a fenced transaction ([`OpKind::Script`]).
+    pub kind: OpKind,
+    /// The revision a write produced (`None` for a transaction).
+    pub revision: Option<Revision>,
+    /// The domain's mark before it (`None`: the domain had none).
+    pub previous: Option<FencingToken>,
+}
+
 impl OpRow {
+    /// As an operator sees it; a (kind, revision) pair Fence never writes is corrupt.
+    pub(crate) fn remembered(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: OperationId,
+    ) -> Result<RememberedOp, FenceError> {
+        let (kind, revision) = match (self.kind.as_str(), self.revision) {
+            ("write", Some(revision)) if revision >= 1 => {
+                (OpKind::Write, Some(Revision::new(revision.unsigned_abs())))
+            }
+            ("transaction", None) => (OpKind::Script, None),
+            _ => return Err(self.corrupt(domain)),
+        };
+        Ok(RememberedOp {
+            token,
+            op_id,
+            kind,
+            revision,
+            previous: self.previous,
+        })
+    }
+
     /// As a write's memory; an op id first used for a transaction is `OpIdReused`.
     pub(crate) fn as_write(
         &self,

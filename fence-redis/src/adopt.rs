@@ -131,7 +131,12 @@ impl RedisFence {
             Answer::Refused(reply) => reply,
         };
         match reply.tag.as_str() {
-            "no_source" => refused("it does not exist".into()),
+            "no_source" => Err(backend_error(
+                Some(domain),
+                RedisFenceError::AdoptSourceMissing {
+                    key: key.to_owned(),
+                },
+            )),
             "wrong_type" => refused(format!(
                 "it holds a {}, not a string: adopt it as a user key (adopt_key)",
                 reply.text(0)?

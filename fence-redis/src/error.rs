@@ -21,6 +21,12 @@ pub enum RedisFenceError {
         /// What was wrong with the reply.
         detail: String,
     },
+    /// The key `adopt_value` or `adopt_key` was asked to adopt does not exist.
+    #[error("redis key `{key}` cannot be adopted: it does not exist")]
+    AdoptSourceMissing {
+        /// The key.
+        key: String,
+    },
     /// A key that `adopt_value` or `adopt_key` cannot bring under fencing.
     #[error("redis key `{key}` cannot be adopted: {reason}")]
     AdoptRefused {
@@ -39,6 +45,7 @@ impl RedisFenceError {
     pub fn kind(&self) -> BackendErrorKind {
         match self {
             RedisFenceError::PermissionDenied(_) => BackendErrorKind::PermissionDenied,
+            RedisFenceError::AdoptSourceMissing { .. } => BackendErrorKind::NotFound,
             RedisFenceError::UnexpectedReply { .. } | RedisFenceError::AdoptRefused { .. } => {
                 BackendErrorKind::Rejected
             }

@@ -10,8 +10,9 @@ use redis::Value;
 use crate::error::{map_error, BACKEND};
 use crate::fence::RedisFence;
 
-/// The fields the format reads; any other field is ignored (later versions may add some).
-const FORMAT_FIELDS: [&str; 5] = ["fence", "hwm", "rev", "tok", "state"];
+/// The fields the format reads: the marker, the mark, the entry's head, then the value; any
+/// other field is ignored (later versions may add some).
+pub const STATE_FIELDS: [&str; 6] = ["fence", "hwm", "rev", "tok", "state", "val"];
 
 /// Why a hash is not a valid state hash: the reader fails closed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -43,17 +44,15 @@ pub fn decode_state(fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Snapshot, StateHash
     let bad = |reason: &str| StateHashError {
         reason: reason.to_owned(),
     };
-    let mut known: [Option<&[u8]>; 5] = [None; 5];
-    let mut val = None;
+    let mut known: [Option<&[u8]>; 6] = [None; 6];
     for (name, value) in fields {
-        let slot = match FORMAT_FIELDS
+        let Some(i) = STATE_FIELDS
             .iter()
             .position(|f| f.as_bytes() == name.as_slice())
-        {
-            Some(i) => &mut known[i],
-            None if name.as_slice() == b"val" => &mut val,
-            None => continue,
+        else {
+            continue;
         };
+        let slot = &mut known[i];
         if slot.replace(value.as_slice()).is_some() {
             return Err(bad(&format!(
                 "field `{}` twice",
@@ -61,11 +60,12 @@ pub fn decode_state(fields: &[(Vec<u8>, Vec<u8>)]) -> Result<Snapshot, StateHash
             )));
         }
     }
-    let [marker, hwm, rev, tok, state] = known;
+    let [marker, hwm, rev, tok, state, val] = known;
     if fields.is_empty() {
         return Ok(Snapshot::new(None, Entry::Absent));
     }
-    if known.iter().all(Option::is_none) || marker != Some(b"1") {
+    // A hash without any of the head fields is someone else's (a `val` alone included).
+    if known[..5].iter().all(Option::is_none) || marker != Some(b"1") {
         return Err(bad("hash has no fence format marker"));
     }
     let token = |field: Option<&[u8]>| {
@@ -162,8 +162,14 @@ impl RedisFence {
             .collect()
     }
 
+    /// The name of `domain`'s state hash (`<prefix>:{<escaped domain>}:state`).
+    pub fn state_key(&self, domain: &Domain) -> String {
+        self.inner.keys.state(domain)
+    }
+
     /// The domain whose key `key` is (`<prefix>:{<escaped domain>}:…` under this fence's
-    /// prefix), or `None` for a key this fence never names.
+    /// prefix), or `None` for a key this fence never names. Which of the domain's keys it is
+    /// is the caller's to check (compare with [`RedisFence::state_key`]).
     pub fn domain_of_key(&self, key: &str) -> Option<Domain> {
         let rest = key
             .strip_prefix(self.inner.keys.prefix())?

@@ -88,10 +88,17 @@ async fn refused_adoptions_change_nothing() {
     for (fence, mut raw) in fences("adopt-refused").await {
         let domain = d("profile");
         let missing = foreign_key(&fence, &domain, "missing");
-        assert_refused(
-            fence.adopt_value(&domain, t(1), &missing).await,
-            "does not exist",
-        );
+        match fence.adopt_value(&domain, t(1), &missing).await {
+            Err(error @ FenceError::Backend { .. }) => {
+                assert_eq!(
+                    error.backend_kind(),
+                    Some(fence_core::BackendErrorKind::NotFound)
+                );
+                assert!(!error.is_retryable());
+                assert!(error.to_string().contains("does not exist"), "{error}");
+            }
+            other => panic!("expected a missing key, got {other:?}"),
+        }
         let hash = foreign_key(&fence, &domain, "hash");
         raw.query(redis::cmd("HSET").arg(&hash).arg("name").arg("ada"))
             .await;

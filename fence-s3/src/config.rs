@@ -213,7 +213,9 @@ impl S3FenceBuilder {
             self.max_key_bytes,
             self.max_segment_bytes,
         )?;
-        self.object_options.validate()?;
+        if let Some(why) = self.object_options.fenced_problem() {
+            return Err(invalid(format!("default object options: {why}")));
+        }
         if self.part_size < 5 * 1024 * 1024 {
             return Err(invalid(format!(
                 "part size {} is below S3's 5 MiB minimum",

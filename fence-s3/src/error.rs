@@ -41,6 +41,20 @@ pub enum S3FenceError {
     /// An object at a fenced key holds a valid envelope already (adopt is for foreign objects).
     #[error("the object is already under fencing")]
     AlreadyFenced,
+    /// The object at the domain's key cannot be adopted as it is.
+    #[error("object `{key}` cannot be adopted: {reason}")]
+    NotAdoptable {
+        /// The object key.
+        key: String,
+        /// Why, and what to do about it.
+        reason: String,
+    },
+    /// There is no object to adopt at the domain's key.
+    #[error("no object at `{key}` to adopt")]
+    NoObject {
+        /// The object key.
+        key: String,
+    },
     /// Any other answer from S3.
     #[error("S3 answered {status} {code}: {message}")]
     Service {
@@ -61,10 +75,12 @@ impl S3FenceError {
     pub fn kind(&self) -> BackendErrorKind {
         match self {
             S3FenceError::AccessDenied { .. } => BackendErrorKind::PermissionDenied,
-            S3FenceError::NoSuchBucket { .. } => BackendErrorKind::NotFound,
-            S3FenceError::ConditionsIgnored { .. } | S3FenceError::AlreadyFenced => {
-                BackendErrorKind::Rejected
+            S3FenceError::NoSuchBucket { .. } | S3FenceError::NoObject { .. } => {
+                BackendErrorKind::NotFound
             }
+            S3FenceError::ConditionsIgnored { .. }
+            | S3FenceError::AlreadyFenced
+            | S3FenceError::NotAdoptable { .. } => BackendErrorKind::Rejected,
             S3FenceError::TooManyConflicts { .. } => BackendErrorKind::Contention,
             S3FenceError::Service { status, .. } => match status {
                 429 | 500..=599 => BackendErrorKind::Unavailable,

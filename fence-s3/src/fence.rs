@@ -250,7 +250,7 @@ impl S3Fence {
             request.domain(),
             Some(request.token()),
             async {
-                if let Some(why) = options.problem() {
+                if let Some(why) = options.fenced_problem() {
                     return Err(fence_core::InvalidInput::Configuration(format!(
                         "write to domain `{}`: {why}",
                         request.domain()

@@ -27,6 +27,11 @@ pub enum Encryption {
         /// The KMS key id or ARN; `None` for the bucket's default key.
         key_id: Option<String>,
     },
+    /// Dual-layer SSE-KMS (`aws:kms:dsse`), with the bucket's default KMS key or the one named.
+    KmsDsse {
+        /// The KMS key id or ARN; `None` for the bucket's default key.
+        key_id: Option<String>,
+    },
 }
 
 impl fmt::Debug for Encryption {
@@ -36,6 +41,10 @@ impl fmt::Debug for Encryption {
             // A key id is not a secret, but an ARN names an account: show only that one is set.
             Encryption::Kms { key_id } => f
                 .debug_struct("Kms")
+                .field("key_id", &key_id.as_ref().map(|_| "<set>"))
+                .finish(),
+            Encryption::KmsDsse { key_id } => f
+                .debug_struct("KmsDsse")
                 .field("key_id", &key_id.as_ref().map(|_| "<set>"))
                 .finish(),
         }
@@ -168,6 +177,19 @@ impl ObjectOptions {
             .map_or(Ok(()), |why| Err(InvalidInput::Configuration(why)))
     }
 
+    /// What makes these options wrong for a fenced object (whose bytes begin with the
+    /// envelope), if anything: S3's rules, and no content encoding.
+    pub(crate) fn fenced_problem(&self) -> Option<String> {
+        self.problem().or_else(|| {
+            self.content_encoding.as_ref().map(|encoding| {
+                format!(
+                    "content encoding `{encoding}` labels the whole object, but a fenced object begins \
+                     with the envelope, so readers that decode it would fail: set it on plain objects (put_plain)"
+                )
+            })
+        })
+    }
+
     /// What breaks S3's rules, if anything.
     pub(crate) fn problem(&self) -> Option<String> {
         let invalid = Some;
@@ -232,7 +254,10 @@ impl ObjectOptions {
                 ));
             }
         }
-        if let Some(Encryption::Kms { key_id: Some(id) }) = &self.encryption {
+        if let Some(
+            Encryption::Kms { key_id: Some(id) } | Encryption::KmsDsse { key_id: Some(id) },
+        ) = &self.encryption
+        {
             if id.is_empty() || !printable_ascii(id) {
                 return invalid("KMS key id must be printable ASCII".into());
             }
@@ -266,6 +291,9 @@ impl ObjectOptions {
             Some(Encryption::Kms { key_id }) => {
                 (Some(ServerSideEncryption::AwsKms), key_id.clone())
             }
+            Some(Encryption::KmsDsse { key_id }) => {
+                (Some(ServerSideEncryption::AwsKmsDsse), key_id.clone())
+            }
         }
     }
 
@@ -276,6 +304,9 @@ impl ObjectOptions {
         let encryption = match output.server_side_encryption() {
             Some(ServerSideEncryption::Aes256) => Some(Encryption::S3Managed),
             Some(ServerSideEncryption::AwsKms) => Some(Encryption::Kms {
+                key_id: owned(output.ssekms_key_id()),
+            }),
+            Some(ServerSideEncryption::AwsKmsDsse) => Some(Encryption::KmsDsse {
                 key_id: owned(output.ssekms_key_id()),
             }),
             _ => None,

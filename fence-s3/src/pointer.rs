@@ -175,11 +175,7 @@ impl S3Fence {
             self.inner.bounds.check(domain, None, token)?;
             self.probe().await?;
             let Some(fetched) = self.fetch(&key, domain, Operation::Write, None).await? else {
-                return Err(FenceError::corrupt(
-                    BACKEND,
-                    domain,
-                    format!("no object at `{key}` to adopt"),
-                ));
+                return Err(backend_error(Some(domain), S3FenceError::NoObject { key }));
             };
             match Header::decode(&fetched.bytes) {
                 Err(EnvelopeError::Foreign) => {}
@@ -207,6 +203,13 @@ impl S3Fence {
             let options = self
                 .options_of(&key, domain, Operation::Write, &fetched)
                 .await?;
+            if let Some(why) = options.fenced_problem() {
+                // A compressed object, say: the envelope in front would break its readers.
+                return Err(backend_error(
+                    Some(domain),
+                    S3FenceError::NotAdoptable { key, reason: why },
+                ));
+            }
             let mut body = BytesMut::from(&header.encode()[..]);
             body.extend_from_slice(&fetched.bytes);
             match self

@@ -379,3 +379,65 @@ async fn plain_objects_and_a_fenced_manifest_are_read_by_a_plain_csv_reader() {
     assert!(output.status.success(), "the Python reader failed");
     assert_eq!(stdout, "north 10\nsouth 32\n");
 }
+
+#[tokio::test]
+async fn a_content_encoding_is_for_plain_objects_only() {
+    let Some((fence, plain, requests)) = fence_with("encoding", |b| b).await else {
+        return;
+    };
+    let domain = d("logs/day-1");
+    let gzip = ObjectOptions::new().content_encoding("gzip");
+    // A fenced object begins with the envelope: labelling it gzip would break its readers.
+    let refused = fence
+        .write_with(&WriteRequest::put(domain.clone(), t(1), "x"), &gzip)
+        .await;
+    match refused {
+        Err(FenceError::InvalidInput(InvalidInput::Configuration(why))) => {
+            assert!(why.contains("content encoding `gzip`"), "{why}");
+        }
+        other => panic!("expected a refused content encoding, got {other:?}"),
+    }
+    assert_eq!(requests.take(), 0, "nothing was sent for a refused write");
+    assert!(S3Fence::builder()
+        .client(support::client(&support::shared_endpoint().unwrap()))
+        .bucket(support::BUCKET)
+        .object_options(gzip.clone())
+        .build()
+        .is_err());
+    // A plain object takes it.
+    let plain_key = format!("plain-{}/day-1.log.gz", fence_testkit::unique_suffix());
+    let created = fence
+        .put_plain(&domain, &plain_key, "gz".into(), &gzip)
+        .await
+        .unwrap();
+    assert_eq!(created, Immutable::Created(plain_key.clone()));
+    let head = plain
+        .head_object()
+        .bucket(support::BUCKET)
+        .key(&plain_key)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_encoding(), Some("gzip"));
+
+    // A foreign gzip object is not adopted, and stays as it was.
+    let foreign = d("legacy.log.gz");
+    let key = fence.object_key(&foreign).unwrap();
+    plain
+        .put_object()
+        .bucket(support::BUCKET)
+        .key(&key)
+        .content_encoding("gzip")
+        .body(ByteStream::from_static(b"\x1f\x8b"))
+        .send()
+        .await
+        .unwrap();
+    match fence.adopt(&foreign, t(2)).await {
+        Err(error @ FenceError::Backend { .. }) => {
+            assert!(error.to_string().contains("cannot be adopted"), "{error}");
+            assert!(!error.is_retryable());
+        }
+        other => panic!("expected a refused adoption, got {other:?}"),
+    }
+    assert_eq!(support::raw_get(&plain, &key).await, b"\x1f\x8b");
+}
