@@ -1,7 +1,8 @@
-//! A loopback TCP proxy for fault injection in adapter tests: it forwards bytes between a client
-//! and a real server, and on request holds them (a lagging link), loses replies (a connection cut
-//! after the request reached the server), loses requests (cut before they reach it), or cuts
-//! every connection.
+//! A loopback TCP proxy for fault injection in adapter tests and torture runs: it forwards bytes
+//! between a client and a real server, and on request holds them (a lagging link), loses
+//! requests (cut before they reach the server), cuts a request in the middle, cuts right after a
+//! request was sent, loses replies (cut on the reply), swallows everything (a black hole), or
+//! cuts every connection.
 //!
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
@@ -38,6 +39,14 @@ pub enum Mode {
     /// Drop the first request bytes and close the connection: nothing reaches the server, and
     /// the client cannot know that either.
     LoseRequests,
+    /// Forward the first half of the next request bytes, then close the connection: the server
+    /// sees a torn request.
+    CutMidRequest,
+    /// Forward the next request bytes, then close the connection before any reply.
+    CutAfterRequest,
+    /// Read and drop every byte both ways and keep the connection open: requests and replies
+    /// vanish, and the client waits until its own timeout.
+    BlackHole,
 }
 
 /// A running proxy; it stops (and closes every connection) when dropped.
@@ -106,6 +115,11 @@ impl TcpProxy {
     /// Loses requests: the next request bytes of each connection are dropped, and it is closed.
     pub fn lose_requests(&self) {
         self.mode.send_replace(Mode::LoseRequests);
+    }
+
+    /// Switches to `mode` (every mode above is one of these).
+    pub fn set_mode(&self, mode: Mode) {
+        self.mode.send_replace(mode);
     }
 
     /// Waits until no connection has carried a byte for `quiet` (a client's background traffic,
@@ -203,15 +217,21 @@ async fn pump(
                 return;
             }
         };
-        let lose = if replies {
-            Mode::LoseReplies
-        } else {
-            Mode::LoseRequests
+        let forward = match (current, replies) {
+            (Mode::BlackHole, _) => continue,
+            (Mode::LoseReplies, true) | (Mode::LoseRequests, false) => return,
+            (Mode::CutMidRequest, false) => {
+                let _ = to.write_all(&buffer[..n.div_ceil(2)]).await;
+                return;
+            }
+            (Mode::CutAfterRequest, false) => {
+                let _ = to.write_all(&buffer[..n]).await;
+                let _ = to.flush().await;
+                return;
+            }
+            _ => n,
         };
-        if current == lose {
-            return;
-        }
-        if to.write_all(&buffer[..n]).await.is_err() {
+        if to.write_all(&buffer[..forward]).await.is_err() {
             return;
         }
     }

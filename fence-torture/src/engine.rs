@@ -3,17 +3,24 @@
 //! with seeded pauses past the lease's expiry (a frozen worker wakes up and writes with its old
 //! token, as a zombie does). Every operation and answer goes into a [`History`].
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fence_core::{
-    Domain, Entry, FenceError, FencedStore, FencingToken, LeaseManager, OperationId, OwnerId,
-    WriteOutcome, WriteRequest,
+    Backoff, Domain, Entry, FenceError, FencedStore, FencingToken, LeaseManager, OperationId,
+    OwnerId, WriteOutcome, WriteRequest,
 };
-use tokio::sync::Barrier;
+use tokio::sync::{watch, Barrier};
 
+use crate::faults::{FaultKind, Faults};
 use crate::history::{Event, History, Op, Outcome, SeenEntry};
 use crate::rng::Rng;
+
+/// How often an ambiguous write is retried with its operation id before it is left unresolved.
+const MAX_RETRIES: u32 = 6;
+/// The wait between those retries.
+const RETRY_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(400));
 
 /// The shape of a run: how many workers, windows and operations, and how often they pause.
 #[derive(Clone, Debug, PartialEq)]
@@ -33,6 +40,11 @@ pub struct Profile {
     pub pause_probability: f64,
     /// Per operation, the chance a worker tries to take the lease first.
     pub acquire_probability: f64,
+    /// The gap between the end of one injected fault and the start of the next (each drawn
+    /// from this range); `None`: no faults besides pauses.
+    pub fault_gap: Option<(Duration, Duration)>,
+    /// How long each injected fault lasts (drawn from this range).
+    pub fault_length: (Duration, Duration),
 }
 
 impl Profile {
@@ -47,7 +59,16 @@ impl Profile {
             lease_ttl: Duration::from_millis(60),
             pause_probability: 0.05,
             acquire_probability: 0.2,
+            fault_gap: None,
+            fault_length: (Duration::from_millis(20), Duration::from_millis(150)),
         }
+    }
+
+    /// Injects the target's faults with gaps drawn from `gap` and lengths from `length`.
+    pub fn faults(mut self, gap: (Duration, Duration), length: (Duration, Duration)) -> Self {
+        self.fault_gap = Some(gap);
+        self.fault_length = length;
+        self
     }
 
     /// Sets the lease TTL.
@@ -69,7 +90,7 @@ impl Profile {
 }
 
 /// What a run injected, by kind.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Injected {
     /// Workers frozen past their lease's expiry.
@@ -78,6 +99,8 @@ pub struct Injected {
     pub acquisitions: usize,
     /// Retries of ambiguous operations with the same operation id.
     pub retries: usize,
+    /// Faults injected, by kind.
+    pub faults: BTreeMap<FaultKind, usize>,
 }
 
 /// A finished run: the history and what was injected.
@@ -100,6 +123,60 @@ pub struct Target {
     pub leases: Arc<dyn LeaseManager>,
     /// The domain every worker contends for.
     pub domain: Domain,
+    /// What injects faults into the target, if anything.
+    pub faults: Option<Arc<dyn Faults>>,
+}
+
+impl Target {
+    /// A target without injected faults (pauses only).
+    pub fn new(store: Arc<dyn FencedStore>, leases: Arc<dyn LeaseManager>, domain: Domain) -> Self {
+        Target {
+            store,
+            leases,
+            domain,
+            faults: None,
+        }
+    }
+
+    /// Injects faults through `faults` while the workers run.
+    pub fn with_faults(mut self, faults: Arc<dyn Faults>) -> Self {
+        self.faults = Some(faults);
+        self
+    }
+}
+
+/// Injects faults until `stop` turns true, then heals the last one; returns the counts.
+async fn inject_faults(
+    faults: Arc<dyn Faults>,
+    profile: Profile,
+    mut stop: watch::Receiver<bool>,
+) -> BTreeMap<FaultKind, usize> {
+    let mut counts = BTreeMap::new();
+    let kinds = faults.kinds();
+    let (Some(gap), false) = (profile.fault_gap, kinds.is_empty()) else {
+        return counts;
+    };
+    let mut rng = Rng::new(profile.seed.rotate_left(29) ^ 0xFA17);
+    loop {
+        let wait = rng.between(gap.0, gap.1);
+        if tokio::time::timeout(wait, stop.wait_for(|s| *s))
+            .await
+            .is_ok()
+        {
+            return counts;
+        }
+        let kind = kinds[rng.below(kinds.len() as u64) as usize];
+        *counts.entry(kind).or_insert(0) += 1;
+        faults.inject(kind).await;
+        let length = rng.between(profile.fault_length.0, profile.fault_length.1);
+        let stopped = tokio::time::timeout(length, stop.wait_for(|s| *s))
+            .await
+            .is_ok();
+        faults.heal(kind).await;
+        if stopped {
+            return counts;
+        }
+    }
 }
 
 /// Runs `profile` against `target`.
@@ -112,6 +189,11 @@ pub async fn run(profile: &Profile, target: &Target) -> Run {
         history: History::default(),
         injected: Injected::default(),
     };
+    let (stop, stopped) = watch::channel(false);
+    let injector = target
+        .faults
+        .clone()
+        .map(|faults| tokio::spawn(inject_faults(faults, profile.clone(), stopped)));
     for worker in 0..profile.workers {
         let owner = match OwnerId::new(format!("torture-worker-{worker}")) {
             Ok(owner) => owner,
@@ -143,6 +225,10 @@ pub async fn run(profile: &Profile, target: &Target) -> Run {
                 .push(died(format!("a worker task died: {error}"))),
         }
     }
+    stop.send_replace(true);
+    if let Some(injector) = injector {
+        run.injected.faults = injector.await.unwrap_or_default();
+    }
     run.history.events.sort_by_key(|e| (e.invoked, e.worker));
     run.history.final_state = final_read(&*target.store, &target.domain).await.ok();
     run
@@ -160,7 +246,25 @@ fn died(reason: String) -> Event {
     }
 }
 
+/// The state after the run, read once the faults are healed (retried while the server comes
+/// back from a last restart).
 async fn final_read(
+    store: &dyn FencedStore,
+    domain: &Domain,
+) -> Result<(Option<u64>, SeenEntry), FenceError> {
+    let mut attempt = 0;
+    loop {
+        match read(store, domain).await {
+            Err(error) if error.is_retryable() && attempt < MAX_RETRIES * 2 => {
+                tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
+                attempt += 1;
+            }
+            result => return result,
+        }
+    }
+}
+
+async fn read(
     store: &dyn FencedStore,
     domain: &Domain,
 ) -> Result<(Option<u64>, SeenEntry), FenceError> {
@@ -283,11 +387,17 @@ impl Worker {
             7 => Op::Claim { token: token.get() },
             _ => Op::Read,
         };
-        let outcome = self.record(target, window, op.clone()).await;
-        if outcome == Outcome::Ambiguous && matches!(op, Op::Write { op_id: Some(_), .. }) {
-            // Resolve it the way a caller should: retry with the same operation id.
+        let mut outcome = self.record(target, window, op.clone()).await;
+        let mut attempt = 0;
+        // Resolve an ambiguous write the way a caller should: retry with the same operation id.
+        while outcome == Outcome::Ambiguous
+            && matches!(op, Op::Write { op_id: Some(_), .. })
+            && attempt < MAX_RETRIES
+        {
+            tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
+            attempt += 1;
             self.injected.retries += 1;
-            self.record(target, window, op).await;
+            outcome = self.record(target, window, op.clone()).await;
         }
     }
 
@@ -311,7 +421,7 @@ pub(crate) async fn execute(store: &dyn FencedStore, domain: &Domain, op: &Op) -
     let token = |t: u64| FencingToken::new(t);
     let result = match op {
         Op::Read => {
-            return match final_read(store, domain).await {
+            return match read(store, domain).await {
                 Ok((mark, entry)) => Outcome::Read { mark, entry },
                 Err(error) => failure(&error),
             }

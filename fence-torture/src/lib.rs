@@ -15,11 +15,11 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), fence_core::InvalidInput> {
-//! let target = Target {
-//!     store: Arc::new(MemoryFence::new()),
-//!     leases: Arc::new(MemoryLeases::new()),
-//!     domain: Domain::new("torture/doc")?,
-//! };
+//! let target = Target::new(
+//!     Arc::new(MemoryFence::new()),
+//!     Arc::new(MemoryLeases::new()),
+//!     Domain::new("torture/doc")?,
+//! );
 //! let run = engine::run(&Profile::new(7, 3, 4, 5), &target).await;
 //! let report = check(&run.history);
 //! assert!(report.holds(), "seed {}: {:?}", run.seed, report.violations);
@@ -29,11 +29,13 @@
 
 pub mod checker;
 pub mod engine;
+pub mod faults;
 pub mod history;
 pub mod linearizable;
 mod rng;
 
 pub use checker::{check, Ambiguity, Property, Report, Violation};
 pub use engine::{Injected, Profile, Run, Target};
+pub use faults::{FaultKind, Faults, ProxyFaults, ServerProcess};
 pub use history::{Event, History, Op, Outcome, SeenEntry};
 pub use rng::Rng;

@@ -22,6 +22,16 @@ impl Rng {
         self.next_u64().checked_rem(n).unwrap_or(0)
     }
 
+    /// A duration between `low` and `high` (inclusive; `low` when `high` is below it).
+    pub fn between(
+        &mut self,
+        low: std::time::Duration,
+        high: std::time::Duration,
+    ) -> std::time::Duration {
+        let span = high.saturating_sub(low).as_micros() as u64;
+        low + std::time::Duration::from_micros(self.below(span.saturating_add(1)))
+    }
+
     /// True with probability `p`.
     pub fn chance(&mut self, p: f64) -> bool {
         let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;

@@ -195,11 +195,11 @@ fn profile(seed: u64) -> Profile {
 }
 
 async fn torture(store: Arc<dyn FencedStore>, seed: u64) -> Report {
-    let target = Target {
+    let target = Target::new(
         store,
-        leases: Arc::new(MemoryLeases::new()),
-        domain: Domain::new("meta").unwrap(),
-    };
+        Arc::new(MemoryLeases::new()),
+        Domain::new("meta").unwrap(),
+    );
     let run = engine::run(&profile(seed), &target).await;
     check(&run.history)
 }

@@ -1,0 +1,123 @@
+//! What every backend's torture run shares: the profile (bounded inside the test command,
+//! full under `scripts/torture`), the seed, and the verdict with its figures.
+#![allow(dead_code)]
+
+use std::io::Write as _;
+use std::time::Duration;
+
+use fence_torture::{check, FaultKind, Profile, Run};
+
+/// `FENCE_TORTURE_PROFILE=full` (set by `scripts/torture`) or the bounded default.
+pub(crate) fn is_full() -> bool {
+    std::env::var("FENCE_TORTURE_PROFILE").is_ok_and(|p| p == "full")
+}
+
+/// The seed: `FENCE_TORTURE_SEED`, else a fixed one per backend so a bounded run replays.
+pub(crate) fn seed(default: u64) -> u64 {
+    std::env::var("FENCE_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+/// The profile for a backend whose lease lasts `ttl`: bounded, 4 workers × 12 windows × 8
+/// operations; full, 8 workers × 125 windows × 10 operations (10,000 operations).
+pub(crate) fn profile(seed: u64, ttl: Duration, faults: bool) -> Profile {
+    let profile = if is_full() {
+        Profile::new(seed, 8, 125, 10)
+    } else {
+        Profile::new(seed, 4, 12, 8)
+    }
+    .lease_ttl(ttl)
+    .pause_probability(0.04);
+    if faults {
+        profile.faults(
+            (Duration::from_millis(50), Duration::from_millis(250)),
+            (Duration::from_millis(20), Duration::from_millis(200)),
+        )
+    } else {
+        profile
+    }
+}
+
+/// Checks the run and fails the test with the seed and the windows that show any violation;
+/// prints the figures (and appends them to `FENCE_TORTURE_REPORT` when set).
+pub(crate) fn verify(backend: &str, run: &Run, expect_faults: bool) {
+    let report = check(&run.history);
+    let faults: Vec<String> = FaultKind::ALL
+        .iter()
+        .filter_map(|k| run.injected.faults.get(k).map(|n| format!("{k}: {n}")))
+        .collect();
+    let a = report.ambiguity;
+    let line = format!(
+        "torture {backend}: seed {} profile {} operations {} accepted {} fenced {} duplicates {} failed {} \
+         ambiguous {} (applied {}, not applied {}, unresolved {}) pauses {} takeovers {} retries {} \
+         faults [{}] windows checked {} skipped {} violations {}",
+        run.seed,
+        if is_full() { "full" } else { "bounded" },
+        report.operations,
+        report.accepted,
+        report.fenced,
+        report.duplicates,
+        report.failed,
+        a.total,
+        a.applied,
+        a.not_applied,
+        a.unresolved,
+        run.injected.pauses,
+        run.injected.acquisitions,
+        run.injected.retries,
+        faults.join(", "),
+        report.windows_checked,
+        report.windows_skipped,
+        report.violations.len(),
+    );
+    println!("{line}");
+    if let Ok(path) = std::env::var("FENCE_TORTURE_REPORT") {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+    let shown: String = report
+        .violations
+        .iter()
+        .take(3)
+        .map(ToString::to_string)
+        .collect();
+    assert!(
+        report.holds(),
+        "{backend}: the invariant failed; replay with FENCE_TORTURE_SEED={}\n{shown}",
+        run.seed
+    );
+    // A run that never overlapped owners, or injected nothing, proves little.
+    assert!(
+        run.history.final_state.is_some(),
+        "{backend}: the final read failed"
+    );
+    assert!(
+        report.fenced > 0,
+        "{backend}: no stale write was ever refused: {line}"
+    );
+    assert!(
+        report.accepted > 0,
+        "{backend}: nothing was accepted: {line}"
+    );
+    assert_eq!(
+        report.windows_skipped, 0,
+        "{backend}: windows left unchecked: {line}"
+    );
+    if expect_faults {
+        assert!(
+            !run.injected.faults.is_empty(),
+            "{backend}: no fault was injected: {line}"
+        );
+        assert!(
+            a.total > 0,
+            "{backend}: the faults made nothing ambiguous: {line}"
+        );
+    }
+}
