@@ -95,6 +95,8 @@ pub struct Ambiguity {
     pub applied: usize,
     /// Shown not to have applied (the retry applied, or was fenced).
     pub not_applied: usize,
+    /// Further ambiguous attempts of an operation shown to have applied once (counted there).
+    pub repeats: usize,
     /// Neither: every check allowed both.
     pub unresolved: usize,
 }
@@ -149,12 +151,19 @@ struct Applied {
 /// What the resolution step learned about each ambiguous event, by index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Resolved {
-    Applied { revision: Option<u64>, by: u64 },
+    Applied {
+        revision: Option<u64>,
+        by: u64,
+    },
     NotApplied,
+    /// Another ambiguous attempt of an operation counted once (at its first attempt).
+    Repeat,
     Unresolved,
 }
 
-/// Checks every property on `history`.
+/// Checks every property on `history`. A history whose store may refuse from a client-side
+/// cache ([`History::refusals_from_cache`]) has each refusal's `current` checked as a mark the
+/// resource accepted, at most the mark of that moment, rather than as the mark itself.
 pub fn check(history: &History) -> Report {
     let events = &history.events;
     let mut report = Report {
@@ -176,6 +185,7 @@ pub fn check(history: &History) -> Report {
         match r {
             Resolved::Applied { .. } => report.ambiguity.applied += 1,
             Resolved::NotApplied => report.ambiguity.not_applied += 1,
+            Resolved::Repeat => report.ambiguity.repeats += 1,
             Resolved::Unresolved => report.ambiguity.unresolved += 1,
         }
     }
@@ -185,7 +195,7 @@ pub fn check(history: &History) -> Report {
     mark_observations(history, &applied, &mut violations);
     lost_writes(history, &applied, &resolved, &mut violations);
     refusals(history, &mut violations);
-    let windows = linearizable::check_windows(events, &resolved);
+    let windows = linearizable::check_windows(events, &resolved, history.refusals_from_cache);
     report.windows_checked = windows.checked;
     report.windows_skipped = windows.skipped;
     for (window, detail) in windows.failures {
@@ -261,6 +271,29 @@ pub(crate) fn resolve(events: &[Event]) -> BTreeMap<usize, Resolved> {
             }
         }
         resolved.insert(index, verdict);
+    }
+    // The attempts of one operation (its token and op id, or its unique value) applied once:
+    // the first is the one counted, the others changed nothing of their own.
+    let mut counted: HashMap<(u64, Option<&str>, Option<u64>), usize> = HashMap::new();
+    for (&index, verdict) in resolved.iter_mut() {
+        let Op::Write {
+            token,
+            value,
+            op_id,
+        } = &events[index].op
+        else {
+            continue;
+        };
+        if matches!(verdict, Resolved::Applied { .. }) {
+            let key = (
+                *token,
+                op_id.as_deref(),
+                op_id.is_none().then_some(*value).flatten(),
+            );
+            if counted.insert(key, index).is_some() {
+                *verdict = Resolved::Repeat;
+            }
+        }
     }
     resolved
 }
@@ -380,7 +413,13 @@ fn mark_observations(history: &History, applied: &[Applied], out: &mut Vec<Viola
     let mut sinks = Vec::new();
     for (index, event) in events.iter().enumerate() {
         if let Some(mark) = observed_mark(&event.outcome) {
-            sinks.push((event.invoked, index));
+            // A refusal from a cache names a mark the resource accepted, maybe not the latest:
+            // it bounds later observations, and is no observation of the present itself.
+            let cached =
+                history.refusals_from_cache && matches!(event.outcome, Outcome::Fenced { .. });
+            if !cached {
+                sinks.push((event.invoked, index));
+            }
             if let Some(mark) = mark {
                 sources.push((event.completed, mark, index));
             }

@@ -45,6 +45,9 @@ pub struct Profile {
     pub fault_gap: Option<(Duration, Duration)>,
     /// How long each injected fault lasts (drawn from this range).
     pub fault_length: (Duration, Duration),
+    /// The caller's deadline on one operation: a write or claim still unanswered then is
+    /// ambiguous (as a caller that gives up must treat it), a read failed.
+    pub operation_timeout: Duration,
 }
 
 impl Profile {
@@ -61,6 +64,7 @@ impl Profile {
             acquire_probability: 0.2,
             fault_gap: None,
             fault_length: (Duration::from_millis(20), Duration::from_millis(150)),
+            operation_timeout: Duration::from_secs(3),
         }
     }
 
@@ -125,6 +129,8 @@ pub struct Target {
     pub domain: Domain,
     /// What injects faults into the target, if anything.
     pub faults: Option<Arc<dyn Faults>>,
+    /// The store may refuse a stale token from a client-side cache ([`History::refusals_from_cache`]).
+    pub refusals_from_cache: bool,
 }
 
 impl Target {
@@ -135,7 +141,14 @@ impl Target {
             leases,
             domain,
             faults: None,
+            refusals_from_cache: false,
         }
+    }
+
+    /// Declares that the store may refuse from a client-side cache (fence-s3).
+    pub fn with_refusals_from_cache(mut self) -> Self {
+        self.refusals_from_cache = true;
+        self
     }
 
     /// Injects faults through `faults` while the workers run.
@@ -186,7 +199,10 @@ pub async fn run(profile: &Profile, target: &Target) -> Run {
     let mut tasks = Vec::with_capacity(profile.workers);
     let mut run = Run {
         seed: profile.seed,
-        history: History::default(),
+        history: History {
+            refusals_from_cache: target.refusals_from_cache,
+            ..History::default()
+        },
         injected: Injected::default(),
     };
     let (stop, stopped) = watch::channel(false);
@@ -345,22 +361,21 @@ impl Worker {
 
     async fn step(&mut self, profile: &Profile, target: &Target, window: u32) {
         if self.token.is_none() || self.rng.chance(profile.acquire_probability) {
-            if let Ok(lease) = target
-                .leases
-                .acquire(&target.domain, &self.owner, profile.lease_ttl)
-                .await
-            {
+            let acquired = tokio::time::timeout(
+                profile.operation_timeout,
+                target
+                    .leases
+                    .acquire(&target.domain, &self.owner, profile.lease_ttl),
+            );
+            if let Ok(Ok(lease)) = acquired.await {
                 self.injected.acquisitions += 1;
                 self.token = Some(lease.token);
                 // A new owner claims at once, so stale holders are fenced before its writes.
-                self.record(
-                    target,
-                    window,
-                    Op::Claim {
-                        token: lease.token.get(),
-                    },
-                )
-                .await;
+                let claim = Op::Claim {
+                    token: lease.token.get(),
+                };
+                self.record(target, window, claim, profile.operation_timeout)
+                    .await;
                 return;
             }
         }
@@ -369,7 +384,8 @@ impl Worker {
             tokio::time::sleep(profile.lease_ttl.mul_f64(1.5)).await;
         }
         let Some(token) = self.token else {
-            self.record(target, window, Op::Read).await;
+            self.record(target, window, Op::Read, profile.operation_timeout)
+                .await;
             return;
         };
         self.counter += 1;
@@ -387,7 +403,9 @@ impl Worker {
             7 => Op::Claim { token: token.get() },
             _ => Op::Read,
         };
-        let mut outcome = self.record(target, window, op.clone()).await;
+        let mut outcome = self
+            .record(target, window, op.clone(), profile.operation_timeout)
+            .await;
         let mut attempt = 0;
         // Resolve an ambiguous write the way a caller should: retry with the same operation id.
         while outcome == Outcome::Ambiguous
@@ -397,13 +415,20 @@ impl Worker {
             tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
             attempt += 1;
             self.injected.retries += 1;
-            outcome = self.record(target, window, op.clone()).await;
+            outcome = self
+                .record(target, window, op.clone(), profile.operation_timeout)
+                .await;
         }
     }
 
-    async fn record(&mut self, target: &Target, window: u32, op: Op) -> Outcome {
+    async fn record(&mut self, target: &Target, window: u32, op: Op, timeout: Duration) -> Outcome {
         let invoked = self.now();
-        let outcome = execute(&*target.store, &target.domain, &op).await;
+        let executed = tokio::time::timeout(timeout, execute(&*target.store, &target.domain, &op));
+        let outcome = match executed.await {
+            Ok(outcome) => outcome,
+            Err(_) if op == Op::Read => Outcome::Failed(format!("no answer within {timeout:?}")),
+            Err(_) => Outcome::Ambiguous,
+        };
         self.events.push(Event {
             worker: self.id,
             window,
@@ -421,10 +446,11 @@ pub(crate) async fn execute(store: &dyn FencedStore, domain: &Domain, op: &Op) -
     let token = |t: u64| FencingToken::new(t);
     let result = match op {
         Op::Read => {
+            // A read changes nothing: one that gets no answer simply failed.
             return match read(store, domain).await {
                 Ok((mark, entry)) => Outcome::Read { mark, entry },
-                Err(error) => failure(&error),
-            }
+                Err(error) => Outcome::Failed(error.to_string()),
+            };
         }
         Op::Claim { token: t } => match token(*t) {
             Ok(t) => store

@@ -177,6 +177,10 @@ pub struct History {
     pub events: Vec<Event>,
     /// The mark and entry read after every worker stopped and every ambiguity was resolved.
     pub final_state: Option<(Option<u64>, SeenEntry)>,
+    /// The store may refuse a stale token from a client-side cache (fence-s3 does, at no
+    /// request: DESIGN.md §8 allows a cache to prove `Fenced`), so a refusal's `current` is a
+    /// mark it accepted, at most the present one, not necessarily the present one.
+    pub refusals_from_cache: bool,
 }
 
 impl History {

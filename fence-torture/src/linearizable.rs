@@ -68,7 +68,7 @@ impl Register {
     }
 
     /// The state after `op` answered `outcome` here, if the register would answer so.
-    fn step(&self, op: &Op, outcome: &Outcome) -> Option<Register> {
+    fn step(&self, op: &Op, outcome: &Outcome, cached_refusals: bool) -> Option<Register> {
         match outcome {
             Outcome::Written { revision, previous } => {
                 let next = self.applied(op)?;
@@ -83,7 +83,14 @@ impl Register {
             }
             Outcome::Fenced { current } => {
                 let token = op.token()?;
-                (self.mark == Some(*current) && token < *current).then_some(*self)
+                let mark = self.mark?;
+                // A refusal from a cache names a mark accepted earlier, at most this one.
+                let seen = if cached_refusals {
+                    *current <= mark
+                } else {
+                    *current == mark
+                };
+                (seen && token < *current).then_some(*self)
             }
             Outcome::Read { mark, entry } => {
                 (*mark == self.mark && *entry == self.entry).then_some(*self)
@@ -116,7 +123,11 @@ pub(crate) struct Windows {
 type Start<'a> = (Register, Vec<Candidate<'a>>);
 
 /// Checks each window in turn, starting from a fresh register.
-pub(crate) fn check_windows(events: &[Event], resolved: &BTreeMap<usize, Resolved>) -> Windows {
+pub(crate) fn check_windows(
+    events: &[Event],
+    resolved: &BTreeMap<usize, Resolved>,
+    cached_refusals: bool,
+) -> Windows {
     let mut windows = Windows::default();
     let mut by_window: BTreeMap<u32, Vec<(usize, &Event)>> = BTreeMap::new();
     for (index, event) in events.iter().enumerate() {
@@ -132,7 +143,7 @@ pub(crate) fn check_windows(events: &[Event], resolved: &BTreeMap<usize, Resolve
             let optional = match (&event.outcome, resolved.get(&index)) {
                 // Replays and failures changed nothing; refuted ambiguities neither.
                 (Outcome::Duplicate { .. } | Outcome::Failed(_), _) => continue,
-                (Outcome::Ambiguous, Some(Resolved::NotApplied)) => continue,
+                (Outcome::Ambiguous, Some(Resolved::NotApplied | Resolved::Repeat)) => continue,
                 (Outcome::Ambiguous, Some(Resolved::Applied { revision, .. })) => Some(*revision),
                 (Outcome::Ambiguous, _) => Some(None),
                 _ => None,
@@ -164,7 +175,7 @@ pub(crate) fn check_windows(events: &[Event], resolved: &BTreeMap<usize, Resolve
                 too_large = true;
                 break;
             }
-            match search(*state, &candidates) {
+            match search(*state, &candidates, cached_refusals) {
                 Search::Explained(ends) => {
                     explained = true;
                     for (end, left_out) in ends {
@@ -221,7 +232,7 @@ enum Search {
     TooLong,
 }
 
-fn search(start: Register, candidates: &[Candidate<'_>]) -> Search {
+fn search(start: Register, candidates: &[Candidate<'_>], cached_refusals: bool) -> Search {
     let required: u128 = candidates
         .iter()
         .enumerate()
@@ -263,7 +274,7 @@ fn search(start: Register, candidates: &[Candidate<'_>]) -> Search {
                 continue;
             }
             let next = match c.optional {
-                None => state.step(&c.event.op, &c.event.outcome),
+                None => state.step(&c.event.op, &c.event.outcome, cached_refusals),
                 Some(revision) => state.applied(&c.event.op).filter(|n| {
                     revision.is_none_or(|r| n.entry.revision() == r)
                         && matches!(c.event.op, Op::Write { .. } | Op::Claim { .. })

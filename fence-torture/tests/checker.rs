@@ -57,6 +57,7 @@ fn history(events: Vec<Event>, final_state: (Option<u64>, SeenEntry)) -> History
     History {
         events,
         final_state: Some(final_state),
+        refusals_from_cache: false,
     }
 }
 
@@ -267,4 +268,68 @@ fn ambiguous_writes_are_resolved_by_retries_and_reads() {
     let report = check(&history(events, (Some(2), value(200, 2, 2))));
     assert!(report.holds(), "{:?}", report.violations);
     assert_eq!(report.ambiguity.applied, 0);
+}
+
+#[test]
+fn several_ambiguous_attempts_of_one_operation_apply_once() {
+    // B's write times out twice; the third attempt answers Duplicate: one write, at revision 2.
+    let mut events = takeover();
+    events[3] = put(1, 2, 200, (60, 64), Outcome::Ambiguous);
+    events.insert(4, put(1, 2, 200, (65, 69), Outcome::Ambiguous));
+    events.insert(
+        5,
+        put(
+            1,
+            2,
+            200,
+            (70, 75),
+            Outcome::Duplicate {
+                revision: 2,
+                previous: Some(2),
+            },
+        ),
+    );
+    let report = check(&history(events, (Some(2), value(200, 2, 2))));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!((report.ambiguity.applied, report.ambiguity.repeats), (1, 1));
+}
+
+#[test]
+fn a_refusal_from_a_cache_may_name_an_older_mark_only_where_the_store_says_so() {
+    // After B's claim of 3 completed, A is refused with the mark 2 a cache still held.
+    let mut events = takeover();
+    events.push(claim(
+        1,
+        3,
+        (120, 130),
+        Outcome::Claimed { previous: Some(2) },
+    ));
+    events.push(put(0, 1, 102, (140, 150), Outcome::Fenced { current: 2 }));
+    let exact = history(events.clone(), (Some(3), value(200, 2, 2)));
+    let report = check(&exact);
+    assert!(
+        report.violated().contains(&Property::MarkDecreased),
+        "{report:?}"
+    );
+    assert!(
+        report.violated().contains(&Property::NotLinearizable),
+        "{report:?}"
+    );
+    let cached = History {
+        refusals_from_cache: true,
+        ..exact
+    };
+    let report = check(&cached);
+    assert!(report.holds(), "{:?}", report.violations);
+    // Even from a cache, a refusal must name a mark above the token, and one someone presented.
+    let mut events = takeover();
+    events.push(put(0, 1, 103, (140, 150), Outcome::Fenced { current: 1 }));
+    let report = check(&History {
+        refusals_from_cache: true,
+        ..history(events, (Some(2), value(200, 2, 2)))
+    });
+    assert!(
+        report.violated().contains(&Property::WrongRefusal),
+        "{report:?}"
+    );
 }

@@ -95,7 +95,7 @@ async fn redis_cluster_holds_under_torture() {
     )
     .with_faults(Arc::new(ClusterRestarts(cluster)));
     let profile = support::profile(support::seed(22), TTL, false).faults(
-        (Duration::from_millis(300), Duration::from_millis(900)),
+        (Duration::from_millis(600), Duration::from_millis(1500)),
         (Duration::ZERO, Duration::ZERO),
     );
     let run = engine::run(&profile, &target).await;

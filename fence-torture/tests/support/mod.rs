@@ -21,10 +21,11 @@ pub(crate) fn seed(default: u64) -> u64 {
 }
 
 /// The profile for a backend whose lease lasts `ttl`: bounded, 4 workers × 12 windows × 8
-/// operations; full, 8 workers × 125 windows × 10 operations (10,000 operations).
+/// operations; full, 8 workers × 250 windows × 5 operations (10,000 operations, windows small
+/// enough for the linearizability search).
 pub(crate) fn profile(seed: u64, ttl: Duration, faults: bool) -> Profile {
     let profile = if is_full() {
-        Profile::new(seed, 8, 125, 10)
+        Profile::new(seed, 8, 250, 5)
     } else {
         Profile::new(seed, 4, 12, 8)
     }
@@ -51,7 +52,7 @@ pub(crate) fn verify(backend: &str, run: &Run, expect_faults: bool) {
     let a = report.ambiguity;
     let line = format!(
         "torture {backend}: seed {} profile {} operations {} accepted {} fenced {} duplicates {} failed {} \
-         ambiguous {} (applied {}, not applied {}, unresolved {}) pauses {} takeovers {} retries {} \
+         ambiguous {} (applied {}, not applied {}, repeats {}, unresolved {}) pauses {} takeovers {} retries {} \
          faults [{}] windows checked {} skipped {} violations {}",
         run.seed,
         if is_full() { "full" } else { "bounded" },
@@ -63,6 +64,7 @@ pub(crate) fn verify(backend: &str, run: &Run, expect_faults: bool) {
         a.total,
         a.applied,
         a.not_applied,
+        a.repeats,
         a.unresolved,
         run.injected.pauses,
         run.injected.acquisitions,

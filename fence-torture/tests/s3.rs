@@ -1,0 +1,77 @@
+//! The torture run on S3: a SeaweedFS of the test's own behind the fault proxy (cuts, delays,
+//! black holes, SIGSTOP, kill -9 and restart on its data), tokens from leases on the shared
+//! Redis: Redis elects, S3 fences.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fence_conformance::proxy::TcpProxy;
+use fence_core::Domain;
+use fence_s3::aws_sdk_s3;
+use fence_s3::aws_sdk_s3::config::timeout::TimeoutConfig;
+use fence_s3::S3Fence;
+use fence_testkit::s3::{self as s3_support, WeedServer};
+use fence_torture::{engine, ProxyFaults, ServerProcess, Target};
+
+struct Weed(WeedServer);
+
+impl ServerProcess for Weed {
+    fn kill_and_restart(&self) {
+        // Called on a blocking thread: the restart's own waiting is async.
+        tokio::runtime::Handle::current().block_on(self.0.kill_and_restart());
+    }
+
+    fn signal(&self, signal: &str) {
+        self.0.signal(signal);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn s3_holds_under_torture() {
+    let (Some(server), Some(redis)) = (
+        WeedServer::start("torture").await,
+        fence_testkit::redis::shared_fence("torture-s3").await,
+    ) else {
+        return;
+    };
+    let upstream = server
+        .endpoint()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let proxy = Arc::new(TcpProxy::start(upstream).await.unwrap());
+    let timeouts = TimeoutConfig::builder()
+        .operation_attempt_timeout(Duration::from_secs(1))
+        .operation_timeout(Duration::from_secs(3))
+        .build();
+    let config = s3_support::config(
+        &format!("http://{}", proxy.address()),
+        s3_support::ACCESS_KEY,
+        s3_support::SECRET_KEY,
+    )
+    .timeout_config(timeouts)
+    .build();
+    let fence = S3Fence::builder()
+        .client(aws_sdk_s3::Client::from_conf(config))
+        .bucket(s3_support::BUCKET)
+        .prefix(s3_support::unique_prefix("torture"))
+        .connect()
+        .await
+        .unwrap();
+    let faults = ProxyFaults::new(proxy)
+        .with_server(Arc::new(Weed(server)))
+        .with_pauses();
+    let target = Target::new(
+        Arc::new(fence),
+        Arc::new(redis.leases()),
+        Domain::new("torture/s3").unwrap(),
+    )
+    .with_faults(Arc::new(faults))
+    .with_refusals_from_cache();
+    let profile = support::profile(support::seed(31), Duration::from_millis(300), true);
+    let run = engine::run(&profile, &target).await;
+    support::verify("s3", &run, true);
+}
