@@ -94,10 +94,14 @@ async fn redis_cluster_holds_under_torture() {
         Domain::new("torture/cluster").unwrap(),
     )
     .with_faults(Arc::new(ClusterRestarts(cluster)));
-    let profile = support::profile(support::seed(22), TTL, false).faults(
-        (Duration::from_millis(600), Duration::from_millis(1500)),
-        (Duration::ZERO, Duration::ZERO),
-    );
+    // A restart of the whole cluster takes seconds: the full profile spaces them out.
+    let gap = if support::is_full() {
+        (Duration::from_secs(4), Duration::from_secs(8))
+    } else {
+        (Duration::from_millis(600), Duration::from_millis(1500))
+    };
+    let profile = support::profile(support::seed(22), TTL, false)
+        .faults(gap, (Duration::ZERO, Duration::ZERO));
     let run = engine::run(&profile, &target).await;
     support::verify("redis-cluster", &run, false);
     assert!(
