@@ -4,10 +4,12 @@
 //! flag: see `fence --help`). Human output by default, `--json` for scripts. The exit code says
 //! what happened: see [`report::Exit`].
 
+mod cleanup;
 mod decode;
 mod inspect;
 mod mutate;
 mod outbox;
+mod qualify;
 mod report;
 mod targets;
 
@@ -77,6 +79,17 @@ enum Command {
     Outbox {
         #[command(subcommand)]
         action: OutboxAction,
+    },
+    /// Prove Fence on your own endpoint: a seeded torture run (workers losing their leases and
+    /// writing on, optionally cut connections) confined to names of its own under the
+    /// configured prefix, schema or topic, checked property by property, then removed. An
+    /// endpoint that ignores conditional writes or accepts a stale token is refused without a
+    /// run. Exit 0: qualified; 8: refused, a property violated, or inconclusive.
+    Qualify {
+        /// The endpoint's kind.
+        backend: Backend,
+        #[command(flatten)]
+        args: qualify::QualifyArgs,
     },
     /// Decode a record Fence wrote at a resource and print it (`--json` for JSON).
     Decode {
@@ -229,6 +242,7 @@ async fn run(cli: &Cli) -> Report {
                 seq,
             } => outbox::discard(targets, *backend, domain, *seq).await,
         },
+        Command::Qualify { backend, args } => qualify::run(targets, *backend, args).await,
         Command::Decode {
             format,
             file,

@@ -24,6 +24,8 @@ pub(crate) enum Exit {
     Unavailable = 6,
     /// The request was sent and its outcome is unknown.
     Ambiguous = 7,
+    /// `qualify`: the endpoint was refused, or a property failed, or the run was inconclusive.
+    NotQualified = 8,
 }
 
 /// A command's result: JSON for `--json`, text for people, and the exit code.
@@ -57,6 +59,21 @@ impl Report {
         }
     }
 
+    /// `qualify`'s verdict when the endpoint did not qualify (still a report: it says why).
+    pub(crate) fn not_qualified(json: Value, text: String) -> Self {
+        Report {
+            exit: Exit::NotQualified,
+            json,
+            text,
+            error: false,
+        }
+    }
+
+    /// Adds `key` to the JSON document.
+    pub(crate) fn set_json(&mut self, key: &str, value: Value) {
+        self.json[key] = value;
+    }
+
     /// A bad argument or configuration, found before any request.
     pub(crate) fn usage(message: impl Into<String>) -> Self {
         let message = message.into();
@@ -85,7 +102,7 @@ impl Report {
             Exit::Unavailable => "unavailable",
             Exit::Ambiguous => "ambiguous",
             Exit::Usage => "invalid_input",
-            Exit::Done | Exit::Failed => "failed",
+            Exit::Done | Exit::Failed | Exit::NotQualified => "failed",
         };
         let retryable = error.is_retryable();
         let mut text = error.to_string();

@@ -12,6 +12,7 @@ use fence_s3::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use fence_s3::S3Fence;
 
 use crate::report::Report;
+use crate::Backend;
 
 /// How S3 keys are laid out ([`fence_s3::KeyLayout`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -27,7 +28,7 @@ pub(crate) enum S3Layout {
 pub(crate) const DEFAULT_MAX_TOKEN_STEP: u64 = 1_000_000;
 
 /// The connection settings of every backend.
-#[derive(Args)]
+#[derive(Args, Clone)]
 pub(crate) struct Targets {
     /// Refuse claims and adopts whose token is more than this above the domain's mark (above
     /// zero for a domain without one), at the resource where it can check (Redis, PostgreSQL,
@@ -186,6 +187,129 @@ fn missing(what: &str, variable: &str, flag: &str) -> Report {
 }
 
 impl Targets {
+    /// The same settings confined to names of one `qualify` run: its own Redis prefix, S3
+    /// prefix, PostgreSQL schema, etcd prefix and Kafka topics, each under the configured one.
+    pub(crate) fn confined(&self, run: &str) -> Targets {
+        let mut scoped = self.clone();
+        scoped.redis_prefix = format!("{}:qualify-{run}", self.redis_prefix);
+        scoped.s3_prefix = format!("{}qualify-{run}/", self.s3_prefix);
+        scoped.postgres_schema = format!("{}_qualify_{run}", self.postgres_schema);
+        scoped.etcd_prefix = Some(format!(
+            "{}/qualify-{run}",
+            set(&self.etcd_prefix).unwrap_or("fence")
+        ));
+        let topic = format!(
+            "{}-qualify-{run}",
+            set(&self.kafka_topic).unwrap_or("fence")
+        );
+        scoped.kafka_ledger_topic = format!("{topic}-ledger");
+        scoped.kafka_topic = Some(topic);
+        scoped.kafka_transactional_id_prefix =
+            format!("{}qualify-{run}-", self.kafka_transactional_id_prefix);
+        scoped
+    }
+
+    /// The one `host:port` a backend's clients connect to (for the fault proxy).
+    pub(crate) fn endpoint_address(&self, backend: Backend) -> Connect<std::net::SocketAddr> {
+        let url = self.proxied_url(backend)?;
+        let authority = authority(url).ok_or_else(|| {
+            Report::usage(format!(
+                "--network-faults needs an explicit host:port in the endpoint ({})",
+                scheme_of(url)
+            ))
+        })?;
+        std::net::ToSocketAddrs::to_socket_addrs(authority)
+            .ok()
+            .and_then(|mut addresses| addresses.next())
+            .ok_or_else(|| Report::usage(format!("cannot resolve {authority}")))
+    }
+
+    /// Points the backend's endpoint at `proxy` instead.
+    pub(crate) fn route_through(
+        &mut self,
+        backend: Backend,
+        proxy: std::net::SocketAddr,
+    ) -> Connect<()> {
+        let url = self.proxied_url(backend)?.to_owned();
+        let Some(authority) = authority(&url) else {
+            return Err(Report::usage(
+                "--network-faults needs an explicit host:port",
+            ));
+        };
+        let routed = url.replacen(authority, &proxy.to_string(), 1);
+        match backend {
+            Backend::Redis => self.redis_url = Some(routed),
+            Backend::S3 => self.s3_endpoint = Some(routed),
+            Backend::Postgres => self.postgres_url = Some(routed),
+            Backend::Etcd => self.etcd_endpoints = vec![routed],
+            Backend::Kafka => {}
+        }
+        Ok(())
+    }
+
+    /// The endpoint the fault proxy can sit in front of: one plain-TCP address.
+    fn proxied_url(&self, backend: Backend) -> Connect<&str> {
+        let refused = |why: &str| Err(Report::usage(format!("--network-faults: {why}")));
+        let url = match backend {
+            Backend::Redis if !self.redis_cluster.is_empty() => {
+                return refused("a Redis Cluster tells clients its nodes' own addresses; qualify it without network faults");
+            }
+            Backend::Redis => set(&self.redis_url),
+            Backend::S3 => set(&self.s3_endpoint),
+            Backend::Postgres => set(&self.postgres_url),
+            Backend::Etcd if self.etcd_endpoints.len() == 1 => {
+                Some(self.etcd_endpoints[0].as_str())
+            }
+            Backend::Etcd => return refused("name exactly one etcd endpoint"),
+            Backend::Kafka => {
+                return refused("Kafka brokers tell clients their own addresses; qualify Kafka without network faults (the run still pauses workers past their leases)");
+            }
+        };
+        let Some(url) = url else {
+            return refused("the endpoint is not configured");
+        };
+        if matches!(scheme_of(url), "https" | "rediss")
+            || url.contains("sslmode=require")
+            || url.contains("sslmode=verify")
+        {
+            return refused(
+                "TLS endpoints cannot go through the proxy (the certificate names the real host)",
+            );
+        }
+        Ok(url)
+    }
+
+    /// The Redis nodes to clean up: the URL, or every cluster node; and whether it is a cluster.
+    pub(crate) fn redis_nodes(&self) -> (Vec<String>, bool) {
+        match set(&self.redis_url) {
+            Some(url) => (vec![url.to_owned()], false),
+            None => (self.redis_cluster.clone(), true),
+        }
+    }
+
+    /// The Redis key prefix.
+    pub(crate) fn redis_key_prefix(&self) -> &str {
+        &self.redis_prefix
+    }
+
+    /// The S3 object prefix.
+    pub(crate) fn s3_object_prefix(&self) -> &str {
+        &self.s3_prefix
+    }
+
+    /// The Kafka client configuration and the data and ledger topics.
+    pub(crate) fn kafka_topics(
+        &self,
+    ) -> Connect<(fence_kafka::rdkafka::ClientConfig, Vec<String>)> {
+        let config = self.kafka_config()?;
+        let topic = set(&self.kafka_topic)
+            .ok_or_else(|| missing("the Kafka data topic", "FENCE_KAFKA_TOPIC", "kafka-topic"))?;
+        Ok((
+            config,
+            vec![topic.to_owned(), self.kafka_ledger_topic.clone()],
+        ))
+    }
+
     fn max_token_step(&self) -> Option<NonZeroU64> {
         NonZeroU64::new(self.max_token_step)
     }
@@ -306,12 +430,10 @@ impl Targets {
         Ok(fence)
     }
 
-    /// A Kafka fence on the configured topics (no topic is created).
-    pub(crate) fn kafka(&self) -> Connect<fence_kafka::KafkaFence> {
+    /// The Kafka client configuration: bootstrap servers and the extra properties.
+    fn kafka_config(&self) -> Connect<fence_kafka::rdkafka::ClientConfig> {
         let bootstrap = set(&self.kafka_bootstrap)
             .ok_or_else(|| missing("Kafka", "FENCE_KAFKA_BOOTSTRAP", "kafka-bootstrap"))?;
-        let topic = set(&self.kafka_topic)
-            .ok_or_else(|| missing("the Kafka data topic", "FENCE_KAFKA_TOPIC", "kafka-topic"))?;
         let mut config = fence_kafka::rdkafka::ClientConfig::new();
         config.set("bootstrap.servers", bootstrap);
         for pair in set(&self.kafka_properties).unwrap_or_default().split(';') {
@@ -327,6 +449,14 @@ impl Targets {
             };
             config.set(key.trim(), value.trim());
         }
+        Ok(config)
+    }
+
+    /// A Kafka fence on the configured topics (no topic is created).
+    pub(crate) fn kafka(&self) -> Connect<fence_kafka::KafkaFence> {
+        let config = self.kafka_config()?;
+        let topic = set(&self.kafka_topic)
+            .ok_or_else(|| missing("the Kafka data topic", "FENCE_KAFKA_TOPIC", "kafka-topic"))?;
         self.no_issuer("Kafka")?;
         let mut builder = fence_kafka::KafkaFence::builder(config)
             .data_topic(topic)
@@ -381,4 +511,19 @@ impl Targets {
         }
         fence
     }
+}
+
+/// A URL's scheme (`redis`, `http`...), or the whole text when it has none.
+fn scheme_of(url: &str) -> &str {
+    url.split_once("://").map_or(url, |(scheme, _)| scheme)
+}
+
+/// The `host:port` of a URL (after any `user:password@`), when the port is explicit.
+fn authority(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let host_port = &rest[..end];
+    let host_port = host_port.rsplit_once('@').map_or(host_port, |(_, h)| h);
+    let (_, port) = host_port.rsplit_once(':')?;
+    port.parse::<u16>().ok().map(|_| host_port)
 }

@@ -7,6 +7,9 @@
 //! - **no acknowledged write lost**: applied writes have distinct revisions, reads never go
 //!   back past an acknowledged revision, and the final entry is the last applied write;
 //! - **no forged mark**: every mark the resource reports is a token some worker presented;
+//! - **logs** ([`History::final_log`]): tokens never decrease along the committed records; each
+//!   committed batch appears whole, in order and once; no record of a batch that was refused or
+//!   failed on every attempt is visible to read_committed; every acknowledged batch is there;
 //! - **linearizable**: each window of the run has an order of its operations, consistent with
 //!   real time, in which a sequential fenced register gives every recorded answer
 //!   ([`crate::linearizable`]).
@@ -14,13 +17,14 @@
 //! Ambiguous operations are resolved from the history itself: a retry with the same operation
 //! id that answers `Duplicate` says the first attempt applied (at that revision), one that
 //! answers `Written` or `Fenced` says it did not (replays are decided before the token rule);
-//! a read showing an ambiguous put's unique value says it applied. What stays unresolved may
+//! a read showing an ambiguous put's unique value says it applied, and on a log the final read
+//! shows whether an ambiguous batch was committed (its records are unique). What stays unresolved may
 //! have applied or not, and every check allows both.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
-use crate::history::{Event, History, Op, Outcome, SeenEntry};
+use crate::history::{Event, History, LoggedRecord, Op, Outcome, SeenEntry};
 use crate::linearizable;
 
 /// A property the checker proves.
@@ -39,17 +43,24 @@ pub enum Property {
     WrongRefusal,
     /// No linearization of a window explains its answers.
     NotLinearizable,
+    /// A log's tokens decrease along its committed records, or a batch is torn, reordered or
+    /// committed twice.
+    LogOrder,
+    /// A record of a batch refused (or failed) on every attempt is visible to read_committed.
+    FencedVisible,
 }
 
 impl Property {
     /// Every property, in report order.
-    pub const ALL: [Property; 6] = [
+    pub const ALL: [Property; 8] = [
         Property::StaleAccepted,
         Property::MarkDecreased,
         Property::LostWrite,
         Property::FinalState,
         Property::WrongRefusal,
         Property::NotLinearizable,
+        Property::LogOrder,
+        Property::FencedVisible,
     ];
 
     /// A short name for reports.
@@ -61,6 +72,8 @@ impl Property {
             Property::FinalState => "final state is the last applied write",
             Property::WrongRefusal => "refusals follow the rule",
             Property::NotLinearizable => "linearizable (bounded windows)",
+            Property::LogOrder => "log tokens never decrease, batches whole and once",
+            Property::FencedVisible => "no fenced or failed batch visible",
         }
     }
 }
@@ -172,15 +185,22 @@ pub fn check(history: &History) -> Report {
     };
     for event in events {
         match event.outcome {
-            Outcome::Written { .. } | Outcome::Claimed { .. } => report.accepted += 1,
+            Outcome::Written { .. }
+            | Outcome::Claimed { .. }
+            | Outcome::Appended {
+                duplicate: false, ..
+            } => report.accepted += 1,
             Outcome::Fenced { .. } => report.fenced += 1,
-            Outcome::Duplicate { .. } => report.duplicates += 1,
+            Outcome::Duplicate { .. }
+            | Outcome::Appended {
+                duplicate: true, ..
+            } => report.duplicates += 1,
             Outcome::Failed(_) => report.failed += 1,
             Outcome::Ambiguous => report.ambiguity.total += 1,
             Outcome::Read { .. } => {}
         }
     }
-    let resolved = resolve(events);
+    let resolved = resolve(events, history.final_log.as_deref());
     for r in resolved.values() {
         match r {
             Resolved::Applied { .. } => report.ambiguity.applied += 1,
@@ -195,6 +215,9 @@ pub fn check(history: &History) -> Report {
     mark_observations(history, &applied, &mut violations);
     lost_writes(history, &applied, &resolved, &mut violations);
     refusals(history, &mut violations);
+    if let Some(log) = &history.final_log {
+        log_records(history, log, &resolved, &mut violations);
+    }
     let windows = linearizable::check_windows(events, &resolved, history.refusals_from_cache);
     report.windows_checked = windows.checked;
     report.windows_skipped = windows.skipped;
@@ -209,8 +232,12 @@ pub fn check(history: &History) -> Report {
     report
 }
 
-/// Links each ambiguous event to what later events show about it.
-pub(crate) fn resolve(events: &[Event]) -> BTreeMap<usize, Resolved> {
+/// Links each ambiguous event to what later events (and a log's final records) show about it.
+pub(crate) fn resolve(
+    events: &[Event],
+    final_log: Option<&[LoggedRecord]>,
+) -> BTreeMap<usize, Resolved> {
+    let logged: Option<BTreeSet<u64>> = final_log.map(|log| log.iter().map(|r| r.value).collect());
     // Values a read saw, with the revision it saw them at.
     let mut seen_values: HashMap<u64, (u64, u64)> = HashMap::new();
     for event in events {
@@ -259,6 +286,37 @@ pub(crate) fn resolve(events: &[Event]) -> BTreeMap<usize, Resolved> {
                     };
                 }
             }
+        } else if let Op::Append {
+            token,
+            values,
+            op_id,
+        } = &event.op
+        {
+            let retry = events.iter().find(|later| {
+                later.invoked >= event.completed
+                    && op_id.is_some()
+                    && matches!(&later.op, Op::Append { token: t, op_id: o, .. } if t == token && o == op_id)
+                    && !matches!(later.outcome, Outcome::Ambiguous | Outcome::Failed(_))
+            });
+            verdict = match retry.map(|r| (&r.outcome, r.completed)) {
+                Some((
+                    Outcome::Appended {
+                        duplicate: true, ..
+                    },
+                    by,
+                )) => Resolved::Applied { revision: None, by },
+                Some(_) => Resolved::NotApplied,
+                // The batch's records are unique: the committed log shows whether it applied
+                // (known only after the run, so it bounds nothing in real time).
+                None => match (&logged, values.first()) {
+                    (Some(logged), Some(first)) if logged.contains(first) => Resolved::Applied {
+                        revision: None,
+                        by: u64::MAX,
+                    },
+                    (Some(_), Some(_)) => Resolved::NotApplied,
+                    _ => Resolved::Unresolved,
+                },
+            };
         } else if let Op::Write {
             value: Some(value), ..
         } = &event.op
@@ -276,19 +334,24 @@ pub(crate) fn resolve(events: &[Event]) -> BTreeMap<usize, Resolved> {
     // the first is the one counted, the others changed nothing of their own.
     let mut counted: HashMap<(u64, Option<&str>, Option<u64>), usize> = HashMap::new();
     for (&index, verdict) in resolved.iter_mut() {
-        let Op::Write {
-            token,
-            value,
-            op_id,
-        } = &events[index].op
-        else {
-            continue;
+        let (token, value, op_id) = match &events[index].op {
+            Op::Write {
+                token,
+                value,
+                op_id,
+            } => (token, *value, op_id),
+            Op::Append {
+                token,
+                values,
+                op_id,
+            } => (token, values.first().copied(), op_id),
+            _ => continue,
         };
         if matches!(verdict, Resolved::Applied { .. }) {
             let key = (
                 *token,
                 op_id.as_deref(),
-                op_id.is_none().then_some(*value).flatten(),
+                op_id.is_none().then_some(value).flatten(),
             );
             if counted.insert(key, index).is_some() {
                 *verdict = Resolved::Repeat;
@@ -306,7 +369,13 @@ fn applied_operations(events: &[Event], resolved: &BTreeMap<usize, Resolved>) ->
         };
         let (revision, completed) = match (&event.outcome, resolved.get(&index)) {
             (Outcome::Written { revision, .. }, _) => (Some(*revision), event.completed),
-            (Outcome::Claimed { .. }, _) => (None, event.completed),
+            (
+                Outcome::Claimed { .. }
+                | Outcome::Appended {
+                    duplicate: false, ..
+                },
+                _,
+            ) => (None, event.completed),
             (Outcome::Ambiguous, Some(Resolved::Applied { revision, by })) => (*revision, *by),
             _ => continue,
         };
@@ -359,7 +428,12 @@ fn stale_acceptances(history: &History, applied: &[Applied], out: &mut Vec<Viola
     let events = &history.events;
     for a in applied {
         let previous = match events[a.index].outcome {
-            Outcome::Written { previous, .. } | Outcome::Claimed { previous } => previous,
+            Outcome::Written { previous, .. }
+            | Outcome::Claimed { previous }
+            | Outcome::Appended {
+                previous,
+                duplicate: false,
+            } => previous,
             _ => None,
         };
         if let Some(previous) = previous.filter(|&p| p > a.token) {
@@ -399,7 +473,12 @@ fn observed_mark(outcome: &Outcome) -> Option<Option<u64>> {
     match outcome {
         Outcome::Read { mark, .. } => Some(*mark),
         Outcome::Fenced { current } => Some(Some(*current)),
-        Outcome::Written { previous, .. } | Outcome::Claimed { previous } => Some(*previous),
+        Outcome::Written { previous, .. }
+        | Outcome::Claimed { previous }
+        | Outcome::Appended {
+            previous,
+            duplicate: false,
+        } => Some(*previous),
         _ => None,
     }
 }
@@ -611,6 +690,168 @@ fn refusals(history: &History, out: &mut Vec<Violation>) {
             .map(|m| format!("the resource reported the mark {m}, which no worker presented"));
         for detail in reported.into_iter().chain(forged) {
             out.push(violation(history, Property::WrongRefusal, detail, &[index]));
+        }
+    }
+}
+
+/// One logical append: its attempts share the token and operation id (and the records).
+#[derive(Debug, Default)]
+struct Batch {
+    values: Vec<u64>,
+    token: u64,
+    attempts: Vec<usize>,
+    /// An attempt was answered committed (or resolved as applied).
+    acknowledged: bool,
+    /// An attempt may have committed (acknowledged, ambiguous and not refuted).
+    may_commit: bool,
+}
+
+/// The log properties, from its committed records after the run.
+fn log_records(
+    history: &History,
+    log: &[LoggedRecord],
+    resolved: &BTreeMap<usize, Resolved>,
+    out: &mut Vec<Violation>,
+) {
+    let events = &history.events;
+    let end = events.iter().map(|e| e.completed).max().unwrap_or(0);
+    let tail =
+        |property: Property, detail: String, attempts: &[usize], out: &mut Vec<Violation>| {
+            let mut v = violation(history, property, detail, attempts);
+            if attempts.is_empty() {
+                v.window = history
+                    .window(end.saturating_sub(1), end)
+                    .into_iter()
+                    .cloned()
+                    .collect();
+            }
+            out.push(v);
+        };
+    // Batches by their first record (unique per logical append).
+    let mut batches: BTreeMap<u64, Batch> = BTreeMap::new();
+    for (index, event) in events.iter().enumerate() {
+        let Op::Append { token, values, .. } = &event.op else {
+            continue;
+        };
+        let Some(&first) = values.first() else {
+            continue;
+        };
+        let batch = batches.entry(first).or_default();
+        batch.values.clone_from(values);
+        batch.token = *token;
+        batch.attempts.push(index);
+        let applied = matches!(event.outcome, Outcome::Appended { .. })
+            || matches!(resolved.get(&index), Some(Resolved::Applied { .. }));
+        batch.acknowledged |= applied;
+        batch.may_commit |= applied
+            || matches!(
+                resolved.get(&index),
+                Some(Resolved::Unresolved | Resolved::Repeat)
+            );
+    }
+    let first_of: HashMap<u64, u64> = batches
+        .iter()
+        .flat_map(|(&first, b)| b.values.iter().map(move |&v| (v, first)))
+        .collect();
+    // Along the log: tokens never decrease; each record belongs to a batch of its token.
+    let mut positions: HashMap<u64, Vec<usize>> = HashMap::new();
+    for (position, record) in log.iter().enumerate() {
+        if let Some(previous) = position.checked_sub(1).map(|p| log[p]) {
+            if record.token < previous.token {
+                let attempts: Vec<usize> = [previous.value, record.value]
+                    .iter()
+                    .filter_map(|v| {
+                        first_of
+                            .get(v)
+                            .and_then(|f| batches[f].attempts.last().copied())
+                    })
+                    .collect();
+                tail(
+                    Property::LogOrder,
+                    format!(
+                        "token {} committed after token {} (records {} and {} of the log)",
+                        record.token,
+                        previous.token,
+                        position - 1,
+                        position
+                    ),
+                    &attempts,
+                    out,
+                );
+            }
+        }
+        match first_of.get(&record.value).map(|f| &batches[f]) {
+            None => tail(
+                Property::FinalState,
+                format!(
+                    "record {position} of the log ({}) is no record any worker appended",
+                    record.value
+                ),
+                &[],
+                out,
+            ),
+            Some(batch) if batch.token != record.token => tail(
+                Property::LogOrder,
+                format!(
+                    "record {position} of the log carries token {}, its batch carried {}",
+                    record.token, batch.token
+                ),
+                &batch.attempts,
+                out,
+            ),
+            Some(_) => positions.entry(record.value).or_default().push(position),
+        }
+    }
+    for batch in batches.values() {
+        let seen: Vec<Option<&Vec<usize>>> =
+            batch.values.iter().map(|v| positions.get(v)).collect();
+        if seen.iter().all(Option::is_none) {
+            if batch.acknowledged {
+                tail(
+                    Property::LostWrite,
+                    format!(
+                        "the batch {:?} of token {} was acknowledged but is not in the log",
+                        batch.values, batch.token
+                    ),
+                    &batch.attempts,
+                    out,
+                );
+            }
+            continue;
+        }
+        if !batch.may_commit {
+            tail(
+                Property::FencedVisible,
+                format!(
+                    "the batch {:?} of token {} was refused or failed on every attempt, yet is visible",
+                    batch.values, batch.token
+                ),
+                &batch.attempts,
+                out,
+            );
+        }
+        let whole = seen.iter().all(|p| p.is_some_and(|p| p.len() == 1));
+        let start = seen
+            .first()
+            .copied()
+            .flatten()
+            .and_then(|p| p.first().copied());
+        let contiguous = whole
+            && start.is_some_and(|start| {
+                seen.iter()
+                    .enumerate()
+                    .all(|(k, p)| p.is_some_and(|p| p[0] == start + k))
+            });
+        if !contiguous {
+            tail(
+                Property::LogOrder,
+                format!(
+                    "the batch {:?} of token {} is torn, reordered or committed twice (at positions {:?})",
+                    batch.values, batch.token, seen
+                ),
+                &batch.attempts,
+                out,
+            );
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The torture engine: workers take leases from a real issuer and write, delete, claim and read
-//! one domain through a fenced store, in windows that each start with no operation in flight,
+//! one domain through a fenced store (or append to, claim and read a fenced log), in windows that each start with no operation in flight,
 //! with seeded pauses past the lease's expiry (a frozen worker wakes up and writes with its old
 //! token, as a zombie does). Every operation and answer goes into a [`History`].
 
@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fence_core::{
-    Backoff, Domain, Entry, FenceError, FencedStore, FencingToken, LeaseManager, OperationId,
-    OwnerId, WriteOutcome, WriteRequest,
+    AppendRequest, Backoff, Domain, Entry, Fence, FenceError, FencedLog, FencedStore, FencingToken,
+    LeaseManager, OperationId, OwnerId, Record, WriteOutcome, WriteRequest,
 };
 use tokio::sync::{watch, Barrier};
 
 use crate::faults::{FaultKind, Faults};
-use crate::history::{Event, History, Op, Outcome, SeenEntry};
+use crate::history::{Event, History, LoggedRecord, Op, Outcome, SeenEntry};
 use crate::rng::Rng;
 
 /// How often an ambiguous write is retried with its operation id before it is left unresolved.
@@ -118,11 +118,31 @@ pub struct Run {
     pub injected: Injected,
 }
 
+/// What a run's workers write to.
+#[derive(Clone)]
+#[non_exhaustive]
+pub enum Subject {
+    /// A fenced register: puts, deletes, claims and reads of one entry.
+    Register(Arc<dyn FencedStore>),
+    /// A fenced log: appends of batches, claims and reads of the mark; its committed records
+    /// are read once after the run ([`History::final_log`]).
+    Log(Arc<dyn FencedLog>),
+}
+
+impl Subject {
+    fn fence(&self) -> &dyn Fence {
+        match self {
+            Subject::Register(store) => store.as_ref(),
+            Subject::Log(log) => log.as_ref(),
+        }
+    }
+}
+
 /// The resource and the issuer a run drives.
 #[derive(Clone)]
 pub struct Target {
-    /// The fenced store under test.
-    pub store: Arc<dyn FencedStore>,
+    /// The fenced store or log under test.
+    pub subject: Subject,
     /// The lease backend that issues tokens.
     pub leases: Arc<dyn LeaseManager>,
     /// The domain every worker contends for.
@@ -131,17 +151,45 @@ pub struct Target {
     pub faults: Option<Arc<dyn Faults>>,
     /// The store may refuse a stale token from a client-side cache ([`History::refusals_from_cache`]).
     pub refusals_from_cache: bool,
+    /// One client per worker (worker `i` uses entry `i % len`), as separate processes would
+    /// hold; empty: every worker shares `subject`. The final read uses `subject`.
+    pub per_worker: Vec<Subject>,
 }
 
 impl Target {
-    /// A target without injected faults (pauses only).
+    /// A fenced register as the target, without injected faults (pauses only).
     pub fn new(store: Arc<dyn FencedStore>, leases: Arc<dyn LeaseManager>, domain: Domain) -> Self {
+        Target::of(Subject::Register(store), leases, domain)
+    }
+
+    /// A fenced log as the target, without injected faults (pauses only).
+    pub fn log(log: Arc<dyn FencedLog>, leases: Arc<dyn LeaseManager>, domain: Domain) -> Self {
+        Target::of(Subject::Log(log), leases, domain)
+    }
+
+    fn of(subject: Subject, leases: Arc<dyn LeaseManager>, domain: Domain) -> Self {
         Target {
-            store,
+            subject,
             leases,
             domain,
             faults: None,
             refusals_from_cache: false,
+            per_worker: Vec::new(),
+        }
+    }
+
+    /// Gives each worker its own client of the same resource (worker `i` uses `clients[i %
+    /// len]`), so that fencing between them happens at the resource, not inside one client.
+    pub fn with_clients_per_worker(mut self, clients: Vec<Subject>) -> Self {
+        self.per_worker = clients;
+        self
+    }
+
+    /// The client worker `worker` uses.
+    fn subject_of(&self, worker: usize) -> &Subject {
+        match self.per_worker.len() {
+            0 => &self.subject,
+            n => &self.per_worker[worker % n],
         }
     }
 
@@ -246,7 +294,10 @@ pub async fn run(profile: &Profile, target: &Target) -> Run {
         run.injected.faults = injector.await.unwrap_or_default();
     }
     run.history.events.sort_by_key(|e| (e.invoked, e.worker));
-    run.history.final_state = final_read(&*target.store, &target.domain).await.ok();
+    run.history.final_state = final_read(&target.subject, &target.domain).await.ok();
+    if let Subject::Log(log) = &target.subject {
+        run.history.final_log = final_log(&**log, &target.domain).await.ok();
+    }
     run
 }
 
@@ -262,15 +313,14 @@ fn died(reason: String) -> Event {
     }
 }
 
-/// The state after the run, read once the faults are healed (retried while the server comes
-/// back from a last restart).
-async fn final_read(
-    store: &dyn FencedStore,
-    domain: &Domain,
-) -> Result<(Option<u64>, SeenEntry), FenceError> {
+/// Retries `read` while it fails retryably: the reads after the run, once the faults are
+/// healed, while the server may still be coming back from a last restart.
+async fn retried<T, F: std::future::Future<Output = Result<T, FenceError>>>(
+    read: impl Fn() -> F,
+) -> Result<T, FenceError> {
     let mut attempt = 0;
     loop {
-        match read(store, domain).await {
+        match read().await {
             Err(error) if error.is_retryable() && attempt < MAX_RETRIES * 2 => {
                 tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
                 attempt += 1;
@@ -280,15 +330,49 @@ async fn final_read(
     }
 }
 
-async fn read(
-    store: &dyn FencedStore,
+/// The mark and entry after the run.
+async fn final_read(
+    subject: &Subject,
     domain: &Domain,
 ) -> Result<(Option<u64>, SeenEntry), FenceError> {
-    let snapshot = store.read(domain).await?;
-    Ok((
-        snapshot.high_water_mark.map(FencingToken::get),
-        seen(&snapshot.entry),
-    ))
+    retried(|| read(subject, domain)).await
+}
+
+/// A log's committed records after the run, values decoded as the workers wrote them.
+async fn final_log(log: &dyn FencedLog, domain: &Domain) -> Result<Vec<LoggedRecord>, FenceError> {
+    let entries = retried(|| log.read_log(domain)).await?;
+    Ok(entries
+        .iter()
+        .map(|e| LoggedRecord {
+            token: e.token.get(),
+            value: unique_id(&e.record.value),
+        })
+        .collect())
+}
+
+/// A value as the workers wrote it: the decimal text of its unique id (`u64::MAX`: foreign).
+fn unique_id(bytes: &[u8]) -> u64 {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(u64::MAX)
+}
+
+/// The mark and the entry (a log has no entry: absent).
+async fn read(subject: &Subject, domain: &Domain) -> Result<(Option<u64>, SeenEntry), FenceError> {
+    match subject {
+        Subject::Register(store) => {
+            let snapshot = store.read(domain).await?;
+            Ok((
+                snapshot.high_water_mark.map(FencingToken::get),
+                seen(&snapshot.entry),
+            ))
+        }
+        Subject::Log(log) => Ok((
+            log.high_water_mark(domain).await?.map(FencingToken::get),
+            SeenEntry::Absent,
+        )),
+    }
 }
 
 /// The entry as the history records it: values are the decimal text of their unique id.
@@ -299,10 +383,7 @@ fn seen(entry: &Entry) -> SeenEntry {
             token,
             revision,
         } => SeenEntry::Value {
-            value: std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(u64::MAX),
+            value: unique_id(value),
             token: token.get(),
             revision: revision.get(),
         },
@@ -389,19 +470,10 @@ impl Worker {
             return;
         };
         self.counter += 1;
-        let op = match self.rng.below(10) {
-            0..=5 => Op::Write {
-                token: token.get(),
-                value: Some(((self.id as u64) << 32) | self.counter),
-                op_id: Some(format!("w{}-{}", self.id, self.counter)),
-            },
-            6 => Op::Write {
-                token: token.get(),
-                value: None,
-                op_id: Some(format!("w{}-{}", self.id, self.counter)),
-            },
-            7 => Op::Claim { token: token.get() },
-            _ => Op::Read,
+        let op = if let Subject::Log(_) = target.subject {
+            self.log_op(token.get())
+        } else {
+            self.register_op(token.get())
         };
         let mut outcome = self
             .record(target, window, op.clone(), profile.operation_timeout)
@@ -409,7 +481,10 @@ impl Worker {
         let mut attempt = 0;
         // Resolve an ambiguous write the way a caller should: retry with the same operation id.
         while outcome == Outcome::Ambiguous
-            && matches!(op, Op::Write { op_id: Some(_), .. })
+            && matches!(
+                op,
+                Op::Write { op_id: Some(_), .. } | Op::Append { op_id: Some(_), .. }
+            )
             && attempt < MAX_RETRIES
         {
             tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
@@ -421,9 +496,49 @@ impl Worker {
         }
     }
 
+    /// A register's next operation: mostly puts, some deletes, claims and reads.
+    fn register_op(&mut self, token: u64) -> Op {
+        match self.rng.below(10) {
+            0..=5 => Op::Write {
+                token,
+                value: Some(((self.id as u64) << 32) | self.counter),
+                op_id: Some(self.op_id()),
+            },
+            6 => Op::Write {
+                token,
+                value: None,
+                op_id: Some(self.op_id()),
+            },
+            7 => Op::Claim { token },
+            _ => Op::Read,
+        }
+    }
+
+    /// A log's next operation: mostly appends of one to three records, some claims and reads.
+    fn log_op(&mut self, token: u64) -> Op {
+        match self.rng.below(10) {
+            0..=6 => {
+                let base = (((self.id as u64) << 32) | self.counter) << 2;
+                Op::Append {
+                    token,
+                    values: (0..=self.rng.below(3)).map(|k| base | k).collect(),
+                    op_id: Some(self.op_id()),
+                }
+            }
+            7 => Op::Claim { token },
+            _ => Op::Read,
+        }
+    }
+
+    /// The operation id of this worker's current operation.
+    fn op_id(&self) -> String {
+        format!("w{}-{}", self.id, self.counter)
+    }
+
     async fn record(&mut self, target: &Target, window: u32, op: Op, timeout: Duration) -> Outcome {
         let invoked = self.now();
-        let executed = tokio::time::timeout(timeout, execute(&*target.store, &target.domain, &op));
+        let subject = target.subject_of(self.id);
+        let executed = tokio::time::timeout(timeout, execute(subject, &target.domain, &op));
         let outcome = match executed.await {
             Ok(outcome) => outcome,
             Err(_) if op == Op::Read => Outcome::Failed(format!("no answer within {timeout:?}")),
@@ -442,56 +557,78 @@ impl Worker {
 }
 
 /// Runs one operation and records what the resource answered.
-pub(crate) async fn execute(store: &dyn FencedStore, domain: &Domain, op: &Op) -> Outcome {
-    let token = |t: u64| FencingToken::new(t);
-    let result = match op {
-        Op::Read => {
-            // A read changes nothing: one that gets no answer simply failed.
-            return match read(store, domain).await {
-                Ok((mark, entry)) => Outcome::Read { mark, entry },
-                Err(error) => Outcome::Failed(error.to_string()),
-            };
-        }
-        Op::Claim { token: t } => match token(*t) {
-            Ok(t) => store
-                .claim(domain, t)
-                .await
-                .map(|claimed| Outcome::Claimed {
-                    previous: claimed.previous_high_water_mark.map(FencingToken::get),
-                }),
-            Err(error) => Err(error.into()),
+pub(crate) async fn execute(subject: &Subject, domain: &Domain, op: &Op) -> Outcome {
+    if *op == Op::Read {
+        // A read changes nothing: one that gets no answer simply failed.
+        return match read(subject, domain).await {
+            Ok((mark, entry)) => Outcome::Read { mark, entry },
+            Err(error) => Outcome::Failed(error.to_string()),
+        };
+    }
+    let result = match (op.token().map(FencingToken::new), op_id(op)) {
+        (Some(Ok(token)), Ok(op_id)) => match (subject, op) {
+            (_, Op::Claim { .. }) => {
+                subject
+                    .fence()
+                    .claim(domain, token)
+                    .await
+                    .map(|claimed| Outcome::Claimed {
+                        previous: claimed.previous_high_water_mark.map(FencingToken::get),
+                    })
+            }
+            (Subject::Register(store), Op::Write { value, .. }) => {
+                let request = match value {
+                    Some(value) => WriteRequest::put(domain.clone(), token, value.to_string()),
+                    None => WriteRequest::delete(domain.clone(), token),
+                };
+                let request = match op_id {
+                    Some(op) => request.with_op_id(op),
+                    None => request,
+                };
+                store.write(&request).await.map(|outcome| {
+                    let accepted = outcome.accepted();
+                    let (revision, previous) = (
+                        accepted.revision.get(),
+                        accepted.previous_high_water_mark.map(FencingToken::get),
+                    );
+                    match outcome {
+                        WriteOutcome::Duplicate(_) => Outcome::Duplicate { revision, previous },
+                        _ => Outcome::Written { revision, previous },
+                    }
+                })
+            }
+            (Subject::Log(log), Op::Append { values, .. }) => {
+                let records = values.iter().map(|v| Record::new(v.to_string())).collect();
+                let request = AppendRequest::new(domain.clone(), token, records);
+                let request = match op_id {
+                    Some(op) => request.with_op_id(op),
+                    None => request,
+                };
+                log.append(&request).await.map(|outcome| Outcome::Appended {
+                    previous: outcome
+                        .appended()
+                        .previous_high_water_mark
+                        .map(FencingToken::get),
+                    duplicate: outcome.is_duplicate(),
+                })
+            }
+            _ => return Outcome::Failed(format!("{op:?} does not apply to this target")),
         },
-        Op::Write {
-            token: t,
-            value,
-            op_id,
-        } => {
-            let request = match token(*t) {
-                Ok(t) => match value {
-                    Some(value) => WriteRequest::put(domain.clone(), t, value.to_string()),
-                    None => WriteRequest::delete(domain.clone(), t),
-                },
-                Err(error) => return failure(&error.into()),
-            };
-            let request = match op_id.as_deref().map(OperationId::new).transpose() {
-                Ok(Some(op)) => request.with_op_id(op),
-                Ok(None) => request,
-                Err(error) => return failure(&error.into()),
-            };
-            store.write(&request).await.map(|outcome| {
-                let accepted = outcome.accepted();
-                let (revision, previous) = (
-                    accepted.revision.get(),
-                    accepted.previous_high_water_mark.map(FencingToken::get),
-                );
-                match outcome {
-                    WriteOutcome::Duplicate(_) => Outcome::Duplicate { revision, previous },
-                    _ => Outcome::Written { revision, previous },
-                }
-            })
-        }
+        (Some(Err(error)), _) => Err(error.into()),
+        (_, Err(error)) => Err(error.into()),
+        (None, _) => return Outcome::Failed(format!("{op:?} carries no token")),
     };
     result.unwrap_or_else(|error| failure(&error))
+}
+
+/// The operation id a write or append carries.
+fn op_id(op: &Op) -> Result<Option<OperationId>, fence_core::InvalidInput> {
+    match op {
+        Op::Write { op_id, .. } | Op::Append { op_id, .. } => {
+            op_id.as_deref().map(OperationId::new).transpose()
+        }
+        _ => Ok(None),
+    }
 }
 
 /// An error as the history records it: refused as stale, ambiguous, or failed without applying.

@@ -194,3 +194,64 @@ impl Faults for ProxyFaults {
         }
     }
 }
+
+/// Faults on a server the clients reach directly (no proxy can sit in between, e.g. a Kafka
+/// broker, which tells clients its own address): pauses (SIGSTOP/SIGCONT, which also black-hole
+/// every open connection) and, where the server survives them, kill -9 restarts.
+pub struct ServerFaults {
+    server: Arc<dyn ServerProcess>,
+    restarts: bool,
+}
+
+impl ServerFaults {
+    /// Pauses `server`.
+    pub fn new(server: Arc<dyn ServerProcess>) -> Self {
+        ServerFaults {
+            server,
+            restarts: false,
+        }
+    }
+
+    /// Also kills and restarts it.
+    pub fn with_restarts(mut self) -> Self {
+        self.restarts = true;
+        self
+    }
+}
+
+impl fmt::Debug for ServerFaults {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ServerFaults")
+            .field("restarts", &self.restarts)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Faults for ServerFaults {
+    fn kinds(&self) -> Vec<FaultKind> {
+        let mut kinds = vec![FaultKind::PauseServer];
+        if self.restarts {
+            kinds.push(FaultKind::Restart);
+        }
+        kinds
+    }
+
+    async fn inject(&self, kind: FaultKind) {
+        let server = self.server.clone();
+        // Process control blocks (a restart waits until the server serves).
+        let _ = tokio::task::spawn_blocking(move || match kind {
+            FaultKind::PauseServer => server.signal("STOP"),
+            FaultKind::Restart => server.kill_and_restart(),
+            _ => {}
+        })
+        .await;
+    }
+
+    async fn heal(&self, kind: FaultKind) {
+        if kind == FaultKind::PauseServer {
+            let server = self.server.clone();
+            let _ = tokio::task::spawn_blocking(move || server.signal("CONT")).await;
+        }
+    }
+}

@@ -21,7 +21,17 @@ pub enum Op {
         /// The claimed token.
         token: u64,
     },
-    /// A read of the mark and the entry.
+    /// An append of one batch of records, each value a unique id, committed together or not
+    /// at all (a log).
+    Append {
+        /// The fencing token the batch carried.
+        token: u64,
+        /// The records' unique ids, in batch order.
+        values: Vec<u64>,
+        /// The operation id the batch carried (retries of one append share it).
+        op_id: Option<String>,
+    },
+    /// A read of the mark and the entry (on a log: the mark).
     Read,
 }
 
@@ -29,7 +39,9 @@ impl Op {
     /// The token the operation carried (`None`: a read).
     pub fn token(&self) -> Option<u64> {
         match self {
-            Op::Write { token, .. } | Op::Claim { token } => Some(*token),
+            Op::Write { token, .. } | Op::Claim { token } | Op::Append { token, .. } => {
+                Some(*token)
+            }
             Op::Read => None,
         }
     }
@@ -92,6 +104,14 @@ pub enum Outcome {
         /// The mark before it.
         previous: Option<u64>,
     },
+    /// A batch committed over the mark `previous` (`duplicate`: a retry of an operation id
+    /// already committed, answered with the first attempt's outcome; nothing appended again).
+    Appended {
+        /// The mark just before the (first) commit.
+        previous: Option<u64>,
+        /// A replay of an earlier commit.
+        duplicate: bool,
+    },
     /// Refused as stale: the resource had accepted `current`.
     Fenced {
         /// The mark the resource reported.
@@ -145,9 +165,13 @@ impl fmt::Display for Event {
                 token, value: None, ..
             } => write!(f, "delete t{token}")?,
             Op::Claim { token } => write!(f, "claim t{token}")?,
+            Op::Append { token, values, .. } => write!(f, "append {values:?} t{token}")?,
             Op::Read => write!(f, "read")?,
         }
         if let Op::Write {
+            op_id: Some(op), ..
+        }
+        | Op::Append {
             op_id: Some(op), ..
         } = &self.op
         {
@@ -162,6 +186,19 @@ impl fmt::Display for Event {
                 write!(f, "duplicate of r{revision} over {}", opt(*previous))
             }
             Outcome::Claimed { previous } => write!(f, "claimed over {}", opt(*previous)),
+            Outcome::Appended {
+                previous,
+                duplicate,
+            } => write!(
+                f,
+                "{} over {}",
+                if *duplicate {
+                    "duplicate of a commit"
+                } else {
+                    "committed"
+                },
+                opt(*previous)
+            ),
             Outcome::Fenced { current } => write!(f, "fenced by {current}"),
             Outcome::Read { mark, entry } => write!(f, "mark {} entry {entry:?}", opt(*mark)),
             Outcome::Ambiguous => write!(f, "ambiguous"),
@@ -177,10 +214,22 @@ pub struct History {
     pub events: Vec<Event>,
     /// The mark and entry read after every worker stopped and every ambiguity was resolved.
     pub final_state: Option<(Option<u64>, SeenEntry)>,
+    /// On a log: its committed records as a read_committed reader saw them after the run, in
+    /// log order (`None`: a register's run, or the final read failed).
+    pub final_log: Option<Vec<LoggedRecord>>,
     /// The store may refuse a stale token from a client-side cache (fence-s3 does, at no
     /// request: DESIGN.md §8 allows a cache to prove `Fenced`), so a refusal's `current` is a
     /// mark it accepted, at most the present one, not necessarily the present one.
     pub refusals_from_cache: bool,
+}
+
+/// One committed record of a log, as the final read saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoggedRecord {
+    /// The token its batch carried.
+    pub token: u64,
+    /// Its unique id (`u64::MAX`: a record no worker wrote).
+    pub value: u64,
 }
 
 impl History {

@@ -1,7 +1,8 @@
 //! Proving the fencing invariant under faults (DESIGN.md §11).
 //!
 //! A [torture run](engine::run) drives workers that take leases from a real issuer and write,
-//! delete, claim and read one domain through a fenced store, pausing past their lease's expiry
+//! delete, claim and read one domain through a fenced store (or append batches to a fenced
+//! log), pausing past their lease's expiry
 //! at seeded random points so that a frozen worker wakes up and writes with its old token. Every
 //! operation and answer goes into a [`History`]; the [checker](checker::check) then proves from
 //! the history alone that no stale write was accepted, the mark never decreased, no
@@ -35,7 +36,7 @@ pub mod linearizable;
 mod rng;
 
 pub use checker::{check, Ambiguity, Property, Report, Violation};
-pub use engine::{Injected, Profile, Run, Target};
-pub use faults::{FaultKind, Faults, ProxyFaults, ServerProcess};
-pub use history::{Event, History, Op, Outcome, SeenEntry};
+pub use engine::{Injected, Profile, Run, Subject, Target};
+pub use faults::{FaultKind, Faults, ProxyFaults, ServerFaults, ServerProcess};
+pub use history::{Event, History, LoggedRecord, Op, Outcome, SeenEntry};
 pub use rng::Rng;

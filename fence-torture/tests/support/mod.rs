@@ -41,6 +41,23 @@ pub(crate) fn profile(seed: u64, ttl: Duration, faults: bool) -> Profile {
     }
 }
 
+/// The profile for a log (every append is a broker transaction, ~100 ms on noida-db): bounded,
+/// 4 workers × 6 windows × 6 operations; full, 8 workers × 250 windows × 5 operations; the
+/// server paused now and then.
+pub(crate) fn log_profile(seed: u64, ttl: Duration) -> Profile {
+    if is_full() {
+        Profile::new(seed, 8, 250, 5)
+    } else {
+        Profile::new(seed, 4, 6, 6)
+    }
+    .lease_ttl(ttl)
+    .pause_probability(0.04)
+    .faults(
+        (Duration::from_millis(400), Duration::from_millis(1500)),
+        (Duration::from_millis(100), Duration::from_millis(2500)),
+    )
+}
+
 /// Checks the run and fails the test with the seed and the windows that show any violation;
 /// prints the figures (and appends them to `FENCE_TORTURE_REPORT` when set).
 pub(crate) fn verify(backend: &str, run: &Run, expect_faults: bool) {

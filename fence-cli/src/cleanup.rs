@@ -1,0 +1,246 @@
+//! Removing what a `qualify` run created: every key under its Redis prefix, object under its
+//! S3 prefix, its PostgreSQL schema, keys under its etcd prefix, or its Kafka topics.
+
+use fence_etcd::Etcd;
+use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use fence_kafka::rdkafka::client::DefaultClientContext;
+use fence_kafka::rdkafka::ClientConfig;
+use fence_postgres::PostgresFence;
+use fence_redis::redis;
+
+use crate::report::Report;
+use crate::targets::Targets;
+
+/// What to remove after a run, and where.
+pub(crate) enum Cleanup {
+    /// Keys matching `<prefix>:*` on every node.
+    Redis {
+        /// Standalone URL, or every cluster node's.
+        nodes: Vec<String>,
+        /// The run's prefix.
+        prefix: String,
+        cluster: bool,
+    },
+    /// Objects under the prefix.
+    S3 {
+        client: fence_s3::aws_sdk_s3::Client,
+        bucket: String,
+        prefix: String,
+    },
+    /// The run's schema.
+    Postgres {
+        pool: fence_postgres::sqlx::PgPool,
+        schema: String,
+    },
+    /// Keys under the run's prefix.
+    Etcd { etcd: Box<Etcd> },
+    /// The run's topics.
+    Kafka {
+        config: ClientConfig,
+        topics: Vec<String>,
+    },
+}
+
+impl Cleanup {
+    pub(crate) async fn redis(targets: &Targets, scoped: &Targets) -> Result<Self, Report> {
+        let (nodes, cluster) = targets.redis_nodes();
+        Ok(Cleanup::Redis {
+            nodes,
+            prefix: scoped.redis_key_prefix().to_owned(),
+            cluster,
+        })
+    }
+
+    pub(crate) fn s3(scoped: &Targets) -> Result<Self, Report> {
+        Ok(Cleanup::S3 {
+            client: scoped.s3_client()?,
+            bucket: scoped.s3_bucket()?.to_owned(),
+            prefix: scoped.s3_object_prefix().to_owned(),
+        })
+    }
+
+    pub(crate) fn postgres(fence: &PostgresFence) -> Self {
+        Cleanup::Postgres {
+            pool: fence.pool().clone(),
+            schema: fence.schema().to_owned(),
+        }
+    }
+
+    pub(crate) fn etcd(etcd: &Etcd) -> Self {
+        Cleanup::Etcd {
+            etcd: Box::new(etcd.clone()),
+        }
+    }
+
+    /// Creates the run's data and ledger topics (one partition each), to delete afterwards.
+    pub(crate) async fn kafka(scoped: &Targets) -> Result<Self, Report> {
+        let (config, topics) = scoped.kafka_topics()?;
+        let admin: AdminClient<DefaultClientContext> = config
+            .create()
+            .map_err(|e| Report::usage(format!("Kafka admin client: {e}")))?;
+        let new: Vec<NewTopic<'_>> = topics
+            .iter()
+            .map(|t| NewTopic::new(t, 1, TopicReplication::Fixed(-1)))
+            .collect();
+        let results = admin
+            .create_topics(&new, &AdminOptions::new())
+            .await
+            .map_err(|e| Report::usage(format!("creating the run's topics: {e}")))?;
+        for result in results {
+            result.map_err(|(topic, code)| {
+                Report::usage(format!(
+                    "creating topic {topic}: {code} (qualify needs the CreateTopics and DeleteTopics ACLs on its topics)"
+                ))
+            })?;
+        }
+        Ok(Cleanup::Kafka { config, topics })
+    }
+
+    /// Where the run's state lives, for people.
+    pub(crate) fn scope(&self) -> String {
+        match self {
+            Cleanup::Redis { prefix, .. } => format!("Redis keys {prefix}:*"),
+            Cleanup::S3 { bucket, prefix, .. } => format!("objects s3://{bucket}/{prefix}"),
+            Cleanup::Postgres { schema, .. } => format!("PostgreSQL schema {schema}"),
+            Cleanup::Etcd { etcd } => format!("etcd keys {}*", etcd.prefix()),
+            Cleanup::Kafka { topics, .. } => format!("Kafka topics {}", topics.join(", ")),
+        }
+    }
+
+    /// Removes it all; says how much.
+    pub(crate) async fn run(&self) -> Result<String, String> {
+        match self {
+            Cleanup::Redis {
+                nodes,
+                prefix,
+                cluster,
+            } => redis_cleanup(nodes, prefix, *cluster).await,
+            Cleanup::S3 {
+                client,
+                bucket,
+                prefix,
+            } => s3_cleanup(client, bucket, prefix).await,
+            Cleanup::Postgres { pool, schema } => {
+                // The schema name was validated by PostgresFence (an identifier).
+                fence_postgres::sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+                    .execute(pool)
+                    .await
+                    .map(|_| "1 schema".to_owned())
+                    .map_err(|e| e.to_string())
+            }
+            Cleanup::Etcd { etcd } => {
+                let options = fence_etcd::etcd_client::DeleteOptions::new().with_prefix();
+                etcd.client()
+                    .kv_client()
+                    .delete(etcd.prefix(), Some(options))
+                    .await
+                    .map(|r| format!("{} keys", r.deleted()))
+                    .map_err(|e| e.to_string())
+            }
+            Cleanup::Kafka { config, topics } => {
+                let admin: AdminClient<DefaultClientContext> =
+                    config.create().map_err(|e| e.to_string())?;
+                let names: Vec<&str> = topics.iter().map(String::as_str).collect();
+                let results = admin
+                    .delete_topics(&names, &AdminOptions::new())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                for result in results {
+                    result.map_err(|(topic, code)| format!("deleting {topic}: {code}"))?;
+                }
+                Ok(format!("{} topics", topics.len()))
+            }
+        }
+    }
+}
+
+/// A glob pattern matching exactly the keys that start with `prefix:`.
+fn key_pattern(prefix: &str) -> String {
+    let mut pattern = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern.push_str(":*");
+    pattern
+}
+
+async fn redis_cleanup(nodes: &[String], prefix: &str, cluster: bool) -> Result<String, String> {
+    let pattern = key_pattern(prefix);
+    let mut removed = 0usize;
+    for node in nodes {
+        let client = redis::Client::open(node.as_str()).map_err(|e| e.to_string())?;
+        let mut connection = client
+            .get_multiplexed_async_connection()
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut connection)
+                .await
+                .map_err(|e| e.to_string())?;
+            // On a cluster, one key per DEL: keys of different slots cannot share a command.
+            let batches: Vec<&[Vec<u8>]> = if cluster {
+                keys.chunks(1).collect()
+            } else {
+                keys.chunks(500).collect()
+            };
+            for batch in batches {
+                let deleted: usize = redis::cmd("DEL")
+                    .arg(batch)
+                    .query_async(&mut connection)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                removed += deleted;
+            }
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+    }
+    Ok(format!("{removed} keys"))
+}
+
+async fn s3_cleanup(
+    client: &fence_s3::aws_sdk_s3::Client,
+    bucket: &str,
+    prefix: &str,
+) -> Result<String, String> {
+    let mut removed = 0usize;
+    let mut token = None;
+    loop {
+        let listed = client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_continuation_token(token)
+            .send()
+            .await
+            .map_err(|e| format!("listing s3://{bucket}/{prefix}: {e}"))?;
+        for object in listed.contents() {
+            let Some(key) = object.key() else { continue };
+            client
+                .delete_object()
+                .bucket(bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|e| format!("deleting s3://{bucket}/{key}: {e}"))?;
+            removed += 1;
+        }
+        token = listed.next_continuation_token().map(str::to_owned);
+        if token.is_none() {
+            break;
+        }
+    }
+    Ok(format!("{removed} objects"))
+}

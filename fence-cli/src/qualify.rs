@@ -1,0 +1,427 @@
+//! `fence qualify`: the torture engine and history checker of `fence-torture`, pointed at the
+//! user's own endpoint, confined to names of its own under the configured prefix, schema or
+//! topic, and removed afterwards. Before the run, the endpoint must enforce the conditions the
+//! fence relies on (S3's conditional writes) and refuse a stale token; one that does not is
+//! refused without a run.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use fence_conformance::proxy::TcpProxy;
+use fence_core::{
+    AppendRequest, Domain, FenceError, FencedLog, FencedStore, FencingToken, LeaseManager,
+    MemoryLeases, Record, WriteRequest,
+};
+use fence_torture::{
+    check, engine, Faults, Profile, ProxyFaults, Report as Checked, Subject, Target,
+};
+use serde_json::{json, Value};
+
+use crate::cleanup::Cleanup;
+use crate::report::Report;
+use crate::targets::Targets;
+use crate::Backend;
+
+/// How large a qualification run is.
+#[derive(Args, Debug)]
+pub(crate) struct QualifyArgs {
+    /// Concurrent workers, each taking the lease and writing with its token after losing it.
+    #[arg(long, default_value_t = 8)]
+    workers: usize,
+    /// Operations in all (rounded down to whole windows of 5 per worker).
+    #[arg(long, default_value_t = 2000)]
+    operations: usize,
+    /// The seed of every random choice (printed; the same seed replays the same choices).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Route the clients through a loopback fault proxy that cuts connections (before, during
+    /// and after requests, and on replies), delays and black-holes them (plain-TCP endpoints
+    /// with an explicit port: Redis, S3, PostgreSQL, etcd; not TLS, whose certificate names the
+    /// real host).
+    #[arg(long)]
+    network_faults: bool,
+    /// Leave the run's keys, objects, schema or topics in place (to inspect them).
+    #[arg(long)]
+    keep: bool,
+}
+
+/// Everything a run needs of one backend.
+struct Setup {
+    /// What the run is confined to, for people.
+    scope: String,
+    target: Target,
+    cleanup: Cleanup,
+    /// Kept alive for the run.
+    _proxy: Option<Arc<TcpProxy>>,
+}
+
+/// A result before the run: a report to return at once.
+type Prepared<T> = Result<T, Report>;
+
+/// Runs `fence qualify BACKEND`.
+pub(crate) async fn run(targets: &Targets, backend: Backend, args: &QualifyArgs) -> Report {
+    if args.workers < 2 || args.operations < args.workers * 5 {
+        return Report::usage(
+            "qualify needs --workers of at least 2 and --operations of at least 5 per worker",
+        );
+    }
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let run_id = format!("{:08x}", seed as u32 ^ std::process::id());
+    let setup = match prepare(targets, backend, &run_id, args).await {
+        Ok(setup) => setup,
+        Err(report) => return report,
+    };
+    let preflight = preflight(&setup.target).await;
+    let outcome = match preflight {
+        Ok(()) => {
+            let profile = profile(backend, seed, args);
+            let run = engine::run(&profile, &setup.target).await;
+            Ok((check(&run.history), run))
+        }
+        Err(refusal) => Err(refusal),
+    };
+    let cleaned = if args.keep {
+        format!("kept: {}", setup.scope)
+    } else {
+        match setup.cleanup.run().await {
+            Ok(removed) => format!("removed {removed} ({})", setup.scope),
+            Err(error) => format!("could not remove everything under {}: {error}", setup.scope),
+        }
+    };
+    match outcome {
+        Err(Refusal::Endpoint(reason)) => not_qualified(
+            json!({
+                "backend": backend_name(backend), "run": run_id, "scope": setup.scope, "seed": seed.to_string(),
+                "verdict": "refused", "reason": reason, "cleanup": cleaned,
+            }),
+            format!(
+                "qualify {}: REFUSED — {reason}\nno torture run: Fence cannot fence anything on this endpoint\ncleanup: {cleaned}",
+                backend_name(backend)
+            ),
+        ),
+        Err(Refusal::Failed(report)) => report,
+        Ok((checked, run)) => {
+            let mut report = verdict(backend, &setup.scope, &checked, &run, &cleaned);
+            report.set_json("run", run_id.into());
+            report
+        }
+    }
+}
+
+/// Why the run did not take place.
+enum Refusal {
+    /// The endpoint ignores conditions or fencing.
+    Endpoint(String),
+    /// It could not be reached or answered an error.
+    Failed(Report),
+}
+
+fn clock_seed() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
+
+fn backend_name(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Redis => "redis",
+        Backend::S3 => "s3",
+        Backend::Postgres => "postgres",
+        Backend::Etcd => "etcd",
+        Backend::Kafka => "kafka",
+    }
+}
+
+/// The run's shape: windows of 5 operations per worker; leases long enough for the backend's
+/// round trips (Kafka's transactions, etcd's one-second lease granularity).
+fn profile(backend: Backend, seed: u64, args: &QualifyArgs) -> Profile {
+    let windows = (args.operations / (args.workers * 5)).max(1) as u32;
+    let ttl = match backend {
+        Backend::Redis => Duration::from_millis(250),
+        Backend::S3 | Backend::Postgres => Duration::from_millis(300),
+        Backend::Kafka => Duration::from_millis(400),
+        Backend::Etcd => Duration::from_secs(1),
+    };
+    let profile = Profile::new(seed, args.workers, windows, 5)
+        .lease_ttl(ttl)
+        .pause_probability(0.04);
+    if args.network_faults {
+        profile.faults(
+            (Duration::from_millis(50), Duration::from_millis(250)),
+            (Duration::from_millis(20), Duration::from_millis(200)),
+        )
+    } else {
+        profile
+    }
+}
+
+/// Connects to the backend under the run's own names, through the fault proxy if asked.
+async fn prepare(
+    targets: &Targets,
+    backend: Backend,
+    run_id: &str,
+    args: &QualifyArgs,
+) -> Prepared<Setup> {
+    let mut scoped = targets.confined(run_id);
+    let proxy = if args.network_faults {
+        let upstream = scoped.endpoint_address(backend)?;
+        let proxy = TcpProxy::start(upstream)
+            .await
+            .map_err(|e| Report::usage(format!("cannot start the fault proxy: {e}")))?;
+        scoped.route_through(backend, proxy.address())?;
+        Some(Arc::new(proxy))
+    } else {
+        None
+    };
+    let domain = |name: &str| Domain::new(name).map_err(|e| Report::usage(e.to_string()));
+    let main = domain("qualify/register")?;
+    let log_domain = domain("qualify/log")?;
+    // Kafka: one client per worker, each with its own producers as separate processes would
+    // have, so the broker's epochs fence them, not one client's bookkeeping.
+    let mut per_worker = Vec::new();
+    let (subject, leases, cleanup, domain): (Subject, Arc<dyn LeaseManager>, Cleanup, Domain) =
+        match backend {
+            Backend::Redis => {
+                let fence = scoped.redis().await?;
+                let leases = Arc::new(fence.leases());
+                let cleanup = Cleanup::redis(targets, &scoped).await?;
+                (Subject::Register(Arc::new(fence)), leases, cleanup, main)
+            }
+            Backend::S3 => {
+                // The capability probe runs before the first request (the preflight's claim).
+                let fence = scoped.s3()?;
+                let cleanup = Cleanup::s3(&scoped)?;
+                (
+                    Subject::Register(Arc::new(fence)),
+                    Arc::new(MemoryLeases::new()),
+                    cleanup,
+                    main,
+                )
+            }
+            Backend::Postgres => {
+                let fence = scoped.postgres().await?;
+                fence_postgres::migrate(fence.pool(), fence.schema())
+                    .await
+                    .map_err(|e| Report::failed(&e))?;
+                let leases = Arc::new(fence.leases());
+                let cleanup = Cleanup::postgres(&fence);
+                (Subject::Register(Arc::new(fence)), leases, cleanup, main)
+            }
+            Backend::Etcd => {
+                let etcd = scoped.etcd().await?;
+                let leases = Arc::new(etcd.leases());
+                let cleanup = Cleanup::etcd(&etcd);
+                let fence = scoped.etcd_fence(&etcd);
+                (Subject::Register(Arc::new(fence)), leases, cleanup, main)
+            }
+            Backend::Kafka => {
+                let cleanup = Cleanup::kafka(&scoped).await?;
+                let fence = scoped.kafka()?;
+                for _ in 0..args.workers {
+                    per_worker.push(Subject::Log(Arc::new(scoped.kafka()?)));
+                }
+                (
+                    Subject::Log(Arc::new(fence)),
+                    Arc::new(MemoryLeases::new()),
+                    cleanup,
+                    log_domain,
+                )
+            }
+        };
+    let mut target = match subject {
+        Subject::Register(store) => Target::new(store, leases, domain),
+        Subject::Log(log) => Target::log(log, leases, domain),
+        _ => return Err(Report::usage("qualify cannot drive this kind of target")),
+    };
+    target = target.with_clients_per_worker(per_worker);
+    if matches!(backend, Backend::S3 | Backend::Kafka) {
+        // fence-s3 and fence-kafka refuse a token below a mark they saw accepted without a
+        // request (DESIGN.md §8): such a refusal names that mark, maybe not the latest.
+        target = target.with_refusals_from_cache();
+    }
+    if let Some(proxy) = &proxy {
+        let faults: Arc<dyn Faults> = Arc::new(ProxyFaults::new(proxy.clone()));
+        target = target.with_faults(faults);
+    }
+    Ok(Setup {
+        scope: cleanup.scope(),
+        target,
+        cleanup,
+        _proxy: proxy,
+    })
+}
+
+/// A preflight failure: the endpoint refused (S3's probe found conditions ignored), or an error.
+fn refusal(error: FenceError) -> Refusal {
+    match conditions_ignored(&error) {
+        Some(reason) => Refusal::Endpoint(reason),
+        None => Refusal::Failed(Report::failed(&error)),
+    }
+}
+
+/// The reason an S3 endpoint was refused by the probe, if that is what `error` says.
+fn conditions_ignored(error: &FenceError) -> Option<String> {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        if let Some(s3 @ fence_s3::S3FenceError::ConditionsIgnored { .. }) =
+            current.downcast_ref::<fence_s3::S3FenceError>()
+        {
+            return Some(s3.to_string());
+        }
+        source = current.source();
+    }
+    None
+}
+
+/// Before any run: a stale token must be refused on a domain of the run's own (claim 2, then
+/// token 1 must be fenced and token 2 accepted).
+async fn preflight(target: &Target) -> Result<(), Refusal> {
+    let failed = refusal;
+    let domain = Domain::new("qualify/preflight").map_err(|e| failed(e.into()))?;
+    let (one, two) = (
+        FencingToken::MIN,
+        FencingToken::new(2).map_err(|e| failed(e.into()))?,
+    );
+    let stale = match &target.subject {
+        Subject::Register(store) => {
+            store.claim(&domain, two).await.map_err(failed)?;
+            let stale = store
+                .write(&WriteRequest::put(domain.clone(), one, "stale"))
+                .await;
+            store
+                .write(&WriteRequest::put(domain.clone(), two, "current"))
+                .await
+                .map_err(failed)?;
+            stale.map(|_| ())
+        }
+        Subject::Log(log) => preflight_log(&**log, &domain, one, two).await?,
+        _ => return Ok(()),
+    };
+    match stale {
+        Err(FenceError::Fenced { .. }) => Ok(()),
+        Ok(()) => Err(Refusal::Endpoint(format!(
+            "it accepted a write with token {one} after token {two} was claimed: it ignores fencing"
+        ))),
+        Err(error) => Err(refusal(error)),
+    }
+}
+
+async fn preflight_log(
+    log: &dyn FencedLog,
+    domain: &Domain,
+    one: FencingToken,
+    two: FencingToken,
+) -> Result<Result<(), FenceError>, Refusal> {
+    let failed = refusal;
+    let batch = |token, value: &str| {
+        AppendRequest::new(domain.clone(), token, vec![Record::new(value.to_owned())])
+    };
+    log.claim(domain, two).await.map_err(failed)?;
+    let stale = log.append(&batch(one, "stale")).await.map(|_| ());
+    log.append(&batch(two, "current")).await.map_err(failed)?;
+    Ok(stale)
+}
+
+fn not_qualified(json: Value, text: String) -> Report {
+    Report::not_qualified(json, text)
+}
+
+/// The verdict per property, the figures, and the exit code (0 qualified, 8 not).
+fn verdict(
+    backend: Backend,
+    scope: &str,
+    checked: &Checked,
+    run: &fence_torture::Run,
+    cleaned: &str,
+) -> Report {
+    let violated = checked.violated();
+    let mut lines = vec![format!(
+        "qualify {}: {scope}, seed {} ({} workers)",
+        backend_name(backend),
+        run.seed,
+        run.history
+            .events
+            .iter()
+            .map(|e| e.worker)
+            .filter(|w| *w != usize::MAX)
+            .max()
+            .map_or(0, |w| w + 1)
+    )];
+    let a = checked.ambiguity;
+    let faults: Vec<String> = run
+        .injected
+        .faults
+        .iter()
+        .map(|(kind, n)| format!("{kind}: {n}"))
+        .collect();
+    lines.push(format!(
+        "{} operations: {} accepted, {} fenced, {} replays, {} failed, {} ambiguous (applied {}, not applied {}, unresolved {}); {} pauses past the lease, {} takeovers, faults [{}]",
+        checked.operations, checked.accepted, checked.fenced, checked.duplicates, checked.failed,
+        a.total, a.applied, a.not_applied, a.unresolved, run.injected.pauses,
+        run.injected.acquisitions, faults.join(", ")
+    ));
+    let properties: Vec<Value> = fence_torture::Property::ALL
+        .iter()
+        .filter(|p| applies(backend, **p))
+        .map(|p| {
+            let holds = !violated.contains(p);
+            lines.push(format!(
+                "  {:<8} {}",
+                if holds { "holds" } else { "VIOLATED" },
+                p.name()
+            ));
+            json!({ "property": p.name(), "holds": holds })
+        })
+        .collect();
+    if checked.windows_skipped > 0 {
+        lines.push(format!(
+            "  ({} of {} windows too large for the linearizability search: not checked)",
+            checked.windows_skipped,
+            checked.windows_checked + checked.windows_skipped
+        ));
+    }
+    // A run that refused nobody, or accepted nothing, proves nothing.
+    let exercised = checked.fenced > 0 && checked.accepted > 0 && run.history.final_state.is_some();
+    let qualified = checked.holds() && exercised;
+    let verdict = match (checked.holds(), exercised) {
+        (true, true) => "qualified",
+        (true, false) => "inconclusive",
+        _ => "not qualified",
+    };
+    lines.push(format!("verdict: {verdict}"));
+    if !exercised {
+        lines.push(
+            "  (the run accepted nothing, refused nobody or could not read the final state: raise --operations or check the endpoint)".into(),
+        );
+    }
+    for violation in checked.violations.iter().take(3) {
+        lines.push(violation.to_string());
+    }
+    lines.push(format!("cleanup: {cleaned}"));
+    let json = json!({
+        "backend": backend_name(backend),
+        "scope": scope,
+        "seed": run.seed.to_string(),
+        "operations": checked.operations,
+        "accepted": checked.accepted,
+        "fenced": checked.fenced,
+        "ambiguous": { "total": a.total, "applied": a.applied, "not_applied": a.not_applied, "unresolved": a.unresolved },
+        "faults": run.injected.faults.iter().map(|(k, n)| (k.name().to_owned(), json!(n))).collect::<serde_json::Map<_, _>>(),
+        "properties": properties,
+        "windows_skipped": checked.windows_skipped,
+        "verdict": verdict,
+        "cleanup": cleaned,
+    });
+    if qualified {
+        Report::done(json, lines.join("\n"))
+    } else {
+        Report::not_qualified(json, lines.join("\n"))
+    }
+}
+
+/// The properties a backend's run can show: the log ones on Kafka only.
+fn applies(backend: Backend, property: fence_torture::Property) -> bool {
+    use fence_torture::Property::{FencedVisible, LogOrder};
+    backend == Backend::Kafka || !matches!(property, LogOrder | FencedVisible)
+}

@@ -1,0 +1,285 @@
+//! `fence qualify` against every local server: each qualifies (every property holds, with the
+//! network faults where the proxy can sit in front), and leaves nothing behind; s3rver, a real
+//! S3 server that ignores conditional writes, is refused without a run; settings the proxy
+//! cannot serve are usage errors.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use fence_conformance::services::unavailable;
+use fence_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
+use fence_redis::redis;
+use fence_testkit::s3 as s3_support;
+use fence_testkit::{etcd as etcd_support, kafka as kafka_support, postgres as pg_support};
+use serde_json::Value;
+use support::fence;
+
+/// A small run: 3 workers × 6 windows × 5 operations, a fixed seed.
+const SIZE: [&str; 6] = ["--workers", "3", "--operations", "90", "--seed", "7"];
+
+/// Runs `fence --json qualify BACKEND` and checks it qualified, property by property.
+fn qualifies(env: &[(&str, String)], backend: &str, network_faults: bool) -> Value {
+    let mut args = vec!["--json", "qualify", backend];
+    args.extend(SIZE);
+    if network_faults {
+        args.push("--network-faults");
+    }
+    let run = fence(env, &args, b"").expect(0);
+    let json = run.json();
+    assert_eq!(json["verdict"], "qualified", "{json}");
+    let properties = json["properties"].as_array().unwrap();
+    assert!(properties.len() >= 6, "{json}");
+    assert!(properties.iter().all(|p| p["holds"] == true), "{json}");
+    assert!(json["fenced"].as_u64().unwrap() > 0, "{json}");
+    assert!(json["accepted"].as_u64().unwrap() > 0, "{json}");
+    if network_faults {
+        assert!(
+            !json["faults"].as_object().unwrap().is_empty(),
+            "no fault injected: {json}"
+        );
+    }
+    assert!(
+        json["cleanup"].as_str().unwrap().starts_with("removed "),
+        "{json}"
+    );
+    json
+}
+
+fn run_id(json: &Value) -> String {
+    json["run"].as_str().unwrap().to_owned()
+}
+
+async fn keys_matching(url: &str, pattern: &str) -> usize {
+    let mut connection = fence_testkit::redis::raw(url).await;
+    let mut cursor = 0u64;
+    let mut found = 0;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .query_async(&mut connection)
+            .await
+            .unwrap();
+        found += keys.len();
+        if next == 0 {
+            return found;
+        }
+        cursor = next;
+    }
+}
+
+#[tokio::test]
+async fn redis_qualifies_and_is_cleaned_up() {
+    let (Some(url), Some(nodes)) = (
+        fence_testkit::redis::shared_url(),
+        fence_testkit::redis::shared_cluster(),
+    ) else {
+        return;
+    };
+    let prefix = fence_testkit::redis::unique_prefix("qualify");
+    let env = vec![
+        ("FENCE_REDIS_URL", url.clone()),
+        ("FENCE_REDIS_PREFIX", prefix.clone()),
+    ];
+    let json = qualifies(&env, "redis", true);
+    let pattern = format!("{prefix}:qualify-{}:*", run_id(&json));
+    assert_eq!(keys_matching(&url, &pattern).await, 0, "{pattern} left");
+    // A Redis Cluster: no proxy (it tells clients its nodes' addresses), cleanup on every node.
+    let env = vec![
+        ("FENCE_REDIS_CLUSTER", nodes.join(",")),
+        ("FENCE_REDIS_PREFIX", prefix.clone()),
+    ];
+    let json = qualifies(&env, "redis", false);
+    let pattern = format!("{prefix}:qualify-{}:*", run_id(&json));
+    for node in &nodes {
+        assert_eq!(
+            keys_matching(node, &pattern).await,
+            0,
+            "{pattern} on {node}"
+        );
+    }
+    let refused = fence(&env, &["qualify", "redis", "--network-faults"], b"").expect(2);
+    assert!(refused.stderr.contains("Cluster"), "{}", refused.stderr);
+}
+
+fn s3_env(endpoint: &str, access: &str, secret: &str, prefix: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("FENCE_S3_ENDPOINT", endpoint.to_owned()),
+        ("FENCE_S3_BUCKET", s3_support::BUCKET.into()),
+        ("FENCE_S3_ACCESS_KEY", access.to_owned()),
+        ("FENCE_S3_SECRET_KEY", secret.to_owned()),
+        ("FENCE_S3_PREFIX", prefix.to_owned()),
+    ]
+}
+
+async fn objects_under(client: &fence_s3::aws_sdk_s3::Client, prefix: &str) -> usize {
+    let listed = client
+        .list_objects_v2()
+        .bucket(s3_support::BUCKET)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap();
+    listed.contents().len()
+}
+
+#[tokio::test]
+async fn s3_qualifies_and_is_cleaned_up() {
+    let Some(endpoint) = s3_support::shared_endpoint() else {
+        return;
+    };
+    let prefix = s3_support::unique_prefix("qualify");
+    let env = s3_env(
+        &endpoint,
+        s3_support::ACCESS_KEY,
+        s3_support::SECRET_KEY,
+        &prefix,
+    );
+    let json = qualifies(&env, "s3", true);
+    let client = s3_support::client(&endpoint);
+    let run_prefix = format!("{prefix}qualify-{}/", run_id(&json));
+    assert_eq!(objects_under(&client, &run_prefix).await, 0, "{run_prefix}");
+}
+
+/// s3rver on a port of its own, killed when dropped.
+struct S3rver(Child);
+
+impl Drop for S3rver {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn an_s3_server_that_ignores_conditions_is_refused() {
+    let binary = std::env::var("FENCE_S3RVER_BIN").map(PathBuf::from);
+    let Some(binary) = binary.ok().filter(|b| b.exists()) else {
+        unavailable("s3rver (set FENCE_S3RVER_BIN or run scripts/test)");
+        return;
+    };
+    let port = fence_testkit::free_port();
+    let dir = fence_testkit::data_root("s3rver-tests").join(fence_testkit::unique_suffix());
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = S3rver(
+        Command::new(binary)
+            .args(["-d"])
+            .arg(&dir)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--configure-bucket", s3_support::BUCKET])
+            .args(["--allow-mismatched-signatures", "--silent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start s3rver"),
+    );
+    let address = format!("127.0.0.1:{port}");
+    for _ in 0..100 {
+        if fence_testkit::listens(&address) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(fence_testkit::listens(&address), "s3rver never listened");
+    let env = s3_env(&format!("http://{address}"), "S3RVER", "S3RVER", "");
+    let mut args = vec!["--json", "qualify", "s3"];
+    args.extend(SIZE);
+    let run = fence(&env, &args, b"").expect(8);
+    let json = run.json();
+    assert_eq!(json["verdict"], "refused", "{json}");
+    let reason = json["reason"].as_str().unwrap();
+    assert!(reason.contains("ignores conditional writes"), "{reason}");
+    assert!(json.get("operations").is_none(), "a run took place: {json}");
+    // Text output says so too.
+    let text = fence(&env, &["qualify", "s3"], b"").expect(8);
+    assert!(text.stdout.contains("REFUSED"), "{}", text.stdout);
+    drop(server);
+}
+
+#[tokio::test]
+async fn postgres_qualifies_and_its_schema_is_dropped() {
+    let Some(url) = pg_support::shared_url() else {
+        return;
+    };
+    let schema = pg_support::unique_schema("qualify");
+    let env = vec![
+        ("FENCE_POSTGRES_URL", url.clone()),
+        ("FENCE_POSTGRES_SCHEMA", schema.clone()),
+    ];
+    let json = qualifies(&env, "postgres", true);
+    let pool = pg_support::pool(&url).await;
+    let left: i64 = fence_postgres::sqlx::query_scalar(
+        "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1",
+    )
+    .bind(format!("{schema}_qualify_{}", run_id(&json)))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn etcd_qualifies_and_is_cleaned_up() {
+    let Some(endpoints) = etcd_support::shared_endpoints() else {
+        return;
+    };
+    let prefix = etcd_support::unique_prefix("qualify");
+    let env = vec![
+        ("FENCE_ETCD_ENDPOINTS", endpoints[0].clone()),
+        ("FENCE_ETCD_PREFIX", prefix.clone()),
+    ];
+    let json = qualifies(&env, "etcd", true);
+    let mut client = fence_etcd::etcd_client::Client::connect(&endpoints, None)
+        .await
+        .unwrap();
+    let left = client
+        .get(
+            prefix.as_str(),
+            Some(
+                fence_etcd::etcd_client::GetOptions::new()
+                    .with_prefix()
+                    .with_count_only(),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(left.count(), 0, "{json}");
+}
+
+#[tokio::test]
+async fn kafka_qualifies_and_its_topics_are_deleted() {
+    let Some(bootstrap) = kafka_support::shared_bootstrap() else {
+        return;
+    };
+    let topic = kafka_support::unique("qualify");
+    let env = vec![
+        ("FENCE_KAFKA_BOOTSTRAP", bootstrap.clone()),
+        ("FENCE_KAFKA_TOPIC", topic.clone()),
+    ];
+    let json = qualifies(&env, "kafka", false);
+    let properties = json["properties"].as_array().unwrap();
+    assert!(
+        properties
+            .iter()
+            .any(|p| p["property"] == "no fenced or failed batch visible"),
+        "{json}"
+    );
+    let data = format!("{topic}-qualify-{}", run_id(&json));
+    let consumer: BaseConsumer = kafka_support::client_config(&bootstrap).create().unwrap();
+    let metadata = consumer
+        .fetch_metadata(None, std::time::Duration::from_secs(10))
+        .unwrap();
+    assert!(
+        metadata
+            .topics()
+            .iter()
+            .all(|t| !t.name().starts_with(&data)),
+        "{data} left"
+    );
+    let refused = fence(&env, &["qualify", "kafka", "--network-faults"], b"").expect(2);
+    assert!(refused.stderr.contains("Kafka"), "{}", refused.stderr);
+}
