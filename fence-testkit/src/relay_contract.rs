@@ -7,8 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fence_core::{Domain, FencingToken};
-use fence_outbox::{EntryStatus, OutboxEntry, OutboxError, Relay, RelayConfig, Sink};
+use fence_core::{splitmix64, Domain, FenceError, FencingToken};
+use fence_outbox::{
+    EntryStatus, OutboxEntry, OutboxError, Relay, RelayConfig, RelayHandle, RelayReport, Sink,
+};
 use tokio::sync::{watch, Notify};
 
 use crate::outbox::{
@@ -76,6 +78,7 @@ macro_rules! relay_contract_tests {
             a_paused_relay_cannot_complete_after_its_successor,
             domains_are_served_concurrently_each_in_order,
             delivered_entries_are_purged_after_the_retention_window_dead_letters_stay,
+            relays_under_torture_deliver_each_accepted_effect_once_in_order,
         );
     };
 }
@@ -552,4 +555,184 @@ impl Sink for SlowSink {
         note(false);
         Ok(())
     }
+}
+
+/// A seeded random number stream (`FENCE_TORTURE_SEED` or the default), for the torture run.
+struct Seeded(u64);
+
+impl Seeded {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = splitmix64(self.0);
+        self.0 % n
+    }
+}
+
+/// What the relay torture's chaos did.
+#[derive(Debug, Default)]
+struct Chaos {
+    relays: usize,
+    crashes: usize,
+    expiries: usize,
+    reports: Vec<RelayReport>,
+}
+
+/// The outbox relay under torture (DESIGN.md §11): while writers record payments on four
+/// domains — new owners taking over at random and their predecessors writing on with the old
+/// token — relays are killed mid-work and have their lease ended under them (the old relay
+/// runs on as a zombie next to its successor), and the receiver fails and loses replies. Every
+/// transition refused as stale left no effect; every accepted one is delivered exactly once,
+/// in order per domain; zombie relays' marks are fenced. The seed is printed (and replays the
+/// choices with `FENCE_TORTURE_SEED`).
+pub async fn relays_under_torture_deliver_each_accepted_effect_once_in_order(
+    o: &dyn OutboxUnderTest,
+) {
+    let seed = std::env::var("FENCE_TORTURE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(71u64);
+    let steps = if std::env::var("FENCE_TORTURE_PROFILE").is_ok_and(|p| p == "full") {
+        2000
+    } else {
+        120
+    };
+    let server = WebhookServer::start().await;
+    let domains: Vec<Domain> = (0..4).map(|i| domain(&format!("order-t{i}"))).collect();
+    let (done, finished) = watch::channel(false);
+    let writers = async {
+        let mut rng = Seeded(seed);
+        let mut tokens = [1u64; 4];
+        let mut accepted_with = [0u64; 4];
+        let (mut accepted, mut refused) = (Vec::new(), Vec::new());
+        for step in 0..steps {
+            let d = rng.below(4) as usize;
+            if rng.below(5) == 0 {
+                tokens[d] += 1;
+            }
+            // A predecessor writing on: certainly stale once its successor's token applied.
+            let zombie = tokens[d] > 1 && accepted_with[d] == tokens[d] && rng.below(4) == 0;
+            let t = if zombie { tokens[d] - 1 } else { tokens[d] };
+            let path = ["/ok", "/ok", "/fail/1", "/lost/1"][rng.below(4) as usize];
+            let payload = format!("{}#{step}", domains[d].as_str());
+            let result = o
+                .pay(
+                    &domains[d],
+                    token(t),
+                    &format!("p{step}"),
+                    &server.url(path),
+                    &payload,
+                )
+                .await;
+            match (zombie, result) {
+                (false, Ok(1)) => {
+                    accepted_with[d] = t;
+                    accepted.push(payload);
+                }
+                (true, Err(OutboxError::Fence(FenceError::Fenced { .. }))) => refused.push(payload),
+                (zombie, other) => panic!(
+                    "seed {seed}: payment {payload} with token {t} (stale: {zombie}) answered {other:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(rng.below(40))).await;
+        }
+        done.send_replace(true);
+        (accepted, refused)
+    };
+    let chaos = async {
+        let mut rng = Seeded(seed.rotate_left(17) ^ 0xC4A05);
+        let mut chaos = Chaos::default();
+        let mut live: Vec<RelayHandle> = Vec::new();
+        let spawn = |chaos: &mut Chaos| {
+            chaos.relays += 1;
+            relay(o, webhook(), fast_relay(&format!("relay-{}", chaos.relays))).spawn()
+        };
+        live.push(spawn(&mut chaos));
+        while !*finished.borrow() {
+            tokio::time::sleep(Duration::from_millis(50 + rng.below(150))).await;
+            match rng.below(3) {
+                0 => {
+                    // A crash: the relay dies wherever it is; its lease ends as its TTL would.
+                    if let Some(victim) = live.pop() {
+                        victim.abort();
+                        chaos.crashes += 1;
+                    }
+                    o.expire_relay_lease().await;
+                    live.push(spawn(&mut chaos));
+                }
+                1 => {
+                    // A pause past the lease: the holder runs on as a zombie beside its successor.
+                    o.expire_relay_lease().await;
+                    chaos.expiries += 1;
+                    live.push(spawn(&mut chaos));
+                }
+                _ => {}
+            }
+        }
+        (chaos, live)
+    };
+    let ((accepted, refused), (mut chaos, live)) = tokio::join!(writers, chaos);
+    let entries = wait_for(o, &domains, Duration::from_secs(60), |e| {
+        e.len() == accepted.len() && all_settled(e)
+    })
+    .await;
+    for handle in live {
+        match handle.shutdown().await {
+            Ok(report) => chaos.reports.push(report),
+            Err(error) => panic!("seed {seed}: a relay failed: {error}"),
+        }
+    }
+    let fenced: u64 = chaos.reports.iter().map(|r| r.fenced).sum();
+    let line = format!(
+        "torture outbox relay: seed {seed} payments {} accepted {} refused {} relays {} crashes {} \
+         lease takeovers {} marks refused to surviving relays {fenced} requests {} applied {}",
+        steps,
+        accepted.len(),
+        refused.len(),
+        chaos.relays,
+        chaos.crashes,
+        chaos.expiries,
+        server.total_requests(),
+        server.applied().len(),
+    );
+    println!("{line}");
+    if let Ok(path) = std::env::var("FENCE_TORTURE_REPORT") {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            use std::io::Write as _;
+            let _ = writeln!(file, "{line}");
+        }
+    }
+    assert_eq!(
+        delivered(&entries),
+        accepted.len(),
+        "seed {seed}: {entries:#?}"
+    );
+    assert_exactly_once_in_order(&server, &entries);
+    let applied: Vec<String> = server
+        .applied()
+        .into_iter()
+        .map(|a| String::from_utf8_lossy(&a.payload).into_owned())
+        .collect();
+    for payload in &refused {
+        assert!(
+            !applied.contains(payload),
+            "seed {seed}: the refused payment {payload} was delivered"
+        );
+    }
+    for payload in &accepted {
+        assert!(
+            applied.contains(payload),
+            "seed {seed}: {payload} never delivered"
+        );
+    }
+    assert!(
+        !refused.is_empty(),
+        "seed {seed}: no stale payment was tried: {line}"
+    );
+    assert!(
+        chaos.crashes > 0 && chaos.expiries > 0,
+        "seed {seed}: relays were not both crashed and overtaken: {line}"
+    );
 }

@@ -433,6 +433,13 @@ impl Worker {
     ) -> (Vec<Event>, Injected) {
         for window in 0..profile.windows {
             barrier.wait().await;
+            // The window's anchor: one read before any other operation of the window, so the
+            // checker can start a window from a known state (after one it could not search).
+            if self.id == 0 {
+                self.record(target, window, Op::Read, profile.operation_timeout)
+                    .await;
+            }
+            barrier.wait().await;
             for _ in 0..profile.operations_per_window {
                 self.step(profile, target, window).await;
             }

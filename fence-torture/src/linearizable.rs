@@ -147,6 +147,9 @@ pub(crate) fn check_windows(
             .push((index, event));
     }
     let mut starts: Vec<Start<'_>> = vec![(Register::FRESH, Vec::new())];
+    // After a window the search gave up on: its possibly pending ambiguous operations, until a
+    // window's anchor read gives a known start state again.
+    let mut lost: Option<Vec<Candidate<'_>>> = None;
     for (window, members) in by_window {
         let mut own = Vec::new();
         for (index, event) in members {
@@ -175,6 +178,19 @@ pub(crate) fn check_windows(
                     event.completed
                 },
             });
+        }
+        if let Some(pending) = lost.take() {
+            match anchor(&own) {
+                Some(start) => starts = vec![(start, pending)],
+                None => {
+                    // No known start: this window is skipped too, its ambiguities pend on.
+                    windows.skipped += 1;
+                    let mut pending = pending;
+                    pending.extend(own.into_iter().filter(|c| c.optional.is_some()));
+                    lost = Some(pending);
+                    continue;
+                }
+            }
         }
         let mut next: Vec<Start<'_>> = Vec::new();
         let mut explained = false;
@@ -214,10 +230,17 @@ pub(crate) fn check_windows(
             }
         }
         if too_large {
-            // Without this window's end states the rest of the run has no start state: the
-            // windows from here on are counted as skipped, not checked.
+            // Without this window's end states the next window starts from its anchor read
+            // (the engine reads before any other operation of a window), with every ambiguous
+            // operation of this window and those carried into it possibly still to apply.
             windows.skipped += 1;
-            return windows;
+            let mut pending: Vec<Candidate<'_>> = starts
+                .iter()
+                .flat_map(|(_, carried)| carried.iter().cloned())
+                .collect();
+            pending.extend(own.into_iter().filter(|c| c.optional.is_some()));
+            lost = Some(pending);
+            continue;
         }
         windows.checked += 1;
         if !explained {
@@ -236,6 +259,20 @@ pub(crate) fn check_windows(
         starts = next;
     }
     windows
+}
+
+/// The state a window starts from when its first operation is a read that completed before any
+/// other of its operations began (the engine's anchor read).
+fn anchor(own: &[Candidate<'_>]) -> Option<Register> {
+    let first = own.iter().min_by_key(|c| c.invoked)?;
+    let Outcome::Read { mark, entry } = first.event.outcome else {
+        return None;
+    };
+    let quiet = own
+        .iter()
+        .filter(|c| !std::ptr::eq(c.event, first.event))
+        .all(|c| c.invoked > first.event.completed);
+    quiet.then_some(Register { mark, entry })
 }
 
 fn same(a: &[Candidate<'_>], b: &[Candidate<'_>]) -> bool {

@@ -462,3 +462,47 @@ fn a_lost_torn_or_repeated_batch_is_caught() {
         "{report:?}"
     );
 }
+
+#[test]
+fn the_search_restarts_from_the_anchor_read_after_a_window_it_gave_up_on() {
+    // Window 0 is too large to search (129 concurrent reads); window 1 starts with the engine's
+    // anchor read, then holds a write whose revision a later read does not show.
+    let mut events: Vec<Event> = (0..129)
+        .map(|i| read(i % 4, (i as u64, 1000), None, SeenEntry::Absent))
+        .collect();
+    events.push(claim(
+        0,
+        2,
+        (1100, 1110),
+        Outcome::Claimed { previous: None },
+    ));
+    let mut next = vec![
+        read(0, (2000, 2010), Some(2), SeenEntry::Absent),
+        put(0, 2, 7, (2020, 2030), written(1, Some(2))),
+        read(1, (2040, 2050), Some(2), value(7, 2, 1)),
+    ];
+    for event in &mut next {
+        event.window = 1;
+    }
+    let good = history(
+        events.iter().cloned().chain(next.clone()).collect(),
+        (Some(2), value(7, 2, 1)),
+    );
+    let report = check(&good);
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!((report.windows_skipped, report.windows_checked), (1, 1));
+    // The same second window, its last read answering a state no order gives: caught there.
+    next[2].outcome = Outcome::Read {
+        mark: Some(2),
+        entry: value(8, 2, 1),
+    };
+    let bad = history(
+        events.into_iter().chain(next).collect(),
+        (Some(2), value(7, 2, 1)),
+    );
+    let report = check(&bad);
+    assert!(
+        report.violated().contains(&Property::NotLinearizable),
+        "{report:?}"
+    );
+}
