@@ -102,7 +102,7 @@ impl Cleanup {
             Cleanup::Redis { prefix, .. } => format!("Redis keys {prefix}:*"),
             Cleanup::S3 { bucket, prefix, .. } => format!("objects s3://{bucket}/{prefix}"),
             Cleanup::Postgres { schema, .. } => format!("PostgreSQL schema {schema}"),
-            Cleanup::Etcd { etcd } => format!("etcd keys {}*", etcd.prefix()),
+            Cleanup::Etcd { etcd } => format!("etcd keys {}/*", etcd.prefix()),
             Cleanup::Kafka { topics, .. } => format!("Kafka topics {}", topics.join(", ")),
         }
     }
@@ -129,10 +129,12 @@ impl Cleanup {
                     .map_err(|e| e.to_string())
             }
             Cleanup::Etcd { etcd } => {
+                // Every key of the fence is `<prefix>/...`: the slash keeps a longer prefix
+                // that merely starts with this one out of the range.
                 let options = fence_etcd::etcd_client::DeleteOptions::new().with_prefix();
                 etcd.client()
                     .kv_client()
-                    .delete(etcd.prefix(), Some(options))
+                    .delete(format!("{}/", etcd.prefix()), Some(options))
                     .await
                     .map(|r| format!("{} keys", r.deleted()))
                     .map_err(|e| e.to_string())
