@@ -9,7 +9,7 @@ use fence_postgres::PostgresFence;
 use fence_redis::redis;
 
 use crate::report::Report;
-use crate::targets::Targets;
+use crate::targets::{with_authority, Targets};
 
 /// What to remove after a run, and where.
 pub(crate) enum Cleanup {
@@ -42,13 +42,13 @@ pub(crate) enum Cleanup {
 }
 
 impl Cleanup {
-    pub(crate) async fn redis(targets: &Targets, scoped: &Targets) -> Result<Self, Report> {
+    pub(crate) fn redis(targets: &Targets, scoped: &Targets) -> Self {
         let (nodes, cluster) = targets.redis_nodes();
-        Ok(Cleanup::Redis {
+        Cleanup::Redis {
             nodes,
             prefix: scoped.redis_key_prefix().to_owned(),
             cluster,
-        })
+        }
     }
 
     pub(crate) fn s3(scoped: &Targets) -> Result<Self, Report> {
@@ -86,12 +86,21 @@ impl Cleanup {
             .create_topics(&new, &AdminOptions::new())
             .await
             .map_err(|e| Report::usage(format!("creating the run's topics: {e}")))?;
-        for result in results {
-            result.map_err(|(topic, code)| {
-                Report::usage(format!(
-                    "creating topic {topic}: {code} (qualify needs the CreateTopics and DeleteTopics ACLs on its topics)"
-                ))
-            })?;
+        let created: Vec<String> = results
+            .iter()
+            .filter_map(|r| r.as_ref().ok().cloned())
+            .collect();
+        if let Some((topic, code)) = results.into_iter().find_map(Result::err) {
+            // Remove what was created before the refusal.
+            let _ = (Cleanup::Kafka {
+                config,
+                topics: created,
+            })
+            .run()
+            .await;
+            return Err(Report::usage(format!(
+                "creating topic {topic}: {code} (qualify needs the CreateTopics and DeleteTopics ACLs on its topics)"
+            )));
         }
         Ok(Cleanup::Kafka { config, topics })
     }
@@ -121,12 +130,19 @@ impl Cleanup {
                 prefix,
             } => s3_cleanup(client, bucket, prefix).await,
             Cleanup::Postgres { pool, schema } => {
+                let existed: bool = fence_postgres::sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = $1)",
+                )
+                .bind(schema)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| e.to_string())?;
                 // The schema name was validated by PostgresFence (an identifier).
                 fence_postgres::sqlx::query(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
                     .execute(pool)
                     .await
-                    .map(|_| "1 schema".to_owned())
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| e.to_string())?;
+                Ok(if existed { "1 schema" } else { "0 schemas" }.to_owned())
             }
             Cleanup::Etcd { etcd } => {
                 // Every key of the fence is `<prefix>/...`: the slash keeps a longer prefix
@@ -169,10 +185,53 @@ fn key_pattern(prefix: &str) -> String {
     pattern
 }
 
+/// A Redis Cluster's masters, as URLs like the configured `seed`'s (scheme and credentials
+/// kept), from `CLUSTER NODES`: keys live on masters, and a replica refuses DEL.
+async fn cluster_masters(seed: &str) -> Result<Vec<String>, String> {
+    let client = redis::Client::open(seed).map_err(|e| e.to_string())?;
+    let mut connection = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut connection)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut masters = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (Some(address), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        let flags: Vec<&str> = flags.split(',').collect();
+        if !flags.contains(&"master") || flags.iter().any(|f| *f == "fail" || *f == "noaddr") {
+            continue;
+        }
+        // `ip:port@cport[,hostname]`
+        let address = address.split(['@', ',']).next().unwrap_or_default();
+        let url = with_authority(seed, address).ok_or_else(|| {
+            format!(
+                "cannot form a URL for node {address} from {}",
+                seed.split("://").next().unwrap_or("the seed")
+            )
+        })?;
+        masters.push(url);
+    }
+    if masters.is_empty() {
+        return Err("CLUSTER NODES named no master".into());
+    }
+    Ok(masters)
+}
+
 async fn redis_cleanup(nodes: &[String], prefix: &str, cluster: bool) -> Result<String, String> {
     let pattern = key_pattern(prefix);
     let mut removed = 0usize;
-    for node in nodes {
+    let nodes = match (cluster, nodes.first()) {
+        (true, Some(seed)) => cluster_masters(seed).await?,
+        _ => nodes.to_vec(),
+    };
+    for node in &nodes {
         let client = redis::Client::open(node.as_str()).map_err(|e| e.to_string())?;
         let mut connection = client
             .get_multiplexed_async_connection()

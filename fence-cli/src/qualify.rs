@@ -7,11 +7,11 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use fence_conformance::proxy::TcpProxy;
 use fence_core::{
-    AppendRequest, Domain, FenceError, FencedLog, FencedStore, FencingToken, LeaseManager,
-    MemoryLeases, Record, WriteRequest,
+    AppendRequest, Domain, FenceError, FencedStore, FencingToken, LeaseManager, MemoryLeases,
+    Record, WriteRequest,
 };
 use fence_torture::{
     check, engine, Faults, Profile, ProxyFaults, Report as Checked, Subject, Target,
@@ -51,6 +51,9 @@ struct Setup {
     /// What the run is confined to, for people.
     scope: String,
     target: Target,
+    /// A second client, with nothing cached, for the preflight's stale write: its refusal
+    /// must come from what the resource holds.
+    fresh: Subject,
     cleanup: Cleanup,
     /// Kept alive for the run.
     _proxy: Option<Arc<TcpProxy>>,
@@ -72,8 +75,7 @@ pub(crate) async fn run(targets: &Targets, backend: Backend, args: &QualifyArgs)
         Ok(setup) => setup,
         Err(report) => return report,
     };
-    let preflight = preflight(&setup.target).await;
-    let outcome = match preflight {
+    let outcome = match preflight(&setup.target, &setup.fresh).await {
         Ok(()) => {
             let profile = profile(backend, seed, args);
             let run = engine::run(&profile, &setup.target).await;
@@ -82,31 +84,44 @@ pub(crate) async fn run(targets: &Targets, backend: Backend, args: &QualifyArgs)
         Err(refusal) => Err(refusal),
     };
     let cleaned = if args.keep {
-        format!("kept: {}", setup.scope)
+        Ok(format!("kept: {}", setup.scope))
     } else {
-        match setup.cleanup.run().await {
-            Ok(removed) => format!("removed {removed} ({})", setup.scope),
-            Err(error) => format!("could not remove everything under {}: {error}", setup.scope),
-        }
+        setup
+            .cleanup
+            .run()
+            .await
+            .map(|removed| format!("removed {removed} ({})", setup.scope))
+            .map_err(|error| format!("could not remove everything ({}): {error}", setup.scope))
     };
-    match outcome {
-        Err(Refusal::Endpoint(reason)) => not_qualified(
+    let name = backend_name(backend);
+    let mut report = match outcome {
+        Err(Refusal::Endpoint(reason)) => Report::not_qualified(
             json!({
-                "backend": backend_name(backend), "run": run_id, "scope": setup.scope, "seed": seed.to_string(),
-                "verdict": "refused", "reason": reason, "cleanup": cleaned,
+                "backend": name, "scope": setup.scope, "seed": seed.to_string(),
+                "verdict": "refused", "reason": reason,
             }),
             format!(
-                "qualify {}: REFUSED — {reason}\nno torture run: Fence cannot fence anything on this endpoint\ncleanup: {cleaned}",
-                backend_name(backend)
+                "qualify {name}: REFUSED — {reason}\nno torture run: Fence cannot fence anything on this endpoint"
             ),
         ),
         Err(Refusal::Failed(report)) => report,
-        Ok((checked, run)) => {
-            let mut report = verdict(backend, &setup.scope, &checked, &run, &cleaned);
-            report.set_json("run", run_id.into());
-            report
-        }
+        Ok((checked, run)) => verdict(backend, &setup.scope, &checked, &run),
+    };
+    report.note("run", run_id.into(), None);
+    let (text, failed) = match &cleaned {
+        Ok(text) => (text.clone(), false),
+        Err(text) => (text.clone(), true),
+    };
+    report.note(
+        "cleanup",
+        text.clone().into(),
+        Some(&format!("cleanup: {text}")),
+    );
+    if failed {
+        // Left-over state is a failure of its own, even after a good verdict.
+        report.fail_if_done("cleanup_failed");
     }
+    report
 }
 
 /// Why the run did not take place.
@@ -123,14 +138,11 @@ fn clock_seed() -> u64 {
         .map_or(1, |d| d.as_nanos() as u64)
 }
 
-fn backend_name(backend: Backend) -> &'static str {
-    match backend {
-        Backend::Redis => "redis",
-        Backend::S3 => "s3",
-        Backend::Postgres => "postgres",
-        Backend::Etcd => "etcd",
-        Backend::Kafka => "kafka",
-    }
+/// The backend's name as the command line spells it.
+fn backend_name(backend: Backend) -> String {
+    backend
+        .to_possible_value()
+        .map_or_else(|| format!("{backend:?}"), |v| v.get_name().to_owned())
 }
 
 /// The run's shape: windows of 5 operations per worker; leases long enough for the backend's
@@ -156,6 +168,17 @@ fn profile(backend: Backend, seed: u64, args: &QualifyArgs) -> Profile {
     }
 }
 
+/// The clients of one backend: the main one, a fresh one for the preflight, one per worker
+/// where clients cache marks (S3, Kafka: each worker then has its own, as processes would),
+/// the lease backend, and what to remove afterwards.
+struct Clients {
+    subject: Subject,
+    fresh: Subject,
+    per_worker: Vec<Subject>,
+    leases: Arc<dyn LeaseManager>,
+    cleanup: Cleanup,
+}
+
 /// Connects to the backend under the run's own names, through the fault proxy if asked.
 async fn prepare(
     targets: &Targets,
@@ -175,66 +198,18 @@ async fn prepare(
         None
     };
     let domain = |name: &str| Domain::new(name).map_err(|e| Report::usage(e.to_string()));
-    let main = domain("qualify/register")?;
-    let log_domain = domain("qualify/log")?;
-    // Kafka: one client per worker, each with its own producers as separate processes would
-    // have, so the broker's epochs fence them, not one client's bookkeeping.
-    let mut per_worker = Vec::new();
-    let (subject, leases, cleanup, domain): (Subject, Arc<dyn LeaseManager>, Cleanup, Domain) =
-        match backend {
-            Backend::Redis => {
-                let fence = scoped.redis().await?;
-                let leases = Arc::new(fence.leases());
-                let cleanup = Cleanup::redis(targets, &scoped).await?;
-                (Subject::Register(Arc::new(fence)), leases, cleanup, main)
-            }
-            Backend::S3 => {
-                // The capability probe runs before the first request (the preflight's claim).
-                let fence = scoped.s3()?;
-                let cleanup = Cleanup::s3(&scoped)?;
-                (
-                    Subject::Register(Arc::new(fence)),
-                    Arc::new(MemoryLeases::new()),
-                    cleanup,
-                    main,
-                )
-            }
-            Backend::Postgres => {
-                let fence = scoped.postgres().await?;
-                fence_postgres::migrate(fence.pool(), fence.schema())
-                    .await
-                    .map_err(|e| Report::failed(&e))?;
-                let leases = Arc::new(fence.leases());
-                let cleanup = Cleanup::postgres(&fence);
-                (Subject::Register(Arc::new(fence)), leases, cleanup, main)
-            }
-            Backend::Etcd => {
-                let etcd = scoped.etcd().await?;
-                let leases = Arc::new(etcd.leases());
-                let cleanup = Cleanup::etcd(&etcd);
-                let fence = scoped.etcd_fence(&etcd);
-                (Subject::Register(Arc::new(fence)), leases, cleanup, main)
-            }
-            Backend::Kafka => {
-                let cleanup = Cleanup::kafka(&scoped).await?;
-                let fence = scoped.kafka()?;
-                for _ in 0..args.workers {
-                    per_worker.push(Subject::Log(Arc::new(scoped.kafka()?)));
-                }
-                (
-                    Subject::Log(Arc::new(fence)),
-                    Arc::new(MemoryLeases::new()),
-                    cleanup,
-                    log_domain,
-                )
-            }
-        };
-    let mut target = match subject {
-        Subject::Register(store) => Target::new(store, leases, domain),
-        Subject::Log(log) => Target::log(log, leases, domain),
+    let domain = if backend == Backend::Kafka {
+        domain("qualify/log")?
+    } else {
+        domain("qualify/register")?
+    };
+    let clients = clients(targets, &scoped, backend, args.workers).await?;
+    let mut target = match clients.subject {
+        Subject::Register(store) => Target::new(store, clients.leases, domain),
+        Subject::Log(log) => Target::log(log, clients.leases, domain),
         _ => return Err(Report::usage("qualify cannot drive this kind of target")),
     };
-    target = target.with_clients_per_worker(per_worker);
+    target = target.with_clients_per_worker(clients.per_worker);
     if matches!(backend, Backend::S3 | Backend::Kafka) {
         // fence-s3 and fence-kafka refuse a token below a mark they saw accepted without a
         // request (DESIGN.md §8): such a refusal names that mark, maybe not the latest.
@@ -245,10 +220,89 @@ async fn prepare(
         target = target.with_faults(faults);
     }
     Ok(Setup {
-        scope: cleanup.scope(),
+        scope: clients.cleanup.scope(),
         target,
-        cleanup,
+        fresh: clients.fresh,
+        cleanup: clients.cleanup,
         _proxy: proxy,
+    })
+}
+
+/// Builds every client before creating anything at the resource, and removes what it created
+/// when a later step fails.
+async fn clients(
+    targets: &Targets,
+    scoped: &Targets,
+    backend: Backend,
+    workers: usize,
+) -> Prepared<Clients> {
+    Ok(match backend {
+        Backend::Redis => {
+            let fence = scoped.redis().await?;
+            let fresh = scoped.redis().await?;
+            Clients {
+                leases: Arc::new(fence.leases()),
+                subject: Subject::Register(Arc::new(fence)),
+                fresh: Subject::Register(Arc::new(fresh)),
+                per_worker: Vec::new(),
+                cleanup: Cleanup::redis(targets, scoped),
+            }
+        }
+        Backend::S3 => {
+            // The capability probe runs before each client's first request (the preflight's
+            // claim, for the main one).
+            let mut per_worker = Vec::new();
+            for _ in 0..workers {
+                per_worker.push(Subject::Register(Arc::new(scoped.s3()?)));
+            }
+            Clients {
+                subject: Subject::Register(Arc::new(scoped.s3()?)),
+                fresh: Subject::Register(Arc::new(scoped.s3()?)),
+                per_worker,
+                leases: Arc::new(MemoryLeases::new()),
+                cleanup: Cleanup::s3(scoped)?,
+            }
+        }
+        Backend::Postgres => {
+            let fence = scoped.postgres().await?;
+            let cleanup = Cleanup::postgres(&fence);
+            if let Err(error) = fence_postgres::migrate(fence.pool(), fence.schema()).await {
+                let _ = cleanup.run().await;
+                return Err(Report::failed(&error));
+            }
+            Clients {
+                leases: Arc::new(fence.leases()),
+                fresh: Subject::Register(Arc::new(fence.clone())),
+                subject: Subject::Register(Arc::new(fence)),
+                per_worker: Vec::new(),
+                cleanup,
+            }
+        }
+        Backend::Etcd => {
+            let etcd = scoped.etcd().await?;
+            Clients {
+                leases: Arc::new(etcd.leases()),
+                subject: Subject::Register(Arc::new(scoped.etcd_fence(&etcd))),
+                fresh: Subject::Register(Arc::new(scoped.etcd_fence(&etcd))),
+                per_worker: Vec::new(),
+                cleanup: Cleanup::etcd(&etcd),
+            }
+        }
+        Backend::Kafka => {
+            let mut per_worker = Vec::new();
+            for _ in 0..workers {
+                per_worker.push(Subject::Log(Arc::new(scoped.kafka()?)));
+            }
+            let (subject, fresh) = (scoped.kafka()?, scoped.kafka()?);
+            Clients {
+                subject: Subject::Log(Arc::new(subject)),
+                fresh: Subject::Log(Arc::new(fresh)),
+                per_worker,
+                leases: Arc::new(MemoryLeases::new()),
+                // Last: it creates the run's topics.
+                cleanup: Cleanup::kafka(scoped).await?,
+            }
+        }
     })
 }
 
@@ -274,29 +328,41 @@ fn conditions_ignored(error: &FenceError) -> Option<String> {
     None
 }
 
-/// Before any run: a stale token must be refused on a domain of the run's own (claim 2, then
-/// token 1 must be fenced and token 2 accepted).
-async fn preflight(target: &Target) -> Result<(), Refusal> {
-    let failed = refusal;
-    let domain = Domain::new("qualify/preflight").map_err(|e| failed(e.into()))?;
+/// Before any run, on a domain of the run's own: the main client claims token 2; a fresh
+/// client (nothing cached, so its answer comes from what the resource holds) must have token 1
+/// refused; token 2 must then be accepted.
+async fn preflight(target: &Target, fresh: &Subject) -> Result<(), Refusal> {
+    let domain = Domain::new("qualify/preflight").map_err(|e| refusal(e.into()))?;
     let (one, two) = (
         FencingToken::MIN,
-        FencingToken::new(2).map_err(|e| failed(e.into()))?,
+        FencingToken::new(2).map_err(|e| refusal(e.into()))?,
     );
-    let stale = match &target.subject {
-        Subject::Register(store) => {
-            store.claim(&domain, two).await.map_err(failed)?;
-            let stale = store
+    let batch = |token, value: &str| {
+        AppendRequest::new(domain.clone(), token, vec![Record::new(value.to_owned())])
+    };
+    let stale = match (&target.subject, fresh) {
+        (Subject::Register(store), Subject::Register(fresh)) => {
+            store.claim(&domain, two).await.map_err(refusal)?;
+            let stale = fresh
                 .write(&WriteRequest::put(domain.clone(), one, "stale"))
                 .await;
             store
                 .write(&WriteRequest::put(domain.clone(), two, "current"))
                 .await
-                .map_err(failed)?;
+                .map_err(refusal)?;
             stale.map(|_| ())
         }
-        Subject::Log(log) => preflight_log(&**log, &domain, one, two).await?,
-        _ => return Ok(()),
+        (Subject::Log(log), Subject::Log(fresh)) => {
+            log.claim(&domain, two).await.map_err(refusal)?;
+            let stale = fresh.append(&batch(one, "stale")).await.map(|_| ());
+            log.append(&batch(two, "current")).await.map_err(refusal)?;
+            stale
+        }
+        _ => {
+            return Err(Refusal::Failed(Report::usage(
+                "mismatched preflight clients",
+            )))
+        }
     };
     match stale {
         Err(FenceError::Fenced { .. }) => Ok(()),
@@ -307,34 +373,8 @@ async fn preflight(target: &Target) -> Result<(), Refusal> {
     }
 }
 
-async fn preflight_log(
-    log: &dyn FencedLog,
-    domain: &Domain,
-    one: FencingToken,
-    two: FencingToken,
-) -> Result<Result<(), FenceError>, Refusal> {
-    let failed = refusal;
-    let batch = |token, value: &str| {
-        AppendRequest::new(domain.clone(), token, vec![Record::new(value.to_owned())])
-    };
-    log.claim(domain, two).await.map_err(failed)?;
-    let stale = log.append(&batch(one, "stale")).await.map(|_| ());
-    log.append(&batch(two, "current")).await.map_err(failed)?;
-    Ok(stale)
-}
-
-fn not_qualified(json: Value, text: String) -> Report {
-    Report::not_qualified(json, text)
-}
-
 /// The verdict per property, the figures, and the exit code (0 qualified, 8 not).
-fn verdict(
-    backend: Backend,
-    scope: &str,
-    checked: &Checked,
-    run: &fence_torture::Run,
-    cleaned: &str,
-) -> Report {
+fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture::Run) -> Report {
     let violated = checked.violated();
     let mut lines = vec![format!(
         "qualify {}: {scope}, seed {} ({} workers)",
@@ -382,7 +422,10 @@ fn verdict(
         ));
     }
     // A run that refused nobody, or accepted nothing, proves nothing.
-    let exercised = checked.fenced > 0 && checked.accepted > 0 && run.history.final_state.is_some();
+    let exercised = checked.fenced > 0
+        && checked.accepted > 0
+        && run.history.final_state.is_some()
+        && (backend != Backend::Kafka || run.history.final_log.is_some());
     let qualified = checked.holds() && exercised;
     let verdict = match (checked.holds(), exercised) {
         (true, true) => "qualified",
@@ -392,13 +435,12 @@ fn verdict(
     lines.push(format!("verdict: {verdict}"));
     if !exercised {
         lines.push(
-            "  (the run accepted nothing, refused nobody or could not read the final state: raise --operations or check the endpoint)".into(),
+            "  (the run accepted nothing, refused nobody or could not read the final state or log: raise --operations or check the endpoint)".into(),
         );
     }
     for violation in checked.violations.iter().take(3) {
         lines.push(violation.to_string());
     }
-    lines.push(format!("cleanup: {cleaned}"));
     let json = json!({
         "backend": backend_name(backend),
         "scope": scope,
@@ -406,12 +448,13 @@ fn verdict(
         "operations": checked.operations,
         "accepted": checked.accepted,
         "fenced": checked.fenced,
+        "replays": checked.duplicates,
+        "failed": checked.failed,
         "ambiguous": { "total": a.total, "applied": a.applied, "not_applied": a.not_applied, "unresolved": a.unresolved },
         "faults": run.injected.faults.iter().map(|(k, n)| (k.name().to_owned(), json!(n))).collect::<serde_json::Map<_, _>>(),
         "properties": properties,
         "windows_skipped": checked.windows_skipped,
         "verdict": verdict,
-        "cleanup": cleaned,
     });
     if qualified {
         Report::done(json, lines.join("\n"))

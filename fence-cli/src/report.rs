@@ -69,9 +69,21 @@ impl Report {
         }
     }
 
-    /// Adds `key` to the JSON document.
-    pub(crate) fn set_json(&mut self, key: &str, value: Value) {
+    /// Adds `key` to the JSON document and, when given, a line to the text.
+    pub(crate) fn note(&mut self, key: &str, value: Value, line: Option<&str>) {
         self.json[key] = value;
+        if let Some(line) = line {
+            self.text.push('\n');
+            self.text.push_str(line);
+        }
+    }
+
+    /// Turns a report that would exit 0 into a failure of `class` (exit 1); others keep theirs.
+    pub(crate) fn fail_if_done(&mut self, class: &str) {
+        if self.exit == Exit::Done {
+            self.exit = Exit::Failed;
+            self.json["error"] = json!({ "class": class, "retryable": true });
+        }
     }
 
     /// A bad argument or configuration, found before any request.

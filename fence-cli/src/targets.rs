@@ -230,13 +230,12 @@ impl Targets {
         backend: Backend,
         proxy: std::net::SocketAddr,
     ) -> Connect<()> {
-        let url = self.proxied_url(backend)?.to_owned();
-        let Some(authority) = authority(&url) else {
+        let url = self.proxied_url(backend)?;
+        let Some(routed) = with_authority(url, &proxy.to_string()) else {
             return Err(Report::usage(
                 "--network-faults needs an explicit host:port",
             ));
         };
-        let routed = url.replacen(authority, &proxy.to_string(), 1);
         match backend {
             Backend::Redis => self.redis_url = Some(routed),
             Backend::S3 => self.s3_endpoint = Some(routed),
@@ -251,7 +250,7 @@ impl Targets {
     fn proxied_url(&self, backend: Backend) -> Connect<&str> {
         let refused = |why: &str| Err(Report::usage(format!("--network-faults: {why}")));
         let url = match backend {
-            Backend::Redis if !self.redis_cluster.is_empty() => {
+            Backend::Redis if self.redis_cluster.iter().any(|n| !n.is_empty()) => {
                 return refused("a Redis Cluster tells clients its nodes' own addresses; qualify it without network faults");
             }
             Backend::Redis => set(&self.redis_url),
@@ -283,7 +282,14 @@ impl Targets {
     pub(crate) fn redis_nodes(&self) -> (Vec<String>, bool) {
         match set(&self.redis_url) {
             Some(url) => (vec![url.to_owned()], false),
-            None => (self.redis_cluster.clone(), true),
+            None => (
+                self.redis_cluster
+                    .iter()
+                    .filter(|n| !n.is_empty())
+                    .cloned()
+                    .collect(),
+                true,
+            ),
         }
     }
 
@@ -518,12 +524,53 @@ fn scheme_of(url: &str) -> &str {
     url.split_once("://").map_or(url, |(scheme, _)| scheme)
 }
 
-/// The `host:port` of a URL (after any `user:password@`), when the port is explicit.
+/// Where a URL's `host:port` is (after any `user:password@`), when the port is explicit.
+fn authority_range(url: &str) -> Option<std::ops::Range<usize>> {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let end = url[start..]
+        .find(['/', '?'])
+        .map_or(url.len(), |i| start + i);
+    let start = url[start..end].rfind('@').map_or(start, |i| start + i + 1);
+    let (_, port) = url[start..end].rsplit_once(':')?;
+    port.parse::<u16>().ok().map(|_| start..end)
+}
+
+/// The `host:port` of a URL, when the port is explicit.
 fn authority(url: &str) -> Option<&str> {
-    let rest = url.split_once("://").map_or(url, |(_, rest)| rest);
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let host_port = &rest[..end];
-    let host_port = host_port.rsplit_once('@').map_or(host_port, |(_, h)| h);
-    let (_, port) = host_port.rsplit_once(':')?;
-    port.parse::<u16>().ok().map(|_| host_port)
+    authority_range(url).map(|range| &url[range])
+}
+
+/// The URL with its `host:port` replaced by `address` (scheme, credentials and path kept).
+pub(crate) fn with_authority(url: &str, address: &str) -> Option<String> {
+    let range = authority_range(url)?;
+    Some(format!(
+        "{}{address}{}",
+        &url[..range.start],
+        &url[range.end..]
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_authority_is_replaced_where_it_is_not_where_its_text_recurs() {
+        let url = "redis://127.0.0.1:6390:pw@127.0.0.1:6390/0";
+        assert_eq!(authority(url), Some("127.0.0.1:6390"));
+        assert_eq!(
+            with_authority(url, "127.0.0.1:1").as_deref(),
+            Some("redis://127.0.0.1:6390:pw@127.0.0.1:1/0")
+        );
+        assert_eq!(
+            with_authority("postgres://u@[::1]:5440/db?sslmode=disable", "127.0.0.1:2").as_deref(),
+            Some("postgres://u@127.0.0.1:2/db?sslmode=disable")
+        );
+        assert_eq!(
+            authority("http://example.com/bucket"),
+            None,
+            "no explicit port"
+        );
+        assert_eq!(authority("http://h:notaport"), None);
+    }
 }

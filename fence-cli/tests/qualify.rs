@@ -40,7 +40,20 @@ fn qualifies(env: &[(&str, String)], backend: &str, network_faults: bool) -> Val
             !json["faults"].as_object().unwrap().is_empty(),
             "no fault injected: {json}"
         );
+        // The faults reached the clients: some answers were lost or refused connections.
+        let lost = json["ambiguous"]["total"].as_u64().unwrap() + json["failed"].as_u64().unwrap();
+        assert!(lost > 0, "the proxy disturbed nothing: {json}");
     }
+    let removed: u64 = json["cleanup"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("removed ")
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|_| panic!("{json}"));
+    assert!(removed > 0, "the cleanup removed nothing: {json}");
     assert!(
         json["cleanup"].as_str().unwrap().starts_with("removed "),
         "{json}"
@@ -85,9 +98,28 @@ async fn redis_qualifies_and_is_cleaned_up() {
         ("FENCE_REDIS_URL", url.clone()),
         ("FENCE_REDIS_PREFIX", prefix.clone()),
     ];
+    // Neighbours outside the run's names, which the cleanup must leave alone.
+    let mut raw = fence_testkit::redis::raw(&url).await;
+    let neighbours = [
+        format!("{prefix}:qualify-neighbour:x"),
+        format!("{prefix}:keep"),
+    ];
+    for key in &neighbours {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg("v")
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+    }
     let json = qualifies(&env, "redis", true);
     let pattern = format!("{prefix}:qualify-{}:*", run_id(&json));
     assert_eq!(keys_matching(&url, &pattern).await, 0, "{pattern} left");
+    assert_eq!(
+        keys_matching(&url, &format!("{prefix}:*")).await,
+        2,
+        "neighbours kept"
+    );
     // A Redis Cluster: no proxy (it tells clients its nodes' addresses), cleanup on every node.
     let env = vec![
         ("FENCE_REDIS_CLUSTER", nodes.join(",")),
@@ -139,10 +171,24 @@ async fn s3_qualifies_and_is_cleaned_up() {
         s3_support::SECRET_KEY,
         &prefix,
     );
-    let json = qualifies(&env, "s3", true);
     let client = s3_support::client(&endpoint);
+    for key in [
+        format!("{prefix}qualify-neighbour/x"),
+        format!("{prefix}keep"),
+    ] {
+        client
+            .put_object()
+            .bucket(s3_support::BUCKET)
+            .key(key)
+            .body(b"v".to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let json = qualifies(&env, "s3", true);
     let run_prefix = format!("{prefix}qualify-{}/", run_id(&json));
     assert_eq!(objects_under(&client, &run_prefix).await, 0, "{run_prefix}");
+    assert_eq!(objects_under(&client, &prefix).await, 2, "neighbours kept");
 }
 
 /// s3rver on a port of its own, killed when dropped.
@@ -232,10 +278,17 @@ async fn etcd_qualifies_and_is_cleaned_up() {
         ("FENCE_ETCD_ENDPOINTS", endpoints[0].clone()),
         ("FENCE_ETCD_PREFIX", prefix.clone()),
     ];
-    let json = qualifies(&env, "etcd", true);
     let mut client = fence_etcd::etcd_client::Client::connect(&endpoints, None)
         .await
         .unwrap();
+    // A neighbour whose name merely starts like a run's, and one beside the runs.
+    for key in [
+        format!("{prefix}/qualify-neighbour/x"),
+        format!("{prefix}/keep"),
+    ] {
+        client.put(key, "v", None).await.unwrap();
+    }
+    let json = qualifies(&env, "etcd", true);
     let left = client
         .get(
             prefix.as_str(),
@@ -247,7 +300,7 @@ async fn etcd_qualifies_and_is_cleaned_up() {
         )
         .await
         .unwrap();
-    assert_eq!(left.count(), 0, "{json}");
+    assert_eq!(left.count(), 2, "only the neighbours are left: {json}");
 }
 
 #[tokio::test]

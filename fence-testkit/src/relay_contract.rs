@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fence_core::{splitmix64, Domain, FenceError, FencingToken};
+use fence_core::{Domain, FenceError, FencingToken};
 use fence_outbox::{
     EntryStatus, OutboxEntry, OutboxError, Relay, RelayConfig, RelayHandle, RelayReport, Sink,
 };
+use fence_torture::Rng;
 use tokio::sync::{watch, Notify};
 
 use crate::outbox::{
@@ -557,16 +558,6 @@ impl Sink for SlowSink {
     }
 }
 
-/// A seeded random number stream (`FENCE_TORTURE_SEED` or the default), for the torture run.
-struct Seeded(u64);
-
-impl Seeded {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = splitmix64(self.0);
-        self.0 % n
-    }
-}
-
 /// What the relay torture's chaos did.
 #[derive(Debug, Default)]
 struct Chaos {
@@ -586,11 +577,8 @@ struct Chaos {
 pub async fn relays_under_torture_deliver_each_accepted_effect_once_in_order(
     o: &dyn OutboxUnderTest,
 ) {
-    let seed = std::env::var("FENCE_TORTURE_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(71u64);
-    let steps = if std::env::var("FENCE_TORTURE_PROFILE").is_ok_and(|p| p == "full") {
+    let seed = fence_torture::env::seed(71);
+    let steps = if fence_torture::env::full_profile() {
         2000
     } else {
         120
@@ -599,7 +587,7 @@ pub async fn relays_under_torture_deliver_each_accepted_effect_once_in_order(
     let domains: Vec<Domain> = (0..4).map(|i| domain(&format!("order-t{i}"))).collect();
     let (done, finished) = watch::channel(false);
     let writers = async {
-        let mut rng = Seeded(seed);
+        let mut rng = Rng::new(seed);
         let mut tokens = [1u64; 4];
         let mut accepted_with = [0u64; 4];
         let (mut accepted, mut refused) = (Vec::new(), Vec::new());
@@ -638,7 +626,7 @@ pub async fn relays_under_torture_deliver_each_accepted_effect_once_in_order(
         (accepted, refused)
     };
     let chaos = async {
-        let mut rng = Seeded(seed.rotate_left(17) ^ 0xC4A05);
+        let mut rng = Rng::new(seed.rotate_left(17) ^ 0xC4A05);
         let mut chaos = Chaos::default();
         let mut live: Vec<RelayHandle> = Vec::new();
         let spawn = |chaos: &mut Chaos| {
@@ -693,17 +681,7 @@ pub async fn relays_under_torture_deliver_each_accepted_effect_once_in_order(
         server.total_requests(),
         server.applied().len(),
     );
-    println!("{line}");
-    if let Ok(path) = std::env::var("FENCE_TORTURE_REPORT") {
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            use std::io::Write as _;
-            let _ = writeln!(file, "{line}");
-        }
-    }
+    fence_torture::env::report(&line);
     assert_eq!(
         delivered(&entries),
         accepted.len(),

@@ -258,76 +258,28 @@ pub(crate) fn resolve(
         if event.outcome != Outcome::Ambiguous {
             continue;
         }
-        let mut verdict = Resolved::Unresolved;
-        if let Op::Write {
-            token,
-            value,
-            op_id: Some(op_id),
-        } = &event.op
-        {
-            let retry = events.iter().find(|later| {
-                later.invoked >= event.completed
-                    && matches!(&later.op, Op::Write { token: t, op_id: Some(o), .. } if t == token && o == op_id)
-                    && !matches!(later.outcome, Outcome::Ambiguous | Outcome::Failed(_))
-            });
-            verdict = match retry.map(|r| (&r.outcome, r.completed)) {
-                Some((Outcome::Duplicate { revision, .. }, by)) => Resolved::Applied {
-                    revision: Some(*revision),
-                    by,
-                },
-                Some(_) => Resolved::NotApplied,
-                None => Resolved::Unresolved,
-            };
-            if verdict == Resolved::Unresolved {
-                if let Some((revision, by)) = value.and_then(|v| seen_values.get(&v).copied()) {
-                    verdict = Resolved::Applied {
-                        revision: Some(revision),
-                        by,
-                    };
-                }
-            }
-        } else if let Op::Append {
-            token,
-            values,
-            op_id,
-        } = &event.op
-        {
-            let retry = events.iter().find(|later| {
-                later.invoked >= event.completed
-                    && op_id.is_some()
-                    && matches!(&later.op, Op::Append { token: t, op_id: o, .. } if t == token && o == op_id)
-                    && !matches!(later.outcome, Outcome::Ambiguous | Outcome::Failed(_))
-            });
-            verdict = match retry.map(|r| (&r.outcome, r.completed)) {
-                Some((
-                    Outcome::Appended {
-                        duplicate: true, ..
-                    },
-                    by,
-                )) => Resolved::Applied { revision: None, by },
-                Some(_) => Resolved::NotApplied,
-                // The batch's records are unique: the committed log shows whether it applied
-                // (known only after the run, so it bounds nothing in real time).
-                None => match (&logged, values.first()) {
-                    (Some(logged), Some(first)) if logged.contains(first) => Resolved::Applied {
-                        revision: None,
-                        by: u64::MAX,
-                    },
-                    (Some(_), Some(_)) => Resolved::NotApplied,
-                    _ => Resolved::Unresolved,
-                },
-            };
-        } else if let Op::Write {
-            value: Some(value), ..
-        } = &event.op
-        {
-            if let Some((revision, by)) = seen_values.get(value).copied() {
-                verdict = Resolved::Applied {
+        let verdict = by_retry(events, event).unwrap_or_else(|| match &event.op {
+            // A read showing the put's unique value.
+            Op::Write {
+                value: Some(value), ..
+            } => seen_values
+                .get(value)
+                .map_or(Resolved::Unresolved, |&(revision, by)| Resolved::Applied {
                     revision: Some(revision),
                     by,
-                };
-            }
-        }
+                }),
+            // The batch's records are unique: the committed log shows whether it applied
+            // (known only after the run, so it bounds nothing in real time).
+            Op::Append { values, .. } => match (&logged, values.first()) {
+                (Some(logged), Some(first)) if logged.contains(first) => Resolved::Applied {
+                    revision: None,
+                    by: u64::MAX,
+                },
+                (Some(_), Some(_)) => Resolved::NotApplied,
+                _ => Resolved::Unresolved,
+            },
+            _ => Resolved::Unresolved,
+        });
         resolved.insert(index, verdict);
     }
     // The attempts of one operation (its token and op id, or its unique value) applied once:
@@ -359,6 +311,46 @@ pub(crate) fn resolve(
         }
     }
     resolved
+}
+
+/// What the first answered later attempt of the same operation (same kind, token and op id)
+/// says about an ambiguous `event`: a replay's answer shows it applied; any other answer shows
+/// it did not (replays are decided before the token rule).
+fn by_retry(events: &[Event], event: &Event) -> Option<Resolved> {
+    let op_id = match &event.op {
+        Op::Write {
+            op_id: Some(op_id), ..
+        }
+        | Op::Append {
+            op_id: Some(op_id), ..
+        } => op_id,
+        _ => return None,
+    };
+    let same = |op: &Op| match (op, &event.op) {
+        (Op::Write { op_id: Some(o), .. }, Op::Write { .. })
+        | (Op::Append { op_id: Some(o), .. }, Op::Append { .. }) => {
+            o == op_id && op.token() == event.op.token()
+        }
+        _ => false,
+    };
+    let retry = events.iter().find(|later| {
+        later.invoked >= event.completed
+            && same(&later.op)
+            && !matches!(later.outcome, Outcome::Ambiguous | Outcome::Failed(_))
+    })?;
+    Some(match retry.outcome {
+        Outcome::Duplicate { revision, .. } => Resolved::Applied {
+            revision: Some(revision),
+            by: retry.completed,
+        },
+        Outcome::Appended {
+            duplicate: true, ..
+        } => Resolved::Applied {
+            revision: None,
+            by: retry.completed,
+        },
+        _ => Resolved::NotApplied,
+    })
 }
 
 fn applied_operations(events: &[Event], resolved: &BTreeMap<usize, Resolved>) -> Vec<Applied> {
@@ -421,6 +413,25 @@ fn violation(history: &History, property: Property, detail: String, pair: &[usiz
         property,
         detail,
         window: history.window(from, to).into_iter().cloned().collect(),
+    }
+}
+
+/// A violation the state after the run shows: the window is the run's last events.
+fn at_the_end(history: &History, property: Property, detail: String) -> Violation {
+    let end = history
+        .events
+        .iter()
+        .map(|e| e.completed)
+        .max()
+        .unwrap_or(0);
+    Violation {
+        property,
+        detail,
+        window: history
+            .window(end.saturating_sub(1), end)
+            .into_iter()
+            .cloned()
+            .collect(),
     }
 }
 
@@ -585,17 +596,8 @@ fn final_state(
     let Some((mark, entry)) = history.final_state else {
         return;
     };
-    let end = events.iter().map(|e| e.completed).max().unwrap_or(0);
     let tail = |detail: String, out: &mut Vec<Violation>| {
-        out.push(Violation {
-            property: Property::FinalState,
-            detail,
-            window: history
-                .window(end.saturating_sub(1), end)
-                .into_iter()
-                .cloned()
-                .collect(),
-        });
+        out.push(at_the_end(history, Property::FinalState, detail));
     };
     // Tokens that may have applied without anyone knowing.
     let maybe: BTreeSet<u64> = resolved
@@ -714,18 +716,13 @@ fn log_records(
     out: &mut Vec<Violation>,
 ) {
     let events = &history.events;
-    let end = events.iter().map(|e| e.completed).max().unwrap_or(0);
     let tail =
         |property: Property, detail: String, attempts: &[usize], out: &mut Vec<Violation>| {
-            let mut v = violation(history, property, detail, attempts);
-            if attempts.is_empty() {
-                v.window = history
-                    .window(end.saturating_sub(1), end)
-                    .into_iter()
-                    .cloned()
-                    .collect();
-            }
-            out.push(v);
+            out.push(if attempts.is_empty() {
+                at_the_end(history, property, detail)
+            } else {
+                violation(history, property, detail, attempts)
+            });
         };
     // Batches by their first record (unique per logical append).
     let mut batches: BTreeMap<u64, Batch> = BTreeMap::new();

@@ -87,7 +87,8 @@ impl Profile {
         self
     }
 
-    /// The operations a run of this profile makes (besides retries and the final read).
+    /// The operations a run of this profile makes (besides retries, each window's anchor read
+    /// and the final reads).
     pub fn operations(&self) -> usize {
         self.workers * self.windows as usize * self.operations_per_window
     }
@@ -294,11 +295,49 @@ pub async fn run(profile: &Profile, target: &Target) -> Run {
         run.injected.faults = injector.await.unwrap_or_default();
     }
     run.history.events.sort_by_key(|e| (e.invoked, e.worker));
-    run.history.final_state = final_read(&target.subject, &target.domain).await.ok();
-    if let Subject::Log(log) = &target.subject {
-        run.history.final_log = final_log(&**log, &target.domain).await.ok();
+    // A request a worker gave up on may still be on its way (a paused server holds it until
+    // healed): let it land before the state is read.
+    if run
+        .history
+        .events
+        .iter()
+        .any(|e| e.outcome == Outcome::Ambiguous)
+    {
+        tokio::time::sleep(profile.operation_timeout).await;
+    }
+    match &target.subject {
+        Subject::Register(_) => {
+            run.history.final_state = final_read(&target.subject, &target.domain).await.ok();
+        }
+        Subject::Log(log) => {
+            if let Some((mark, log)) = settled_log(&target.subject, &**log, &target.domain).await {
+                run.history.final_state = Some(mark);
+                run.history.final_log = Some(log);
+            }
+        }
     }
     run
+}
+
+/// A log's mark and records read at one moment: the records, the mark, the records again,
+/// until both reads of the records agree (a late commit between them would pair a mark with a
+/// log it does not belong to).
+async fn settled_log(
+    subject: &Subject,
+    log: &dyn FencedLog,
+    domain: &Domain,
+) -> Option<((Option<u64>, SeenEntry), Vec<LoggedRecord>)> {
+    let mut before = final_log(log, domain).await.ok()?;
+    for _ in 0..MAX_RETRIES {
+        let mark = final_read(subject, domain).await.ok()?;
+        let after = final_log(log, domain).await.ok()?;
+        if after == before {
+            return Some((mark, after));
+        }
+        before = after;
+        tokio::time::sleep(RETRY_BACKOFF.delay(0)).await;
+    }
+    None
 }
 
 /// A worker that could not run: recorded so the run's report shows it.

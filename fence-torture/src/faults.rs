@@ -100,8 +100,7 @@ pub trait ServerProcess: Send + Sync {
 /// Network faults through a proxy, plus restarts (and pauses) when the server's process is known.
 pub struct ProxyFaults {
     proxy: Arc<TcpProxy>,
-    server: Option<Arc<dyn ServerProcess>>,
-    pausable: bool,
+    server: Option<ServerFaults>,
 }
 
 impl ProxyFaults {
@@ -110,19 +109,24 @@ impl ProxyFaults {
         ProxyFaults {
             proxy,
             server: None,
-            pausable: false,
         }
     }
 
     /// Also kills and restarts `server`.
     pub fn with_server(mut self, server: Arc<dyn ServerProcess>) -> Self {
-        self.server = Some(server);
+        self.server = Some(ServerFaults {
+            server,
+            pauses: false,
+            restarts: true,
+        });
         self
     }
 
     /// Also pauses the server (SIGSTOP/SIGCONT): for servers that are one process.
     pub fn with_pauses(mut self) -> Self {
-        self.pausable = true;
+        if let Some(server) = &mut self.server {
+            server.pauses = true;
+        }
         self
     }
 }
@@ -131,8 +135,7 @@ impl fmt::Debug for ProxyFaults {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ProxyFaults")
             .field("proxy", &self.proxy.address())
-            .field("server", &self.server.is_some())
-            .field("pausable", &self.pausable)
+            .field("server", &self.server)
             .finish()
     }
 }
@@ -141,11 +144,8 @@ impl fmt::Debug for ProxyFaults {
 impl Faults for ProxyFaults {
     fn kinds(&self) -> Vec<FaultKind> {
         let mut kinds = FaultKind::NETWORK.to_vec();
-        if self.server.is_some() {
-            kinds.push(FaultKind::Restart);
-            if self.pausable {
-                kinds.push(FaultKind::PauseServer);
-            }
+        if let Some(server) = &self.server {
+            kinds.extend(server.kinds());
         }
         kinds
     }
@@ -158,18 +158,9 @@ impl Faults for ProxyFaults {
             FaultKind::CutReply => Mode::LoseReplies,
             FaultKind::Delay => Mode::Hold,
             FaultKind::BlackHole => Mode::BlackHole,
-            FaultKind::PauseServer | FaultKind::Restart => {
-                if let Some(server) = self.server.clone() {
-                    let signal = kind == FaultKind::PauseServer;
-                    // Process control blocks (a restart waits until the server serves).
-                    let _ = tokio::task::spawn_blocking(move || {
-                        if signal {
-                            server.signal("STOP");
-                        } else {
-                            server.kill_and_restart();
-                        }
-                    })
-                    .await;
+            _ => {
+                if let Some(server) = &self.server {
+                    server.inject(kind).await;
                 }
                 return;
             }
@@ -179,12 +170,11 @@ impl Faults for ProxyFaults {
 
     async fn heal(&self, kind: FaultKind) {
         match kind {
-            FaultKind::PauseServer => {
-                if let Some(server) = self.server.clone() {
-                    let _ = tokio::task::spawn_blocking(move || server.signal("CONT")).await;
+            FaultKind::PauseServer | FaultKind::Restart => {
+                if let Some(server) = &self.server {
+                    server.heal(kind).await;
                 }
             }
-            FaultKind::Restart => {}
             FaultKind::BlackHole => {
                 self.proxy.forward();
                 // Black-holed connections stay open until cut; what they swallowed is gone.
@@ -200,6 +190,7 @@ impl Faults for ProxyFaults {
 /// every open connection) and, where the server survives them, kill -9 restarts.
 pub struct ServerFaults {
     server: Arc<dyn ServerProcess>,
+    pauses: bool,
     restarts: bool,
 }
 
@@ -208,6 +199,7 @@ impl ServerFaults {
     pub fn new(server: Arc<dyn ServerProcess>) -> Self {
         ServerFaults {
             server,
+            pauses: true,
             restarts: false,
         }
     }
@@ -222,6 +214,7 @@ impl ServerFaults {
 impl fmt::Debug for ServerFaults {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ServerFaults")
+            .field("pauses", &self.pauses)
             .field("restarts", &self.restarts)
             .finish_non_exhaustive()
     }
@@ -230,9 +223,12 @@ impl fmt::Debug for ServerFaults {
 #[async_trait]
 impl Faults for ServerFaults {
     fn kinds(&self) -> Vec<FaultKind> {
-        let mut kinds = vec![FaultKind::PauseServer];
+        let mut kinds = Vec::new();
         if self.restarts {
             kinds.push(FaultKind::Restart);
+        }
+        if self.pauses {
+            kinds.push(FaultKind::PauseServer);
         }
         kinds
     }

@@ -30,6 +30,7 @@
 
 pub mod checker;
 pub mod engine;
+pub mod env;
 pub mod faults;
 pub mod history;
 pub mod linearizable;

@@ -183,11 +183,12 @@ pub(crate) fn check_windows(
             match anchor(&own) {
                 Some(start) => starts = vec![(start, pending)],
                 None => {
-                    // No known start: this window is skipped too, its ambiguities pend on.
+                    // No known start: this window is skipped too; its ambiguities pend on
+                    // (those of the window before it have had their one window).
                     windows.skipped += 1;
-                    let mut pending = pending;
-                    pending.extend(own.into_iter().filter(|c| c.optional.is_some()));
-                    lost = Some(pending);
+                    lost = Some(distinct(
+                        own.into_iter().filter(|c| c.optional.is_some()).collect(),
+                    ));
                     continue;
                 }
             }
@@ -239,7 +240,7 @@ pub(crate) fn check_windows(
                 .flat_map(|(_, carried)| carried.iter().cloned())
                 .collect();
             pending.extend(own.into_iter().filter(|c| c.optional.is_some()));
-            lost = Some(pending);
+            lost = Some(distinct(pending));
             continue;
         }
         windows.checked += 1;
@@ -259,6 +260,17 @@ pub(crate) fn check_windows(
         starts = next;
     }
     windows
+}
+
+/// Each event once (the end states of a window may carry the same ambiguous operation).
+fn distinct(candidates: Vec<Candidate<'_>>) -> Vec<Candidate<'_>> {
+    let mut out: Vec<Candidate<'_>> = Vec::with_capacity(candidates.len());
+    for c in candidates {
+        if !out.iter().any(|o| std::ptr::eq(o.event, c.event)) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The state a window starts from when its first operation is a read that completed before any

@@ -386,11 +386,11 @@ fn log_history(events: Vec<Event>, log: &[(u64, u64)]) -> History {
     }
 }
 
-const GOOD_LOG: [(u64, u64); 6] = [(1, 10), (1, 11), (2, 20), (2, 21), (2, 22), (2, 22)];
+const GOOD_LOG: [(u64, u64); 5] = [(1, 10), (1, 11), (2, 20), (2, 21), (2, 22)];
 
 #[test]
 fn a_correct_log_history_holds_and_settles_its_ambiguous_batch() {
-    let report = check(&log_history(log_takeover(), &GOOD_LOG[..5]));
+    let report = check(&log_history(log_takeover(), &GOOD_LOG));
     assert!(report.holds(), "{:?}", report.violations);
     assert_eq!((report.accepted, report.fenced), (4, 1));
     assert_eq!((report.ambiguity.total, report.ambiguity.applied), (1, 1));
@@ -447,7 +447,8 @@ fn a_lost_torn_or_repeated_batch_is_caught() {
         "{report:?}"
     );
     // B's ambiguous batch committed twice (a retry that appended again).
-    let report = check(&log_history(log_takeover(), &GOOD_LOG));
+    let twice = [GOOD_LOG.as_slice(), &GOOD_LOG[3..]].concat();
+    let report = check(&log_history(log_takeover(), &twice));
     assert!(
         report.violated().contains(&Property::LogOrder),
         "{report:?}"
@@ -463,10 +464,8 @@ fn a_lost_torn_or_repeated_batch_is_caught() {
     );
 }
 
-#[test]
-fn the_search_restarts_from_the_anchor_read_after_a_window_it_gave_up_on() {
-    // Window 0 is too large to search (129 concurrent reads); window 1 starts with the engine's
-    // anchor read, then holds a write whose revision a later read does not show.
+/// Window 0, too large to search: 129 concurrent reads, then a claim of 2.
+fn too_large_window() -> Vec<Event> {
     let mut events: Vec<Event> = (0..129)
         .map(|i| read(i % 4, (i as u64, 1000), None, SeenEntry::Absent))
         .collect();
@@ -476,6 +475,14 @@ fn the_search_restarts_from_the_anchor_read_after_a_window_it_gave_up_on() {
         (1100, 1110),
         Outcome::Claimed { previous: None },
     ));
+    events
+}
+
+#[test]
+fn the_search_restarts_from_the_anchor_read_after_a_window_it_gave_up_on() {
+    // Window 0 is too large to search (129 concurrent reads); window 1 starts with the engine's
+    // anchor read, then holds a write whose revision a later read does not show.
+    let events = too_large_window();
     let mut next = vec![
         read(0, (2000, 2010), Some(2), SeenEntry::Absent),
         put(0, 2, 7, (2020, 2030), written(1, Some(2))),
@@ -505,4 +512,39 @@ fn the_search_restarts_from_the_anchor_read_after_a_window_it_gave_up_on() {
         report.violated().contains(&Property::NotLinearizable),
         "{report:?}"
     );
+}
+
+#[test]
+fn ambiguous_operations_of_a_skipped_window_may_apply_after_the_anchor() {
+    // Window 0: too large, and holds a put whose answer was lost (no op id, never retried).
+    let mut events = too_large_window();
+    let mut lost = put(1, 2, 9, (1120, 1130), Outcome::Ambiguous);
+    lost.op = Op::Write {
+        token: 2,
+        value: Some(9),
+        op_id: None,
+    };
+    events.push(lost);
+    // Window 1: the anchor still sees nothing written; the lost put lands after it.
+    let mut next = vec![
+        read(0, (2000, 2010), Some(2), SeenEntry::Absent),
+        read(1, (2040, 2050), Some(2), value(9, 2, 1)),
+    ];
+    for event in &mut next {
+        event.window = 1;
+    }
+    let all: Vec<Event> = events.iter().cloned().chain(next.clone()).collect();
+    let report = check(&history(all, (Some(2), value(9, 2, 1))));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!((report.windows_skipped, report.windows_checked), (1, 1));
+    // Without an anchor (its read failed, and what remains begins with a claim that overlaps
+    // the read), window 1 has no known start and is skipped too.
+    next[0].outcome = Outcome::Failed("no answer".into());
+    let mut overlapping = claim(2, 3, (2030, 2060), Outcome::Claimed { previous: Some(2) });
+    overlapping.window = 1;
+    next.push(overlapping);
+    let all: Vec<Event> = events.into_iter().chain(next).collect();
+    let report = check(&history(all, (Some(3), value(9, 2, 1))));
+    assert!(report.holds(), "{:?}", report.violations);
+    assert_eq!((report.windows_skipped, report.windows_checked), (2, 0));
 }

@@ -410,3 +410,122 @@ async fn every_broken_log_is_caught() {
 async fn memory_log_holds_under_the_same_runs() {
     holds(|seed| torture_log(Arc::new(MemoryFence::new()), seed)).await;
 }
+
+/// A correct store and log with a flaky network: every 5th write or append applies and then
+/// loses its answer, every 7th is lost before it applies (both answered ambiguous). The runs
+/// must still hold: this exercises the checker's resolution of ambiguity (retries with the op
+/// id, reads of the value, the final log) rather than its verdict on clean answers.
+#[derive(Debug)]
+struct Flaky {
+    inner: MemoryFence,
+    calls: AtomicU64,
+}
+
+impl Flaky {
+    fn new() -> Self {
+        Flaky {
+            inner: MemoryFence::new(),
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// `None`: run the call; `Some(true)`: run it, then lose the answer; `Some(false)`: lose it.
+    fn fate(&self) -> Option<bool> {
+        let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        if n.is_multiple_of(5) {
+            Some(true)
+        } else if n.is_multiple_of(7) {
+            Some(false)
+        } else {
+            None
+        }
+    }
+
+    /// Runs `call` (or not) as its fate says; a lost answer is ambiguous.
+    async fn through<T>(
+        &self,
+        domain: &Domain,
+        operation: fence_core::Operation,
+        call: impl std::future::Future<Output = Result<T, FenceError>>,
+    ) -> Result<T, FenceError> {
+        let lost = || FenceError::Ambiguous {
+            domain: domain.clone(),
+            operation,
+            source: "the answer was lost".into(),
+        };
+        match self.fate() {
+            // Never polled: the request never reached the store.
+            Some(false) => Err(lost()),
+            Some(true) => call.await.and_then(|_| Err(lost())),
+            None => call.await,
+        }
+    }
+}
+
+#[async_trait]
+impl Fence for Flaky {
+    fn backend(&self) -> &'static str {
+        "flaky"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.inner.claim(domain, token).await
+    }
+
+    async fn do_high_water_mark(
+        &self,
+        domain: &Domain,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        self.inner.high_water_mark(domain).await
+    }
+}
+
+#[async_trait]
+impl FencedStore for Flaky {
+    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        let write = self.inner.write(request);
+        self.through(request.domain(), fence_core::Operation::Write, write)
+            .await
+    }
+
+    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        self.inner.read(domain).await
+    }
+}
+
+#[async_trait]
+impl FencedLog for Flaky {
+    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+        let append = self.inner.append(request);
+        self.through(request.domain(), fence_core::Operation::Append, append)
+            .await
+    }
+
+    async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+        self.inner.read_log(domain).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_correct_store_with_lost_answers_holds_and_its_ambiguities_are_resolved() {
+    for seed in 1..=2 {
+        for log in [false, true] {
+            let report = if log {
+                torture_log(Arc::new(Flaky::new()), seed).await
+            } else {
+                torture(Arc::new(Flaky::new()), seed).await
+            };
+            let shown: String = report.violations.iter().map(ToString::to_string).collect();
+            assert!(report.holds(), "seed {seed} log {log}: {shown}");
+            let a = report.ambiguity;
+            assert!(
+                a.total > 0 && a.applied > 0 && a.not_applied > 0,
+                "seed {seed} log {log}: {a:?}"
+            );
+        }
+    }
+}
