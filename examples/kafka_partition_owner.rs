@@ -2,8 +2,8 @@
 //! publishes events in transactions carrying its fencing token. When it stalls and a new owner
 //! takes over, its late batch is fenced and never visible to read_committed consumers.
 //!
-//! `cargo run --example kafka_partition_owner` with `FENCE_KAFKA_BOOTSTRAP` set
-//! (scripts/test sets it for the local broker).
+//! `cargo run --features servers --example kafka_partition_owner` (Kafka at `FENCE_KAFKA_BOOTSTRAP`, else the
+//! project's broker: `scripts/services up`); the run's topics are deleted at the end.
 
 use std::time::Duration;
 
@@ -13,7 +13,14 @@ use fence_core::{
 };
 use fence_examples::{kafka_fence_for_run, Timeline};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = fence_examples::ExampleError;
+
+const USAGE: &str = "\
+kafka_partition_owner: the owner of \"partition 7\" publishes events in transactions carrying
+its token; after a takeover its late batch is fenced and never visible to read_committed
+consumers. The run's topics are deleted at the end.
+
+Usage: cargo run --features servers --example kafka_partition_owner";
 
 fn events(owner: &str, from: usize, count: usize) -> Vec<Record> {
     (from..from + count)
@@ -24,11 +31,8 @@ fn events(owner: &str, from: usize, count: usize) -> Vec<Record> {
         .collect()
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    let fence = kafka_fence_for_run("orders")
-        .await
-        .map_err(|e| e.to_string())?;
+async fn story() -> Result<(), Error> {
+    let fence = kafka_fence_for_run("orders").await?;
     let leases = MemoryLeases::new(); // any lease service: the broker enforces the token
     let partition = Domain::new("orders/partition-7")?;
     let clock = Timeline::start();
@@ -87,5 +91,14 @@ async fn main() -> Result<(), Error> {
     let by_worker_1 = committed.iter().filter(|e| e.token == first.token).count();
     let by_worker_2 = committed.iter().filter(|e| e.token == second.token).count();
     println!("read_committed sees {} events: {by_worker_1} from worker 1 (before the takeover), {by_worker_2} from worker 2", committed.len());
+    fence_examples::delete_kafka_topics(&fence).await?;
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    fence_examples::run_example("kafka_partition_owner", USAGE, async {
+        story().await.map(|()| true)
+    })
+    .await
 }

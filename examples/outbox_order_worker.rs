@@ -3,9 +3,9 @@
 //! receipt to a local webhook with an Idempotency-Key. A worker that paused past its lease
 //! wakes up and tries the same: the resource rejects it, and no receipt is recorded or sent.
 //!
-//! `cargo run --example outbox_order_worker [-- --backend redis|kafka|postgres]`
-//! (Redis at `FENCE_REDIS_URL`, else `redis://127.0.0.1:6379`; Kafka at `FENCE_KAFKA_BOOTSTRAP`;
-//! PostgreSQL at `FENCE_POSTGRES_URL`)
+//! `cargo run --features servers --example outbox_order_worker [-- --backend redis|kafka|postgres]`
+//! (Redis at `FENCE_REDIS_URL`, Kafka at `FENCE_KAFKA_BOOTSTRAP`, PostgreSQL at
+//! `FENCE_POSTGRES_URL`, each else the project's server: `scripts/services up`)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -15,8 +15,8 @@ use fence_core::{
     Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, MemoryLeases, OwnerId, Record,
 };
 use fence_examples::{
-    kafka_fence_for_run, postgres_fence, redis_builder, settled_entries, ReceiptWebhook, Timeline,
-    POSTGRES_SCHEMA,
+    kafka_fence_for_run, postgres_fence, redis_fence, run_example, settled_entries, ReceiptWebhook,
+    Timeline, POSTGRES_SCHEMA,
 };
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, EntryStatus, OutboxEntry, OutboxError, OutboxStore,
@@ -27,7 +27,14 @@ use fence_outbox_postgres::PostgresOutbox;
 use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_postgres::{Begun, TransactionRequest};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = fence_examples::ExampleError;
+
+const USAGE: &str = "\
+outbox_order_worker: an order worker marks an order paid and records a \"send receipt\" effect
+in the same fenced step; a relay delivers it once to a local webhook; a worker that paused past
+its lease tries the same and is refused: no second receipt is recorded or sent.
+
+Usage: cargo run --features servers --example outbox_order_worker [-- --backend redis|kafka|postgres]";
 
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -43,7 +50,7 @@ impl Orders {
         let kinds = EffectKinds::new().register("send-receipt-email", DestinationRule::HttpUrl)?;
         match backend {
             "redis" => {
-                let fence = redis_builder()?.connect().await?;
+                let fence = redis_fence().await?;
                 let description = format!("redis at {}", fence.target());
                 let leases: Arc<dyn LeaseManager> = Arc::new(fence.leases());
                 Ok((
@@ -53,9 +60,7 @@ impl Orders {
                 ))
             }
             "kafka" => {
-                let fence = kafka_fence_for_run("fence-outbox-demo")
-                    .await
-                    .map_err(|e| e.to_string())?;
+                let fence = kafka_fence_for_run("fence-outbox-demo").await?;
                 let description = format!("kafka topic {}", fence.data_topic());
                 let outbox = KafkaOutbox::new(fence, kinds);
                 let store = Arc::new(outbox.relay_store("receipts", 0)?);
@@ -65,7 +70,7 @@ impl Orders {
                 Ok((Orders::Kafka(outbox, store), leases, description))
             }
             "postgres" => {
-                let fence = postgres_fence().await.map_err(|e| e.to_string())?;
+                let fence = postgres_fence().await?;
                 fence_outbox_postgres::migrate(&fence).await?;
                 sqlx::query(&format!(
                     "CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.orders \
@@ -158,6 +163,14 @@ impl Orders {
         }
     }
 
+    /// Removes what the run created that nothing else needs (Kafka: its topics).
+    async fn finish(&self) -> Result<(), Error> {
+        if let Orders::Kafka(outbox, _) = self {
+            fence_examples::delete_kafka_topics(outbox.fence()).await?;
+        }
+        Ok(())
+    }
+
     async fn entries(&self, order: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
         match self {
             Orders::Redis(outbox) => outbox.entries(order).await,
@@ -172,7 +185,7 @@ fn backend_arg() -> Result<String, Error> {
     match (args.next().as_deref(), args.next()) {
         (None, _) => Ok("redis".into()),
         (Some("--backend"), Some(backend)) => Ok(backend),
-        _ => Err("usage: outbox_order_worker [--backend redis|kafka|postgres]".into()),
+        _ => Err(format!("usage: {}", USAGE.lines().last().unwrap_or_default()).into()),
     }
 }
 
@@ -261,6 +274,7 @@ async fn story() -> Result<bool, Error> {
         "outbox entries for the order: {} ({delivered} delivered); receipts sent by the webhook: {applied} ({requests} requests)",
         settled.len()
     );
+    orders.finish().await?;
     let ok = fenced && settled.len() == 1 && delivered == 1 && applied == 1;
     if ok {
         println!("the paused worker's step was rejected: one order payment, one receipt");
@@ -275,12 +289,5 @@ async fn story() -> Result<bool, Error> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match story().await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("outbox demo failed: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    run_example("outbox_order_worker", USAGE, story()).await
 }

@@ -4,8 +4,8 @@
 //! the same: its transaction is refused before any of its SQL runs, and the row's own token
 //! column refuses its direct `UPDATE` too.
 //!
-//! `cargo run --example postgres_account_worker`
-//! (PostgreSQL at `FENCE_POSTGRES_URL`, else `postgres://postgres@127.0.0.1:5432/postgres`)
+//! `cargo run --features servers --example postgres_account_worker`
+//! (PostgreSQL at `FENCE_POSTGRES_URL`, else the project's: `scripts/services up`)
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -14,14 +14,24 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use fence_core::{
     Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, OperationId, OwnerId,
 };
-use fence_examples::{postgres_fence, settled_entries, ReceiptWebhook, Timeline, POSTGRES_SCHEMA};
+use fence_examples::{
+    postgres_fence, run_example, settled_entries, ReceiptWebhook, Timeline, POSTGRES_SCHEMA,
+};
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, OutboxError, Relay, RelayConfig, WebhookSink,
 };
 use fence_outbox_postgres::PostgresOutbox;
 use fence_postgres::{Begun, RowFence, TransactionRequest};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = fence_examples::ExampleError;
+
+const USAGE: &str = "\
+postgres_account_worker: an account snapshot updated under a lease in one database
+transaction with its fencing token, and a \"send statement\" effect recorded in the same
+transaction and delivered once; a worker that paused past its lease is refused before any of
+its SQL runs, and the row's token column refuses its direct UPDATE too.
+
+Usage: cargo run --features servers --example postgres_account_worker";
 
 const LEASE: Duration = Duration::from_millis(300);
 
@@ -58,7 +68,7 @@ async fn close_month(
 async fn story() -> Result<bool, Error> {
     let clock = Timeline::start();
     let webhook = ReceiptWebhook::start(clock).await?;
-    let fence = postgres_fence().await.map_err(|e| e.to_string())?;
+    let fence = postgres_fence().await?;
     fence_outbox_postgres::migrate(&fence).await?;
     sqlx::query(&format!(
         "CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.accounts \
@@ -186,12 +196,5 @@ async fn story() -> Result<bool, Error> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match story().await {
-        Ok(true) => ExitCode::SUCCESS,
-        Ok(false) => ExitCode::FAILURE,
-        Err(error) => {
-            eprintln!("postgres account demo failed: {error}");
-            ExitCode::FAILURE
-        }
-    }
+    run_example("postgres_account_worker", USAGE, story()).await
 }

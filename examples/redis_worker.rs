@@ -1,15 +1,22 @@
 //! A worker that takes a Redis lease, gets its fencing token, and fences its own Lua mutation
 //! (a balance in a hash, an entry in a stream, a counter) with it.
 //!
-//! `cargo run --example redis_worker` (Redis at `FENCE_REDIS_URL`, else `redis://127.0.0.1:6379`)
+//! `cargo run --features servers --example redis_worker` (Redis at `FENCE_REDIS_URL`, else the project's Redis:
+//! `scripts/services up`)
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fence_core::{Domain, Fence, FenceError, LeaseManager, OwnerId};
-use fence_examples::{redis_builder, Timeline};
+use fence_examples::{redis_fence, Timeline};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = fence_examples::ExampleError;
+
+const USAGE: &str = "\
+redis_worker: a worker takes a Redis lease and fences its own Lua mutation (a balance, a
+stream entry, a counter) with its token; after a takeover its late credit is refused.
+
+Usage: cargo run --features servers --example redis_worker";
 
 /// Credits an account: balance, ledger stream and operation count change together, or not at all.
 const CREDIT: &str = r#"
@@ -37,9 +44,8 @@ async fn credit(
     Ok(outcome.result.as_integer().unwrap_or_default())
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    let fence = redis_builder()?.connect().await?;
+async fn story() -> Result<(), Error> {
+    let fence = redis_fence().await?;
     let leases = fence.leases();
     let script = FencedScript::new(CREDIT);
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
@@ -92,4 +98,12 @@ async fn main() -> Result<(), Error> {
     let final_balance = credit(&fence, &script, &domain, next.token, 0, "audit").await?;
     println!("final balance {final_balance}: the stale worker's credit never ran");
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    fence_examples::run_example("redis_worker", USAGE, async {
+        story().await.map(|()| true)
+    })
+    .await
 }

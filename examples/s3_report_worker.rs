@@ -2,18 +2,26 @@
 //! its sections are immutable data objects it points at (the commit-pointer pattern), so a
 //! stalled worker can neither overwrite the report nor make it point at its stale sections.
 //!
-//! `cargo run --example s3_report_worker` with `FENCE_S3_ENDPOINT`, `FENCE_S3_BUCKET`,
-//! `FENCE_S3_ACCESS_KEY` and `FENCE_S3_SECRET_KEY` set (scripts/test sets them for SeaweedFS).
+//! `cargo run --features servers --example s3_report_worker` (S3 at `FENCE_S3_ENDPOINT`, `FENCE_S3_BUCKET`,
+//! `FENCE_S3_ACCESS_KEY`, `FENCE_S3_SECRET_KEY`, else the project's SeaweedFS:
+//! `scripts/services up`).
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fence_core::{
     Domain, Fence, FencedStore, FencingToken, LeaseManager, MemoryLeases, OwnerId, WriteRequest,
 };
-use fence_examples::{s3_fence_from_env, Timeline};
+use fence_examples::{s3_fence, Timeline};
 use fence_s3::S3Fence;
 
-type Error = Box<dyn std::error::Error + Send + Sync>;
+type Error = fence_examples::ExampleError;
+
+const USAGE: &str = "\
+s3_report_worker: a worker rewrites a report (a fenced manifest pointing at immutable
+section objects) under its lease; a stalled worker can neither overwrite the report nor point
+it at its stale sections.
+
+Usage: cargo run --features servers --example s3_report_worker";
 
 /// Writes the sections as immutable objects, then points the report at them.
 async fn publish(
@@ -36,9 +44,8 @@ async fn publish(
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Error> {
-    let fence = s3_fence_from_env()?.connect().await?;
+async fn story() -> Result<(), Error> {
+    let fence = s3_fence().await?;
     let leases = MemoryLeases::new(); // any lease service: the object enforces the token itself
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let report = Domain::new(format!("reports/2026-q3/run-{run}"))?;
@@ -89,4 +96,12 @@ async fn main() -> Result<(), Error> {
         println!("  {name}: {}", String::from_utf8_lossy(&section));
     }
     Ok(())
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    fence_examples::run_example("s3_report_worker", USAGE, async {
+        story().await.map(|()| true)
+    })
+    .await
 }

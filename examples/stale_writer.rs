@@ -1,15 +1,24 @@
 //! The stale-writer story: worker A holds a lease, pauses past its expiry, and wakes up to write
 //! after worker B took over. The resource rejects A's write because B's token is newer.
 //!
-//! `cargo run --example stale_writer [-- --backend memory|redis|s3|kafka]`
+//! `cargo run --example stale_writer` (memory, embedded: nothing else is compiled), or
+//! `cargo run --features servers --example stale_writer -- --backend redis|s3|kafka|postgres`
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fence_core::{Domain, FenceError, LeaseGuard, LeaseManager, LeaseOptions, OwnerId};
-use fence_examples::{Backend, Resource, Timeline};
+use fence_examples::{run_example, Backend, Resource, Timeline};
 use tokio::sync::oneshot;
+
+const USAGE: &str = "\
+stale_writer: worker A holds a lease, pauses past its expiry and wakes up to write after worker
+B took over; the resource rejects A's write because B's token is newer.
+
+Usage: cargo run [--features servers] --example stale_writer [-- --backend NAME]
+  --backend NAME   where the fenced value lives: memory (the default: embedded, no servers),
+                   or with --features servers: redis, s3, kafka, postgres";
 
 const LEASE: Duration = Duration::from_millis(200);
 const PAUSE: Duration = Duration::from_millis(450);
@@ -152,23 +161,18 @@ async fn run() -> Result<bool, Error> {
     let stale = a.await??;
     let (latest, summary) = opened.resource.summary(&domain).await?;
     println!("{summary}");
+    opened.finish().await?;
     Ok(stale.is_err_and(|e| e.is_fenced()) && latest.as_deref() == Some(B_VALUE))
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run().await {
-        Ok(true) => {
+    run_example("stale_writer", USAGE, async {
+        let rejected = run().await?;
+        if rejected {
             println!("the stale write was rejected by the resource: B's data is intact");
-            ExitCode::SUCCESS
         }
-        Ok(false) => {
-            eprintln!("the stale write was NOT rejected after the takeover: fencing failed");
-            ExitCode::FAILURE
-        }
-        Err(error) => {
-            eprintln!("demo failed: {error}");
-            ExitCode::FAILURE
-        }
-    }
+        Ok(rejected)
+    })
+    .await
 }

@@ -1,14 +1,15 @@
 # Services the tests need, started idempotently on loopback with data under .services/ and
 # stopped by PID. Sourced by scripts/test; each backend adds itself to SERVICES.
 #
-# A service is two functions, <name>_start and <name>_stop, in scripts/services/<name>.sh.
+# A service is two functions, <name>_start and <name>_stop, in scripts/services.d/<name>.sh.
+# `scripts/services up|down|env` starts, stops or shows them for the examples.
 
 services_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export FENCE_SERVICES_DIR="${FENCE_SERVICES_DIR:-$services_root/.services}"
 mkdir -p "$FENCE_SERVICES_DIR"
 
 SERVICES=()
-for service_file in "$services_root"/scripts/services/*.sh; do
+for service_file in "$services_root"/scripts/services.d/*.sh; do
   [ -e "$service_file" ] || continue
   # shellcheck source=/dev/null
   source "$service_file"

@@ -1,14 +1,24 @@
-//! Shared pieces of the Fence examples: choosing a backend and printing a timeline.
+//! Shared pieces of the Fence examples: choosing a backend and printing a timeline. Without the
+//! `servers` feature only the embedded memory backend is built, so the first demo compiles no
+//! server client (no AWS SDK, no librdkafka).
 
 mod backend;
+mod cli;
+#[cfg(feature = "servers")]
+mod connect;
+#[cfg(feature = "servers")]
 mod receipts;
 mod resource;
 mod timeline;
 
-pub use backend::{
-    kafka_fence_for_run, postgres_fence, redis_builder, s3_fence_from_env, Backend, DemoBackend,
-    POSTGRES_SCHEMA,
+pub use backend::{Backend, DemoBackend};
+pub use cli::{help_requested, run_example, ExampleError, ENVIRONMENT};
+#[cfg(feature = "servers")]
+pub use connect::{
+    delete_kafka_topics, kafka_fence_for_run, local, postgres_fence, redis_fence, s3_fence,
+    Unreachable, CONNECT_TIMEOUT, POSTGRES_SCHEMA,
 };
+#[cfg(feature = "servers")]
 pub use receipts::{settled_entries, ReceiptWebhook};
 pub use resource::Resource;
 pub use timeline::Timeline;
