@@ -19,13 +19,25 @@ use support::fence;
 
 /// A small run: 3 workers × 6 windows × 5 operations, a fixed seed.
 const SIZE: [&str; 6] = ["--workers", "3", "--operations", "90", "--seed", "7"];
+/// Under network faults: 3 workers × 20 windows × 5 operations, long enough that some faults
+/// land on a request in flight (a pool absorbs those that only cut idle connections).
+const SIZE_WITH_FAULTS: [&str; 7] = [
+    "--workers",
+    "3",
+    "--operations",
+    "300",
+    "--seed",
+    "7",
+    "--network-faults",
+];
 
 /// Runs `fence --json qualify BACKEND` and checks it qualified, property by property.
 fn qualifies(env: &[(&str, String)], backend: &str, network_faults: bool) -> Value {
     let mut args = vec!["--json", "qualify", backend];
-    args.extend(SIZE);
     if network_faults {
-        args.push("--network-faults");
+        args.extend(SIZE_WITH_FAULTS);
+    } else {
+        args.extend(SIZE);
     }
     let run = fence(env, &args, b"").expect(0);
     let json = run.json();
