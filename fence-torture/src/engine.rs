@@ -19,6 +19,8 @@ use crate::rng::Rng;
 
 /// How often an ambiguous write is retried with its operation id before it is left unresolved.
 const MAX_RETRIES: u32 = 6;
+/// How long the reads after the run keep trying.
+const FINAL_READ_DEADLINE: Duration = Duration::from_secs(30);
 /// The wait between those retries.
 const RETRY_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duration::from_millis(400));
 
@@ -352,19 +354,33 @@ fn died(reason: String) -> Event {
     }
 }
 
-/// Retries `read` while it fails retryably: the reads after the run, once the faults are
-/// healed, while the server may still be coming back from a last restart.
+/// Retries `read` while it fails retryably or gets no answer, for up to [`FINAL_READ_DEADLINE`]:
+/// the reads after the run, once the faults are healed, while the server may still be coming
+/// back from a last restart (a Redis Cluster whose masters all restarted takes seconds to
+/// serve again on a loaded machine).
 async fn retried<T, F: std::future::Future<Output = Result<T, FenceError>>>(
     read: impl Fn() -> F,
 ) -> Result<T, FenceError> {
+    let deadline = Instant::now() + FINAL_READ_DEADLINE;
     let mut attempt = 0;
     loop {
-        match read().await {
-            Err(error) if error.is_retryable() && attempt < MAX_RETRIES * 2 => {
-                tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
-                attempt += 1;
+        let answer = tokio::time::timeout(Duration::from_secs(5), read()).await;
+        match answer {
+            Ok(Err(error)) if !error.is_retryable() => return Err(error),
+            Ok(Err(error)) if Instant::now() >= deadline => return Err(error),
+            Ok(result @ Ok(_)) => return result,
+            Err(_) if Instant::now() >= deadline => {
+                return Err(FenceError::backend(
+                    "torture",
+                    fence_core::BackendErrorKind::Unavailable,
+                    None,
+                    format!("no answer to the final read within {FINAL_READ_DEADLINE:?}"),
+                ))
             }
-            result => return result,
+            _ => {
+                tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
+                attempt = attempt.saturating_add(1);
+            }
         }
     }
 }
