@@ -66,6 +66,14 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         payload,
         domains,
     } = setup("bench", "d").await?;
+    // The same prefix: the waiting fence writes the same domains, on the server with a replica.
+    let waiting = RedisFence::builder()
+        .url(fence.target())
+        .prefix(fence.prefix())
+        .wait_for_replicas(1, fence_redis::DEFAULT_REPLICA_WAIT)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
     let token = FencingToken::MIN;
     let mut rows = Vec::new();
     for concurrency in [1, 16] {
@@ -111,6 +119,40 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             format!("write 1 KiB vs SET, concurrency {concurrency}"),
             &fenced,
             &unfenced,
+        ));
+
+        // The replicated deployments' default (Sentinel): every change waits for a replica.
+        let waiting = waiting.clone();
+        let (f, d, p) = (fence.clone(), domains.clone(), payload.clone());
+        let (w, d2, p2) = (waiting.clone(), domains.clone(), payload.clone());
+        let write = |fence: RedisFence, request: WriteRequest| async move {
+            fence
+                .write(&request)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let (waited, unwaited) = compare(
+            plan,
+            move |i| {
+                write(
+                    w.clone(),
+                    WriteRequest::put(d2[i % d2.len()].clone(), token, p2.clone()),
+                )
+            },
+            move |i| {
+                write(
+                    f.clone(),
+                    WriteRequest::put(d[i % d.len()].clone(), token, p.clone()),
+                )
+            },
+        )
+        .await;
+        rows.push(Row::new(
+            "redis",
+            format!("write with WAIT 1 (a replica) vs without, concurrency {concurrency}"),
+            &waited,
+            &unwaited,
         ));
 
         let script = Arc::new(FencedScript::new(SCRIPT));

@@ -5,6 +5,7 @@ mod bounded_cache;
 mod capabilities;
 mod domain;
 mod entry_head;
+pub mod env;
 mod error;
 mod fence;
 mod issuer;

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::num::NonZeroU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{FenceError, InvalidInput, Operation};
@@ -14,6 +15,7 @@ use crate::connection::Connection;
 use crate::error::map_error;
 use crate::fence::Connector;
 use crate::keys::Keys;
+use crate::sentinel::SentinelMaster;
 use crate::{Inner, RedisFence};
 
 /// Default key prefix.
@@ -27,12 +29,56 @@ pub const REDIS_MAX_VALUE_BYTES: usize = 512 * 1024 * 1024;
 pub const DEFAULT_OP_ID_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default response timeout; a write that times out is reported as ambiguous.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a change waits for a replica's acknowledgement by default where the fence knows
+/// the deployment is replicated (a master found through Sentinel): see
+/// [`RedisFenceBuilder::wait_for_replicas`].
+pub const DEFAULT_REPLICA_WAIT: Duration = Duration::from_millis(500);
 
 enum Target {
     Url(String),
     Cluster(Vec<String>),
+    Sentinel {
+        sentinels: Vec<String>,
+        service: String,
+    },
     Manager(ConnectionManager),
     ClusterConnection(ClusterConnection),
+}
+
+impl Target {
+    /// Where it points, with every password redacted: for `Debug`, logs and errors.
+    fn describe(&self) -> String {
+        let redacted = |nodes: &[String]| {
+            nodes
+                .iter()
+                .map(|n| redact(n))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match self {
+            Target::Url(url) => redact(url),
+            Target::Cluster(nodes) => format!("cluster {}", redacted(nodes)),
+            Target::Sentinel { sentinels, service } => {
+                format!("sentinel {} service {service}", redacted(sentinels))
+            }
+            Target::Manager(_) => "existing connection".to_owned(),
+            Target::ClusterConnection(_) => "existing cluster connection".to_owned(),
+        }
+    }
+}
+
+/// The replica acknowledgement a change waits for: chosen, or the target's default.
+#[derive(Clone, Copy, Debug)]
+enum ReplicaWait {
+    Default,
+    Chosen(Option<(u32, Duration)>),
+}
+
+/// Credentials for the master a sentinel names (the sentinels' own are in their URLs).
+#[derive(Clone, Default)]
+struct MasterAuth {
+    username: Option<String>,
+    password: Option<String>,
 }
 
 /// Builds a [`RedisFence`]. `build` does no I/O; `connect` also opens the connection.
@@ -55,7 +101,8 @@ pub struct RedisFenceBuilder {
     op_id_retention: Duration,
     response_timeout: Duration,
     connection_timeout: Duration,
-    wait: Option<(u32, Duration)>,
+    wait: ReplicaWait,
+    master_auth: MasterAuth,
     durable: bool,
     max_token_step: Option<NonZeroU64>,
     issued_only: bool,
@@ -70,7 +117,8 @@ impl Default for RedisFenceBuilder {
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: Duration::from_secs(2),
-            wait: None,
+            wait: ReplicaWait::Default,
+            master_auth: MasterAuth::default(),
             durable: false,
             max_token_step: None,
             issued_only: false,
@@ -108,30 +156,36 @@ impl RedisFenceBuilder {
         self
     }
 
-    /// Reads `FENCE_REDIS_URL` or `FENCE_REDIS_CLUSTER` (comma-separated seed nodes) and the
-    /// optional `FENCE_REDIS_PREFIX`.
-    pub fn from_env() -> Result<Self, FenceError> {
-        let mut builder = Self::default();
-        if let Ok(nodes) = std::env::var("FENCE_REDIS_CLUSTER") {
-            builder = builder.cluster(
-                nodes
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|n| !n.is_empty())
-                    .map(String::from),
-            );
-        } else if let Ok(url) = std::env::var("FENCE_REDIS_URL") {
-            builder = builder.url(url);
-        } else {
-            return Err(InvalidInput::Configuration(
-                "set FENCE_REDIS_URL or FENCE_REDIS_CLUSTER".into(),
-            )
-            .into());
-        }
-        if let Ok(prefix) = std::env::var("FENCE_REDIS_PREFIX") {
-            builder = builder.prefix(prefix);
-        }
-        Ok(builder)
+    /// The master of the service `service` that these sentinels (`redis://[user:password@]host:port`
+    /// each, the sentinels' own addresses) monitor, followed across failovers: a request the
+    /// old master refused, or that could not reach it, asks the sentinels again. Authenticate
+    /// to the master with [`Self::master_auth`].
+    ///
+    /// A master with replicas can lose an acknowledged change when a replica that had not
+    /// received it is promoted, and a stale token would then be accepted: so behind Sentinel
+    /// every change waits for one replica's acknowledgement by default (`WAIT 1`
+    /// [`DEFAULT_REPLICA_WAIT`], see [`Self::wait_for_replicas`]); choose another count, or
+    /// [`Self::no_replica_wait`] to accept that risk.
+    pub fn sentinel<I, S>(mut self, sentinels: I, service: impl Into<String>) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.target = Some(Target::Sentinel {
+            sentinels: sentinels.into_iter().map(Into::into).collect(),
+            service: service.into(),
+        });
+        self
+    }
+
+    /// The credentials of the master found through [`Self::sentinel`] (a user name is
+    /// optional: `None` authenticates as the default user).
+    pub fn master_auth(mut self, username: Option<&str>, password: &str) -> Self {
+        self.master_auth = MasterAuth {
+            username: username.map(str::to_owned),
+            password: Some(password.to_owned()),
+        };
+        self
     }
 
     /// The key prefix (default [`DEFAULT_PREFIX`]); no braces, spaces or control characters.
@@ -191,7 +245,15 @@ impl RedisFenceBuilder {
     /// failover); retry with the same operation id (a claim: the same token) to wait again.
     /// The crate docs say which settings keep a mark across failover.
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
-        self.wait = Some((replicas, timeout));
+        self.wait = ReplicaWait::Chosen(Some((replicas, timeout)));
+        self
+    }
+
+    /// Acknowledges changes as soon as the master applied them, without waiting for a replica,
+    /// also behind Sentinel (where the default waits for one): a failover to a replica that had
+    /// not received a change loses it, and with it the mark that fenced stale tokens.
+    pub fn no_replica_wait(mut self) -> Self {
+        self.wait = ReplicaWait::Chosen(None);
         self
     }
 
@@ -225,7 +287,14 @@ impl RedisFenceBuilder {
                 InvalidInput::Configuration("timeouts must be greater than zero".into()).into(),
             );
         }
-        if let Some((_, wait)) = self.wait {
+        let wait = match self.wait {
+            ReplicaWait::Chosen(wait) => wait,
+            ReplicaWait::Default if matches!(self.target, Some(Target::Sentinel { .. })) => {
+                Some((1, DEFAULT_REPLICA_WAIT))
+            }
+            ReplicaWait::Default => None,
+        };
+        if let Some((_, wait)) = wait {
             // WAIT shares the script's round trip: if it could outlast the response timeout, a
             // lagging replica would be reported as an ambiguous outcome.
             if wait.is_zero() || wait >= self.response_timeout {
@@ -236,10 +305,11 @@ impl RedisFenceBuilder {
                 .into());
             }
         }
-        let (description, connection, source) = match self.target {
+        let description = self.target.as_ref().map(Target::describe);
+        let (connection, source) = match self.target {
             None => {
                 return Err(InvalidInput::Configuration(
-                    "no Redis target: call url(), cluster(), connection_manager() or cluster_connection()".into(),
+                    "no Redis target: call url(), cluster(), sentinel(), connection_manager() or cluster_connection()".into(),
                 )
                 .into())
             }
@@ -255,45 +325,78 @@ impl RedisFenceBuilder {
                     .set_protocol(redis::ProtocolVersion::RESP3);
                 let client = redis::Client::open(info.set_redis_settings(settings))
                     .map_err(config_error)?;
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(self.response_timeout))
-                    .set_connection_timeout(Some(self.connection_timeout))
-                    .set_number_of_retries(2);
+                let config = manager_config(self.response_timeout, self.connection_timeout);
                 // The manager spawns a task, so it is made on first use, inside the runtime.
-                (redact(&url), OnceCell::new(), Some(Connector::Standalone(client, config)))
+                (OnceCell::new(), Some(Connector::Standalone(client, config)))
+            }
+            Some(Target::Sentinel { sentinels, service }) => {
+                if sentinels.is_empty() || service.is_empty() {
+                    return Err(InvalidInput::Configuration(
+                        "sentinel needs at least one sentinel address and the service name".into(),
+                    )
+                    .into());
+                }
+                let mut master = redis::RedisConnectionInfo::default()
+                    .set_protocol(redis::ProtocolVersion::RESP3);
+                if let Some(username) = &self.master_auth.username {
+                    master = master.set_username(username);
+                }
+                if let Some(password) = &self.master_auth.password {
+                    master = master.set_password(password);
+                }
+                let mut node = redis::sentinel::SentinelNodeConnectionInfo::default()
+                    .set_redis_connection_info(master);
+                // TLS to the sentinels means TLS to the master too.
+                if sentinels.iter().any(|n| n.starts_with("rediss://")) {
+                    node = node.set_tls_mode(redis::TlsMode::Secure);
+                }
+                let client = redis::sentinel::SentinelClient::build(
+                    sentinels,
+                    service.clone(),
+                    Some(node),
+                    redis::sentinel::SentinelServerType::Master,
+                )
+                .map_err(config_error)?;
+                let master = SentinelMaster::new(
+                    client,
+                    service,
+                    manager_config(self.response_timeout, self.connection_timeout),
+                    self.connection_timeout + self.response_timeout,
+                );
+                (
+                    OnceCell::new_with(Some(Connection::Sentinel(Arc::new(master)))),
+                    None,
+                )
             }
             Some(Target::Cluster(nodes)) => {
                 if nodes.is_empty() {
                     return Err(InvalidInput::Configuration("cluster needs at least one seed node".into()).into());
                 }
-                let description = nodes.iter().map(|n| redact(n)).collect::<Vec<_>>().join(",");
                 let client = ClusterClientBuilder::new(nodes)
                     .use_protocol(redis::ProtocolVersion::RESP3)
                     .response_timeout(self.response_timeout)
                     .connection_timeout(self.connection_timeout)
                     .build()
                     .map_err(config_error)?;
-                (format!("cluster {description}"), OnceCell::new(), Some(Connector::Cluster(client)))
+                (OnceCell::new(), Some(Connector::Cluster(client)))
             }
             Some(Target::Manager(manager)) => (
-                "existing connection".to_owned(),
                 OnceCell::new_with(Some(Connection::Standalone(manager))),
                 None,
             ),
             Some(Target::ClusterConnection(connection)) => (
-                "existing cluster connection".to_owned(),
                 OnceCell::new_with(Some(Connection::Cluster(connection))),
                 None,
             ),
         };
         Ok(RedisFence::from_inner(Inner {
-            description,
+            description: description.unwrap_or_default(),
             connection,
             connector: source,
             keys,
             max_value_bytes: self.max_value_bytes,
             op_id_retention: self.op_id_retention,
-            wait: self.wait,
+            wait,
             durable: self.durable,
             max_token_step: self.max_token_step,
             issued_only: self.issued_only,
@@ -310,17 +413,10 @@ impl RedisFenceBuilder {
 
 impl fmt::Debug for RedisFenceBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let target = match &self.target {
-            None => "none".to_owned(),
-            Some(Target::Url(url)) => redact(url),
-            Some(Target::Cluster(nodes)) => nodes
-                .iter()
-                .map(|n| redact(n))
-                .collect::<Vec<_>>()
-                .join(","),
-            Some(Target::Manager(_)) => "existing connection".to_owned(),
-            Some(Target::ClusterConnection(_)) => "existing cluster connection".to_owned(),
-        };
+        let target = self
+            .target
+            .as_ref()
+            .map_or_else(|| "none".to_owned(), Target::describe);
         f.debug_struct("RedisFenceBuilder")
             .field("target", &target)
             .field("prefix", &self.prefix)
@@ -332,6 +428,14 @@ impl fmt::Debug for RedisFenceBuilder {
             .field("issued_only", &self.issued_only)
             .finish_non_exhaustive()
     }
+}
+
+/// The connection manager's settings: the fence's timeouts, and two reconnection attempts.
+fn manager_config(response: Duration, connection: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_response_timeout(Some(response))
+        .set_connection_timeout(Some(connection))
+        .set_number_of_retries(2)
 }
 
 fn config_error(error: redis::RedisError) -> FenceError {

@@ -1,5 +1,7 @@
-//! One connection type over standalone Redis and Redis Cluster, and script calls by SHA.
+//! One connection type over standalone Redis, a Sentinel-managed master and Redis Cluster, and
+//! script calls by SHA.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
@@ -9,18 +11,21 @@ use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use crate::error::never_sent;
 use crate::scripts::LuaScript;
+use crate::sentinel::{refused_as_replica, SentinelMaster};
 
-/// A multiplexed connection to standalone Redis or to a cluster; cheap to clone.
+/// A multiplexed connection to standalone Redis, to the master its sentinels name, or to a
+/// cluster; cheap to clone.
 #[derive(Clone)]
 pub(crate) enum Connection {
     Standalone(ConnectionManager),
+    Sentinel(Arc<SentinelMaster>),
     Cluster(ClusterConnection),
 }
 
 /// How often a request that provably never reached the server is sent again.
 const RESENDS: u32 = 3;
 /// The pause before each resend: 50 ms doubling to 200 ms.
-const RESEND_BACKOFF: fence_core::Backoff =
+pub(crate) const RESEND_BACKOFF: fence_core::Backoff =
     fence_core::Backoff::new(Duration::from_millis(50), Duration::from_millis(200));
 
 /// What `WAIT` answered after a script, when the fence waits for replicas (`None`: it does
@@ -32,13 +37,19 @@ impl Connection {
     /// [`never_sent`]) is sent again a few times with a short pause, so a server that is
     /// restarting is waited for rather than reported as down at once.
     pub(crate) async fn query(&self, cmd: &Cmd) -> RedisResult<Value> {
-        resend_unsent(|| async {
-            match self {
-                Connection::Standalone(conn) => cmd.query_async(&mut conn.clone()).await,
-                Connection::Cluster(conn) => cmd.query_async(&mut conn.clone()).await,
+        match self {
+            Connection::Standalone(conn) => {
+                resend_unsent(|| async { cmd.query_async(&mut conn.clone()).await }).await
             }
-        })
-        .await
+            Connection::Sentinel(master) => {
+                master
+                    .run(|mut conn| async move { cmd.query_async(&mut conn).await })
+                    .await
+            }
+            Connection::Cluster(conn) => {
+                resend_unsent(|| async { cmd.query_async(&mut conn.clone()).await }).await
+            }
+        }
     }
 
     /// Runs `script` by SHA; if the server lost its script cache (restart, failover,
@@ -103,43 +114,70 @@ impl Connection {
         wait_cmd
             .arg(replicas)
             .arg(timeout.as_millis().max(1) as u64);
-        match self {
-            Connection::Standalone(conn) => {
-                let mut pipe = redis::pipe();
-                pipe.ignore_errors().add_command(call).add_command(wait_cmd);
-                let mut results: Vec<RedisResult<Value>> =
-                    resend_unsent(|| async { pipe.query_async(&mut conn.clone()).await }).await?;
-                let (Some(waited), Some(value), None) =
-                    (results.pop(), results.pop(), results.pop())
-                else {
-                    return Err(redis::RedisError::from((
-                        ErrorKind::Client,
-                        "a script and WAIT pipeline answered with a different number of replies",
-                    )));
-                };
-                let waited = waited.and_then(|v| redis::from_redis_value(v).map_err(Into::into));
-                Ok((value, Some(waited)))
-            }
-            Connection::Cluster(conn) => {
-                let value = match self.query(&call).await {
-                    Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                        return Ok((Err(error), None))
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors()
+            .add_command(call.clone())
+            .add_command(wait_cmd.clone());
+        // On one connection, so no reconnect can come between the script and its WAIT.
+        let pipelined = |mut conn: ConnectionManager| {
+            let pipe = &pipe;
+            async move {
+                let mut results: Vec<RedisResult<Value>> = pipe.query_async(&mut conn).await?;
+                // A demoted master refuses the script: an error of the whole request, so that
+                // the master is looked up again and the script sent to it.
+                if matches!(results.first(), Some(Err(e)) if refused_as_replica(e)) {
+                    if let Some(Err(error)) = results.drain(..1).next() {
+                        return Err(error);
                     }
-                    other => other?,
-                };
-                let key = keys.first().map(String::as_str).unwrap_or_default();
-                let route = Route::with_key(key, SlotAddr::Master);
-                let waited = conn
-                    .clone()
-                    .route_command(
-                        wait_cmd,
-                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
-                    )
-                    .await
-                    .and_then(|v| redis::from_redis_value(v).map_err(Into::into));
-                Ok((Ok(value), Some(waited)))
+                }
+                Ok(results)
             }
-        }
+        };
+        let mut results = match self {
+            Connection::Standalone(conn) => resend_unsent(|| pipelined(conn.clone())).await?,
+            Connection::Sentinel(master) => master.run(pipelined).await?,
+            Connection::Cluster(conn) => {
+                return self
+                    .eval_then_wait_on_cluster(conn, call, keys, wait_cmd)
+                    .await
+            }
+        };
+        let (Some(waited), Some(value), None) = (results.pop(), results.pop(), results.pop())
+        else {
+            return Err(redis::RedisError::from((
+                ErrorKind::Client,
+                "a script and WAIT pipeline answered with a different number of replies",
+            )));
+        };
+        let waited = waited.and_then(|v| redis::from_redis_value(v).map_err(Into::into));
+        Ok((value, Some(waited)))
+    }
+
+    /// On a cluster, `WAIT` goes to the master of the script's slot right after the script.
+    async fn eval_then_wait_on_cluster(
+        &self,
+        conn: &ClusterConnection,
+        call: Cmd,
+        keys: &[String],
+        wait_cmd: Cmd,
+    ) -> RedisResult<(RedisResult<Value>, Waited)> {
+        let value = match self.query(&call).await {
+            Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                return Ok((Err(error), None))
+            }
+            other => other?,
+        };
+        let key = keys.first().map(String::as_str).unwrap_or_default();
+        let route = Route::with_key(key, SlotAddr::Master);
+        let waited = conn
+            .clone()
+            .route_command(
+                wait_cmd,
+                RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+            )
+            .await
+            .and_then(|v| redis::from_redis_value(v).map_err(Into::into));
+        Ok((Ok(value), Some(waited)))
     }
 }
 

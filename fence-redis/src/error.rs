@@ -79,6 +79,8 @@ fn kind_of(error: &RedisError) -> BackendErrorKind {
             | S::Ask,
         )
         | ErrorKind::ClusterConnectionNotFound => BackendErrorKind::Unavailable,
+        // A service no sentinel monitors: a retry cannot find it.
+        ErrorKind::MasterNameNotFoundBySentinel => BackendErrorKind::NotFound,
         _ if matches!(error.code(), Some("WRONGPASS" | "NOAUTH")) => {
             BackendErrorKind::PermissionDenied
         }

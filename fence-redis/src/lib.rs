@@ -3,6 +3,7 @@
 mod adopt;
 mod config;
 mod connection;
+pub mod env;
 mod envelope;
 mod error;
 #[cfg(feature = "unstable-raw")]
@@ -16,6 +17,7 @@ mod reply;
 mod scan;
 mod script;
 mod scripts;
+mod sentinel;
 mod state;
 mod value;
 
@@ -26,7 +28,7 @@ pub use redis;
 
 pub use config::{
     RedisFenceBuilder, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX,
-    DEFAULT_RESPONSE_TIMEOUT, REDIS_MAX_VALUE_BYTES,
+    DEFAULT_REPLICA_WAIT, DEFAULT_RESPONSE_TIMEOUT, REDIS_MAX_VALUE_BYTES,
 };
 pub use error::RedisFenceError;
 /// Unfenced raw access for crates layered on fence-redis: unstable, behind the `unstable-raw`

@@ -14,7 +14,7 @@ impl RedisFence {
         let connection = self.connection(None).await?;
         let backend = |e| map_error(e, None, Operation::Read, false);
         let nodes = match &connection {
-            Connection::Standalone(_) => vec![None],
+            Connection::Standalone(_) | Connection::Sentinel(_) => vec![None],
             Connection::Cluster(_) => {
                 let text: String = redis::from_redis_value(
                     connection

@@ -160,13 +160,18 @@ impl RedisServer {
 
     /// Runs `redis-cli` against it and returns the output.
     pub fn cli(&self, args: &[&str]) -> String {
-        let out = Command::new("redis-cli")
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+        redis_cli(self.port, args)
     }
+}
+
+/// Runs `redis-cli` against the server on `port` and returns its output.
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
 /// A dedicated 3-master Redis Cluster owned by the test.
@@ -336,4 +341,83 @@ pub async fn expire_lease(fence: &RedisFence, domain: &fence_core::Domain) {
         .query_async(&mut raw)
         .await
         .expect("DEL the lease");
+}
+
+/// A Redis Sentinel process owned by the test (`redis-server <conf> --sentinel`), watching one
+/// master under a service name; killed when dropped.
+pub struct RedisSentinel {
+    /// The port it listens on.
+    pub port: u16,
+    process: ManagedProcess,
+}
+
+impl RedisSentinel {
+    /// Starts a sentinel monitoring the master at `127.0.0.1:master_port` as `service`, with a
+    /// quorum of `quorum`, declaring the master down after 1 s without an answer. `None` (loud
+    /// skip) without redis-server.
+    pub fn start(name: &str, service: &str, master_port: u16, quorum: u32) -> Option<Self> {
+        if !have_redis_server() {
+            unavailable("the redis-server binary")?;
+        }
+        Some(ManagedProcess::start(
+            "redis-sentinel",
+            "redis-tests",
+            name,
+            |process| {
+                let sentinel = RedisSentinel {
+                    port: free_port(),
+                    process,
+                };
+                let dir = sentinel.process.dir();
+                // The sentinel rewrites its configuration file: it must be its own and writable.
+                let config = dir.join("sentinel.conf");
+                std::fs::write(
+                    &config,
+                    format!(
+                        "port {port}\nbind 127.0.0.1\ndir {dir}\nlogfile {dir}/sentinel.log\n\
+                         sentinel monitor {service} 127.0.0.1 {master_port} {quorum}\n\
+                         sentinel down-after-milliseconds {service} 1000\n\
+                         sentinel failover-timeout {service} 10000\n",
+                        port = sentinel.port,
+                        dir = dir.display(),
+                    ),
+                )
+                .expect("sentinel.conf");
+                let mut command = Command::new("redis-server");
+                command.arg(&config).arg("--sentinel").stdout(Stdio::null());
+                let port = sentinel.port;
+                sentinel
+                    .process
+                    .spawn_and_wait(&mut command, port, Duration::from_secs(10), || {
+                        answers(port)
+                    })
+                    .then_some(sentinel)
+            },
+        ))
+    }
+
+    /// Its `redis://` URL.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Runs `redis-cli` against it and returns the output.
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.port, args)
+    }
+
+    /// The port of the master it names for `service` now.
+    pub fn master_port(&self, service: &str) -> Option<u16> {
+        self.cli(&["SENTINEL", "get-master-addr-by-name", service])
+            .lines()
+            .nth(1)
+            .and_then(|port| port.trim().parse().ok())
+    }
+}
+
+impl RedisServer {
+    /// SIGKILL, without starting it again: a master that died.
+    pub fn kill(&self) {
+        self.process.kill();
+    }
 }
