@@ -7,6 +7,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fence_core::env::Env;
 use fence_core::MemoryLeases;
 
 use crate::{Backend, DemoBackend, Resource};
@@ -132,80 +133,66 @@ fn without_credentials(urls: &str) -> String {
     urls.split(',').map(one).collect::<Vec<_>>().join(",")
 }
 
-/// The variable's value, else the project's default.
-fn setting(variable: &str, default: &str) -> String {
-    std::env::var(variable)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .unwrap_or_else(|| default.to_owned())
+/// The process environment, with the project's server as the default target when the user
+/// names none of `targets` (a default layered under a user's choice of another target would
+/// make two targets, which the adapters refuse).
+fn env_or_local(targets: &[&str], local: &[(&str, &str)]) -> Env {
+    let chosen = targets
+        .iter()
+        .any(|name| Env::process().get(name).is_some());
+    if chosen {
+        Env::process()
+    } else {
+        Env::process().or_else(Env::from_pairs(local.iter().copied()))
+    }
 }
 
-/// A Redis fence: `FENCE_REDIS_URL` or `FENCE_REDIS_CLUSTER`, else the project's Redis.
+/// A Redis fence from the `FENCE_REDIS_*` variables (`fence_redis::env`: a URL, a cluster or
+/// sentinels), else the project's Redis.
 pub async fn redis_fence() -> Result<fence_redis::RedisFence, Unreachable> {
-    let cluster = setting("FENCE_REDIS_CLUSTER", "");
-    let (builder, address, variable) = if cluster.is_empty() {
-        let url = setting("FENCE_REDIS_URL", local::REDIS_URL);
-        (
-            fence_redis::RedisFence::builder().url(&url),
-            url,
-            "FENCE_REDIS_URL",
-        )
-    } else {
-        let nodes: Vec<String> = cluster.split(',').map(str::to_owned).collect();
-        (
-            fence_redis::RedisFence::builder().cluster(nodes),
-            cluster.clone(),
-            "FENCE_REDIS_CLUSTER",
-        )
-    };
-    builder
-        .connection_timeout(CONNECT_TIMEOUT)
+    use fence_redis::env::{CLUSTER, SENTINELS, URL};
+    let env = env_or_local(&[URL, CLUSTER, SENTINELS], &[(URL, local::REDIS_URL)]);
+    let (variable, address) = [URL, CLUSTER, SENTINELS]
+        .into_iter()
+        .find_map(|name| env.get(name).map(|value| (name, value)))
+        .unwrap_or((URL, String::new()));
+    fence_redis::RedisFenceBuilder::from_env_with(&env)
+        .map(|builder| builder.connection_timeout(CONNECT_TIMEOUT))
+        .map_err(|e| Unreachable::new("Redis", &address, variable, e))?
         .connect()
         .await
         .map_err(|e| Unreachable::new("Redis", &address, variable, e))
 }
 
-/// An S3 fence: `FENCE_S3_ENDPOINT` (path-style, for S3-compatible servers), `FENCE_S3_BUCKET`,
-/// `FENCE_S3_ACCESS_KEY`, `FENCE_S3_SECRET_KEY`, `FENCE_S3_REGION`, else the project's
-/// SeaweedFS and its test credentials; connected (the capability probe ran).
+/// An S3 fence from the `FENCE_S3_*` variables (`fence_s3::env`: an endpoint, a bucket, static
+/// keys or else the default AWS chain — an IAM role works), else the project's SeaweedFS and
+/// its test keys; connected (the capability probe ran).
 pub async fn s3_fence() -> Result<fence_s3::S3Fence, Unreachable> {
-    use fence_s3::aws_sdk_s3::config::timeout::TimeoutConfig;
-    use fence_s3::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
-    let endpoint = setting("FENCE_S3_ENDPOINT", local::S3_ENDPOINT);
-    let region = setting("FENCE_S3_REGION", "us-east-1");
-    let config = fence_s3::aws_sdk_s3::Config::builder()
-        .behavior_version(BehaviorVersion::latest())
-        .region(Region::new(region))
-        .credentials_provider(Credentials::new(
-            setting("FENCE_S3_ACCESS_KEY", local::S3_ACCESS_KEY),
-            setting("FENCE_S3_SECRET_KEY", local::S3_SECRET_KEY),
-            None,
-            None,
-            "env",
-        ))
-        .timeout_config(
-            TimeoutConfig::builder()
-                .connect_timeout(CONNECT_TIMEOUT)
-                .operation_timeout(Duration::from_secs(10))
-                .build(),
-        )
-        .endpoint_url(&endpoint)
-        .force_path_style(true);
-    let client = fence_s3::aws_sdk_s3::Client::from_conf(config.build());
-    let bucket = setting("FENCE_S3_BUCKET", local::S3_BUCKET);
-    fence_s3::S3Fence::builder()
-        .client(client)
-        .bucket(&bucket)
+    use fence_s3::env::{ACCESS_KEY, BUCKET, ENDPOINT, SECRET_KEY};
+    // The project's server only when the user names no endpoint: its test keys then, never the
+    // user's AWS credentials.
+    let env = if Env::process().get(ENDPOINT).is_some() || Env::process().get(BUCKET).is_some() {
+        Env::process()
+    } else {
+        Env::from_pairs([
+            (ENDPOINT, local::S3_ENDPOINT),
+            (BUCKET, local::S3_BUCKET),
+            (ACCESS_KEY, local::S3_ACCESS_KEY),
+            (SECRET_KEY, local::S3_SECRET_KEY),
+        ])
+    };
+    let address = format!(
+        "{} (bucket {})",
+        env.get(ENDPOINT).unwrap_or_else(|| "AWS S3".into()),
+        env.get(BUCKET).unwrap_or_default()
+    );
+    let unreachable = |e: fence_core::FenceError| Unreachable::new("S3", &address, ENDPOINT, e);
+    fence_s3::S3FenceBuilder::from_env_with(&env)
+        .await
+        .map_err(unreachable)?
         .connect()
         .await
-        .map_err(|e| {
-            Unreachable::new(
-                "S3",
-                &format!("{endpoint} (bucket {bucket})"),
-                "FENCE_S3_ENDPOINT",
-                e,
-            )
-        })
+        .map_err(unreachable)
 }
 
 /// A Kafka fence on fresh topics (`<name>-<time>` and its ledger) of `FENCE_KAFKA_BOOTSTRAP`,
@@ -213,11 +200,10 @@ pub async fn s3_fence() -> Result<fence_s3::S3Fence, Unreachable> {
 pub async fn kafka_fence_for_run(name: &str) -> Result<fence_kafka::KafkaFence, Unreachable> {
     use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use fence_kafka::rdkafka::client::DefaultClientContext;
-    let bootstrap = setting("FENCE_KAFKA_BOOTSTRAP", local::KAFKA_BOOTSTRAP);
+    let (config, bootstrap) = kafka_config()?;
     let unreachable = |e: Box<dyn Error + Send + Sync>| {
-        Unreachable::new("Kafka", &bootstrap, "FENCE_KAFKA_BOOTSTRAP", e)
+        Unreachable::new("Kafka", &bootstrap, fence_kafka::env::BOOTSTRAP, e)
     };
-    let config = kafka_config(&bootstrap);
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
@@ -246,25 +232,37 @@ pub async fn kafka_fence_for_run(name: &str) -> Result<fence_kafka::KafkaFence, 
         .map_err(|e| unreachable(e.into()))
 }
 
-fn kafka_config(bootstrap: &str) -> fence_kafka::rdkafka::config::ClientConfig {
-    let mut config = fence_kafka::rdkafka::config::ClientConfig::new();
-    config
-        .set("bootstrap.servers", bootstrap)
-        .set("socket.connection.setup.timeout.ms", "3000");
-    config
+/// The client configuration from the `FENCE_KAFKA_*` variables (`fence_kafka::env`), else the
+/// project's broker, connecting within a few seconds; and the bootstrap servers, for errors.
+fn kafka_config() -> Result<(fence_kafka::rdkafka::config::ClientConfig, String), Unreachable> {
+    use fence_kafka::env::{BOOTSTRAP, PROPERTIES, PROPERTIES_FILE};
+    let env = env_or_local(
+        &[BOOTSTRAP, PROPERTIES, PROPERTIES_FILE],
+        &[(BOOTSTRAP, local::KAFKA_BOOTSTRAP)],
+    );
+    let bootstrap = env.get(BOOTSTRAP).unwrap_or_default();
+    let mut config = fence_kafka::env::client_config(&env)
+        .map_err(|e| Unreachable::new("Kafka", &bootstrap, BOOTSTRAP, e))?;
+    if config.get("socket.connection.setup.timeout.ms").is_none() {
+        config.set("socket.connection.setup.timeout.ms", "3000");
+    }
+    let bootstrap = config
+        .get("bootstrap.servers")
+        .unwrap_or_default()
+        .to_owned();
+    Ok((config, bootstrap))
 }
 
 /// Deletes the topics [`kafka_fence_for_run`] created for `fence` (its data and ledger topics).
 pub async fn delete_kafka_topics(fence: &fence_kafka::KafkaFence) -> Result<(), Unreachable> {
     use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions};
     use fence_kafka::rdkafka::client::DefaultClientContext;
-    let bootstrap = setting("FENCE_KAFKA_BOOTSTRAP", local::KAFKA_BOOTSTRAP);
+    let (config, bootstrap) = kafka_config()?;
     let unreachable = |e: Box<dyn Error + Send + Sync>| {
-        Unreachable::new("Kafka", &bootstrap, "FENCE_KAFKA_BOOTSTRAP", e)
+        Unreachable::new("Kafka", &bootstrap, fence_kafka::env::BOOTSTRAP, e)
     };
-    let admin: AdminClient<DefaultClientContext> = kafka_config(&bootstrap)
-        .create()
-        .map_err(|e| unreachable(e.into()))?;
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| unreachable(e.into()))?;
     let ledger = format!("{}-ledger", fence.data_topic());
     let topics = [fence.data_topic(), ledger.as_str()];
     let options = AdminOptions::new().request_timeout(Some(CONNECT_TIMEOUT));
@@ -287,20 +285,27 @@ pub const POSTGRES_SCHEMA: &str = "fence_demo";
 /// in [`POSTGRES_SCHEMA`], created if missing (an example may; an application runs
 /// `fence_postgres::migrate` from its migrations).
 pub async fn postgres_fence() -> Result<fence_postgres::PostgresFence, Unreachable> {
-    let url = setting("FENCE_POSTGRES_URL", local::POSTGRES_URL);
-    let unreachable = |e: Box<dyn Error + Send + Sync>| {
-        Unreachable::new("PostgreSQL", &url, "FENCE_POSTGRES_URL", e)
-    };
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(8)
-        .acquire_timeout(CONNECT_TIMEOUT)
-        .connect(&url)
+    use fence_postgres::env::{ACQUIRE_TIMEOUT_MS, MAX_CONNECTIONS, SCHEMA, URL};
+    let timeout = CONNECT_TIMEOUT.as_millis().to_string();
+    // The examples' own tables live beside the fence's, in their schema.
+    let env = Env::from_pairs([(SCHEMA, POSTGRES_SCHEMA)])
+        .or_else(env_or_local(&[URL], &[(URL, local::POSTGRES_URL)]))
+        .or_else(Env::from_pairs([
+            (MAX_CONNECTIONS, "8"),
+            (ACQUIRE_TIMEOUT_MS, timeout.as_str()),
+        ]));
+    let url = env.get(URL).unwrap_or_default();
+    let unreachable =
+        |e: Box<dyn Error + Send + Sync>| Unreachable::new("PostgreSQL", &url, URL, e);
+    let fence = fence_postgres::PostgresFence::from_env_with(&env)
         .await
         .map_err(|e| unreachable(e.into()))?;
-    fence_postgres::migrate(&pool, POSTGRES_SCHEMA)
+    // An example may create its tables; an application runs `fence_postgres::migrate` from
+    // its migrations.
+    fence_postgres::migrate(fence.pool(), fence.schema())
         .await
         .map_err(|e| unreachable(e.into()))?;
-    fence_postgres::PostgresFence::new(pool, POSTGRES_SCHEMA).map_err(|e| unreachable(e.into()))
+    Ok(fence)
 }
 
 #[cfg(test)]

@@ -51,10 +51,10 @@ impl Cleanup {
         }
     }
 
-    pub(crate) fn s3(scoped: &Targets) -> Result<Self, Report> {
+    pub(crate) async fn s3(scoped: &Targets) -> Result<Self, Report> {
         Ok(Cleanup::S3 {
-            client: scoped.s3_client()?,
-            bucket: scoped.s3_bucket()?.to_owned(),
+            client: scoped.s3_client().await?,
+            bucket: scoped.s3_bucket()?,
             prefix: scoped.s3_object_prefix().to_owned(),
         })
     }

@@ -83,7 +83,7 @@ fn corrupt(reason: String) -> Report {
 
 async fn read(targets: &Targets, source: Source<'_>) -> Result<Vec<u8>, Report> {
     if let Some(key) = source.object {
-        let client = targets.s3_client()?;
+        let client = targets.s3_client().await?;
         let output = client
             .get_object()
             .bucket(targets.s3_bucket()?)

@@ -88,7 +88,7 @@ async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<In
         }
         Backend::Etcd => {
             let etcd = targets.etcd().await?;
-            let fence = targets.etcd_fence(&etcd);
+            let fence = etcd.fence();
             let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
             let mut inspection = generic("etcd", &fence, Some(&etcd.leases()), domain).await?;
             inspection.ops = Some(ops_of(&ops));
@@ -151,7 +151,7 @@ async fn generic(
 
 /// The raw object, decoded with the public envelope decoder: everything the envelope holds.
 async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
-    let fence = targets.s3()?;
+    let fence = targets.s3().await?;
     let key = fence.object_key(&domain).map_err(|e| Report::failed(&e))?;
     // The fence's own read classifies every failure (a missing bucket, foreign bytes...);
     // the raw object then shows what the envelope holds beyond the snapshot.
@@ -175,7 +175,7 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
             e,
         ))
     };
-    let client = targets.s3_client()?;
+    let client = targets.s3_client().await?;
     let object = client
         .get_object()
         .bucket(fence.bucket())

@@ -25,11 +25,11 @@ pub(crate) async fn claim(
         let (domain, token) = parse(domain, token)?;
         let claimed = match backend {
             Backend::Redis => targets.redis().await?.claim(&domain, token).await,
-            Backend::S3 => targets.s3()?.claim(&domain, token).await,
+            Backend::S3 => targets.s3().await?.claim(&domain, token).await,
             Backend::Postgres => targets.postgres().await?.claim(&domain, token).await,
             Backend::Etcd => {
                 let etcd = targets.etcd().await?;
-                targets.etcd_fence(&etcd).claim(&domain, token).await
+                etcd.fence().claim(&domain, token).await
             }
             Backend::Kafka => targets.kafka()?.claim(&domain, token).await,
         };
@@ -71,7 +71,7 @@ pub(crate) async fn adopt(
         let (what, previous) =
             match (backend, redis_key) {
                 (AdoptBackend::S3, None) => {
-                    let fence = targets.s3()?;
+                    let fence = targets.s3().await?;
                     let key = fence.object_key(&domain).map_err(failed)?;
                     let accepted = fence.adopt(&domain, token).await.map_err(failed)?;
                     (

@@ -253,14 +253,14 @@ async fn clients(
             // claim, for the main one).
             let mut per_worker = Vec::new();
             for _ in 0..workers {
-                per_worker.push(Subject::Register(Arc::new(scoped.s3()?)));
+                per_worker.push(Subject::Register(Arc::new(scoped.s3().await?)));
             }
             Clients {
-                subject: Subject::Register(Arc::new(scoped.s3()?)),
-                fresh: Subject::Register(Arc::new(scoped.s3()?)),
+                subject: Subject::Register(Arc::new(scoped.s3().await?)),
+                fresh: Subject::Register(Arc::new(scoped.s3().await?)),
                 per_worker,
                 leases: Arc::new(MemoryLeases::new()),
-                cleanup: Cleanup::s3(scoped)?,
+                cleanup: Cleanup::s3(scoped).await?,
             }
         }
         Backend::Postgres => {
@@ -282,8 +282,8 @@ async fn clients(
             let etcd = scoped.etcd().await?;
             Clients {
                 leases: Arc::new(etcd.leases()),
-                subject: Subject::Register(Arc::new(scoped.etcd_fence(&etcd))),
-                fresh: Subject::Register(Arc::new(scoped.etcd_fence(&etcd))),
+                subject: Subject::Register(Arc::new(etcd.fence())),
+                fresh: Subject::Register(Arc::new(etcd.fence())),
                 per_worker: Vec::new(),
                 cleanup: Cleanup::etcd(&etcd),
             }

@@ -2,14 +2,13 @@
 //! variable the library builders and examples use.
 
 use std::fmt;
-use std::num::NonZeroU64;
 
 use clap::{Args, ValueEnum};
+use fence_core::env::Env;
 use fence_etcd::Etcd;
 use fence_postgres::PostgresFence;
-use fence_redis::RedisFence;
-use fence_s3::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
-use fence_s3::S3Fence;
+use fence_redis::{RedisFence, RedisFenceBuilder};
+use fence_s3::{S3Fence, S3FenceBuilder};
 
 use crate::report::Report;
 use crate::Backend;
@@ -59,14 +58,9 @@ pub(crate) struct Targets {
     /// S3 bucket.
     #[arg(long, env = "FENCE_S3_BUCKET", global = true)]
     s3_bucket: Option<String>,
-    /// S3 region.
-    #[arg(
-        long,
-        env = "FENCE_S3_REGION",
-        global = true,
-        default_value = "us-east-1"
-    )]
-    s3_region: String,
+    /// S3 region (else the AWS chain's; `us-east-1` with an endpoint).
+    #[arg(long, env = "FENCE_S3_REGION", global = true)]
+    s3_region: Option<String>,
     /// S3 access key id.
     #[arg(
         long,
@@ -178,12 +172,6 @@ type Connect<T> = Result<T, Report>;
 /// A setting's value; an empty variable counts as unset (`FENCE_REDIS_CLUSTER= fence ...`).
 fn set(value: &Option<String>) -> Option<&str> {
     value.as_deref().filter(|v| !v.is_empty())
-}
-
-fn missing(what: &str, variable: &str, flag: &str) -> Report {
-    Report::usage(format!(
-        "{what} is not configured: set {variable} or pass --{flag}"
-    ))
 }
 
 impl Targets {
@@ -307,215 +295,136 @@ impl Targets {
     pub(crate) fn kafka_topics(
         &self,
     ) -> Connect<(fence_kafka::rdkafka::ClientConfig, Vec<String>)> {
-        let config = self.kafka_config()?;
-        let topic = set(&self.kafka_topic)
-            .ok_or_else(|| missing("the Kafka data topic", "FENCE_KAFKA_TOPIC", "kafka-topic"))?;
-        Ok((
-            config,
-            vec![topic.to_owned(), self.kafka_ledger_topic.clone()],
-        ))
+        let env = self.env();
+        let config = fence_kafka::env::client_config(&env).map_err(|e| Report::failed(&e))?;
+        let topic = env
+            .require(fence_kafka::env::TOPIC)
+            .map_err(|e| Report::failed(&e))?;
+        Ok((config, vec![topic, self.kafka_ledger_topic.clone()]))
     }
 
-    fn max_token_step(&self) -> Option<NonZeroU64> {
-        NonZeroU64::new(self.max_token_step)
-    }
-
-    /// Refuses `--issued-only` for a backend that cannot see an issuer.
-    fn no_issuer(&self, backend: &str) -> Connect<()> {
-        if self.issued_only {
-            return Err(Report::usage(format!(
-                "{backend} cannot check --issued-only (FENCE_ISSUED_ONLY): no issuer is visible there; unset it"
-            )));
-        }
-        Ok(())
-    }
-
-    /// A connected Redis fence (one of URL or cluster, never both).
-    pub(crate) async fn redis(&self) -> Connect<RedisFence> {
-        let nodes: Vec<String> = self
+    /// The settings as the libraries' variables (the command reads each one it has a flag for,
+    /// and a flag overrides it), over the process environment for the variables the command has
+    /// no flag for (Sentinel, Kafka properties files, replica waits, …): the adapters' own
+    /// `from_env` then reads them, so the command and the libraries agree on every rule.
+    fn env(&self) -> Env {
+        let mut flags: Vec<(&'static str, String)> = Vec::new();
+        let mut put = |name: &'static str, value: Option<&str>| {
+            if let Some(value) = value {
+                flags.push((name, value.to_owned()));
+            }
+        };
+        put(
+            fence_core::env::MAX_TOKEN_STEP,
+            Some(&self.max_token_step.to_string()),
+        );
+        put(
+            fence_core::env::ISSUED_ONLY,
+            Some(if self.issued_only { "1" } else { "0" }),
+        );
+        put(fence_redis::env::URL, set(&self.redis_url));
+        let cluster = self
             .redis_cluster
             .iter()
             .filter(|n| !n.is_empty())
             .cloned()
-            .collect();
-        let builder = match (set(&self.redis_url), nodes.is_empty()) {
-            (Some(_), false) => {
-                return Err(Report::usage(
-                    "both FENCE_REDIS_URL and FENCE_REDIS_CLUSTER are set: set one",
-                ))
-            }
-            (Some(url), true) => RedisFence::builder().url(url),
-            (None, false) => RedisFence::builder().cluster(nodes),
-            (None, true) => {
-                return Err(missing(
-                    "Redis",
-                    "FENCE_REDIS_URL (or FENCE_REDIS_CLUSTER)",
-                    "redis-url",
-                ))
-            }
-        };
-        let mut builder = builder.prefix(&self.redis_prefix);
-        if let Some(step) = self.max_token_step() {
-            builder = builder.max_token_step(step);
-        }
-        if self.issued_only {
-            builder = builder.issued_only();
-        }
-        builder.connect().await.map_err(|e| Report::failed(&e))
+            .collect::<Vec<_>>()
+            .join(",");
+        put(fence_redis::env::CLUSTER, Some(&cluster));
+        put(fence_redis::env::PREFIX, Some(&self.redis_prefix));
+        put(fence_s3::env::ENDPOINT, set(&self.s3_endpoint));
+        put(fence_s3::env::BUCKET, set(&self.s3_bucket));
+        put(fence_s3::env::REGION, set(&self.s3_region));
+        put(fence_s3::env::ACCESS_KEY, set(&self.s3_access_key));
+        put(fence_s3::env::SECRET_KEY, set(&self.s3_secret_key));
+        put(fence_s3::env::PREFIX, Some(&self.s3_prefix));
+        put(
+            fence_s3::env::KEY_LAYOUT,
+            Some(match self.s3_key_layout {
+                S3Layout::Escaped => "escaped",
+                S3Layout::Verbatim => "verbatim",
+            }),
+        );
+        put(fence_postgres::env::URL, set(&self.postgres_url));
+        put(fence_postgres::env::SCHEMA, Some(&self.postgres_schema));
+        put(fence_kafka::env::BOOTSTRAP, set(&self.kafka_bootstrap));
+        put(fence_kafka::env::PROPERTIES, set(&self.kafka_properties));
+        put(fence_kafka::env::TOPIC, set(&self.kafka_topic));
+        put(
+            fence_kafka::env::LEDGER_TOPIC,
+            Some(&self.kafka_ledger_topic),
+        );
+        put(
+            fence_kafka::env::TRANSACTIONAL_ID_PREFIX,
+            Some(&self.kafka_transactional_id_prefix),
+        );
+        put(
+            fence_etcd::env::ENDPOINTS,
+            Some(&self.etcd_endpoints.join(",")),
+        );
+        put(fence_etcd::env::PREFIX, set(&self.etcd_prefix));
+        put(fence_etcd::env::USER, set(&self.etcd_user));
+        put(fence_etcd::env::PASSWORD, set(&self.etcd_password));
+        // An operator's command needs few connections, unless the environment says otherwise.
+        let defaults = Env::from_pairs([(fence_postgres::env::MAX_CONNECTIONS, "2")]);
+        Env::from_pairs(flags)
+            .or_else(Env::process())
+            .or_else(defaults)
     }
 
-    /// A plain S3 client with the configured endpoint, region and credentials.
-    pub(crate) fn s3_client(&self) -> Connect<fence_s3::aws_sdk_s3::Client> {
-        let (Some(access), Some(secret)) = (set(&self.s3_access_key), set(&self.s3_secret_key))
-        else {
-            return Err(missing(
-                "S3 credentials",
-                "FENCE_S3_ACCESS_KEY and FENCE_S3_SECRET_KEY",
-                "s3-access-key/--s3-secret-key",
-            ));
-        };
-        let mut config = fence_s3::aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new(self.s3_region.clone()))
-            .credentials_provider(Credentials::new(access, secret, None, None, "fence-cli"));
-        if let Some(endpoint) = set(&self.s3_endpoint) {
-            config = config.endpoint_url(endpoint).force_path_style(true);
-        }
-        Ok(fence_s3::aws_sdk_s3::Client::from_conf(config.build()))
-    }
-
-    /// The configured bucket.
-    pub(crate) fn s3_bucket(&self) -> Connect<&str> {
-        set(&self.s3_bucket).ok_or_else(|| missing("the S3 bucket", "FENCE_S3_BUCKET", "s3-bucket"))
-    }
-
-    /// An S3 fence (no request made yet).
-    pub(crate) fn s3(&self) -> Connect<S3Fence> {
-        let layout = match self.s3_key_layout {
-            S3Layout::Escaped => fence_s3::KeyLayout::Escaped,
-            S3Layout::Verbatim => fence_s3::KeyLayout::Verbatim,
-        };
-        self.no_issuer("S3")?;
-        let mut builder = S3Fence::builder()
-            .client(self.s3_client()?)
-            .bucket(self.s3_bucket()?)
-            .prefix(&self.s3_prefix)
-            .key_layout(layout);
-        if let Some(step) = self.max_token_step() {
-            builder = builder.max_token_step(step);
-        }
-        builder.build().map_err(|e| Report::failed(&e))
-    }
-
-    /// A PostgreSQL fence on a small pool.
-    pub(crate) async fn postgres(&self) -> Connect<PostgresFence> {
-        let url = set(&self.postgres_url)
-            .ok_or_else(|| missing("PostgreSQL", "FENCE_POSTGRES_URL", "postgres-url"))?;
-        let pool = fence_postgres::sqlx::postgres::PgPoolOptions::new()
-            .max_connections(2)
-            .acquire_timeout(std::time::Duration::from_secs(5))
-            .connect(url)
-            .await
-            .map_err(|e| {
-                let fault = fence_core::FenceError::backend(
-                    "postgres",
-                    fence_core::BackendErrorKind::Unavailable,
-                    None,
-                    e,
-                );
-                Report::failed(&fault)
-            })?;
-        let mut fence = PostgresFence::new(pool, &self.postgres_schema)
-            .map_err(|e| Report::failed(&fence_core::FenceError::from(e)))?;
-        if let Some(step) = self.max_token_step() {
-            fence = fence.with_max_token_step(step);
-        }
-        if self.issued_only {
-            fence = fence.issued_only();
-        }
-        Ok(fence)
-    }
-
-    /// The Kafka client configuration: bootstrap servers and the extra properties.
-    fn kafka_config(&self) -> Connect<fence_kafka::rdkafka::ClientConfig> {
-        let bootstrap = set(&self.kafka_bootstrap)
-            .ok_or_else(|| missing("Kafka", "FENCE_KAFKA_BOOTSTRAP", "kafka-bootstrap"))?;
-        let mut config = fence_kafka::rdkafka::ClientConfig::new();
-        config.set("bootstrap.servers", bootstrap);
-        for pair in set(&self.kafka_properties).unwrap_or_default().split(';') {
-            let pair = pair.trim();
-            if pair.is_empty() {
-                continue;
-            }
-            // Never echoed: an entry may hold a password.
-            let Some((key, value)) = pair.split_once('=') else {
-                return Err(Report::usage(
-                    "FENCE_KAFKA_PROPERTIES holds an entry without `=` (key=value entries, separated by `;`)",
-                ));
-            };
-            config.set(key.trim(), value.trim());
-        }
-        Ok(config)
-    }
-
-    /// A Kafka fence on the configured topics (no topic is created).
-    pub(crate) fn kafka(&self) -> Connect<fence_kafka::KafkaFence> {
-        let config = self.kafka_config()?;
-        let topic = set(&self.kafka_topic)
-            .ok_or_else(|| missing("the Kafka data topic", "FENCE_KAFKA_TOPIC", "kafka-topic"))?;
-        self.no_issuer("Kafka")?;
-        let mut builder = fence_kafka::KafkaFence::builder(config)
-            .data_topic(topic)
-            .ledger_topic(&self.kafka_ledger_topic)
-            .transactional_id_prefix(&self.kafka_transactional_id_prefix)
-            .timeout(std::time::Duration::from_secs(10));
-        if let Some(step) = self.max_token_step() {
-            builder = builder.max_token_step(step);
-        }
-        builder.build().map_err(|e| Report::failed(&e))
-    }
-
-    /// An etcd handle.
-    pub(crate) async fn etcd(&self) -> Connect<Etcd> {
-        let endpoints: Vec<&String> = self
-            .etcd_endpoints
-            .iter()
-            .filter(|e| !e.is_empty())
-            .collect();
-        if endpoints.is_empty() {
-            return Err(missing("etcd", "FENCE_ETCD_ENDPOINTS", "etcd-endpoints"));
-        }
-        let prefix = set(&self.etcd_prefix)
-            .ok_or_else(|| missing("the etcd key prefix", "FENCE_ETCD_PREFIX", "etcd-prefix"))?;
-        let options = match (set(&self.etcd_user), set(&self.etcd_password)) {
-            (None, None) => None,
-            (Some(user), Some(password)) => Some(
-                fence_etcd::etcd_client::ConnectOptions::new()
-                    .with_connect_timeout(fence_etcd::DEFAULT_CONNECT_TIMEOUT)
-                    .with_timeout(fence_etcd::DEFAULT_REQUEST_TIMEOUT)
-                    .with_user(user, password),
-            ),
-            _ => {
-                return Err(Report::usage(
-                    "etcd authentication needs both FENCE_ETCD_USER and FENCE_ETCD_PASSWORD",
-                ))
-            }
-        };
-        Etcd::connect(&endpoints, options, prefix)
+    /// A connected Redis fence (a URL, a cluster or sentinels: one of them).
+    pub(crate) async fn redis(&self) -> Connect<RedisFence> {
+        RedisFenceBuilder::from_env_with(&self.env())
+            .map_err(|e| Report::failed(&e))?
+            .connect()
             .await
             .map_err(|e| Report::failed(&e))
     }
 
-    /// The fenced store on etcd, with the configured bounds.
-    pub(crate) fn etcd_fence(&self, etcd: &Etcd) -> fence_etcd::EtcdFence {
-        let mut fence = etcd.fence();
-        if let Some(step) = self.max_token_step() {
-            fence = fence.with_max_token_step(step);
-        }
-        if self.issued_only {
-            fence = fence.issued_only();
-        }
-        fence
+    /// A plain S3 client with the configured endpoint, region and credentials (static ones,
+    /// else the default AWS chain).
+    pub(crate) async fn s3_client(&self) -> Connect<fence_s3::aws_sdk_s3::Client> {
+        fence_s3::env::client_config(&self.env())
+            .await
+            .map(fence_s3::aws_sdk_s3::Client::from_conf)
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// The configured bucket.
+    pub(crate) fn s3_bucket(&self) -> Connect<String> {
+        self.env()
+            .require(fence_s3::env::BUCKET)
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// An S3 fence (no request made yet).
+    pub(crate) async fn s3(&self) -> Connect<S3Fence> {
+        S3FenceBuilder::from_env_with(&self.env())
+            .await
+            .and_then(S3FenceBuilder::build)
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// A PostgreSQL fence on a small pool.
+    pub(crate) async fn postgres(&self) -> Connect<PostgresFence> {
+        PostgresFence::from_env_with(&self.env())
+            .await
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// A Kafka fence on the configured topics (no topic is created).
+    pub(crate) fn kafka(&self) -> Connect<fence_kafka::KafkaFence> {
+        fence_kafka::KafkaFenceBuilder::from_env_with(&self.env())
+            .map(|builder| builder.timeout(std::time::Duration::from_secs(10)))
+            .and_then(fence_kafka::KafkaFenceBuilder::build)
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// An etcd handle; its fences carry the configured bounds.
+    pub(crate) async fn etcd(&self) -> Connect<Etcd> {
+        Etcd::from_env_with(&self.env())
+            .await
+            .map_err(|e| Report::failed(&e))
     }
 }
 

@@ -1,6 +1,7 @@
 //! `Etcd`: a client and a key prefix, from which the fence, the leases and the issuer come.
 
 use std::fmt;
+use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,15 @@ use crate::{EtcdFence, EtcdIssuer, EtcdLeases};
 pub struct Etcd {
     client: Client,
     keys: Arc<Keys>,
+    /// Bounds every fence made by [`Etcd::fence`] starts with (set by [`Etcd::from_env`]).
+    pub(crate) fence_bounds: FenceBounds,
+}
+
+/// The token bounds a fence from [`Etcd::fence`] starts with.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct FenceBounds {
+    pub(crate) max_token_step: Option<NonZeroU64>,
+    pub(crate) issued_only: bool,
 }
 
 /// The connect timeout [`Etcd::connect`] uses when no options are given.
@@ -41,6 +51,7 @@ impl Etcd {
         Ok(Etcd {
             client,
             keys: Arc::new(Keys::new(prefix)?),
+            fence_bounds: FenceBounds::default(),
         })
     }
 
@@ -75,12 +86,20 @@ impl Etcd {
         Ok(Etcd {
             client,
             keys: Arc::new(keys),
+            fence_bounds: FenceBounds::default(),
         })
     }
 
     /// The fenced store on etcd's KV.
     pub fn fence(&self) -> EtcdFence {
-        EtcdFence::new(self.clone())
+        let mut fence = EtcdFence::new(self.clone());
+        if let Some(step) = self.fence_bounds.max_token_step {
+            fence = fence.with_max_token_step(step);
+        }
+        if self.fence_bounds.issued_only {
+            fence = fence.issued_only();
+        }
+        fence
     }
 
     /// Leases whose token is the lock key's `create_revision`.

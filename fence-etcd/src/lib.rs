@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+pub mod env;
 mod error;
 mod fence;
 mod handle;

@@ -3,18 +3,25 @@
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{DefaultProducerContext, Producer, ThreadedProducer};
+use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::context::KafkaContext;
 use crate::error::KafkaFenceError;
 use crate::record::CommittedRecord;
 
 /// A transactional producer for one domain's transactional id.
-pub(crate) type TxnProducer = ThreadedProducer<DefaultProducerContext>;
+pub(crate) type TxnProducer = ThreadedProducer<KafkaContext>;
+
+/// What every client fence-kafka opens is made of: the user's configuration and context.
+#[derive(Clone, Debug)]
+pub(crate) struct Clients {
+    pub(crate) config: ClientConfig,
+    pub(crate) context: KafkaContext,
+}
 
 /// Runs a blocking librdkafka call on the blocking pool.
 pub(crate) async fn blocking<T, F>(call: F) -> Result<T, KafkaFenceError>
@@ -30,11 +37,12 @@ where
 /// A transactional producer with `transactional_id`, initialised (which fences every earlier
 /// producer of that id and aborts its open transaction).
 pub(crate) fn transactional_producer(
-    base: &ClientConfig,
+    clients: &Clients,
     transactional_id: &str,
     transaction_timeout: Duration,
 ) -> Result<TxnProducer, KafkaError> {
-    let producer: TxnProducer = base
+    let producer: TxnProducer = clients
+        .config
         .clone()
         .set("transactional.id", transactional_id)
         .set(
@@ -46,7 +54,7 @@ pub(crate) fn transactional_producer(
             transaction_timeout.as_millis().to_string(),
         )
         .set("linger.ms", "2")
-        .create()?;
+        .create_with_context(clients.context.for_client())?;
     producer.init_transactions(transaction_timeout)?;
     Ok(producer)
 }
@@ -55,19 +63,21 @@ pub(crate) fn transactional_producer(
 /// sees it, read up to the high watermark taken at the start (which counts transaction markers,
 /// so the end is a position, not a record).
 pub(crate) fn read_partition(
-    base: &ClientConfig,
+    clients: &Clients,
     topic: &str,
     partition: i32,
     from: i64,
     timeout: Duration,
 ) -> Result<Vec<CommittedRecord>, KafkaError> {
-    let consumer: BaseConsumer = base
+    let consumer: BaseConsumer<KafkaContext> = clients
+        .config
         .clone()
         .set("group.id", "fence-reader")
         .set("enable.auto.commit", "false")
         .set("isolation.level", "read_committed")
         .set("enable.partition.eof", "true")
-        .create()?;
+        .create_with_context(clients.context.for_client())?;
+    serve_token(&consumer, timeout);
     let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
     let start = from.max(low);
     if high <= start {
@@ -103,13 +113,30 @@ pub(crate) fn read_partition(
     }
 }
 
+/// Serves librdkafka's first request for a SASL/OAUTHBEARER token on a consumer that is
+/// about to block in a metadata or watermark call, which would otherwise wait for a token that
+/// only a poll of its queue hands over (a no-op without a token provider).
+fn serve_token(consumer: &BaseConsumer<KafkaContext>, timeout: Duration) {
+    if !consumer.context().has_oauth() {
+        return;
+    }
+    let deadline = Instant::now() + timeout;
+    while !consumer.context().token_asked() && Instant::now() < deadline {
+        // Nothing to read yet: the poll only serves the client's events.
+        let _ = consumer.poll(Duration::from_millis(10));
+    }
+}
+
 /// The number of partitions of `topic`.
 pub(crate) fn partition_count(
-    base: &ClientConfig,
+    clients: &Clients,
     topic: &str,
     timeout: Duration,
 ) -> Result<i32, KafkaFenceError> {
-    let consumer: BaseConsumer = base.clone().create()?;
+    let consumer: BaseConsumer<KafkaContext> = clients
+        .config
+        .create_with_context(clients.context.for_client())?;
+    serve_token(&consumer, timeout);
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
     let partitions = metadata
         .topics()
@@ -122,16 +149,34 @@ pub(crate) fn partition_count(
     }
 }
 
-/// Creates `topic` if it is missing; an existing topic is left as it is.
+/// Creates `topic` if it is missing; an existing topic is left as it is. With a SASL/OAUTHBEARER
+/// token provider the topic must exist already: rust-rdkafka's admin client never serves a
+/// token request (fede1024/rust-rdkafka#757), so it could not authenticate.
 pub(crate) async fn ensure_topic(
-    base: &ClientConfig,
+    clients: &Clients,
     topic: &str,
     partitions: i32,
     replication: i32,
     compacted: bool,
     timeout: Duration,
 ) -> Result<(), KafkaFenceError> {
-    let admin: AdminClient<DefaultClientContext> = base.clone().create()?;
+    if clients.context.has_oauth() {
+        let clients = clients.clone();
+        let topic = topic.to_owned();
+        return blocking(move || partition_count(&clients, &topic, timeout))
+            .await?
+            .map(|_| ())
+            .map_err(|error| match error {
+                KafkaFenceError::NoSuchTopic(topic) => KafkaFenceError::NotCreated {
+                    topic,
+                    why: "with a SASL/OAUTHBEARER token provider fence-kafka cannot create topics (rust-rdkafka's admin client cannot authenticate): create it first",
+                },
+                other => other,
+            });
+    }
+    let admin: AdminClient<KafkaContext> = clients
+        .config
+        .create_with_context(clients.context.for_client())?;
     let mut new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(replication));
     if compacted {
         new_topic = new_topic.set("cleanup.policy", "compact");

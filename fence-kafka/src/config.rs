@@ -9,7 +9,8 @@ use fence_core::{Backoff, FenceError, InvalidInput, IssuerView, TokenBounds};
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
-use crate::client::ensure_topic;
+use crate::client::{ensure_topic, Clients};
+use crate::context::{KafkaContext, OAuthTokenProvider};
 use crate::error::backend;
 use crate::{Inner, KafkaFence};
 
@@ -39,6 +40,7 @@ const DEFAULT_BACKOFF: Backoff = Backoff::new(Duration::from_millis(20), Duratio
 /// ```
 pub struct KafkaFenceBuilder {
     config: ClientConfig,
+    context: KafkaContext,
     data_topic: Option<String>,
     ledger_topic: String,
     transactional_id_prefix: String,
@@ -58,6 +60,7 @@ impl KafkaFenceBuilder {
     pub(crate) fn new(config: ClientConfig) -> Self {
         KafkaFenceBuilder {
             config,
+            context: KafkaContext::default(),
             data_topic: None,
             ledger_topic: DEFAULT_LEDGER_TOPIC.to_owned(),
             transactional_id_prefix: DEFAULT_TRANSACTIONAL_ID_PREFIX.to_owned(),
@@ -72,6 +75,22 @@ impl KafkaFenceBuilder {
             max_holders: crate::DEFAULT_MAX_HOLDERS,
             max_token_step: None,
         }
+    }
+
+    /// Where SASL/OAUTHBEARER tokens come from (Amazon MSK with IAM, Confluent Cloud with
+    /// OAuth): every producer, consumer and admin client of the fence asks `provider`. Set
+    /// `security.protocol=SASL_SSL` and `sasl.mechanism=OAUTHBEARER` in the client config;
+    /// needs the `ssl` feature (librdkafka builds OAUTHBEARER with OpenSSL). See the crate
+    /// docs, "Managed clusters".
+    pub fn oauth_token_provider(mut self, provider: impl OAuthTokenProvider) -> Self {
+        self.context = KafkaContext::with_oauth(provider);
+        self
+    }
+
+    /// The client context every client of the fence is opened with (see [`KafkaContext`]).
+    pub fn context(mut self, context: KafkaContext) -> Self {
+        self.context = context;
+        self
     }
 
     /// The topic fenced records are appended to (each domain's records go to one partition).
@@ -215,7 +234,10 @@ impl KafkaFenceBuilder {
         }
         Ok(KafkaFence {
             inner: Arc::new(Inner {
-                config: self.config,
+                clients: Clients {
+                    config: self.config,
+                    context: self.context,
+                },
                 data_topic,
                 ledger_topic: self.ledger_topic,
                 transactional_id_prefix: self.transactional_id_prefix,
@@ -240,7 +262,7 @@ impl KafkaFenceBuilder {
         let fence = self.build()?;
         let inner = &fence.inner;
         ensure_topic(
-            &inner.config,
+            &inner.clients,
             &inner.ledger_topic,
             inner.ledger_partitions_on_create,
             inner.ledger_replication,
@@ -260,6 +282,7 @@ impl fmt::Debug for KafkaFenceBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KafkaFenceBuilder")
             .field("bootstrap.servers", &self.config.get("bootstrap.servers"))
+            .field("context", &self.context)
             .field("data_topic", &self.data_topic)
             .field("ledger_topic", &self.ledger_topic)
             .finish_non_exhaustive()

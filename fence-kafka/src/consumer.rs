@@ -12,6 +12,8 @@ use std::fmt;
 use fence_core::{FenceError, FencingToken, InvalidInput};
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
+
+use crate::context::KafkaContext;
 use rdkafka::message::Message;
 
 use crate::error::backend;
@@ -87,7 +89,7 @@ impl TokenFilter {
 /// [`FencedConsumer::allow_unfenced`] is set, records without fence headers too: on a fenced
 /// topic they were not written through the fence.
 pub struct FencedConsumer {
-    consumer: StreamConsumer,
+    consumer: StreamConsumer<KafkaContext>,
     filter: TokenFilter,
     allow_unfenced: bool,
     unfenced_dropped: u64,
@@ -97,6 +99,16 @@ impl FencedConsumer {
     /// Subscribes to `topics` with `isolation.level=read_committed`. A config asking for
     /// `read_uncommitted` is refused: it would show records of aborted and fenced transactions.
     pub fn new(config: &ClientConfig, topics: &[&str]) -> Result<Self, FenceError> {
+        Self::with_context(config, KafkaContext::default(), topics)
+    }
+
+    /// [`FencedConsumer::new`] with a client context: a SASL/OAUTHBEARER token provider (see
+    /// [`KafkaContext::with_oauth`]).
+    pub fn with_context(
+        config: &ClientConfig,
+        context: KafkaContext,
+        topics: &[&str],
+    ) -> Result<Self, FenceError> {
         if config
             .get("isolation.level")
             .is_some_and(|level| level != "read_committed")
@@ -106,10 +118,10 @@ impl FencedConsumer {
             )
             .into());
         }
-        let consumer: StreamConsumer = config
+        let consumer: StreamConsumer<KafkaContext> = config
             .clone()
             .set("isolation.level", "read_committed")
-            .create()
+            .create_with_context(context)
             .map_err(|e| backend(None, e))?;
         consumer.subscribe(topics).map_err(|e| backend(None, e))?;
         Ok(FencedConsumer {
@@ -171,7 +183,7 @@ impl FencedConsumer {
     }
 
     /// The underlying consumer (offsets, assignment).
-    pub fn consumer(&self) -> &StreamConsumer {
+    pub fn consumer(&self) -> &StreamConsumer<KafkaContext> {
         &self.consumer
     }
 }

@@ -33,6 +33,14 @@ pub enum KafkaFenceError {
     /// The topic has no partitions or does not exist.
     #[error("topic `{0}` does not exist or has no partitions")]
     NoSuchTopic(String),
+    /// A topic the fence needs is missing and it could not create it.
+    #[error("topic `{topic}` does not exist: {why}")]
+    NotCreated {
+        /// The topic.
+        topic: String,
+        /// Why the fence did not create it, and what to do.
+        why: &'static str,
+    },
     /// Any other client or broker error.
     #[error(transparent)]
     Kafka(#[from] KafkaError),
@@ -49,7 +57,9 @@ impl KafkaFenceError {
                 BackendErrorKind::Contention
             }
             KafkaFenceError::Ledger(_) => BackendErrorKind::Rejected,
-            KafkaFenceError::NoSuchTopic(_) => BackendErrorKind::NotFound,
+            KafkaFenceError::NoSuchTopic(_) | KafkaFenceError::NotCreated { .. } => {
+                BackendErrorKind::NotFound
+            }
             KafkaFenceError::Worker(_) => BackendErrorKind::Unavailable,
             KafkaFenceError::Kafka(error) => kind_of(error),
         }

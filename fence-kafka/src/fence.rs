@@ -14,7 +14,7 @@ use fence_core::{
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
-use crate::client::{blocking, partition_count, read_partition, transactional_producer};
+use crate::client::{blocking, partition_count, read_partition, transactional_producer, Clients};
 use crate::config::KafkaFenceBuilder;
 use crate::error::{
     backend, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
@@ -25,7 +25,7 @@ use crate::record::{is_fence_header, CommittedRecord};
 use crate::txn::{pause, Outgoing};
 
 pub(crate) struct Inner {
-    pub(crate) config: ClientConfig,
+    pub(crate) clients: Clients,
     pub(crate) data_topic: String,
     pub(crate) ledger_topic: String,
     pub(crate) transactional_id_prefix: String,
@@ -102,7 +102,7 @@ impl KafkaFence {
         from: i64,
     ) -> Result<Vec<CommittedRecord>, FenceError> {
         let (config, topic, timeout) = (
-            self.inner.config.clone(),
+            self.inner.clients.clone(),
             self.inner.data_topic.clone(),
             self.inner.timeout,
         );
@@ -137,7 +137,7 @@ impl KafkaFence {
     async fn partitions(&self, cell: &OnceCell<i32>, topic: &str) -> Result<i32, FenceError> {
         cell.get_or_try_init(|| async {
             let (config, topic, timeout) = (
-                self.inner.config.clone(),
+                self.inner.clients.clone(),
                 topic.to_owned(),
                 self.inner.timeout,
             );
@@ -165,7 +165,7 @@ impl KafkaFence {
     async fn read_ledger(&self, domain: &Domain) -> Result<LedgerState, FenceError> {
         let partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
         let (config, topic, timeout) = (
-            self.inner.config.clone(),
+            self.inner.clients.clone(),
             self.inner.ledger_topic.clone(),
             self.inner.timeout,
         );
@@ -192,7 +192,7 @@ impl KafkaFence {
     /// ledger state read after its initialisation.
     async fn open(&self, domain: &Domain) -> Result<Holder, FenceError> {
         let (config, id, timeout) = (
-            self.inner.config.clone(),
+            self.inner.clients.clone(),
             self.transactional_id(domain),
             self.inner.transaction_timeout,
         );
@@ -421,7 +421,7 @@ impl KafkaFence {
     async fn read_log_now(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         let partition = self.data_partition(domain).await?;
         let (config, topic, timeout) = (
-            self.inner.config.clone(),
+            self.inner.clients.clone(),
             self.inner.data_topic.clone(),
             self.inner.timeout,
         );
@@ -483,7 +483,7 @@ impl fmt::Debug for KafkaFence {
         f.debug_struct("KafkaFence")
             .field(
                 "bootstrap.servers",
-                &self.inner.config.get("bootstrap.servers"),
+                &self.inner.clients.config.get("bootstrap.servers"),
             )
             .field("data_topic", &self.inner.data_topic)
             .field("ledger_topic", &self.inner.ledger_topic)

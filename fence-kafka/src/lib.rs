@@ -3,6 +3,8 @@
 mod client;
 mod config;
 mod consumer;
+mod context;
+pub mod env;
 mod error;
 mod fence;
 mod holders;
@@ -20,6 +22,7 @@ pub use config::{
     DEFAULT_TRANSACTIONAL_ID_PREFIX,
 };
 pub use consumer::{Admission, FencedConsumer, TokenFilter};
+pub use context::{KafkaContext, OAuthTokenProvider};
 pub use error::KafkaFenceError;
 pub(crate) use fence::Inner;
 pub use fence::KafkaFence;

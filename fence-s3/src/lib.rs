@@ -2,6 +2,7 @@
 
 mod cache;
 mod config;
+pub mod env;
 mod envelope;
 mod error;
 mod fence;

@@ -13,6 +13,8 @@
 pub mod etcd;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "kafka")]
+pub mod kafka_sasl;
 #[cfg(feature = "outbox")]
 pub mod outbox;
 #[cfg(feature = "postgres")]

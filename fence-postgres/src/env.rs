@@ -1,0 +1,120 @@
+//! The environment variables [`PostgresFence::from_env`] reads: one set, documented here.
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `FENCE_POSTGRES_URL` | `postgres://user[:password]@host:port/database[?sslmode=…]` (required) |
+//! | `FENCE_POSTGRES_SCHEMA` | the schema of the fence's tables (default `fence`; create them with [`crate::migrate`]) |
+//! | `FENCE_POSTGRES_MAX_CONNECTIONS` | the pool's size (default 10) |
+//! | `FENCE_POSTGRES_ACQUIRE_TIMEOUT_MS` | how long a request waits for a connection (default 5000) |
+//! | `FENCE_MAX_TOKEN_STEP` | refuse tokens more than this above a domain's mark |
+//! | `FENCE_ISSUED_ONLY` | `1`: accept only tokens this database's issuer issued for the domain |
+//!
+//! `DATABASE_URL` (sqlx's variable) naming another database than `FENCE_POSTGRES_URL` is
+//! refused: two answers to one question.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use fence_core::env::{configuration, Env};
+use fence_core::FenceError;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+
+use crate::error::{kind_of, BACKEND};
+use crate::schema::Schema;
+use crate::PostgresFence;
+
+/// The database URL.
+pub const URL: &str = "FENCE_POSTGRES_URL";
+/// The schema of the fence's tables.
+pub const SCHEMA: &str = "FENCE_POSTGRES_SCHEMA";
+/// The pool's size.
+pub const MAX_CONNECTIONS: &str = "FENCE_POSTGRES_MAX_CONNECTIONS";
+/// How long a request waits for a pooled connection, in milliseconds.
+pub const ACQUIRE_TIMEOUT_MS: &str = "FENCE_POSTGRES_ACQUIRE_TIMEOUT_MS";
+
+/// The schema when [`SCHEMA`] is unset.
+pub const DEFAULT_SCHEMA: &str = "fence";
+
+impl PostgresFence {
+    /// A fence on a pool opened from the process environment (see [`crate::env`]); the
+    /// connection is tried here, so an unreachable server fails now, as a backend error of
+    /// class `Unavailable`. The tables must exist ([`crate::migrate`]).
+    pub async fn from_env() -> Result<Self, FenceError> {
+        Self::from_env_with(&Env::process()).await
+    }
+
+    /// [`Self::from_env`] from `env`.
+    pub async fn from_env_with(env: &Env) -> Result<Self, FenceError> {
+        let url = env
+            .agreeing(URL, "DATABASE_URL")?
+            .ok_or_else(|| configuration(format!("no PostgreSQL configured: set {URL}")))?;
+        let schema = env.get(SCHEMA).unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
+        let max_connections = env.parse::<u32>(MAX_CONNECTIONS)?.unwrap_or(10);
+        if max_connections == 0 {
+            return Err(configuration(format!(
+                "{MAX_CONNECTIONS} must be at least 1"
+            )));
+        }
+        let acquire = env
+            .parse::<u64>(ACQUIRE_TIMEOUT_MS)?
+            .map_or(Duration::from_secs(5), Duration::from_millis);
+        let max_token_step = env.max_token_step()?;
+        let issued_only = env.issued_only()?;
+        // The URL is not repeated in errors: it may hold a password.
+        let invalid = || configuration(format!("{URL} is not a valid PostgreSQL URL"));
+        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+            return Err(invalid());
+        }
+        let options = PgConnectOptions::from_str(&url).map_err(|_| invalid())?;
+        let schema = Schema::new(&schema)?; // checked before any connection is tried
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(acquire)
+            .connect_with(options)
+            .await
+            .map_err(|e| FenceError::backend(BACKEND, kind_of(&e), None, e))?;
+        let mut fence = PostgresFence::new(pool, schema.name())?;
+        if let Some(step) = max_token_step {
+            fence = fence.with_max_token_step(step);
+        }
+        if issued_only {
+            fence = fence.issued_only();
+        }
+        Ok(fence)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)] // a failed assertion in a test panics
+mod tests {
+    use super::*;
+    use fence_core::InvalidInput;
+
+    async fn refused(pairs: &[(&str, &str)]) -> String {
+        match PostgresFence::from_env_with(&Env::from_pairs(pairs.iter().copied())).await {
+            Err(FenceError::InvalidInput(InvalidInput::Configuration(why))) => why,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn bad_settings_are_refused_before_any_connection() {
+        assert!(refused(&[]).await.starts_with("no PostgreSQL configured"));
+        let url = "postgres://app:s3cret@127.0.0.1:1/db";
+        assert_eq!(
+            refused(&[(URL, url), ("DATABASE_URL", "postgres://other@h/db")]).await,
+            "FENCE_POSTGRES_URL and DATABASE_URL are both set and disagree: set one"
+        );
+        let why = refused(&[(URL, "mysql://app:s3cret@h/db")]).await;
+        assert_eq!(why, "FENCE_POSTGRES_URL is not a valid PostgreSQL URL");
+        assert!(refused(&[(URL, url), (SCHEMA, "Bad-Name")])
+            .await
+            .contains("schema name"));
+        assert!(refused(&[(URL, url), (MAX_CONNECTIONS, "0")])
+            .await
+            .contains("at least 1"));
+        assert!(refused(&[(URL, url), ("FENCE_ISSUED_ONLY", "sometimes")])
+            .await
+            .contains("FENCE_ISSUED_ONLY must be"));
+    }
+}

@@ -1,0 +1,62 @@
+//! `PostgresFence::from_env` against the shared PostgreSQL.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use fence_conformance::services::{domain as d, put, token as t, value_of};
+use fence_core::env::Env;
+use fence_core::{BackendErrorKind, Fence, FenceError};
+use fence_postgres::PostgresFence;
+use fence_testkit::postgres as support;
+
+#[tokio::test]
+async fn a_fence_from_the_postgres_variables_writes() {
+    let Some(url) = support::shared_url() else {
+        return;
+    };
+    let schema = support::unique_schema("from_env");
+    fence_postgres::migrate(&support::pool(&url).await, &schema)
+        .await
+        .unwrap();
+    let env = Env::from_pairs([
+        (fence_postgres::env::URL, url.as_str()),
+        (fence_postgres::env::SCHEMA, schema.as_str()),
+        (fence_postgres::env::MAX_CONNECTIONS, "2"),
+        ("FENCE_MAX_TOKEN_STEP", "10"),
+    ]);
+    let fence = PostgresFence::from_env_with(&env).await.unwrap();
+    assert_eq!(fence.schema(), schema);
+    let domain = d("configured");
+    put(&fence, &domain, 3, "from the environment")
+        .await
+        .unwrap();
+    assert_eq!(
+        value_of(&fence, &domain).await.as_deref(),
+        Some("from the environment")
+    );
+    // The step from the environment applies: 3 + 10 < 20.
+    assert!(matches!(
+        fence.claim(&domain, t(20)).await,
+        Err(FenceError::TokenTooFar { .. })
+    ));
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_unavailable_and_its_password_is_not_shown() {
+    let env = Env::from_pairs([
+        (
+            fence_postgres::env::URL,
+            "postgres://app:s3cret@127.0.0.1:1/postgres",
+        ),
+        (fence_postgres::env::ACQUIRE_TIMEOUT_MS, "500"),
+    ]);
+    match PostgresFence::from_env_with(&env).await {
+        Err(
+            error @ FenceError::Backend {
+                kind: BackendErrorKind::Unavailable,
+                ..
+            },
+        ) => {
+            assert!(!error.to_string().contains("s3cret"), "{error}");
+        }
+        other => panic!("expected unavailable, got {other:?}"),
+    }
+}

@@ -1,0 +1,242 @@
+//! The environment variables [`S3FenceBuilder::from_env`] reads: one set, documented here.
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `FENCE_S3_BUCKET` | the bucket (required) |
+//! | `FENCE_S3_PREFIX` | key prefix of the fenced objects (default `fence/`) |
+//! | `FENCE_S3_KEY_LAYOUT` | `escaped` (default) or `verbatim` (see [`KeyLayout`]) |
+//! | `FENCE_S3_ENDPOINT` | an S3-compatible server's endpoint (path-style addressing); unset for AWS |
+//! | `FENCE_S3_REGION` | the region (else the AWS chain's, else `us-east-1` for an endpoint) |
+//! | `FENCE_S3_ACCESS_KEY`, `FENCE_S3_SECRET_KEY` | static credentials (both or neither), `FENCE_S3_SESSION_TOKEN` with temporary ones |
+//! | `FENCE_MAX_TOKEN_STEP` | refuse tokens more than this above an object's mark |
+//!
+//! Without static credentials the client comes from the default AWS chain (the `aws-config`
+//! feature): `AWS_ACCESS_KEY_ID`…, `AWS_PROFILE`, web identity (EKS), the ECS and EC2 instance
+//! roles. Settings that two tools would each decide are refused when both are set and differ:
+//! `FENCE_S3_REGION` and `AWS_REGION`, `FENCE_S3_ENDPOINT` and `AWS_ENDPOINT_URL_S3` /
+//! `AWS_ENDPOINT_URL`; and `FENCE_S3_ACCESS_KEY` with `AWS_ACCESS_KEY_ID` (two credentials).
+//! `FENCE_ISSUED_ONLY` is refused: S3 cannot see an issuer.
+
+use std::time::Duration;
+
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use fence_core::env::{configuration, Env};
+use fence_core::FenceError;
+
+use crate::{KeyLayout, S3FenceBuilder};
+
+/// The bucket.
+pub const BUCKET: &str = "FENCE_S3_BUCKET";
+/// The key prefix.
+pub const PREFIX: &str = "FENCE_S3_PREFIX";
+/// `escaped` or `verbatim`.
+pub const KEY_LAYOUT: &str = "FENCE_S3_KEY_LAYOUT";
+/// An S3-compatible endpoint.
+pub const ENDPOINT: &str = "FENCE_S3_ENDPOINT";
+/// The region.
+pub const REGION: &str = "FENCE_S3_REGION";
+/// A static access key id.
+pub const ACCESS_KEY: &str = "FENCE_S3_ACCESS_KEY";
+/// Its secret access key.
+pub const SECRET_KEY: &str = "FENCE_S3_SECRET_KEY";
+/// The session token of temporary static credentials.
+pub const SESSION_TOKEN: &str = "FENCE_S3_SESSION_TOKEN";
+
+/// The region used with an endpoint when nothing names one (S3-compatible servers ignore it,
+/// the signature needs one).
+const ENDPOINT_REGION: &str = "us-east-1";
+/// How long a connection may take to open: a missing server is reported in seconds.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
+
+impl S3FenceBuilder {
+    /// A builder configured from the process environment: see [`crate::env`] for the
+    /// variables. Settings made afterwards on the builder override them.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), fence_core::FenceError> {
+    /// // FENCE_S3_BUCKET=reports, and credentials from the usual AWS chain (an IAM role).
+    /// let fence = fence_s3::S3FenceBuilder::from_env().await?.connect().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn from_env() -> Result<Self, FenceError> {
+        Self::from_env_with(&Env::process()).await
+    }
+
+    /// A builder configured from `env` (see [`Self::from_env`]). The default AWS chain, when
+    /// used, reads the process environment as it always does.
+    pub async fn from_env_with(env: &Env) -> Result<Self, FenceError> {
+        env.refuse_issued_only("S3")?;
+        let bucket = env.require(BUCKET)?;
+        let config = client_config(env).await?;
+        let mut builder = S3FenceBuilder::default()
+            .client(aws_sdk_s3::Client::from_conf(config))
+            .bucket(bucket);
+        if let Some(prefix) = env.get(PREFIX) {
+            builder = builder.prefix(prefix);
+        }
+        if let Some(layout) = env.get(KEY_LAYOUT) {
+            builder = builder.key_layout(match layout.trim() {
+                "escaped" => KeyLayout::Escaped,
+                "verbatim" => KeyLayout::Verbatim,
+                _ => {
+                    return Err(configuration(format!(
+                        "{KEY_LAYOUT} must be `escaped` or `verbatim`"
+                    )))
+                }
+            });
+        }
+        if let Some(step) = env.max_token_step()? {
+            builder = builder.max_token_step(step);
+        }
+        Ok(builder)
+    }
+}
+
+/// The S3 client configuration the variables describe (endpoint, region, credentials: static
+/// ones, else the default AWS chain), for your own plain S3 clients beside the fence.
+pub async fn client_config(env: &Env) -> Result<aws_sdk_s3::Config, FenceError> {
+    let endpoint = agreeing_endpoint(env)?;
+    let region = env.agreeing(REGION, "AWS_REGION")?;
+    let static_keys = env.both_or_neither(ACCESS_KEY, SECRET_KEY)?;
+    if static_keys.is_some() {
+        env.one_of(&[ACCESS_KEY, "AWS_ACCESS_KEY_ID"])?;
+    } else if env.get(SESSION_TOKEN).is_some() {
+        return Err(configuration(format!(
+            "{SESSION_TOKEN} is set without {ACCESS_KEY} and {SECRET_KEY}"
+        )));
+    }
+    let mut config = match static_keys {
+        Some((access, secret)) => {
+            let credentials =
+                Credentials::new(access, secret, env.get(SESSION_TOKEN), None, "fence-env");
+            aws_sdk_s3::Config::builder()
+                .behavior_version(BehaviorVersion::latest())
+                .credentials_provider(credentials)
+                .timeout_config(
+                    TimeoutConfig::builder()
+                        .connect_timeout(CONNECT_TIMEOUT)
+                        .build(),
+                )
+                .region(Region::new(
+                    region.unwrap_or_else(|| ENDPOINT_REGION.to_owned()),
+                ))
+        }
+        None => default_chain(region, endpoint.is_some()).await?,
+    };
+    if let Some(endpoint) = &endpoint {
+        config = config.endpoint_url(endpoint).force_path_style(true);
+    }
+    Ok(config.build())
+}
+
+/// `FENCE_S3_ENDPOINT`, refused when the SDK's own endpoint variables name another.
+fn agreeing_endpoint(env: &Env) -> Result<Option<String>, FenceError> {
+    env.agreeing(ENDPOINT, "AWS_ENDPOINT_URL_S3")?;
+    env.agreeing(ENDPOINT, "AWS_ENDPOINT_URL")
+}
+
+/// A client configuration from the default AWS chain, with the region named here if any.
+#[cfg(feature = "aws-config")]
+async fn default_chain(
+    region: Option<String>,
+    endpoint: bool,
+) -> Result<aws_sdk_s3::config::Builder, FenceError> {
+    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
+    if let Some(region) = region {
+        loader = loader.region(Region::new(region));
+    }
+    let shared = loader.load().await;
+    let mut config = aws_sdk_s3::config::Builder::from(&shared);
+    if shared.region().is_none() {
+        if !endpoint {
+            return Err(configuration(format!(
+                "no region: set {REGION} or AWS_REGION, or configure one in your AWS profile"
+            )));
+        }
+        config = config.region(Region::new(ENDPOINT_REGION));
+    }
+    Ok(config)
+}
+
+#[cfg(not(feature = "aws-config"))]
+async fn default_chain(
+    _region: Option<String>,
+    _endpoint: bool,
+) -> Result<aws_sdk_s3::config::Builder, FenceError> {
+    Err(configuration(format!(
+        "set {ACCESS_KEY} and {SECRET_KEY}, or build fence-s3 with its `aws-config` feature for the default AWS credential chain"
+    )))
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)] // a failed assertion in a test panics
+mod tests {
+    use super::*;
+    use fence_core::InvalidInput;
+
+    async fn refused(pairs: &[(&str, &str)]) -> String {
+        match S3FenceBuilder::from_env_with(&Env::from_pairs(pairs.iter().copied())).await {
+            Err(FenceError::InvalidInput(InvalidInput::Configuration(why))) => why,
+            other => panic!("expected a configuration error, got {other:?}"),
+        }
+    }
+
+    const LOCAL: [(&str, &str); 4] = [
+        (BUCKET, "reports"),
+        (ENDPOINT, "http://127.0.0.1:8333"),
+        (ACCESS_KEY, "access"),
+        (SECRET_KEY, "s3cret"),
+    ];
+
+    #[tokio::test]
+    async fn static_credentials_and_an_endpoint_build_a_fence() {
+        let mut pairs = LOCAL.to_vec();
+        pairs.extend([(PREFIX, "fenced/"), (KEY_LAYOUT, "verbatim")]);
+        let built = S3FenceBuilder::from_env_with(&Env::from_pairs(pairs))
+            .await
+            .and_then(S3FenceBuilder::build);
+        let fence = match built {
+            Ok(fence) => fence,
+            Err(error) => panic!("refused: {error}"),
+        };
+        assert_eq!(fence.bucket(), "reports");
+        let key = fence
+            .object_key(&fence_core::Domain::new("sales/2026").unwrap_or_else(|e| panic!("{e}")));
+        assert_eq!(key.ok().as_deref(), Some("fenced/sales/2026"));
+        assert!(!format!("{fence:?}").contains("s3cret"));
+    }
+
+    #[tokio::test]
+    async fn conflicting_and_incomplete_settings_are_refused() {
+        assert_eq!(refused(&[]).await, "FENCE_S3_BUCKET is not set");
+        assert_eq!(
+            refused(&[(BUCKET, "b"), (ACCESS_KEY, "a")]).await,
+            "FENCE_S3_ACCESS_KEY is set without FENCE_S3_SECRET_KEY"
+        );
+        let mut two_keys = LOCAL.to_vec();
+        two_keys.push(("AWS_ACCESS_KEY_ID", "other"));
+        assert_eq!(
+            refused(&two_keys).await,
+            "FENCE_S3_ACCESS_KEY and AWS_ACCESS_KEY_ID are both set: set one"
+        );
+        let mut two_regions = LOCAL.to_vec();
+        two_regions.extend([(REGION, "eu-west-1"), ("AWS_REGION", "us-east-2")]);
+        assert_eq!(
+            refused(&two_regions).await,
+            "FENCE_S3_REGION and AWS_REGION are both set and disagree: set one"
+        );
+        let mut two_endpoints = LOCAL.to_vec();
+        two_endpoints.push(("AWS_ENDPOINT_URL_S3", "http://elsewhere:9000"));
+        assert!(refused(&two_endpoints).await.contains("disagree"));
+        let mut layout = LOCAL.to_vec();
+        layout.push((KEY_LAYOUT, "flat"));
+        assert!(refused(&layout).await.contains("escaped"));
+        let mut issued = LOCAL.to_vec();
+        issued.push(("FENCE_ISSUED_ONLY", "1"));
+        assert!(refused(&issued).await.contains("S3 cannot see an issuer"));
+        assert!(refused(&[(BUCKET, "b"), (SESSION_TOKEN, "t")])
+            .await
+            .contains("FENCE_S3_SESSION_TOKEN is set without"));
+    }
+}
