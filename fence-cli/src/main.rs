@@ -9,6 +9,7 @@ mod decode;
 mod inspect;
 mod mutate;
 mod outbox;
+mod permissions;
 mod qualify;
 mod report;
 mod targets;
@@ -79,6 +80,14 @@ enum Command {
     Outbox {
         #[command(subcommand)]
         action: OutboxAction,
+    },
+    /// Check that the configured credentials have every permission the adapter needs (IAM
+    /// actions, Redis ACL commands, Kafka ACLs, PostgreSQL privileges, etcd key ranges), each
+    /// used for real on a probe (PostgreSQL: read from its privilege functions); the missing
+    /// ones are named. Exit 0: all granted; 1: some denied or unknown.
+    Permissions {
+        /// The backend.
+        backend: Backend,
     },
     /// Prove Fence on your own endpoint: a seeded torture run (workers losing their leases and
     /// writing on, optionally cut connections) confined to names of its own under the
@@ -242,6 +251,7 @@ async fn run(cli: &Cli) -> Report {
                 seq,
             } => outbox::discard(targets, *backend, domain, *seq).await,
         },
+        Command::Permissions { backend } => permissions::run(targets, *backend).await,
         Command::Qualify { backend, args } => qualify::run(targets, *backend, args).await,
         Command::Decode {
             format,

@@ -862,3 +862,35 @@ async fn kafka_inspect_shows_the_committed_ledger() {
     .expect(2);
     assert!(!refused.stderr.contains("secret"), "{}", refused.stderr);
 }
+
+#[tokio::test]
+async fn permissions_are_named_and_decide_the_exit_code() {
+    let (Some(redis_url), Some(pg_url)) = (shared_url(), fence_testkit::postgres::shared_url())
+    else {
+        unavailable("the shared Redis and PostgreSQL");
+        return;
+    };
+    let redis_env = vec![
+        ("FENCE_REDIS_URL", redis_url),
+        ("FENCE_REDIS_PREFIX", unique_prefix("cli-perm")),
+    ];
+    let json = fence(&redis_env, &["--json", "permissions", "redis"], b"")
+        .expect(0)
+        .json();
+    assert_eq!(json["all_granted"], true, "{json}");
+    assert_eq!(
+        json["permissions"].as_array().map(Vec::len),
+        Some(5),
+        "{json}"
+    );
+
+    // A schema nobody migrated: every privilege unknown, exit 1, the remedy named.
+    let schema = fence_testkit::postgres::unique_schema("cli_perm");
+    let pg_env = vec![
+        ("FENCE_POSTGRES_URL", pg_url),
+        ("FENCE_POSTGRES_SCHEMA", schema),
+    ];
+    let out = fence(&pg_env, &["permissions", "postgres"], b"").expect(1);
+    let printed = format!("{}{}", out.stdout, out.stderr);
+    assert!(printed.contains("run fence_postgres::migrate"), "{printed}");
+}

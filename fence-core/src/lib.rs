@@ -13,6 +13,7 @@ mod lease_guard;
 mod memory;
 mod op_memory;
 mod outcome;
+pub mod permissions;
 pub mod pipeline;
 mod rebase;
 mod request;

@@ -8,6 +8,7 @@ mod issuer;
 mod keys;
 mod lease;
 mod lock;
+mod permissions;
 mod rebase;
 mod state;
 
@@ -22,3 +23,4 @@ pub use issuer::EtcdIssuer;
 pub use keys::MAX_PREFIX_BYTES;
 pub use lease::{EtcdLeases, MAX_LEASE_TTL_SECS};
 pub use lock::lock_token;
+pub use permissions::PERMISSION_PROBE_DOMAIN;

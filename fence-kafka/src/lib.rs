@@ -9,6 +9,7 @@ mod error;
 mod fence;
 mod holders;
 mod ledger;
+mod permissions;
 mod record;
 mod txn;
 
@@ -28,4 +29,5 @@ pub(crate) use fence::Inner;
 pub use fence::KafkaFence;
 pub use holders::DEFAULT_MAX_HOLDERS;
 pub use ledger::{LedgerDecodeError, LedgerRecord};
+pub use permissions::PERMISSION_PROBE_DOMAIN;
 pub use record::{CommittedRecord, FenceHeaders, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};

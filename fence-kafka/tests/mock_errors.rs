@@ -11,16 +11,12 @@ use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::mocking::MockCluster;
 use fence_kafka::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use fence_kafka::{KafkaFence, KafkaFenceError};
+use fence_testkit::kafka::mock_fence_builder;
 
 async fn fence_on(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    mock.create_topic("events", 1, 1).unwrap();
-    mock.create_topic("fence-ledger", 1, 1).unwrap();
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", mock.bootstrap_servers());
-    KafkaFence::builder(config)
-        .data_topic("events")
+    mock_fence_builder(mock)
         .timeout(Duration::from_secs(10))
         .build()
         .unwrap()
@@ -30,12 +26,7 @@ async fn fence_on(
 fn fence_with_two_retries(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    mock.create_topic("events", 1, 1).unwrap();
-    mock.create_topic("fence-ledger", 1, 1).unwrap();
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", mock.bootstrap_servers());
-    KafkaFence::builder(config)
-        .data_topic("events")
+    mock_fence_builder(mock)
         .timeout(Duration::from_secs(10))
         .aborted_retries(2)
         .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))

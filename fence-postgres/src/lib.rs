@@ -6,6 +6,7 @@ pub mod extension;
 mod fence;
 mod lease;
 mod mark;
+mod permissions;
 mod rebase;
 mod row;
 mod schema;

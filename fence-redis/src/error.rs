@@ -3,6 +3,8 @@
 use fence_core::{BackendErrorKind, Domain, FenceError, Operation};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
+use crate::scripts::LuaScript;
+
 pub(crate) const BACKEND: &str = "redis";
 
 /// What went wrong talking to Redis: the `source` of [`FenceError::Backend`] and
@@ -13,6 +15,18 @@ pub enum RedisFenceError {
     /// The server's ACL forbids a command Fence needs.
     #[error("redis ACL denies a command fence-redis needs (grant fence_redis::FENCE_ACL_COMMANDS on the fence's key prefix): {0}")]
     PermissionDenied(#[source] RedisError),
+    /// The server's ACL refused a command one of the fence's scripts calls (Redis checks each
+    /// call inside a script): `command` is the refused one, read from the script's line that
+    /// Redis names.
+    #[error("redis ACL denies {} in the `{script}` script (grant fence_redis::FENCE_ACL_COMMANDS on the fence's key prefix): {source}", command.as_deref().map_or("a command".to_owned(), |c| format!("`{c}`")))]
+    ScriptPermissionDenied {
+        /// The script.
+        script: &'static str,
+        /// The refused command, when the script's line names it.
+        command: Option<String>,
+        /// Redis's answer.
+        source: RedisError,
+    },
     /// A script answered in a shape this version of fence-redis does not know.
     #[error("unexpected reply from the `{script}` script: {detail}")]
     UnexpectedReply {
@@ -44,7 +58,8 @@ impl RedisFenceError {
     /// Whether a retry can help: the class this failure reports as.
     pub fn kind(&self) -> BackendErrorKind {
         match self {
-            RedisFenceError::PermissionDenied(_) => BackendErrorKind::PermissionDenied,
+            RedisFenceError::PermissionDenied(_)
+            | RedisFenceError::ScriptPermissionDenied { .. } => BackendErrorKind::PermissionDenied,
             RedisFenceError::AdoptSourceMissing { .. } => BackendErrorKind::NotFound,
             RedisFenceError::UnexpectedReply { .. } | RedisFenceError::AdoptRefused { .. } => {
                 BackendErrorKind::Rejected
@@ -54,8 +69,61 @@ impl RedisFenceError {
     }
 }
 
+/// An ACL refusal inside a script: `The user executing the script can't run this command or
+/// subcommand` or `… can't access at least one of the keys …`, as a generic error reply.
+fn refused_in_script(error: &RedisError) -> bool {
+    let text = error.to_string();
+    text.contains("user executing the script can't")
+}
+
+/// The line a script error names (`… on @user_script:197.`).
+fn script_line(error: &RedisError) -> Option<usize> {
+    let text = error.to_string();
+    let (_, rest) = text.split_once("@user_script:")?;
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+/// The command a script's line calls (`redis.call('HSET', …)`), uppercased.
+pub(crate) fn command_on_line(code: &str, line: usize) -> Option<String> {
+    let text = code.lines().nth(line.checked_sub(1)?)?;
+    let (_, rest) = text.split_once("call(")?;
+    let rest = rest.trim_start().strip_prefix(['\'', '"'])?;
+    let command: String = rest
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!command.is_empty()).then(|| command.to_ascii_uppercase())
+}
+
+/// [`map_error`] for a script's own call: an ACL refusal inside the script names the refused
+/// command, read from the script's line.
+pub(crate) fn map_script_error(
+    error: RedisError,
+    script: &LuaScript,
+    domain: Option<&Domain>,
+    operation: Operation,
+    mutating: bool,
+) -> FenceError {
+    if refused_in_script(&error) {
+        let command = script_line(&error).and_then(|line| command_on_line(&script.code, line));
+        return backend_error(
+            domain,
+            RedisFenceError::ScriptPermissionDenied {
+                script: script.name,
+                command,
+                source: error,
+            },
+        );
+    }
+    map_error(error, domain, operation, mutating)
+}
+
 /// The class of a client or server error.
 fn kind_of(error: &RedisError) -> BackendErrorKind {
+    if refused_in_script(error) {
+        return BackendErrorKind::PermissionDenied;
+    }
     use ServerErrorKind as S;
     if error.is_io_error()
         || error.is_timeout()
@@ -151,4 +219,20 @@ pub(crate) fn unexpected(
             detail: detail.into(),
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_a_script_line_calls() {
+        let code = "local x = 1\n  redis.call('HSET', KEYS[1], 'a', 1)\nredis.pcall(\"pexpire\", k, 5)\nredis.call(cmd, k)\n";
+        assert_eq!(command_on_line(code, 2).as_deref(), Some("HSET"));
+        assert_eq!(command_on_line(code, 3).as_deref(), Some("PEXPIRE"));
+        assert_eq!(command_on_line(code, 4), None, "a command in a variable");
+        assert_eq!(command_on_line(code, 1), None);
+        assert_eq!(command_on_line(code, 0), None);
+        assert_eq!(command_on_line(code, 99), None);
+    }
 }

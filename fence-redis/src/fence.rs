@@ -171,7 +171,7 @@ impl RedisFence {
         connection
             .eval(script, keys, args, wait)
             .await
-            .map_err(|e| map_error(e, Some(domain), operation, mutating))
+            .map_err(|e| error::map_script_error(e, script, Some(domain), operation, mutating))
     }
 
     /// The replicas that acknowledged an applied (or replayed) change, or

@@ -16,34 +16,15 @@ use fence_testkit::redis::{raw, shared_url, unique_prefix};
 
 #[tokio::test]
 async fn the_documented_acl_runs_the_fence_and_nothing_else() {
-    let Some(url) = shared_url() else {
+    if shared_url().is_none() {
         unavailable("Redis");
         return;
-    };
+    }
     let prefix = unique_prefix("acl");
-    let user = format!("fence-{prefix}").replace(':', "-");
-    let mut admin = raw(&url).await;
-    let mut rules = vec![
-        "SETUSER".to_owned(),
-        user.clone(),
-        "on".into(),
-        ">acl-secret".into(),
-        "resetkeys".into(),
-        format!("~{prefix}:*"),
-        "resetchannels".into(),
-        "-@all".into(),
-    ];
-    rules.extend(FENCE_ACL_COMMANDS.split_whitespace().map(str::to_owned));
-    let created: String = fence_redis::redis::cmd("ACL")
-        .arg(&rules)
-        .query_async(&mut admin)
-        .await
-        .unwrap();
-    assert_eq!(created, "OK");
-
-    let authed = url.replacen("redis://", &format!("redis://{user}:acl-secret@"), 1);
-    let (authed, prefix) = (authed.clone(), prefix.clone());
-    let result = async move {
+    let commands: Vec<&str> = FENCE_ACL_COMMANDS.split_whitespace().collect();
+    let scoped = prefix.clone();
+    as_acl_user(&prefix, &commands, |authed| async move {
+        let prefix = scoped;
         let fence = RedisFence::builder()
             .url(authed.clone())
             .prefix(prefix.clone())
@@ -109,9 +90,39 @@ async fn the_documented_acl_runs_the_fence_and_nothing_else() {
             .query_async(&mut as_user)
             .await;
         assert!(flush.is_err(), "FLUSHALL was allowed");
-    };
-    // The user is removed whatever happened.
-    let outcome = tokio::spawn(result).await;
+    })
+    .await;
+}
+
+/// Creates an ACL user on the shared server with `commands` on `~<prefix>:*`, runs `body` with
+/// its URL, and removes the user whatever happened.
+async fn as_acl_user<F, Fut>(prefix: &str, commands: &[&str], body: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let url = shared_url().expect("the shared Redis");
+    let user = format!("fence-{prefix}").replace(':', "-");
+    let mut admin = raw(&url).await;
+    let mut rules = vec![
+        "SETUSER".to_owned(),
+        user.clone(),
+        "on".into(),
+        ">acl-secret".into(),
+        "resetkeys".into(),
+        format!("~{prefix}:*"),
+        "resetchannels".into(),
+        "-@all".into(),
+    ];
+    rules.extend(commands.iter().map(|c| (*c).to_owned()));
+    let created: String = fence_redis::redis::cmd("ACL")
+        .arg(&rules)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(created, "OK");
+    let authed = url.replacen("redis://", &format!("redis://{user}:acl-secret@"), 1);
+    let outcome = tokio::spawn(body(authed)).await;
     let _: Result<u32, _> = fence_redis::redis::cmd("ACL")
         .arg("DELUSER")
         .arg(&user)
@@ -120,4 +131,65 @@ async fn the_documented_acl_runs_the_fence_and_nothing_else() {
     if let Err(panic) = outcome {
         std::panic::resume_unwind(panic.into_panic());
     }
+}
+
+#[tokio::test]
+async fn the_permission_check_names_what_the_acl_refuses() {
+    if shared_url().is_none() {
+        unavailable("Redis");
+        return;
+    }
+    // Every documented command: everything granted.
+    let prefix = unique_prefix("perm-all");
+    let all: Vec<&str> = FENCE_ACL_COMMANDS.split_whitespace().collect();
+    let scoped = prefix.clone();
+    as_acl_user(&prefix, &all, |url| async move {
+        let fence = RedisFence::builder()
+            .url(url)
+            .prefix(scoped)
+            .wait_for_replicas(1, Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap();
+        let report = fence.check_permissions().await.unwrap();
+        println!("{report}");
+        assert!(report.all_granted(), "{report}");
+        assert_eq!(report.permissions.len(), 6, "{report}");
+    })
+    .await;
+
+    // Without HSET and WAIT: each refusal names the command.
+    let prefix = unique_prefix("perm-some");
+    let some: Vec<&str> = FENCE_ACL_COMMANDS
+        .split_whitespace()
+        .filter(|c| !matches!(*c, "+hset" | "+wait"))
+        .collect();
+    let scoped = prefix.clone();
+    as_acl_user(&prefix, &some, |url| async move {
+        let fence = RedisFence::builder()
+            .url(url)
+            .prefix(scoped)
+            .wait_for_replicas(1, Duration::from_secs(2))
+            .connect()
+            .await
+            .unwrap();
+        let report = fence.check_permissions().await.unwrap();
+        println!("{report}");
+        let denied: Vec<&str> = report.denied().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            denied.len(),
+            3,
+            "the lease and claim scripts and WAIT: {report}"
+        );
+        assert!(
+            denied[..2].iter().all(|name| name.starts_with("HSET (")),
+            "the scripts' refusals name HSET: {report}"
+        );
+        assert_eq!(denied[2], "WAIT", "{report}");
+        assert!(
+            report.permissions[0].access == fence_core::permissions::Access::Granted,
+            "{report}"
+        );
+    })
+    .await;
 }

@@ -9,6 +9,7 @@ mod fence;
 mod keys;
 mod manifest;
 mod options;
+mod permissions;
 mod pointer;
 mod probe;
 mod requests;

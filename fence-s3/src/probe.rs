@@ -84,15 +84,26 @@ impl S3Fence {
             }
             Err(other) => Err(fail(other)),
         };
-        // The probe object is ours alone; failing to delete it only leaves a few bytes behind.
-        let _ = self
+        // The probe object is ours alone; failing to delete it only leaves a few bytes behind,
+        // but says which permission is missing (fenced deletes write tombstones: the fence
+        // itself needs no s3:DeleteObject).
+        if let Err(error) = self
             .inner
             .client
             .delete_object()
             .bucket(&self.inner.bucket)
             .key(&key)
             .send()
-            .await;
+            .await
+        {
+            let failure = fail(classify(error, &self.inner.bucket));
+            tracing::warn!(
+                bucket = %self.inner.bucket,
+                %key,
+                %failure,
+                "the capability probe could not delete its object (grant s3:DeleteObject on the prefix, or remove it yourself)"
+            );
+        }
         if result.is_ok() {
             tracing::debug!(bucket = %self.inner.bucket, "S3 endpoint enforces conditional writes");
         }

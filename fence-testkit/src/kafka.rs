@@ -261,3 +261,18 @@ impl NoidaServer {
         );
     }
 }
+
+/// A fence builder on librdkafka's mock cluster `mock` (which injects error codes but does no
+/// real fencing), with its topics `events` (data) and `fence-ledger` created.
+pub fn mock_fence_builder(
+    mock: &fence_kafka::rdkafka::mocking::MockCluster<
+        '_,
+        fence_kafka::rdkafka::producer::DefaultProducerContext,
+    >,
+) -> fence_kafka::KafkaFenceBuilder {
+    mock.create_topic("events", 1, 1).expect("mock topic");
+    mock.create_topic("fence-ledger", 1, 1).expect("mock topic");
+    let mut config = ClientConfig::new();
+    config.set("bootstrap.servers", mock.bootstrap_servers());
+    KafkaFence::builder(config).data_topic("events")
+}

@@ -167,6 +167,8 @@ pub struct WeedServer {
     binary: PathBuf,
     ports: [u16; 4],
     process: ManagedProcess,
+    /// SeaweedFS's identities file (`-s3.config`), when the test gives one.
+    identities: Option<String>,
 }
 
 impl WeedServer {
@@ -175,6 +177,34 @@ impl WeedServer {
     /// Free ports, confirmed once the server answers: if another process took the S3 port in
     /// between, ours exits (or never owns the socket) and other ports are tried.
     pub async fn start(name: &str) -> Option<Self> {
+        Self::start_with(name, None).await
+    }
+
+    /// [`WeedServer::start`] with more identities beside the test's own keys (which keep every
+    /// action): `(access key, secret key, actions)`, the actions SeaweedFS knows (`Read`,
+    /// `Write`, `List`, `Tagging`, `Admin`).
+    pub async fn start_with_identities(
+        name: &str,
+        identities: &[(&str, &str, &[&str])],
+    ) -> Option<Self> {
+        let identity = |(access, secret, actions): (&str, &str, &[&str])| {
+            let actions = actions
+                .iter()
+                .map(|a| format!("\"{a}\""))
+                .collect::<Vec<_>>()
+                .join(",");
+            format!(
+                "{{\"name\":\"{access}\",\"credentials\":[{{\"accessKey\":\"{access}\",\"secretKey\":\"{secret}\"}}],\"actions\":[{actions}]}}"
+            )
+        };
+        let all: &[&str] = &["Admin", "Read", "Write", "List", "Tagging"];
+        let mut entries = vec![identity((ACCESS_KEY, SECRET_KEY, all))];
+        entries.extend(identities.iter().copied().map(identity));
+        let config = format!("{{\"identities\":[{}]}}", entries.join(","));
+        Self::start_with(name, Some(config)).await
+    }
+
+    async fn start_with(name: &str, identities: Option<String>) -> Option<Self> {
         let Some(binary) = weed_binary() else {
             unavailable("the SeaweedFS `weed` binary (set FENCE_WEED_BIN or run scripts/test)")?;
             return None;
@@ -185,6 +215,7 @@ impl WeedServer {
                     binary: binary.clone(),
                     ports: free_ports(),
                     process,
+                    identities: identities.clone(),
                 };
                 async move { server.spawn().await.then_some(server) }
             })
@@ -218,7 +249,13 @@ impl WeedServer {
             .arg(format!("-master.port={master}"))
             .arg(format!("-volume.port={volume}"))
             .arg(format!("-filer.port={filer}"))
-            .arg(format!("-bucket={BUCKET}"))
+            .arg(format!("-bucket={BUCKET}"));
+        if let Some(identities) = &self.identities {
+            let path = dir.join("identities.json");
+            std::fs::write(&path, identities).expect("identities file");
+            command.arg(format!("-s3.config={}", path.display()));
+        }
+        command
             .stdout(Stdio::from(log.try_clone().expect("log file")))
             .stderr(Stdio::from(log));
         let mut readiness = self

@@ -1,0 +1,55 @@
+//! `fence permissions`: which permissions the configured credentials have at a backend, each
+//! named as the resource's access control names it.
+
+use fence_core::permissions::{Access, PermissionReport};
+use serde_json::{json, Value};
+
+use crate::report::Report;
+use crate::targets::Targets;
+use crate::Backend;
+
+/// Runs the backend's permission check: exit 0 when everything was granted, 1 otherwise.
+pub(crate) async fn run(targets: &Targets, backend: Backend) -> Report {
+    match check(targets, backend).await {
+        Ok(report) => render(&report),
+        Err(report) => report,
+    }
+}
+
+async fn check(targets: &Targets, backend: Backend) -> Result<PermissionReport, Report> {
+    let checked = match backend {
+        Backend::Redis => targets.redis().await?.check_permissions().await,
+        Backend::S3 => targets.s3().await?.check_permissions().await,
+        Backend::Postgres => targets.postgres().await?.check_permissions().await,
+        Backend::Etcd => targets.etcd().await?.check_permissions().await,
+        Backend::Kafka => targets.kafka()?.check_permissions().await,
+    };
+    checked.map_err(|e| Report::failed(&e))
+}
+
+fn render(report: &PermissionReport) -> Report {
+    let permissions: Vec<Value> = report
+        .permissions
+        .iter()
+        .map(|p| {
+            let (access, detail) = match &p.access {
+                Access::Granted => ("granted", None),
+                Access::Denied(answer) => ("denied", Some(answer.as_str())),
+                Access::Unknown(why) => ("unknown", Some(why.as_str())),
+                _ => ("unknown", None),
+            };
+            json!({ "name": p.name, "needed_for": p.needed_for, "access": access, "detail": detail })
+        })
+        .collect();
+    let json = json!({
+        "backend": report.backend,
+        "scope": report.scope,
+        "all_granted": report.all_granted(),
+        "permissions": permissions,
+    });
+    let mut done = Report::done(json, report.to_string().trim_end().to_owned());
+    if !report.all_granted() {
+        done.fail_if_done("permissions");
+    }
+    done
+}

@@ -1,0 +1,173 @@
+//! What an adapter checked of its access to a resource: each permission it needs, by the name
+//! the resource's access control uses (`s3:PutObject`, the Redis command `EVALSHA`, Kafka's
+//! `Write` on `TransactionalId`, PostgreSQL's `UPDATE` on a table), and whether it has it.
+//!
+//! ```
+//! use fence_core::permissions::{Access, Permission, PermissionReport};
+//! let mut report = PermissionReport::new("s3", "bucket reports, prefix fenced/");
+//! report.push(Permission::granted("s3:PutObject", "every write"));
+//! report.push(Permission::denied("s3:GetObject", "every read and write", "403 AccessDenied"));
+//! assert!(!report.all_granted());
+//! assert!(matches!(report.access("s3:GetObject"), Some(Access::Denied(_))));
+//! let missing: Vec<&str> = report.denied().map(|p| p.name.as_str()).collect();
+//! assert_eq!(missing, ["s3:GetObject"]);
+//! assert_eq!(
+//!     report.to_string(),
+//!     "s3 (bucket reports, prefix fenced/)\n  granted  s3:PutObject  (every write)\n  DENIED   s3:GetObject  (every read and write): 403 AccessDenied\n"
+//! );
+//! ```
+
+use std::fmt;
+
+use crate::{BackendErrorKind, FenceError};
+
+/// Whether the resource granted a permission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Access {
+    /// Used successfully.
+    Granted,
+    /// Refused by the resource's access control; what it answered.
+    Denied(String),
+    /// Could not be told: the check failed for another reason (what it was), or the check
+    /// needs an earlier permission that was denied.
+    Unknown(String),
+}
+
+impl Access {
+    /// What the outcome of a request says of the permission it needed: a request the
+    /// resource decided (applied, or refused by the fence's own rule: stale, too far, not
+    /// issued, another revision, a lagging replica) was allowed; a refusal of access control is
+    /// denied; any other failure tells nothing.
+    pub fn of<T>(outcome: &Result<T, FenceError>) -> Access {
+        match outcome {
+            Ok(_)
+            | Err(
+                FenceError::Fenced { .. }
+                | FenceError::RevisionMismatch { .. }
+                | FenceError::Unissued { .. }
+                | FenceError::TokenTooFar { .. }
+                | FenceError::Unreplicated { .. },
+            ) => Access::Granted,
+            Err(
+                error @ FenceError::Backend {
+                    kind: BackendErrorKind::PermissionDenied,
+                    ..
+                },
+            ) => Access::Denied(error.to_string()),
+            Err(error) => Access::Unknown(error.to_string()),
+        }
+    }
+}
+
+/// One permission an adapter needs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Permission {
+    /// The name the resource's access control uses.
+    pub name: String,
+    /// What the fence needs it for.
+    pub needed_for: String,
+    /// Whether it was granted.
+    pub access: Access,
+}
+
+impl Permission {
+    /// A granted permission.
+    pub fn granted(name: impl Into<String>, needed_for: impl Into<String>) -> Self {
+        Permission::new(name, needed_for, Access::Granted)
+    }
+
+    /// A denied permission, with the resource's answer.
+    pub fn denied(
+        name: impl Into<String>,
+        needed_for: impl Into<String>,
+        answer: impl Into<String>,
+    ) -> Self {
+        Permission::new(name, needed_for, Access::Denied(answer.into()))
+    }
+
+    /// A permission that could not be checked, and why.
+    pub fn unknown(
+        name: impl Into<String>,
+        needed_for: impl Into<String>,
+        why: impl Into<String>,
+    ) -> Self {
+        Permission::new(name, needed_for, Access::Unknown(why.into()))
+    }
+
+    /// A permission and its access.
+    pub fn new(name: impl Into<String>, needed_for: impl Into<String>, access: Access) -> Self {
+        Permission {
+            name: name.into(),
+            needed_for: needed_for.into(),
+            access,
+        }
+    }
+}
+
+/// Every permission an adapter checked, in the order it checked them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PermissionReport {
+    /// The backend (`redis`, `s3`, …).
+    pub backend: &'static str,
+    /// Where: the bucket and prefix, the key prefix, the schema, the topics.
+    pub scope: String,
+    /// The permissions.
+    pub permissions: Vec<Permission>,
+}
+
+impl PermissionReport {
+    /// An empty report for `backend` on `scope`.
+    pub fn new(backend: &'static str, scope: impl Into<String>) -> Self {
+        PermissionReport {
+            backend,
+            scope: scope.into(),
+            permissions: Vec::new(),
+        }
+    }
+
+    /// Adds a permission.
+    pub fn push(&mut self, permission: Permission) {
+        self.permissions.push(permission);
+    }
+
+    /// The denied permissions.
+    pub fn denied(&self) -> impl Iterator<Item = &Permission> {
+        self.permissions
+            .iter()
+            .filter(|p| matches!(p.access, Access::Denied(_)))
+    }
+
+    /// The access of the first permission whose name starts with `name` (`"s3:GetObject"`).
+    pub fn access(&self, name: &str) -> Option<&Access> {
+        self.permissions
+            .iter()
+            .find(|p| p.name.starts_with(name))
+            .map(|p| &p.access)
+    }
+
+    /// True when every permission was granted (none denied, none unknown).
+    pub fn all_granted(&self) -> bool {
+        self.permissions.iter().all(|p| p.access == Access::Granted)
+    }
+}
+
+impl fmt::Display for PermissionReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} ({})", self.backend, self.scope)?;
+        for p in &self.permissions {
+            match &p.access {
+                Access::Granted => writeln!(f, "  granted  {}  ({})", p.name, p.needed_for)?,
+                Access::Denied(answer) => {
+                    writeln!(f, "  DENIED   {}  ({}): {answer}", p.name, p.needed_for)?;
+                }
+                Access::Unknown(why) => {
+                    writeln!(f, "  unknown  {}  ({}): {why}", p.name, p.needed_for)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,135 @@
+//! Which of the privileges the fence needs its role has, read from PostgreSQL's own privilege
+//! functions (`has_table_privilege` …): nothing is written.
+
+use fence_core::permissions::{Permission, PermissionReport};
+use fence_core::FenceError;
+
+use crate::error::{kind_of, BACKEND};
+use crate::PostgresFence;
+
+/// (privilege, table, what the fence needs it for)
+const TABLES: [(&str, &str, &str); 5] = [
+    (
+        "SELECT, INSERT, UPDATE, DELETE",
+        "fence_marks",
+        "every fenced operation (fence_write deletes the row it created for a refused first write)",
+    ),
+    (
+        "SELECT, INSERT, UPDATE, DELETE",
+        "fence_ops",
+        "operation ids",
+    ),
+    (
+        "SELECT, INSERT, UPDATE",
+        "fence_counters",
+        "the issuer, leases and issued-only checks (never DELETE)",
+    ),
+    ("SELECT, INSERT, UPDATE, DELETE", "fence_leases", "leases"),
+    (
+        "SELECT, INSERT",
+        "fence_rebases",
+        "re-bases (operators only)",
+    ),
+];
+
+impl PostgresFence {
+    /// Checks, without writing, that the pool's role has every privilege the fence, its
+    /// issuer, its leases and a re-base need on the fence's schema: `USAGE` on the schema,
+    /// each table's privileges, `USAGE` on `fence_ops`'s sequence and `EXECUTE` on
+    /// `fence_write` (see the crate docs, "Permissions"). Tables that do not exist are reported
+    /// as unknown: run [`crate::migrate`].
+    pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+        let schema = self.schema();
+        let mut report = PermissionReport::new(BACKEND, format!("schema {schema}"));
+        let schema_usage = self
+            .has("SELECT has_schema_privilege($1, 'USAGE')", schema)
+            .await?;
+        report.push(permission(
+            format!("USAGE on schema {schema}"),
+            "every operation",
+            schema_usage,
+        ));
+        for (privileges, table, needed_for) in TABLES {
+            let qualified = format!("{schema}.{table}");
+            let mut missing = Vec::new();
+            let mut unknown = None;
+            for privilege in privileges.split(", ") {
+                let sql = format!("SELECT has_table_privilege($1, '{privilege}')");
+                match self.has(&sql, &qualified).await? {
+                    Some(true) => {}
+                    Some(false) => missing.push(privilege),
+                    None => {
+                        unknown = Some(format!(
+                            "{qualified} does not exist: run fence_postgres::migrate"
+                        ))
+                    }
+                }
+            }
+            let name = format!("{privileges} on {qualified}");
+            report.push(match (unknown, missing.is_empty()) {
+                (Some(why), _) => Permission::unknown(name, needed_for, why),
+                (None, true) => Permission::granted(name, needed_for),
+                (None, false) => Permission::denied(
+                    name,
+                    needed_for,
+                    format!("the role lacks {}", missing.join(", ")),
+                ),
+            });
+        }
+        let sequence = self
+            .has(
+                "SELECT has_sequence_privilege(pg_get_serial_sequence($1, 'seq'), 'USAGE')",
+                &format!("{schema}.fence_ops"),
+            )
+            .await?;
+        report.push(permission(
+            format!("USAGE on the sequence of {schema}.fence_ops"),
+            "operation ids",
+            sequence,
+        ));
+        let function = self
+            .has(
+                "SELECT bool_and(has_function_privilege(p.oid, 'EXECUTE')) \
+                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                 WHERE n.nspname = $1 AND p.proname = 'fence_write'",
+                schema,
+            )
+            .await?;
+        report.push(permission(
+            format!("EXECUTE on {schema}.fence_write"),
+            "writes and deletes",
+            function,
+        ));
+        Ok(report)
+    }
+
+    /// One privilege query: `Some(granted)`, or `None` when its object does not exist.
+    async fn has(&self, sql: &str, object: &str) -> Result<Option<bool>, FenceError> {
+        match sqlx::query_scalar::<_, Option<bool>>(sql)
+            .bind(object)
+            .fetch_one(self.pool())
+            .await
+        {
+            Ok(granted) => Ok(granted),
+            // undefined_table, invalid_schema_name, undefined_object
+            Err(sqlx::Error::Database(db))
+                if matches!(db.code().as_deref(), Some("42P01" | "3F000" | "42704")) =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(FenceError::backend(BACKEND, kind_of(&error), None, error)),
+        }
+    }
+}
+
+fn permission(name: String, needed_for: &str, granted: Option<bool>) -> Permission {
+    match granted {
+        Some(true) => Permission::granted(name, needed_for),
+        Some(false) => Permission::denied(name, needed_for, "not granted to the role"),
+        None => Permission::unknown(
+            name,
+            needed_for,
+            "does not exist: run fence_postgres::migrate",
+        ),
+    }
+}

@@ -1,0 +1,84 @@
+//! `PostgresFence::check_permissions` against the shared server: the owner of a migrated schema
+//! has every privilege, a role granted only some is told which it lacks, by name, and a schema
+//! not migrated is reported as such.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use fence_core::permissions::Access;
+use fence_postgres::PostgresFence;
+use fence_testkit::postgres::{pool, shared_url, unique_schema};
+use support::shared;
+
+#[tokio::test]
+async fn the_check_names_each_missing_privilege() {
+    let Some((fence, admin)) = shared("permissions").await else {
+        return;
+    };
+    let report = fence.check_permissions().await.unwrap();
+    println!("{report}");
+    assert!(report.all_granted(), "{report}");
+
+    // A role with USAGE on the schema and SELECT on the marks only.
+    let schema = fence.schema().to_owned();
+    let role = format!("{schema}_worker");
+    for statement in [
+        format!("CREATE ROLE {role} LOGIN"),
+        format!("GRANT USAGE ON SCHEMA {schema} TO {role}"),
+        format!("GRANT SELECT ON {schema}.fence_marks TO {role}"),
+    ] {
+        sqlx::query(&statement).execute(&admin).await.unwrap();
+    }
+    let url = shared_url().unwrap().replace("fence@", &format!("{role}@"));
+    let limited = PostgresFence::new(pool(&url).await, &schema).unwrap();
+    let report = limited.check_permissions().await;
+    let cleanup = format!("DROP OWNED BY {role}; DROP ROLE {role}");
+    limited.pool().close().await;
+    sqlx::raw_sql(&cleanup).execute(&admin).await.unwrap();
+    let report = report.unwrap();
+    println!("{report}");
+    let access = |name: &str| {
+        report
+            .permissions
+            .iter()
+            .find(|p| p.name == name)
+            .map(|p| p.access.clone())
+            .unwrap_or_else(|| panic!("{name} not in {report}"))
+    };
+    assert_eq!(
+        access(&format!("USAGE on schema {schema}")),
+        Access::Granted
+    );
+    assert_eq!(
+        access(&format!(
+            "SELECT, INSERT, UPDATE, DELETE on {schema}.fence_marks"
+        )),
+        Access::Denied("the role lacks INSERT, UPDATE, DELETE".into())
+    );
+    // PostgreSQL grants EXECUTE on new functions to PUBLIC unless revoked.
+    assert_eq!(
+        access(&format!("EXECUTE on {schema}.fence_write")),
+        Access::Granted
+    );
+    assert!(matches!(
+        access(&format!("USAGE on the sequence of {schema}.fence_ops")),
+        Access::Denied(_)
+    ));
+    assert_eq!(report.denied().count(), 6, "{report}");
+}
+
+#[tokio::test]
+async fn a_schema_not_migrated_is_unknown_not_granted() {
+    let Some(url) = shared_url() else {
+        return;
+    };
+    let fence = PostgresFence::new(pool(&url).await, &unique_schema("unmigrated")).unwrap();
+    let report = fence.check_permissions().await.unwrap();
+    println!("{report}");
+    assert!(!report.all_granted());
+    assert_eq!(report.denied().count(), 0, "{report}");
+    assert!(report
+        .permissions
+        .iter()
+        .all(|p| matches!(p.access, Access::Unknown(_))));
+}
