@@ -84,11 +84,10 @@ impl EntryHead {
             s.parse::<FencingToken>()
                 .map_err(|e| format!("entry token `{s}`: {e}"))
         };
-        let revision = |s: &str| match s.parse::<u64>() {
-            Ok(r) if r > 0 && !s.starts_with('0') && s.bytes().all(|b| b.is_ascii_digit()) => {
-                Ok(Revision::new(r))
-            }
-            _ => Err(format!("entry revision `{s}` is not canonical")),
+        let revision = |s: &str| {
+            crate::parse_count(s)
+                .map(Revision::new)
+                .ok_or_else(|| format!("entry revision `{s}` is not canonical"))
         };
         match text.split(' ').collect::<Vec<_>>()[..] {
             ["value", t, r] => Ok(EntryHead::Value {

@@ -43,5 +43,5 @@ pub use rebase::{Rebase, RebaseRecord, Rebaser, MAX_REBASE_REASON_BYTES};
 pub use request::{
     AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest,
 };
-pub use token::{FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
+pub use token::{parse_count, FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
 pub use token_bounds::{IssuerView, TokenBounds};

@@ -136,16 +136,8 @@ impl OpRecord {
             s.parse::<FencingToken>()
                 .map_err(|e| format!("operation token `{s}`: {e}"))
         };
-        let count = match count.parse::<u64>() {
-            Ok(n)
-                if n > 0
-                    && !count.starts_with('0')
-                    && count.bytes().all(|b| b.is_ascii_digit()) =>
-            {
-                n
-            }
-            _ => return Err(format!("operation count `{count}` is not canonical")),
-        };
+        let count = crate::parse_count(count)
+            .ok_or_else(|| format!("operation count `{count}` is not canonical"))?;
         let op_id = unescape(op)
             .and_then(|raw| OperationId::new(raw).ok())
             .filter(|id| percent_encode(id.as_str()) == op)

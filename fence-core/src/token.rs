@@ -236,6 +236,22 @@ impl fmt::Display for Revision {
     }
 }
 
+/// A positive count in canonical decimal (FORMATS.md §1.2: digits only, no sign, no leading
+/// zero): the one reader of the counts and revisions in Fence's text formats.
+///
+/// ```
+/// assert_eq!(fence_core::parse_count("42"), Some(42));
+/// for bad in ["0", "042", "+4", " 4", "4x", "", "18446744073709551616"] {
+///     assert_eq!(fence_core::parse_count(bad), None, "{bad:?}");
+/// }
+/// ```
+pub fn parse_count(text: &str) -> Option<u64> {
+    if text.starts_with('0') || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse::<u64>().ok().filter(|&n| n > 0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

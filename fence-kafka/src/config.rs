@@ -12,6 +12,7 @@ use tokio::sync::OnceCell;
 use crate::client::{ensure_topic, Clients};
 use crate::context::{KafkaContext, OAuthTokenProvider};
 use crate::error::backend;
+use crate::partitioning::Partitioning;
 use crate::{Inner, KafkaFence};
 
 /// Default name of the fence-ledger topic.
@@ -54,6 +55,7 @@ pub struct KafkaFenceBuilder {
     backoff: Backoff,
     max_holders: usize,
     max_token_step: Option<NonZeroU64>,
+    partitioning: Partitioning,
 }
 
 impl KafkaFenceBuilder {
@@ -74,6 +76,7 @@ impl KafkaFenceBuilder {
             backoff: DEFAULT_BACKOFF,
             max_holders: crate::DEFAULT_MAX_HOLDERS,
             max_token_step: None,
+            partitioning: Partitioning::default(),
         }
     }
 
@@ -96,6 +99,14 @@ impl KafkaFenceBuilder {
     /// The topic fenced records are appended to (each domain's records go to one partition).
     pub fn data_topic(mut self, topic: impl Into<String>) -> Self {
         self.data_topic = Some(topic.into());
+        self
+    }
+
+    /// How domains' records are placed on the data topic's partitions (default
+    /// [`Partitioning::DomainHash`]); see the crate docs, "Partitioning". One data topic takes
+    /// one partitioning.
+    pub fn partitioning(mut self, partitioning: Partitioning) -> Self {
+        self.partitioning = partitioning;
         self
     }
 
@@ -243,8 +254,8 @@ impl KafkaFenceBuilder {
                 transactional_id_prefix: self.transactional_id_prefix,
                 ledger_partitions_on_create: self.ledger_partitions,
                 ledger_replication: self.ledger_replication,
-                ledger_partitions: OnceCell::new(),
-                data_partitions: OnceCell::new(),
+                partitioning: self.partitioning,
+                partitions: OnceCell::new(),
                 timeout: self.timeout,
                 transaction_timeout: self.transaction_timeout,
                 max_batch_bytes: self.max_batch_bytes,
@@ -271,8 +282,8 @@ impl KafkaFenceBuilder {
         )
         .await
         .map_err(|e| backend(None, e))?;
-        fence.ledger_partitions().await?;
-        fence.data_partitions().await?;
+        // Reads both partition counts and checks them against the ledger's layout record.
+        fence.data_partition_count().await?;
         Ok(fence)
     }
 }

@@ -2,9 +2,11 @@
 //!
 //! The broker already hides fenced and aborted transactions from read_committed consumers:
 //! that is the guarantee. The filter is a second line: it drops (and counts) records whose
-//! token is below the highest token seen for their domain, which catches records that reached
-//! the topic outside the fenced path (a producer that bypassed fence-kafka, a misconfigured
-//! consumer). It cannot catch a stale record that arrives before any newer one.
+//! token is below the highest token seen for their domain in their partition, which catches
+//! records that reached the topic outside the fenced path (a producer that bypassed
+//! fence-kafka, a misconfigured consumer). It cannot catch a stale record that arrives before
+//! any newer one. It judges per partition because commit order holds within one: under
+//! record-key partitioning a domain's records in different partitions arrive in any order.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -38,10 +40,10 @@ pub enum Admission {
     Unfenced,
 }
 
-/// Tracks the highest token per domain and judges records against it.
+/// Tracks the highest token per domain (in each topic partition) and judges records against it.
 #[derive(Debug, Default)]
 pub struct TokenFilter {
-    highest: HashMap<String, FencingToken>,
+    highest: HashMap<(String, String, i32), FencingToken>,
     dropped: u64,
 }
 
@@ -61,19 +63,19 @@ impl TokenFilter {
         else {
             return Admission::Unfenced;
         };
-        let domain = domain.as_str();
-        match self.highest.get(domain) {
+        let place = (domain, record.topic.clone(), record.partition);
+        match self.highest.get(&place) {
             Some(&highest) if token < highest => {
                 self.dropped += 1;
                 metrics::counter!("fence_consumer_dropped_total", "topic" => record.topic.clone(), "reason" => "stale").increment(1);
                 Admission::Stale {
-                    domain: domain.to_owned(),
+                    domain: place.0,
                     token,
                     highest,
                 }
             }
             _ => {
-                self.highest.insert(domain.to_owned(), token);
+                self.highest.insert(place, token);
                 Admission::Admitted
             }
         }
@@ -193,5 +195,32 @@ impl fmt::Debug for FencedConsumer {
         f.debug_struct("FencedConsumer")
             .field("filter", &self.filter)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a failed assertion in a test panics
+mod tests {
+    use super::*;
+    use crate::record::{DOMAIN_HEADER, TOKEN_HEADER};
+
+    fn record(partition: i32, token: &str) -> CommittedRecord {
+        CommittedRecord::new("events", partition, 0, "v")
+            .with_header(DOMAIN_HEADER, "orders")
+            .with_header(TOKEN_HEADER, token.to_owned())
+    }
+
+    #[test]
+    fn each_partition_is_judged_in_its_own_commit_order() {
+        let mut filter = TokenFilter::new();
+        assert_eq!(filter.admit(&record(0, "5")), Admission::Admitted);
+        // The domain's earlier record in another partition (record-key partitioning).
+        assert_eq!(filter.admit(&record(1, "3")), Admission::Admitted);
+        assert!(matches!(
+            filter.admit(&record(0, "4")),
+            Admission::Stale { token, highest, .. } if token.get() == 4 && highest.get() == 5
+        ));
+        assert_eq!(filter.admit(&record(1, "3")), Admission::Admitted);
+        assert_eq!(filter.dropped(), 1);
     }
 }

@@ -8,6 +8,7 @@
 //! | `FENCE_KAFKA_TOPIC` | the fenced data topic (required) |
 //! | `FENCE_KAFKA_LEDGER_TOPIC` | the fence-ledger topic (default `fence-ledger`) |
 //! | `FENCE_KAFKA_TRANSACTIONAL_ID_PREFIX` | prefix of the per-domain transactional ids (default `fence`) |
+//! | `FENCE_KAFKA_PARTITIONING` | `domain-hash` (default) or `record-key` (see [`crate::Partitioning`]; explicit placement is a function, set on the builder) |
 //! | `FENCE_MAX_TOKEN_STEP` | refuse tokens more than this above a domain's ledger mark |
 //!
 //! A property set twice (in the variable and the file, or `bootstrap.servers` beside
@@ -18,7 +19,7 @@ use fence_core::env::{configuration, Env};
 use fence_core::FenceError;
 use rdkafka::config::ClientConfig;
 
-use crate::KafkaFenceBuilder;
+use crate::{KafkaFenceBuilder, Partitioning};
 
 /// Bootstrap servers.
 pub const BOOTSTRAP: &str = "FENCE_KAFKA_BOOTSTRAP";
@@ -32,6 +33,8 @@ pub const TOPIC: &str = "FENCE_KAFKA_TOPIC";
 pub const LEDGER_TOPIC: &str = "FENCE_KAFKA_LEDGER_TOPIC";
 /// The transactional id prefix.
 pub const TRANSACTIONAL_ID_PREFIX: &str = "FENCE_KAFKA_TRANSACTIONAL_ID_PREFIX";
+/// `domain-hash` or `record-key`.
+pub const PARTITIONING: &str = "FENCE_KAFKA_PARTITIONING";
 
 /// The librdkafka client configuration the variables describe: bootstrap servers and every
 /// property (for your own admin clients and consumers of the fenced topics).
@@ -124,6 +127,17 @@ impl KafkaFenceBuilder {
         if let Some(prefix) = env.get(TRANSACTIONAL_ID_PREFIX) {
             builder = builder.transactional_id_prefix(prefix);
         }
+        if let Some(partitioning) = env.get(PARTITIONING) {
+            builder = builder.partitioning(match partitioning.trim() {
+                "domain-hash" => Partitioning::DomainHash,
+                "record-key" => Partitioning::RecordKey,
+                _ => {
+                    return Err(configuration(format!(
+                        "{PARTITIONING} must be `domain-hash` or `record-key` (explicit placement is set on the builder)"
+                    )))
+                }
+            });
+        }
         if let Some(step) = env.max_token_step()? {
             builder = builder.max_token_step(step);
         }
@@ -186,6 +200,7 @@ mod tests {
             .unwrap();
         let domain = fence_core::Domain::new("d").unwrap();
         assert_eq!(fence.transactional_id(&domain), "billing:d");
+        assert_eq!(fence.partitioning().name(), "domain-hash");
         assert!(!format!("{fence:?}").contains("s3cret"));
         pairs.push(("FENCE_ISSUED_ONLY", "1"));
         assert!(refused(&pairs).contains("Kafka cannot see an issuer"));

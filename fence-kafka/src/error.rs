@@ -33,6 +33,19 @@ pub enum KafkaFenceError {
     /// The topic has no partitions or does not exist.
     #[error("topic `{0}` does not exist or has no partitions")]
     NoSuchTopic(String),
+    /// A topic's partition count differs from the one its domains were placed by (recorded in
+    /// the ledger's layout record): a domain would now hash to a partition without its records
+    /// or its ledger record, where a stale token could pass. Nothing is done until the count
+    /// is restored or the fence moves to new topics.
+    #[error("topic `{topic}` has {now} partitions, but its domains were placed over {was}: adding partitions moves domains away from their records and marks; restore {was} partitions or move to new topics (a data topic can also use explicit or record-key partitioning, see the crate docs)")]
+    PartitionsChanged {
+        /// The topic.
+        topic: String,
+        /// The count the domains were placed by.
+        was: i32,
+        /// The count now.
+        now: i32,
+    },
     /// A topic the fence needs is missing and it could not create it.
     #[error("topic `{topic}` does not exist: {why}")]
     NotCreated {
@@ -56,7 +69,9 @@ impl KafkaFenceError {
             KafkaFenceError::Aborted { .. } | KafkaFenceError::ClaimContended { .. } => {
                 BackendErrorKind::Contention
             }
-            KafkaFenceError::Ledger(_) => BackendErrorKind::Rejected,
+            KafkaFenceError::Ledger(_) | KafkaFenceError::PartitionsChanged { .. } => {
+                BackendErrorKind::Rejected
+            }
             KafkaFenceError::NoSuchTopic(_) | KafkaFenceError::NotCreated { .. } => {
                 BackendErrorKind::NotFound
             }

@@ -20,8 +20,10 @@ use crate::error::{
     backend, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
 };
 use crate::holders::{Holder, Holders};
+use crate::layout::{Layout, LAYOUT_KEY};
 use crate::ledger::{partition_for, LedgerRecord, LedgerState};
-use crate::record::{is_fence_header, CommittedRecord};
+use crate::partitioning::Partitioning;
+use crate::record::{is_fence_header, CommittedRecord, SEQ_HEADER, TOKEN_HEADER};
 use crate::txn::{pause, Outgoing};
 
 pub(crate) struct Inner {
@@ -31,8 +33,9 @@ pub(crate) struct Inner {
     pub(crate) transactional_id_prefix: String,
     pub(crate) ledger_partitions_on_create: i32,
     pub(crate) ledger_replication: i32,
-    pub(crate) ledger_partitions: OnceCell<i32>,
-    pub(crate) data_partitions: OnceCell<i32>,
+    pub(crate) partitioning: Partitioning,
+    /// The topics' partition counts, checked against the ledger's layout record on first use.
+    pub(crate) partitions: OnceCell<Partitions>,
     pub(crate) timeout: Duration,
     pub(crate) transaction_timeout: Duration,
     pub(crate) max_batch_bytes: usize,
@@ -41,6 +44,13 @@ pub(crate) struct Inner {
     pub(crate) aborted_retries: usize,
     pub(crate) backoff: Backoff,
     pub(crate) holders: Holders,
+}
+
+/// The partition counts of the data and ledger topics.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Partitions {
+    pub(crate) ledger: i32,
+    pub(crate) data: i32,
 }
 
 /// Fenced appends on Kafka, safe against zombie producers.
@@ -80,12 +90,27 @@ impl KafkaFence {
         &self.inner.data_topic
     }
 
-    /// The partition of the data topic that holds `domain`'s records.
+    /// How domains are placed on the data topic's partitions.
+    pub fn partitioning(&self) -> &Partitioning {
+        &self.inner.partitioning
+    }
+
+    /// The partition of the data topic that holds `domain`'s records; invalid input under
+    /// [`Partitioning::RecordKey`] (each record's key decides) and for an explicit choice the
+    /// topic does not have.
     pub async fn data_partition(&self, domain: &Domain) -> Result<i32, FenceError> {
-        Ok(partition_for(
-            domain.as_str(),
-            self.data_partitions().await?,
-        ))
+        let partitions = self.data_partitions().await?;
+        self.inner
+            .partitioning
+            .partition_of(domain, partitions)
+            .ok_or_else(|| {
+                InvalidInput::Configuration(format!(
+                    "{} partitioning places domain `{domain}` on none of the {partitions} partitions of topic `{}`",
+                    self.inner.partitioning.name(),
+                    self.inner.data_topic
+                ))
+                .into()
+            })
     }
 
     /// The number of partitions of the data topic.
@@ -125,29 +150,95 @@ impl KafkaFence {
     }
 
     pub(crate) async fn ledger_partitions(&self) -> Result<i32, FenceError> {
-        self.partitions(&self.inner.ledger_partitions, &self.inner.ledger_topic)
-            .await
+        Ok(self.partitions().await?.ledger)
     }
 
     pub(crate) async fn data_partitions(&self) -> Result<i32, FenceError> {
-        self.partitions(&self.inner.data_partitions, &self.inner.data_topic)
-            .await
+        Ok(self.partitions().await?.data)
     }
 
-    async fn partitions(&self, cell: &OnceCell<i32>, topic: &str) -> Result<i32, FenceError> {
-        cell.get_or_try_init(|| async {
-            let (config, topic, timeout) = (
-                self.inner.clients.clone(),
-                topic.to_owned(),
-                self.inner.timeout,
-            );
-            blocking(move || partition_count(&config, &topic, timeout))
-                .await
-                .and_then(|r| r)
-                .map_err(|e| backend(None, e))
-        })
-        .await
-        .copied()
+    /// Both topics' partition counts, read once and checked against the layout the ledger
+    /// recorded (see [`crate::layout`]): a count that changed since is refused, loudly, for as
+    /// long as it differs.
+    async fn partitions(&self) -> Result<Partitions, FenceError> {
+        self.inner
+            .partitions
+            .get_or_try_init(|| async {
+                let count = |topic: String| {
+                    let (clients, timeout) = (self.inner.clients.clone(), self.inner.timeout);
+                    async move {
+                        blocking(move || partition_count(&clients, &topic, timeout))
+                            .await
+                            .and_then(|r| r)
+                            .map_err(|e| backend(None, e))
+                    }
+                };
+                let partitions = Partitions {
+                    ledger: count(self.inner.ledger_topic.clone()).await?,
+                    data: count(self.inner.data_topic.clone()).await?,
+                };
+                self.check_layout(partitions).await?;
+                Ok(partitions)
+            })
+            .await
+            .copied()
+    }
+
+    /// Refuses partition counts that differ from the ledger's layout record, and records the
+    /// counts there when they are new to it.
+    async fn check_layout(&self, now: Partitions) -> Result<(), FenceError> {
+        let ledger = &self.inner.ledger_topic;
+        let (clients, topic, timeout) = (
+            self.inner.clients.clone(),
+            ledger.clone(),
+            self.inner.timeout,
+        );
+        let messages = blocking(move || read_partition(&clients, &topic, 0, 0, timeout))
+            .await
+            .map_err(|e| backend(None, e))?
+            .map_err(|e| backend(None, e))?;
+        let stored = match messages
+            .iter()
+            .rev()
+            .find(|m| m.key.as_deref() == Some(LAYOUT_KEY))
+        {
+            None => None,
+            Some(message) => Some(Layout::decode(&message.value).map_err(|why| {
+                backend(
+                    None,
+                    KafkaFenceError::Ledger(format!("the layout record of `{ledger}`: {why}")),
+                )
+            })?),
+        };
+        let mut wanted = stored.clone().unwrap_or_default();
+        let changed = |topic: &str, was: i32, now: i32| {
+            backend(
+                None,
+                KafkaFenceError::PartitionsChanged {
+                    topic: topic.to_owned(),
+                    was,
+                    now,
+                },
+            )
+        };
+        match wanted.ledger_partitions {
+            Some(was) if was != now.ledger => return Err(changed(ledger, was, now.ledger)),
+            _ => wanted.ledger_partitions = Some(now.ledger),
+        }
+        if matches!(self.inner.partitioning, Partitioning::DomainHash) {
+            let data = &self.inner.data_topic;
+            match wanted.data.get(data) {
+                Some(&was) if was != now.data => return Err(changed(data, was, now.data)),
+                _ => {
+                    wanted.data.insert(data.clone(), now.data);
+                }
+            }
+        }
+        if stored.as_ref() == Some(&wanted) {
+            return Ok(());
+        }
+        let record = Outgoing::plain(ledger.clone(), 0, LAYOUT_KEY, wanted.encode());
+        self.produce_plain(record).await
     }
 
     /// The domain's committed fence-ledger record (FORMATS.md §4.3): its mark and remembered
@@ -293,7 +384,12 @@ impl KafkaFence {
         pipeline::validate_append(request, Some(self.inner.max_batch_bytes))?;
         check_headers(request)?;
         let strict = request.policy() == EqualTokenPolicy::Strict;
-        let data_partition = partition_for(domain.as_str(), self.data_partitions().await?);
+        // Record-key partitioning leaves each record's partition to the producer.
+        let data_partition = match self.inner.partitioning {
+            Partitioning::RecordKey => None,
+            _ => Some(self.data_partition(domain).await?),
+        };
+        let sequenced = matches!(self.inner.partitioning, Partitioning::RecordKey);
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
         let slot = self.inner.holders.slot(domain, token);
         let mut guard = slot.lock().await;
@@ -374,13 +470,20 @@ impl KafkaFence {
             if let Some(record) = remember {
                 next.ops.remember(record, self.inner.op_id_retention);
             }
+            // Under record-key partitioning each record takes the domain's next sequence number.
+            let first_seq = next.seq.max(1);
             let mut records: Vec<Outgoing> = request
                 .records()
                 .iter()
-                .map(|record| {
-                    self.data_record(domain, data_partition, token, request.op_id(), record)
+                .zip(first_seq..)
+                .map(|(record, seq)| {
+                    let seq = sequenced.then_some(seq);
+                    self.data_record(domain, data_partition, token, request.op_id(), seq, record)
                 })
                 .collect();
+            if sequenced {
+                next.seq = first_seq + records.len() as u64;
+            }
             // The ledger moves with the data when the mark or the remembered op ids change.
             if next != holder.state {
                 records.push(self.ledger_record(domain, ledger_partition, &next));
@@ -419,42 +522,48 @@ impl KafkaFence {
     }
 
     async fn read_log_now(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
-        let partition = self.data_partition(domain).await?;
-        let (config, topic, timeout) = (
-            self.inner.clients.clone(),
-            self.inner.data_topic.clone(),
-            self.inner.timeout,
-        );
-        let messages = blocking(move || read_partition(&config, &topic, partition, 0, timeout))
-            .await
-            .map_err(|e| backend(Some(domain), e))?
-            .map_err(|e| backend(Some(domain), e))?;
+        // A domain's records sit in one partition, or (record-key partitioning) in any.
+        let partitions = match self.inner.partitioning {
+            Partitioning::RecordKey => (0..self.data_partitions().await?).collect(),
+            _ => vec![self.data_partition(domain).await?],
+        };
         let mut entries = Vec::new();
-        for message in &messages {
-            let Some(fence) = message.fence_headers() else {
-                continue; // not a fenced record
-            };
-            if fence.domain != domain.as_str() {
-                continue; // another domain's record
+        for partition in partitions {
+            for message in self.read_committed(partition, 0).await? {
+                let Some(fence) = message.fence_headers() else {
+                    continue; // not a fenced record
+                };
+                if fence.domain != domain.as_str() {
+                    continue; // another domain's record
+                }
+                let damaged = |what: &str| {
+                    FenceError::corrupt(
+                        BACKEND,
+                        domain,
+                        format!(
+                            "record at partition {} offset {} has no valid {what} header",
+                            message.partition, message.offset
+                        ),
+                    )
+                };
+                let token = fence.token.ok_or_else(|| damaged(TOKEN_HEADER))?;
+                let seq = match self.inner.partitioning {
+                    // One data topic, one partitioning: a record without its place is not ours.
+                    Partitioning::RecordKey => fence.seq.ok_or_else(|| damaged(SEQ_HEADER))?,
+                    _ => 0,
+                };
+                let record = Record {
+                    key: message.key.clone(),
+                    value: message.value.clone(),
+                    headers: message.user_headers(),
+                };
+                entries.push((seq, LogEntry::new(token, fence.op_id, record)));
             }
-            let token = fence.token.ok_or_else(|| {
-                FenceError::corrupt(
-                    BACKEND,
-                    domain,
-                    format!(
-                        "record at offset {} has no valid token header",
-                        message.offset
-                    ),
-                )
-            })?;
-            let record = Record {
-                key: message.key.clone(),
-                value: message.value.clone(),
-                headers: message.user_headers(),
-            };
-            entries.push(LogEntry::new(token, fence.op_id, record));
         }
-        Ok(entries)
+        // Within a partition commit order is the domain's order; across partitions the
+        // sequence is (a stable sort keeps the first case as read).
+        entries.sort_by_key(|(seq, _)| *seq);
+        Ok(entries.into_iter().map(|(_, entry)| entry).collect())
     }
 }
 

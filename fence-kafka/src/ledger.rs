@@ -4,6 +4,7 @@
 //! ```text
 //! FENCE-KAFKA/1
 //! hwm 42
+//! seq 1300                (record-key partitioning only: the domain's next record sequence)
 //! op 42 100 41 batch-7    (token, records, previous mark or `-`, escaped op id), newest last
 //! ```
 //!
@@ -20,6 +21,9 @@ const MAGIC: &str = "FENCE-KAFKA/1";
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct LedgerState {
     pub(crate) hwm: Option<FencingToken>,
+    /// The sequence number the domain's next data record gets (record-key partitioning: the
+    /// domain's order across partitions); 0 when never used.
+    pub(crate) seq: u64,
     pub(crate) ops: OpMemory,
 }
 
@@ -28,6 +32,9 @@ impl LedgerState {
         let mut text = format!("{MAGIC}\n");
         if let Some(hwm) = self.hwm {
             let _ = writeln!(text, "hwm {hwm}");
+        }
+        if self.seq > 0 {
+            let _ = writeln!(text, "seq {}", self.seq);
         }
         for op in self.ops.iter() {
             let _ = writeln!(text, "{}", op.to_line());
@@ -50,7 +57,13 @@ impl LedgerState {
         let mut ops = Vec::new();
         for line in lines {
             match line.split(' ').collect::<Vec<_>>()[..] {
-                ["hwm", t] if state.hwm.is_none() && ops.is_empty() => state.hwm = Some(token(t)?),
+                ["hwm", t] if state.hwm.is_none() && state.seq == 0 && ops.is_empty() => {
+                    state.hwm = Some(token(t)?);
+                }
+                ["seq", n] if state.seq == 0 && ops.is_empty() => {
+                    state.seq = fence_core::parse_count(n)
+                        .ok_or_else(|| format!("ledger sequence `{n}` is not canonical"))?;
+                }
                 ["op", ..] => ops.push(
                     OpRecord::parse_line(line, OpKind::Append)
                         .map_err(|why| format!("ledger {why}"))?,
@@ -149,6 +162,7 @@ mod tests {
     fn round_trips_and_refuses_garbage() {
         let mut state = LedgerState {
             hwm: FencingToken::new(u64::MAX).ok(),
+            seq: 1300,
             ops: OpMemory::new(),
         };
         for (op, records, previous) in [("a/b", 3, None), ("c", 1, Some(7)), ("d", 1, None)] {
@@ -167,6 +181,9 @@ mod tests {
             "FENCE-KAFKA/1\nhwm 03",
             "FENCE-KAFKA/1\nhwm 3\nhwm 4",
             "FENCE-KAFKA/1\nowner x",
+            "FENCE-KAFKA/1\nhwm 3\nseq 0",
+            "FENCE-KAFKA/1\nhwm 3\nseq 07",
+            "FENCE-KAFKA/1\nseq 7\nhwm 3",
         ] {
             assert!(LedgerState::decode(bad.as_bytes()).is_err(), "{bad:?}");
         }

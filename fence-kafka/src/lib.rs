@@ -8,7 +8,9 @@ pub mod env;
 mod error;
 mod fence;
 mod holders;
+mod layout;
 mod ledger;
+mod partitioning;
 mod permissions;
 mod record;
 mod txn;
@@ -29,5 +31,8 @@ pub(crate) use fence::Inner;
 pub use fence::KafkaFence;
 pub use holders::DEFAULT_MAX_HOLDERS;
 pub use ledger::{LedgerDecodeError, LedgerRecord};
+pub use partitioning::{PartitionPicker, Partitioning};
 pub use permissions::PERMISSION_PROBE_DOMAIN;
-pub use record::{CommittedRecord, FenceHeaders, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};
+pub use record::{
+    CommittedRecord, FenceHeaders, DOMAIN_HEADER, OP_HEADER, SEQ_HEADER, TOKEN_HEADER,
+};

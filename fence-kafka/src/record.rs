@@ -11,6 +11,9 @@ pub const DOMAIN_HEADER: &str = "fence-domain";
 pub const TOKEN_HEADER: &str = "fence-token";
 /// Header carrying the append's operation id, when it had one.
 pub const OP_HEADER: &str = "fence-op";
+/// Header holding a record's place in its domain's sequence, under record-key partitioning
+/// ([`crate::Partitioning::RecordKey`]), canonical decimal.
+pub const SEQ_HEADER: &str = "fence-seq";
 
 /// One committed record, as a read_committed consumer saw it.
 #[derive(Clone, PartialEq, Eq)]
@@ -42,6 +45,9 @@ pub struct FenceHeaders {
     pub token: Option<FencingToken>,
     /// The operation id, when present and valid.
     pub op_id: Option<OperationId>,
+    /// The record's place in its domain's sequence (record-key partitioning only), when
+    /// present and canonical.
+    pub seq: Option<u64>,
 }
 
 impl CommittedRecord {
@@ -121,6 +127,9 @@ impl CommittedRecord {
             op_id: self
                 .header_text(OP_HEADER)
                 .and_then(|op| OperationId::new(op).ok()),
+            seq: self
+                .header_text(SEQ_HEADER)
+                .and_then(fence_core::parse_count),
         })
     }
 
@@ -150,14 +159,16 @@ impl std::fmt::Debug for CommittedRecord {
 
 /// True for the names of the fence headers.
 pub(crate) fn is_fence_header(name: &str) -> bool {
-    [DOMAIN_HEADER, TOKEN_HEADER, OP_HEADER].contains(&name)
+    [DOMAIN_HEADER, TOKEN_HEADER, OP_HEADER, SEQ_HEADER].contains(&name)
 }
 
-/// The fence headers an append of `domain` under `token` (and `op_id`) adds to each record.
+/// The fence headers an append of `domain` under `token` (and `op_id`) adds to each record,
+/// with the record's place in the domain's sequence under record-key partitioning.
 pub(crate) fn fence_headers(
     domain: &Domain,
     token: FencingToken,
     op_id: Option<&OperationId>,
+    seq: Option<u64>,
 ) -> Vec<(String, Bytes)> {
     let mut headers = vec![
         (
@@ -171,6 +182,9 @@ pub(crate) fn fence_headers(
             OP_HEADER.to_owned(),
             Bytes::copy_from_slice(op.as_str().as_bytes()),
         ));
+    }
+    if let Some(seq) = seq {
+        headers.push((SEQ_HEADER.to_owned(), Bytes::from(seq.to_string())));
     }
     headers
 }

@@ -8,9 +8,10 @@ use bytes::Bytes;
 use fence_core::{Backoff, Domain, FenceError, FencingToken, Operation, OperationId, Record};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, Producer};
+use rdkafka::producer::{BaseRecord, FutureProducer, FutureRecord, Producer};
 
 use crate::client::{blocking, TxnProducer};
+use crate::context::KafkaContext;
 use crate::error::{backend, classify, KafkaFenceError, TxnFailure};
 use crate::fence::KafkaFence;
 use crate::ledger::LedgerState;
@@ -19,7 +20,8 @@ use crate::record::fence_headers;
 /// A record ready to send inside a transaction.
 pub(crate) struct Outgoing {
     topic: String,
-    partition: i32,
+    /// `None`: the producer's partitioner places it by its key.
+    partition: Option<i32>,
     key: Option<Bytes>,
     value: Bytes,
     headers: Vec<(String, Bytes)>,
@@ -34,7 +36,7 @@ impl KafkaFence {
     ) -> Outgoing {
         Outgoing {
             topic: self.inner.ledger_topic.clone(),
-            partition,
+            partition: Some(partition),
             key: Some(Bytes::copy_from_slice(domain.as_str().as_bytes())),
             value: Bytes::from(state.encode()),
             headers: Vec::new(),
@@ -74,17 +76,19 @@ impl KafkaFence {
         }
     }
 
-    /// A data record of an append: the user's record plus the fence headers.
+    /// A data record of an append: the user's record plus the fence headers (with its place
+    /// in the domain's sequence under record-key partitioning).
     pub(crate) fn data_record(
         &self,
         domain: &Domain,
-        partition: i32,
+        partition: Option<i32>,
         token: FencingToken,
         op_id: Option<&OperationId>,
+        seq: Option<u64>,
         record: &Record,
     ) -> Outgoing {
         let mut headers = record.headers.clone();
-        headers.extend(fence_headers(domain, token, op_id));
+        headers.extend(fence_headers(domain, token, op_id, seq));
         Outgoing {
             topic: self.inner.data_topic.clone(),
             partition,
@@ -92,6 +96,47 @@ impl KafkaFence {
             value: record.value.clone(),
             headers,
         }
+    }
+}
+
+impl Outgoing {
+    /// A record outside any domain's transaction (the ledger's layout record).
+    pub(crate) fn plain(topic: String, partition: i32, key: &[u8], value: String) -> Self {
+        Outgoing {
+            topic,
+            partition: Some(partition),
+            key: Some(Bytes::copy_from_slice(key)),
+            value: Bytes::from(value),
+            headers: Vec::new(),
+        }
+    }
+}
+
+impl KafkaFence {
+    /// Sends `record` with a plain producer (no transaction: it is visible at once; a resent
+    /// duplicate of the layout record is harmless) and waits for the broker's acknowledgement.
+    pub(crate) async fn produce_plain(&self, record: Outgoing) -> Result<(), FenceError> {
+        let producer: FutureProducer<KafkaContext> = self
+            .inner
+            .clients
+            .config
+            .clone()
+            .set("enable.idempotence", "false")
+            .set("acks", "all")
+            .create_with_context(self.inner.clients.context.for_client())
+            .map_err(|e| backend(None, e))?;
+        let mut future = FutureRecord::<[u8], [u8]>::to(&record.topic).payload(&record.value[..]);
+        if let Some(partition) = record.partition {
+            future = future.partition(partition);
+        }
+        if let Some(key) = &record.key {
+            future = future.key(&key[..]);
+        }
+        producer
+            .send(future, self.inner.timeout)
+            .await
+            .map(|_| ())
+            .map_err(|(error, _)| backend(None, error))
     }
 }
 
@@ -113,9 +158,11 @@ fn run_transaction(
             });
         }
         let mut record = BaseRecord::<[u8], [u8]>::to(&outgoing.topic)
-            .partition(outgoing.partition)
             .payload(&outgoing.value[..])
             .headers(headers);
+        if let Some(partition) = outgoing.partition {
+            record = record.partition(partition);
+        }
         if let Some(key) = &outgoing.key {
             record = record.key(&key[..]);
         }

@@ -13,25 +13,33 @@ use fence_kafka::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use fence_kafka::{KafkaFence, KafkaFenceError};
 use fence_testkit::kafka::mock_fence_builder;
 
+/// A fence on `mock` whose ledger layout record is written before any error is
+/// injected.
 async fn fence_on(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    mock_fence_builder(mock)
+    let fence = mock_fence_builder(mock)
         .timeout(Duration::from_secs(10))
         .build()
-        .unwrap()
+        .unwrap();
+    // The first use writes the ledger's layout record: before any error is injected.
+    fence.data_partition_count().await.unwrap();
+    fence
 }
 
 /// A fence on `mock` that retries an aborted transaction twice, quickly.
-fn fence_with_two_retries(
+async fn fence_with_two_retries(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    mock_fence_builder(mock)
+    let fence = mock_fence_builder(mock)
         .timeout(Duration::from_secs(10))
         .aborted_retries(2)
         .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))
         .build()
-        .unwrap()
+        .unwrap();
+    // The first use writes the ledger's layout record: before any error is injected.
+    fence.data_partition_count().await.unwrap();
+    fence
 }
 
 fn batch(domain: &Domain, value: &str) -> AppendRequest {
@@ -156,7 +164,7 @@ async fn claim_refused_three_times(
     error: RDKafkaRespErr,
 ) -> Result<fence_core::Claimed, FenceError> {
     let mock = MockCluster::new(1).unwrap();
-    let fence = fence_with_two_retries(&mock);
+    let fence = fence_with_two_retries(&mock).await;
     mock.request_errors(RDKafkaApiKey::Produce, &[error, error, error]);
     fence
         .claim(

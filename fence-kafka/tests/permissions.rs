@@ -34,20 +34,23 @@ async fn on_the_broker_everything_is_granted_and_nothing_is_left_visible() {
     }
 }
 
-fn mock_fence(
+async fn mock_fence(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    support::mock_fence_builder(mock)
+    let fence = support::mock_fence_builder(mock)
         .timeout(Duration::from_secs(5))
         .transaction_timeout(Duration::from_secs(5))
         .build()
-        .unwrap()
+        .unwrap();
+    // The first use writes the ledger's layout record: before any error is injected.
+    fence.data_partition_count().await.unwrap();
+    fence
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_transactional_id_is_named() {
     let mock = MockCluster::new(1).unwrap();
-    let fence = mock_fence(&mock);
+    let fence = mock_fence(&mock).await;
     mock.request_errors(
         RDKafkaApiKey::InitProducerId,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TRANSACTIONAL_ID_AUTHORIZATION_FAILED],
@@ -79,7 +82,7 @@ async fn a_refused_transactional_id_is_named() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_topic_write_is_named() {
     let mock = MockCluster::new(1).unwrap();
-    let fence = mock_fence(&mock);
+    let fence = mock_fence(&mock).await;
     mock.request_errors(
         RDKafkaApiKey::AddPartitionsToTxn,
         &[RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED],

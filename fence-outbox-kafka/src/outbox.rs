@@ -128,8 +128,19 @@ impl KafkaOutbox {
     ///
     /// A stale token is [`fence_core::FenceError::Fenced`] and nothing is committed; an op id
     /// that already ran is `duplicate`; unknown kinds, bad destinations and oversized payloads
-    /// are refused before any I/O.
+    /// are refused before any I/O, and so is a fence with [`fence_kafka::Partitioning::RecordKey`]
+    /// (an outbox orders a domain's entries by their place in its one partition).
     pub async fn transition(&self, t: &KafkaTransition) -> Result<KafkaRecorded, OutboxError> {
+        // Entries are ordered by their offset in the domain's one partition.
+        if matches!(
+            self.fence.partitioning(),
+            fence_kafka::Partitioning::RecordKey
+        ) {
+            return Err(fence_core::FenceError::from(fence_core::InvalidInput::Configuration(
+                "the Kafka outbox needs a domain's records in one partition: record-key partitioning spreads them".into(),
+            ))
+            .into());
+        }
         self.config.check_effects(&t.domain, &t.effects)?;
         // A state record posing as an effect (or a progress mark) would be delivered.
         let reserved = [KEY_HEADER, KIND_HEADER, DESTINATION_HEADER, PROGRESS_HEADER];

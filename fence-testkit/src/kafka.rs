@@ -14,20 +14,25 @@ use crate::process::ManagedProcess;
 
 use crate::unavailable;
 
-/// A client config for `bootstrap`, plus `FENCE_KAFKA_PROPERTIES` (`key=value;key=value`: your
-/// security settings).
+/// A client config for `bootstrap`, plus your security settings from the environment
+/// (`FENCE_KAFKA_PROPERTIES`, `FENCE_KAFKA_PROPERTIES_FILE`: see `fence_kafka::env`).
 pub fn client_config(bootstrap: &str) -> ClientConfig {
-    let mut config = ClientConfig::new();
-    config.set("bootstrap.servers", bootstrap);
-    if let Ok(properties) = std::env::var("FENCE_KAFKA_PROPERTIES") {
-        for pair in properties.split(';').filter(|p| !p.trim().is_empty()) {
-            let (key, value) = pair
-                .split_once('=')
-                .expect("FENCE_KAFKA_PROPERTIES holds key=value pairs");
-            config.set(key.trim(), value.trim());
-        }
+    use fence_core::env::Env;
+    let env = Env::from_pairs([(fence_kafka::env::BOOTSTRAP, bootstrap)]).or_else(Env::process());
+    fence_kafka::env::client_config(&env).expect("the Kafka settings of the environment")
+}
+
+/// Grows `topic` to `total` partitions.
+pub async fn add_partitions(config: &ClientConfig, topic: &str, total: usize) {
+    use fence_kafka::rdkafka::admin::NewPartitions;
+    let admin: AdminClient<DefaultClientContext> = config.create().expect("admin client");
+    let results = admin
+        .create_partitions(&[NewPartitions::new(topic, total)], &AdminOptions::new())
+        .await
+        .expect("create partitions");
+    for result in results {
+        result.unwrap_or_else(|(topic, code)| panic!("growing {topic}: {code}"));
     }
-    config
 }
 
 /// The shared broker's bootstrap address, if it listens.
