@@ -95,7 +95,7 @@ impl Unreachable {
     ) -> Self {
         Unreachable {
             what,
-            address: without_credentials(address),
+            address: fence_core::env::redact_url(address),
             variable,
             source: source.into(),
         }
@@ -116,21 +116,6 @@ impl Error for Unreachable {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         Some(self.source.as_ref())
     }
-}
-
-/// URLs (comma-separated) as shown to people: any `user:password@` replaced.
-fn without_credentials(urls: &str) -> String {
-    let one = |url: &str| {
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return url.to_owned();
-        };
-        let authority_end = rest.find('/').unwrap_or(rest.len());
-        match rest[..authority_end].rfind('@') {
-            Some(at) => format!("{scheme}://***@{}", &rest[at + 1..]),
-            None => url.to_owned(),
-        }
-    };
-    urls.split(',').map(one).collect::<Vec<_>>().join(",")
 }
 
 /// The process environment, with the project's server as the default target when the user
@@ -314,14 +299,6 @@ mod tests {
 
     #[test]
     fn credentials_are_never_shown() {
-        assert_eq!(
-            without_credentials("redis://user:secret@10.0.0.1:6379/0"),
-            "redis://***@10.0.0.1:6379/0"
-        );
-        assert_eq!(
-            without_credentials("redis://127.0.0.1:6390"),
-            "redis://127.0.0.1:6390"
-        );
         let shown = Unreachable::new(
             "Redis",
             "redis://:pw@127.0.0.1:1",

@@ -11,6 +11,7 @@ mod postgres;
 mod redis;
 mod report;
 mod s3;
+mod state;
 
 use std::process::ExitCode;
 
@@ -23,6 +24,17 @@ async fn main() -> ExitCode {
         .nth(1)
         .map(|list| list.split(',').map(str::to_owned).collect());
     let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|w| w == name));
+    // `--state N`: the bytes each backend keeps per domain, after N domains' workloads.
+    if let Some(domains) = std::env::args().skip_while(|a| a != "--state").nth(1) {
+        let Ok(domains) = domains.parse::<usize>() else {
+            eprintln!("--state takes a number of domains");
+            return ExitCode::FAILURE;
+        };
+        eprintln!("measuring state per domain over {domains} domains…");
+        let rows = state::run(domains).await;
+        println!("{}", state::table(&rows));
+        return ExitCode::SUCCESS;
+    }
     let mut rows: Vec<Row> = Vec::new();
     if wanted("memory") {
         eprintln!("benchmarking memory…");

@@ -27,6 +27,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         run,
         payload,
         domains,
+        ..
     } = setup("bench-ob", "order-").await?;
     let kinds = EffectKinds::new()
         .register("send-receipt-email", DestinationRule::HttpUrl)

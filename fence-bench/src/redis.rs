@@ -23,6 +23,7 @@ pub(crate) async fn run() -> Vec<Row> {
 /// What both Redis benchmarks start from: a fence under a fresh prefix, a raw connection to
 /// the same server, a 1 KiB payload and 64 domains named `<stem><i>`.
 pub(crate) struct Setup {
+    pub(crate) url: String,
     pub(crate) fence: RedisFence,
     pub(crate) raw: ConnectionManager,
     pub(crate) run: u128,
@@ -50,6 +51,7 @@ pub(crate) async fn setup(prefix: &str, stem: &str) -> Result<Setup, String> {
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
     Ok(Setup {
+        url,
         fence,
         raw,
         run,
@@ -60,6 +62,7 @@ pub(crate) async fn setup(prefix: &str, stem: &str) -> Result<Setup, String> {
 
 async fn run_cases() -> Result<Vec<Row>, String> {
     let Setup {
+        url,
         fence,
         raw,
         run,
@@ -68,7 +71,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
     } = setup("bench", "d").await?;
     // The same prefix: the waiting fence writes the same domains, on the server with a replica.
     let waiting = RedisFence::builder()
-        .url(fence.target())
+        .url(&url)
         .prefix(fence.prefix())
         .wait_for_replicas(1, fence_redis::DEFAULT_REPLICA_WAIT)
         .connect()

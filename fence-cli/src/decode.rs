@@ -300,6 +300,7 @@ fn ledger_report(record: &LedgerRecord) -> Report {
     let json = json!({
         "format": "FENCE-KAFKA/1",
         "mark": token_json(record.high_water_mark),
+        "next_seq": record.next_seq.map(|n| n.to_string()),
         "ops": ops_json(&record.ops),
     });
     let mut text = format!(
@@ -308,6 +309,11 @@ fn ledger_report(record: &LedgerRecord) -> Report {
             .high_water_mark
             .map_or("none".to_owned(), |t| t.to_string())
     );
+    if let Some(seq) = record.next_seq {
+        text.push_str(&format!(
+            "seq     the domain's next record is number {seq} (record-key partitioning)\n"
+        ));
+    }
     ops_text(&mut text, &record.ops);
     Report::done(json, text.trim_end().to_owned())
 }

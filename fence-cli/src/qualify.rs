@@ -238,6 +238,11 @@ async fn clients(
 ) -> Prepared<Clients> {
     Ok(match backend {
         Backend::Redis => {
+            if targets.redis_behind_sentinel() {
+                return Err(Report::usage(
+                    "qualify redis behind Sentinel: name the master with FENCE_REDIS_URL instead (the clean-up removes the run's keys from the nodes it is given)",
+                ));
+            }
             let fence = scoped.redis().await?;
             let fresh = scoped.redis().await?;
             Clients {

@@ -266,6 +266,11 @@ impl Targets {
         Ok(url)
     }
 
+    /// True when Redis is configured through Sentinel (`FENCE_REDIS_SENTINELS`).
+    pub(crate) fn redis_behind_sentinel(&self) -> bool {
+        self.env().get(fence_redis::env::SENTINELS).is_some()
+    }
+
     /// The Redis nodes to clean up: the URL, or every cluster node; and whether it is a cluster.
     pub(crate) fn redis_nodes(&self) -> (Vec<String>, bool) {
         match set(&self.redis_url) {

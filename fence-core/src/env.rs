@@ -197,6 +197,32 @@ pub fn configuration(why: impl Into<String>) -> FenceError {
     InvalidInput::Configuration(why.into()).into()
 }
 
+/// URLs as shown to people (Debug, logs, errors): a password in a URL's user part replaced by
+/// `***`; comma-separated URLs each.
+///
+/// ```
+/// use fence_core::env::redact_url;
+/// assert_eq!(redact_url("redis://app:s3cret@h:6379/0"), "redis://app:***@h:6379/0");
+/// assert_eq!(redact_url("redis://:s3cret@a:1,redis://b:2"), "redis://:***@a:1,redis://b:2");
+/// assert_eq!(redact_url("http://h:1/path@x"), "http://h:1/path@x");
+/// ```
+pub fn redact_url(urls: &str) -> String {
+    let one = |url: &str| {
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return url.to_owned();
+        };
+        let authority_end = rest.find('/').unwrap_or(rest.len());
+        match rest[..authority_end].rfind('@') {
+            Some(at) => {
+                let user = rest[..at].split(':').next().unwrap_or_default();
+                format!("{scheme}://{user}:***@{}", &rest[at + 1..])
+            }
+            None => url.to_owned(),
+        }
+    };
+    urls.split(',').map(one).collect::<Vec<_>>().join(",")
+}
+
 /// Comma-separated entries (seed nodes, endpoints), trimmed, empty ones dropped.
 pub fn list(value: &str) -> Vec<String> {
     value

@@ -3,7 +3,8 @@
 //! `Write` on `TransactionalId`, PostgreSQL's `UPDATE` on a table), and whether it has it.
 //!
 //! ```
-//! use fence_core::permissions::{Access, Permission, PermissionReport};
+//! use fence_core::permissions::{Access, Permission, PermissionReport, PROBE_SEGMENT};
+//! assert_ne!(fence_core::Domain::new(PROBE_SEGMENT)?.escaped(), PROBE_SEGMENT);
 //! let mut report = PermissionReport::new("s3", "bucket reports, prefix fenced/");
 //! report.push(Permission::granted("s3:PutObject", "every write"));
 //! report.push(Permission::denied("s3:GetObject", "every read and write", "403 AccessDenied"));
@@ -15,11 +16,18 @@
 //!     report.to_string(),
 //!     "s3 (bucket reports, prefix fenced/)\n  granted  s3:PutObject  (every write)\n  DENIED   s3:GetObject  (every read and write): 403 AccessDenied\n"
 //! );
+//! # Ok::<(), fence_core::FenceError>(())
 //! ```
 
 use std::fmt;
 
 use crate::{BackendErrorKind, FenceError};
+
+/// The name segment permission probes use where a domain's escaped name would go: no domain
+/// can have it (the escape, [`crate::Domain::escaped`], writes only `[A-Za-z0-9._-]` and
+/// `%XX`, never `!`), so a probe touches no domain's state, while staying under the prefix the
+/// credentials are granted.
+pub const PROBE_SEGMENT: &str = "!permission-probe";
 
 /// Whether the resource granted a permission.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,10 +1,11 @@
 //! Spans and counters shared by every adapter, so all backends report alike.
 //!
-//! Metrics (through the `metrics` facade; install any recorder to collect them), one increment
-//! per operation:
+//! Metrics (through the `metrics` facade; install any recorder to collect them), per operation:
 //! - `fence_writes_total{backend, operation, outcome}` for writes, deletes and appends;
 //! - `fence_operations_total{backend, operation, outcome}` for every other operation (claims,
-//!   reads, mark queries, issues, leases).
+//!   reads, mark queries, issues, leases);
+//! - `fence_operation_duration_seconds{backend, operation, outcome}`, a histogram of every
+//!   operation's latency as the caller saw it (retries inside the adapter included).
 //!
 //! Spans carry backend, operation, domain, token and outcome; never payloads or secrets.
 //! Fenced outcomes are logged at `warn`: a rejection is evidence of two overlapping owners.
@@ -83,8 +84,17 @@ where
         token = token.map(FencingToken::get),
         outcome = tracing::field::Empty,
     );
+    let started = std::time::Instant::now();
     let result = future.instrument(span.clone()).await;
-    record(backend, operation, domain, token, &result, &span);
+    record(
+        backend,
+        operation,
+        domain,
+        token,
+        &result,
+        &span,
+        started.elapsed(),
+    );
     result
 }
 
@@ -95,6 +105,7 @@ fn record<T: OutcomeLabel>(
     token: Option<FencingToken>,
     result: &Result<T, FenceError>,
     span: &tracing::Span,
+    elapsed: std::time::Duration,
 ) {
     let outcome = match result {
         Ok(value) => value.outcome_label(),
@@ -116,6 +127,13 @@ fn record<T: OutcomeLabel>(
         "outcome" => outcome
     )
     .increment(1);
+    metrics::histogram!(
+        "fence_operation_duration_seconds",
+        "backend" => backend,
+        "operation" => operation.as_str(),
+        "outcome" => outcome
+    )
+    .record(elapsed.as_secs_f64());
     match result {
         Err(FenceError::Fenced { current, .. }) => tracing::warn!(
             parent: span,

@@ -12,6 +12,25 @@ use metrics::{
 #[derive(Default)]
 struct Counting {
     counters: Mutex<BTreeMap<String, Arc<Count>>>,
+    histograms: Mutex<BTreeMap<String, Arc<Samples>>>,
+}
+
+/// A histogram's recorded values.
+#[derive(Default)]
+struct Samples(Mutex<Vec<f64>>);
+
+impl metrics::HistogramFn for Samples {
+    fn record(&self, value: f64) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(value);
+    }
+}
+
+fn name_of(key: &Key) -> String {
+    let labels: Vec<String> = key
+        .labels()
+        .map(|l| format!("{}={}", l.key(), l.value()))
+        .collect();
+    format!("{}{{{}}}", key.name(), labels.join(","))
 }
 
 #[derive(Default)]
@@ -32,6 +51,13 @@ impl Counting {
         let counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
         counters.get(key).map_or(0, |c| c.0.load(Ordering::Relaxed))
     }
+
+    fn samples(&self, key: &str) -> Vec<f64> {
+        let histograms = self.histograms.lock().unwrap_or_else(|p| p.into_inner());
+        histograms.get(key).map_or_else(Vec::new, |h| {
+            h.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        })
+    }
 }
 
 impl Recorder for Counting {
@@ -40,21 +66,17 @@ impl Recorder for Counting {
     fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
 
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
-        let labels: Vec<String> = key
-            .labels()
-            .map(|l| format!("{}={}", l.key(), l.value()))
-            .collect();
-        let name = format!("{}{{{}}}", key.name(), labels.join(","));
         let mut counters = self.counters.lock().unwrap_or_else(|p| p.into_inner());
-        Counter::from_arc(counters.entry(name).or_default().clone())
+        Counter::from_arc(counters.entry(name_of(key)).or_default().clone())
     }
 
     fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
         Gauge::noop()
     }
 
-    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
-        Histogram::noop()
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        let mut histograms = self.histograms.lock().unwrap_or_else(|p| p.into_inner());
+        Histogram::from_arc(histograms.entry(name_of(key)).or_default().clone())
     }
 }
 
@@ -103,5 +125,22 @@ fn operations_are_counted_by_outcome() -> Result<(), FenceError> {
         count("fence_operations_total{backend=memory,operation=write,outcome=fenced}"),
         0
     );
+    // And one latency sample per operation, by outcome.
+    let samples = |key: &str| recorder.samples(key);
+    let accepted = samples(
+        "fence_operation_duration_seconds{backend=memory,operation=write,outcome=accepted}",
+    );
+    assert_eq!(accepted.len(), 1);
+    assert!(
+        accepted.iter().all(|s| (0.0..1.0).contains(s)),
+        "{accepted:?}"
+    );
+    for key in [
+        "fence_operation_duration_seconds{backend=memory,operation=write,outcome=fenced}",
+        "fence_operation_duration_seconds{backend=memory,operation=delete,outcome=accepted}",
+        "fence_operation_duration_seconds{backend=memory,operation=claim,outcome=accepted}",
+    ] {
+        assert_eq!(samples(key).len(), 1, "{key}");
+    }
     Ok(())
 }

@@ -23,4 +23,3 @@ pub use issuer::EtcdIssuer;
 pub use keys::MAX_PREFIX_BYTES;
 pub use lease::{EtcdLeases, MAX_LEASE_TTL_SECS};
 pub use lock::lock_token;
-pub use permissions::PERMISSION_PROBE_DOMAIN;

@@ -1,69 +1,86 @@
-//! Which of the etcd role permissions the fence needs its user has: each operation the fence,
-//! its issuer and its leases perform, run for real on a probe domain.
+//! Which of the etcd role permissions the fence needs its user has: each key range used for
+//! real on keys no domain can have (`…/!permission-probe`), so no domain's state is touched.
 
-use std::time::Duration;
+use std::future::Future;
 
-use fence_core::permissions::{Access, Permission, PermissionReport};
-use fence_core::{Domain, Fence, FenceError, FencedStore, LeaseManager, OwnerId, TokenIssuer};
+use etcd_client::{Client, PutOptions};
+use fence_core::permissions::{Access, Permission, PermissionReport, PROBE_SEGMENT};
+use fence_core::FenceError;
 
+use crate::error::{kind_of, EtcdFenceError};
 use crate::{Etcd, BACKEND};
 
-/// The domain the probe uses (its mark and issued revisions stay, like every domain's).
-pub const PERMISSION_PROBE_DOMAIN: &str = "fence-permission-probe";
-
 impl Etcd {
-    /// Runs a read, an issue, a lease's acquisition and release, and a claim on the domain
-    /// [`PERMISSION_PROBE_DOMAIN`], and reports which the cluster's authentication refused,
-    /// by the key range the user's role must cover (`readwrite` on `<prefix>/store/`,
-    /// `<prefix>/issued/`, `<prefix>/lease/`; see the crate docs, "Permissions").
+    /// Reads, writes and deletes a probe key in each key range the fence uses —
+    /// `<prefix>/store/` (the fenced store), `<prefix>/issued/` (`EtcdIssuer`), and
+    /// `<prefix>/lease/` under an etcd lease of its own (`EtcdLeases`) — and reports which the
+    /// cluster's authentication refused, by range (the user's role needs `readwrite` on each;
+    /// see the crate docs, "Permissions"). The probe keys sit where a domain's escaped name
+    /// would, under a segment no domain has.
     pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
-        let domain = Domain::new(PERMISSION_PROBE_DOMAIN)?;
         let prefix = self.keys().prefix().to_owned();
         let mut report = PermissionReport::new(BACKEND, format!("prefix `{prefix}`"));
-        let fence = self.fence();
+        let client = self.client().clone();
+        let store = format!("{prefix}/store/{PROBE_SEGMENT}/mark");
         report.push(Permission::new(
             format!("read on `{prefix}/store/`"),
             "reads, and every write's first read",
-            Access::of(&fence.read(&domain).await),
+            access(client.clone(), |mut c| async move {
+                c.get(store, None).await.map(|_| ())
+            })
+            .await,
         ));
-        let issued = self.issuer().issue(&domain).await;
-        report.push(Permission::new(
-            format!("readwrite on `{prefix}/issued/`"),
-            "EtcdIssuer",
-            Access::of(&issued),
-        ));
-        let leases = self.leases();
-        let lease = leases
-            .acquire(
-                &domain,
-                &OwnerId::new("fence-permission-probe")?,
-                Duration::from_secs(5),
-            )
-            .await;
+        for (range, needed_for) in [
+            ("store", "claims, writes and deletes"),
+            ("issued", "EtcdIssuer"),
+        ] {
+            let key = format!("{prefix}/{range}/{PROBE_SEGMENT}");
+            report.push(Permission::new(
+                format!("readwrite on `{prefix}/{range}/`"),
+                needed_for,
+                access(client.clone(), |mut c| async move {
+                    c.put(key.clone(), "permission probe", None).await?;
+                    c.delete(key, None).await.map(|_| ())
+                })
+                .await,
+            ));
+        }
+        let lock = format!("{prefix}/lease/{PROBE_SEGMENT}");
         report.push(Permission::new(
             format!("readwrite on `{prefix}/lease/`"),
             "EtcdLeases (and issued-only checks)",
-            Access::of(&lease),
-        ));
-        let token = match (&lease, &issued) {
-            (Ok(lease), _) => Some(lease.token),
-            (_, Ok(token)) => Some(*token),
-            _ => None,
-        };
-        let claim = match token {
-            Some(token) => Access::of(&fence.claim(&domain, token).await),
-            None => Access::Unknown(
-                "no token to claim with: neither issuing nor leasing was granted".into(),
-            ),
-        };
-        if let Ok(lease) = &lease {
-            let _ = leases.release(lease).await;
-        }
-        report.push(Permission::new(
-            format!("readwrite on `{prefix}/store/`"),
-            "claims, writes and deletes",
-            claim,
+            access(client, |mut c| async move {
+                let lease = c.lease_grant(5, None).await?.id();
+                let put = c
+                    .put(
+                        lock,
+                        "permission probe",
+                        Some(PutOptions::new().with_lease(lease)),
+                    )
+                    .await;
+                // Revoking the lease deletes the key; it expires in seconds anyway.
+                let _ = c.lease_revoke(lease).await;
+                put.map(|_| ())
+            })
+            .await,
         ));
         Ok(report)
     }
+}
+
+/// What running `probe` on a clone of `client` says of the permission it needs.
+async fn access<F, Fut>(client: Client, probe: F) -> Access
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = Result<(), etcd_client::Error>>,
+{
+    let outcome = probe(client).await.map_err(|error| {
+        FenceError::backend(
+            BACKEND,
+            kind_of(&error),
+            None,
+            EtcdFenceError::Client(error),
+        )
+    });
+    Access::of(&outcome)
 }

@@ -138,10 +138,15 @@ pub(crate) fn partition_count(
         .create_with_context(clients.context.for_client())?;
     serve_token(&consumer, timeout);
     let metadata = consumer.fetch_metadata(Some(topic), timeout)?;
-    let partitions = metadata
-        .topics()
-        .iter()
-        .find(|t| t.name() == topic && t.error().is_none())
+    let found = metadata.topics().iter().find(|t| t.name() == topic);
+    // A refused Describe is the topic's own error, not a missing topic.
+    if let Some(code) = found.and_then(|t| t.error()).map(RDKafkaErrorCode::from) {
+        if code == RDKafkaErrorCode::TopicAuthorizationFailed {
+            return Err(KafkaError::MetadataFetch(code).into());
+        }
+    }
+    let partitions = found
+        .filter(|t| t.error().is_none())
         .map_or(0, |t| t.partitions().len());
     match i32::try_from(partitions) {
         Ok(n) if n > 0 => Ok(n),

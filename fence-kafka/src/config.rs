@@ -222,6 +222,17 @@ impl KafkaFenceBuilder {
         {
             return Err(invalid("the client config has no bootstrap.servers".into()));
         }
+        let mechanism = self
+            .config
+            .get("sasl.mechanism")
+            .or_else(|| self.config.get("sasl.mechanisms"));
+        if self.context.has_oauth()
+            && !mechanism.is_some_and(|m| m.eq_ignore_ascii_case("OAUTHBEARER"))
+        {
+            return Err(invalid(
+                "an OAuth token provider is set, but sasl.mechanism is not OAUTHBEARER: librdkafka would never ask it".into(),
+            ));
+        }
         if self.config.get("transactional.id").is_some() {
             return Err(invalid(
                 "do not set transactional.id: fence-kafka derives one per domain".into(),
@@ -256,6 +267,7 @@ impl KafkaFenceBuilder {
                 ledger_replication: self.ledger_replication,
                 partitioning: self.partitioning,
                 partitions: OnceCell::new(),
+                layout_recorded: OnceCell::new(),
                 timeout: self.timeout,
                 transaction_timeout: self.transaction_timeout,
                 max_batch_bytes: self.max_batch_bytes,
@@ -282,8 +294,9 @@ impl KafkaFenceBuilder {
         )
         .await
         .map_err(|e| backend(None, e))?;
-        // Reads both partition counts and checks them against the ledger's layout record.
-        fence.data_partition_count().await?;
+        // Reads both partition counts, checks them against the ledger's layout record and
+        // records them there.
+        fence.record_layout().await?;
         Ok(fence)
     }
 }

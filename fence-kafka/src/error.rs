@@ -35,9 +35,9 @@ pub enum KafkaFenceError {
     NoSuchTopic(String),
     /// A topic's partition count differs from the one its domains were placed by (recorded in
     /// the ledger's layout record): a domain would now hash to a partition without its records
-    /// or its ledger record, where a stale token could pass. Nothing is done until the count
-    /// is restored or the fence moves to new topics.
-    #[error("topic `{topic}` has {now} partitions, but its domains were placed over {was}: adding partitions moves domains away from their records and marks; restore {was} partitions or move to new topics (a data topic can also use explicit or record-key partitioning, see the crate docs)")]
+    /// or its ledger record, where a stale token could pass. Nothing is done on these topics:
+    /// Kafka cannot remove partitions, so the fence moves to new topics.
+    #[error("topic `{topic}` has {now} partitions, but its domains were placed over {was}: adding partitions moves domains away from their records and marks, so nothing is done on it; move the fence to new topics (a data topic under explicit or record-key partitioning may grow, see the crate docs)")]
     PartitionsChanged {
         /// The topic.
         topic: String,

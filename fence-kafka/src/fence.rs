@@ -20,7 +20,6 @@ use crate::error::{
     backend, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
 };
 use crate::holders::{Holder, Holders};
-use crate::layout::{Layout, LAYOUT_KEY};
 use crate::ledger::{partition_for, LedgerRecord, LedgerState};
 use crate::partitioning::Partitioning;
 use crate::record::{is_fence_header, CommittedRecord, SEQ_HEADER, TOKEN_HEADER};
@@ -36,6 +35,8 @@ pub(crate) struct Inner {
     pub(crate) partitioning: Partitioning,
     /// The topics' partition counts, checked against the ledger's layout record on first use.
     pub(crate) partitions: OnceCell<Partitions>,
+    /// Set once the ledger's layout record holds this fence's counts.
+    pub(crate) layout_recorded: OnceCell<()>,
     pub(crate) timeout: Duration,
     pub(crate) transaction_timeout: Duration,
     pub(crate) max_batch_bytes: usize,
@@ -49,7 +50,9 @@ pub(crate) struct Inner {
 /// The partition counts of the data and ledger topics.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Partitions {
+    /// The ledger topic's.
     pub(crate) ledger: i32,
+    /// The data topic's.
     pub(crate) data: i32,
 }
 
@@ -99,9 +102,15 @@ impl KafkaFence {
     /// [`Partitioning::RecordKey`] (each record's key decides) and for an explicit choice the
     /// topic does not have.
     pub async fn data_partition(&self, domain: &Domain) -> Result<i32, FenceError> {
-        let partitions = self.data_partitions().await?;
-        self.inner
-            .partitioning
+        let mut partitions = self.data_partitions().await?;
+        let partitioning = &self.inner.partitioning;
+        if let (Partitioning::Explicit(_), None) =
+            (partitioning, partitioning.partition_of(domain, partitions))
+        {
+            // A partition added since the count was read is allowed here: look again.
+            partitions = self.current_data_partitions().await?;
+        }
+        partitioning
             .partition_of(domain, partitions)
             .ok_or_else(|| {
                 InvalidInput::Configuration(format!(
@@ -157,10 +166,24 @@ impl KafkaFence {
         Ok(self.partitions().await?.data)
     }
 
+    /// The data topic's partition count now (not the one read at first use): placements that
+    /// allow partitions to be added look again.
+    async fn current_data_partitions(&self) -> Result<i32, FenceError> {
+        let (clients, topic, timeout) = (
+            self.inner.clients.clone(),
+            self.inner.data_topic.clone(),
+            self.inner.timeout,
+        );
+        blocking(move || partition_count(&clients, &topic, timeout))
+            .await
+            .and_then(|r| r)
+            .map_err(|e| backend(None, e))
+    }
+
     /// Both topics' partition counts, read once and checked against the layout the ledger
     /// recorded (see [`crate::layout`]): a count that changed since is refused, loudly, for as
     /// long as it differs.
-    async fn partitions(&self) -> Result<Partitions, FenceError> {
+    pub(crate) async fn partitions(&self) -> Result<Partitions, FenceError> {
         self.inner
             .partitions
             .get_or_try_init(|| async {
@@ -177,68 +200,12 @@ impl KafkaFence {
                     ledger: count(self.inner.ledger_topic.clone()).await?,
                     data: count(self.inner.data_topic.clone()).await?,
                 };
-                self.check_layout(partitions).await?;
+                // Read-only here: the layout is recorded by the first change (record_layout).
+                self.wanted_layout(self.stored_layout().await?.as_ref(), partitions)?;
                 Ok(partitions)
             })
             .await
             .copied()
-    }
-
-    /// Refuses partition counts that differ from the ledger's layout record, and records the
-    /// counts there when they are new to it.
-    async fn check_layout(&self, now: Partitions) -> Result<(), FenceError> {
-        let ledger = &self.inner.ledger_topic;
-        let (clients, topic, timeout) = (
-            self.inner.clients.clone(),
-            ledger.clone(),
-            self.inner.timeout,
-        );
-        let messages = blocking(move || read_partition(&clients, &topic, 0, 0, timeout))
-            .await
-            .map_err(|e| backend(None, e))?
-            .map_err(|e| backend(None, e))?;
-        let stored = match messages
-            .iter()
-            .rev()
-            .find(|m| m.key.as_deref() == Some(LAYOUT_KEY))
-        {
-            None => None,
-            Some(message) => Some(Layout::decode(&message.value).map_err(|why| {
-                backend(
-                    None,
-                    KafkaFenceError::Ledger(format!("the layout record of `{ledger}`: {why}")),
-                )
-            })?),
-        };
-        let mut wanted = stored.clone().unwrap_or_default();
-        let changed = |topic: &str, was: i32, now: i32| {
-            backend(
-                None,
-                KafkaFenceError::PartitionsChanged {
-                    topic: topic.to_owned(),
-                    was,
-                    now,
-                },
-            )
-        };
-        match wanted.ledger_partitions {
-            Some(was) if was != now.ledger => return Err(changed(ledger, was, now.ledger)),
-            _ => wanted.ledger_partitions = Some(now.ledger),
-        }
-        if matches!(self.inner.partitioning, Partitioning::DomainHash) {
-            let data = &self.inner.data_topic;
-            match wanted.data.get(data) {
-                Some(&was) if was != now.data => return Err(changed(data, was, now.data)),
-                _ => {
-                    wanted.data.insert(data.clone(), now.data);
-                }
-            }
-        }
-        if stored.as_ref() == Some(&wanted) {
-            return Ok(());
-        }
-        let record = Outgoing::plain(ledger.clone(), 0, LAYOUT_KEY, wanted.encode());
-        self.produce_plain(record).await
     }
 
     /// The domain's committed fence-ledger record (FORMATS.md §4.3): its mark and remembered
@@ -248,6 +215,7 @@ impl KafkaFence {
         let state = self.read_ledger(domain).await?;
         Ok(LedgerRecord {
             high_water_mark: state.hwm,
+            next_seq: (state.seq > 0).then_some(state.seq),
             ops: state.ops,
         })
     }
@@ -311,6 +279,7 @@ impl KafkaFence {
         self.inner
             .holders
             .check_known(domain, token, EqualTokenPolicy::SameOwner)?;
+        self.record_layout().await?;
         let slot = self.inner.holders.slot(domain, token);
         let mut guard = slot.lock().await;
         let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
@@ -383,6 +352,7 @@ impl KafkaFence {
         let token = request.token();
         pipeline::validate_append(request, Some(self.inner.max_batch_bytes))?;
         check_headers(request)?;
+        self.record_layout().await?;
         let strict = request.policy() == EqualTokenPolicy::Strict;
         // Record-key partitioning leaves each record's partition to the producer.
         let data_partition = match self.inner.partitioning {
@@ -472,6 +442,16 @@ impl KafkaFence {
             }
             // Under record-key partitioning each record takes the domain's next sequence number.
             let first_seq = next.seq.max(1);
+            let after = u64::try_from(request.records().len())
+                .ok()
+                .and_then(|n| first_seq.checked_add(n))
+                .ok_or_else(|| {
+                    FenceError::corrupt(
+                        BACKEND,
+                        domain,
+                        "the ledger's record sequence is exhausted",
+                    )
+                })?;
             let mut records: Vec<Outgoing> = request
                 .records()
                 .iter()
@@ -482,7 +462,7 @@ impl KafkaFence {
                 })
                 .collect();
             if sequenced {
-                next.seq = first_seq + records.len() as u64;
+                next.seq = after;
             }
             // The ledger moves with the data when the mark or the remembered op ids change.
             if next != holder.state {
@@ -524,7 +504,8 @@ impl KafkaFence {
     async fn read_log_now(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         // A domain's records sit in one partition, or (record-key partitioning) in any.
         let partitions = match self.inner.partitioning {
-            Partitioning::RecordKey => (0..self.data_partitions().await?).collect(),
+            // Partitions may have been added since the count was first read.
+            Partitioning::RecordKey => (0..self.current_data_partitions().await?).collect(),
             _ => vec![self.data_partition(domain).await?],
         };
         let mut entries = Vec::new();

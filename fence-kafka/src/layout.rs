@@ -14,6 +14,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use fence_core::FenceError;
+
+use crate::client::{blocking, read_partition};
+use crate::error::{backend, KafkaFenceError};
+use crate::fence::{KafkaFence, Partitions};
+use crate::partitioning::Partitioning;
+use crate::txn::Outgoing;
+
 /// The key of the layout record.
 pub(crate) const LAYOUT_KEY: &[u8] = b"\0fence-layout";
 const MAGIC: &str = "FENCE-KAFKA-LAYOUT/1";
@@ -67,6 +75,105 @@ impl Layout {
             }
         }
         Ok(layout)
+    }
+}
+
+/// How often a fence writes the layout record before giving up: each write merges what the
+/// last read showed, so fences starting together converge in a few rounds.
+const RECORD_ATTEMPTS: usize = 4;
+
+impl KafkaFence {
+    /// The ledger's layout record, if one was written.
+    pub(crate) async fn stored_layout(&self) -> Result<Option<Layout>, FenceError> {
+        let ledger = &self.inner.ledger_topic;
+        let (clients, topic, timeout) = (
+            self.inner.clients.clone(),
+            ledger.clone(),
+            self.inner.timeout,
+        );
+        let messages = blocking(move || read_partition(&clients, &topic, 0, 0, timeout))
+            .await
+            .map_err(|e| backend(None, e))?
+            .map_err(|e| backend(None, e))?;
+        match messages
+            .iter()
+            .rev()
+            .find(|m| m.key.as_deref() == Some(LAYOUT_KEY))
+        {
+            None => Ok(None),
+            Some(message) => Layout::decode(&message.value).map(Some).map_err(|why| {
+                backend(
+                    None,
+                    KafkaFenceError::Ledger(format!("the layout record of `{ledger}`: {why}")),
+                )
+            }),
+        }
+    }
+
+    /// The layout with this fence's counts added to `stored`; refused when a count it holds
+    /// differs from the count `now`.
+    pub(crate) fn wanted_layout(
+        &self,
+        stored: Option<&Layout>,
+        now: Partitions,
+    ) -> Result<Layout, FenceError> {
+        let mut wanted = stored.cloned().unwrap_or_default();
+        let changed = |topic: &str, was: i32, now: i32| {
+            backend(
+                None,
+                KafkaFenceError::PartitionsChanged {
+                    topic: topic.to_owned(),
+                    was,
+                    now,
+                },
+            )
+        };
+        let ledger = &self.inner.ledger_topic;
+        match wanted.ledger_partitions {
+            Some(was) if was != now.ledger => return Err(changed(ledger, was, now.ledger)),
+            _ => wanted.ledger_partitions = Some(now.ledger),
+        }
+        // Only domain-hash placement depends on the data topic's count.
+        if matches!(self.inner.partitioning, Partitioning::DomainHash) {
+            let data = &self.inner.data_topic;
+            match wanted.data.get(data) {
+                Some(&was) if was != now.data => return Err(changed(data, was, now.data)),
+                _ => {
+                    wanted.data.insert(data.clone(), now.data);
+                }
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// Records this fence's counts in the ledger's layout record before its first change (a
+    /// read needs no write access): re-read after every write, since another fence of the
+    /// same ledger may write its own entry at the same time.
+    pub(crate) async fn record_layout(&self) -> Result<(), FenceError> {
+        self.inner
+            .layout_recorded
+            .get_or_try_init(|| async {
+                let now = self.partitions().await?;
+                for _ in 0..RECORD_ATTEMPTS {
+                    let stored = self.stored_layout().await?;
+                    let wanted = self.wanted_layout(stored.as_ref(), now)?;
+                    if stored.as_ref() == Some(&wanted) {
+                        return Ok(());
+                    }
+                    let ledger = self.inner.ledger_topic.clone();
+                    self.produce_plain(Outgoing::plain(ledger, 0, LAYOUT_KEY, wanted.encode()))
+                        .await?;
+                }
+                Err(backend(
+                    None,
+                    KafkaFenceError::Ledger(format!(
+                        "the layout record of `{}` kept changing under other writers",
+                        self.inner.ledger_topic
+                    )),
+                ))
+            })
+            .await
+            .copied()
     }
 }
 

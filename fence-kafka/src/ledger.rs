@@ -95,6 +95,9 @@ impl LedgerState {
 pub struct LedgerRecord {
     /// The domain's high-water mark (`None` in a record that only created the domain's key).
     pub high_water_mark: Option<FencingToken>,
+    /// The `fence-seq` the domain's next record gets, under record-key partitioning (`None`
+    /// otherwise).
+    pub next_seq: Option<u64>,
     /// The operation ids the domain remembers, oldest first.
     pub ops: OpMemory,
 }
@@ -113,6 +116,7 @@ impl LedgerRecord {
         let state = LedgerState::decode(bytes).map_err(|reason| LedgerDecodeError { reason })?;
         Ok(LedgerRecord {
             high_water_mark: state.hwm,
+            next_seq: (state.seq > 0).then_some(state.seq),
             ops: state.ops,
         })
     }

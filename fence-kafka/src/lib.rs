@@ -32,7 +32,6 @@ pub use fence::KafkaFence;
 pub use holders::DEFAULT_MAX_HOLDERS;
 pub use ledger::{LedgerDecodeError, LedgerRecord};
 pub use partitioning::{PartitionPicker, Partitioning};
-pub use permissions::PERMISSION_PROBE_DOMAIN;
 pub use record::{
     CommittedRecord, FenceHeaders, DOMAIN_HEADER, OP_HEADER, SEQ_HEADER, TOKEN_HEADER,
 };

@@ -6,8 +6,8 @@ use std::error::Error;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use fence_core::permissions::{Access, Permission, PermissionReport};
-use fence_core::{Domain, FenceError};
+use fence_core::permissions::{Access, Permission, PermissionReport, PROBE_SEGMENT};
+use fence_core::FenceError;
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::KafkaError;
@@ -18,8 +18,8 @@ use crate::context::KafkaContext;
 use crate::error::{backend, BACKEND};
 use crate::KafkaFence;
 
-/// The domain whose transactional id the probe initialises.
-pub const PERMISSION_PROBE_DOMAIN: &str = "fence-permission-probe";
+/// The key of the probe's records: NUL-led, so no domain's (domains hold no control character).
+const PROBE_KEY: &[u8] = b"\0permission-probe";
 
 /// The fence's context, which also keeps the delivery results of the probe's records.
 #[derive(Clone)]
@@ -63,7 +63,7 @@ impl ProducerContext for ProbeContext {
 impl KafkaFence {
     /// Uses each ACL the fence needs and reports which the cluster refused: `Describe` on the
     /// data and ledger topics, `Read` on the ledger topic, `Write` on the transactional ids
-    /// `<prefix>:…` (a probe id, `<prefix>:fence-permission-probe`, is initialised) and
+    /// `<prefix>:…` (a probe id no domain has, `<prefix>:!permission-probe`, is initialised) and
     /// `Write` on both topics (one record each, in a transaction that is then aborted). See the
     /// crate docs, "Permissions" (also `IdempotentWrite` on the cluster for brokers before 2.8,
     /// and `Create` on the ledger topic when [`crate::KafkaFenceBuilder::connect`] creates it).
@@ -72,8 +72,9 @@ impl KafkaFence {
             self.inner.data_topic.clone(),
             self.inner.ledger_topic.clone(),
         );
-        let domain = Domain::new(PERMISSION_PROBE_DOMAIN)?;
-        let transactional_id = self.transactional_id(&domain);
+        // `<prefix>:!permission-probe`: under the prefix the ACL grants, but no domain's id (an
+        // escaped domain has no `!`), so initialising it fences no one.
+        let transactional_id = format!("{}:{PROBE_SEGMENT}", self.inner.transactional_id_prefix);
         let mut report = PermissionReport::new(BACKEND, format!("topics {data} and {ledger}"));
         let timeout = self.inner.timeout;
         let mut topics_exist = true;
@@ -121,7 +122,7 @@ impl KafkaFence {
         })
         .await
         .and_then(|r| r.map_err(Into::into))
-        .map_err(|e| backend(Some(&domain), e));
+        .map_err(|e| backend(None, e));
         report.push(Permission::new(
             format!(
                 "Write on TransactionalId {transactional_id} (grant the prefix {}:)",
@@ -177,27 +178,34 @@ fn probe_writes(
             producer.begin_transaction()?;
             let record = BaseRecord::<[u8], [u8]>::to(topic)
                 .partition(0)
-                .key(PERMISSION_PROBE_DOMAIN.as_bytes())
+                .key(PROBE_KEY)
                 .payload(b"fence permission probe (aborted)");
             let sent = producer.send(record).map_err(|(error, _)| error);
             let _ = producer.flush(timeout);
-            let delivered = context
-                .delivered
-                .lock()
-                .ok()
-                .and_then(|d| d.clone())
-                .unwrap_or(Err(KafkaError::Canceled));
+            // The report reaches the context on the producer's own thread: wait for it.
+            let deadline = std::time::Instant::now() + timeout;
+            let delivered = loop {
+                let now = context.delivered.lock().ok().and_then(|d| d.clone());
+                if now.is_some() || std::time::Instant::now() > deadline {
+                    break now;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
             let outcome = match (sent, delivered) {
-                (Ok(()), Ok(())) => Ok(()),
-                // A refused partition purges the record without saying why; the commit says
-                // (it cannot succeed once a record of the transaction failed: nothing is
-                // committed).
-                (Ok(()), Err(purged)) => match producer.commit_transaction(timeout) {
+                (Ok(()), Some(Ok(()))) => Ok(()),
+                // A refused partition purges the record without saying why; the commit says.
+                // It cannot succeed: librdkafka fails the commit of a transaction one of whose
+                // records failed, so nothing is committed.
+                (Ok(()), Some(Err(purged))) => match producer.commit_transaction(timeout) {
                     Err(refusal) => Err(refusal),
                     Ok(()) => Err(purged),
                 },
+                (Ok(()), None) => Err(KafkaError::MessageProduction(
+                    rdkafka::error::RDKafkaErrorCode::MessageTimedOut,
+                )),
                 (Err(error), _) => Err(error),
             };
+            // Never committed otherwise: the probe's records stay invisible to read_committed.
             let _ = producer.abort_transaction(timeout);
             outcome
         })

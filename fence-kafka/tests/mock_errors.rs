@@ -11,35 +11,24 @@ use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::mocking::MockCluster;
 use fence_kafka::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use fence_kafka::{KafkaFence, KafkaFenceError};
-use fence_testkit::kafka::mock_fence_builder;
+use fence_testkit::kafka::mock_fence;
 
-/// A fence on `mock` whose ledger layout record is written before any error is
-/// injected.
 async fn fence_on(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    let fence = mock_fence_builder(mock)
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
-    // The first use writes the ledger's layout record: before any error is injected.
-    fence.data_partition_count().await.unwrap();
-    fence
+    mock_fence(mock, |b| b.timeout(Duration::from_secs(10))).await
 }
 
 /// A fence on `mock` that retries an aborted transaction twice, quickly.
 async fn fence_with_two_retries(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    let fence = mock_fence_builder(mock)
-        .timeout(Duration::from_secs(10))
-        .aborted_retries(2)
-        .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))
-        .build()
-        .unwrap();
-    // The first use writes the ledger's layout record: before any error is injected.
-    fence.data_partition_count().await.unwrap();
-    fence
+    mock_fence(mock, |b| {
+        b.timeout(Duration::from_secs(10))
+            .aborted_retries(2)
+            .retry_backoff(Duration::from_millis(5), Duration::from_millis(20))
+    })
+    .await
 }
 
 fn batch(domain: &Domain, value: &str) -> AppendRequest {

@@ -64,6 +64,14 @@ fn presented_tokens_came_from_the_provider(recorder: &SaslRecorder, calls: &Atom
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fences_own_consumer_authenticates_with_the_providers_token() {
+    let refused = KafkaFence::builder(ClientConfig::new().set("bootstrap.servers", "h:1").clone())
+        .data_topic("payments")
+        .context(provider(Arc::new(AtomicUsize::new(0))))
+        .build();
+    assert!(
+        matches!(refused, Err(fence_core::FenceError::InvalidInput(_))),
+        "a provider without sasl.mechanism=OAUTHBEARER is never asked: {refused:?}"
+    );
     let recorder = SaslRecorder::start().await;
     let calls = Arc::new(AtomicUsize::new(0));
     let fence = KafkaFence::builder(oauth_config(&recorder))
@@ -130,6 +138,12 @@ async fn without_a_provider_no_token_is_presented_and_the_fence_fails() {
         .high_water_mark(&Domain::new("order-7").unwrap())
         .await;
     assert!(read.is_err(), "{read:?}");
+    // The client reached the endpoint and asked for OAUTHBEARER, but had no token to present.
+    assert!(
+        recorder.mechanisms().iter().any(|m| m == "OAUTHBEARER"),
+        "{:?}",
+        recorder.mechanisms()
+    );
     assert!(
         recorder.authentications().is_empty(),
         "no token, no authentication: {:?}",

@@ -37,14 +37,11 @@ async fn on_the_broker_everything_is_granted_and_nothing_is_left_visible() {
 async fn mock_fence(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
 ) -> KafkaFence {
-    let fence = support::mock_fence_builder(mock)
-        .timeout(Duration::from_secs(5))
-        .transaction_timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
-    // The first use writes the ledger's layout record: before any error is injected.
-    fence.data_partition_count().await.unwrap();
-    fence
+    support::mock_fence(mock, |b| {
+        b.timeout(Duration::from_secs(5))
+            .transaction_timeout(Duration::from_secs(5))
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,10 +56,7 @@ async fn a_refused_transactional_id_is_named() {
     println!("{report}");
     assert!(
         matches!(
-            access(
-                &report,
-                "Write on TransactionalId fence:fence-permission-probe"
-            ),
+            access(&report, "Write on TransactionalId fence:!permission-probe"),
             Access::Denied(_)
         ),
         "{report}"
@@ -96,10 +90,31 @@ async fn a_refused_topic_write_is_named() {
         "{report}"
     );
     assert_eq!(
-        access(
-            &report,
-            "Write on TransactionalId fence:fence-permission-probe"
+        access(&report, "Write on TransactionalId fence:!permission-probe"),
+        Access::Granted
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_describe_is_named_not_taken_for_a_missing_topic() {
+    let mock = MockCluster::new(1).unwrap();
+    let fence = mock_fence(&mock).await;
+    mock.topic_error(
+        "events",
+        RDKafkaRespErr::RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED,
+    )
+    .unwrap();
+    let report = fence.check_permissions().await.unwrap();
+    println!("{report}");
+    assert!(
+        matches!(
+            access(&report, "Describe on Topic events"),
+            Access::Denied(_)
         ),
+        "{report}"
+    );
+    assert_eq!(
+        access(&report, "Describe on Topic fence-ledger"),
         Access::Granted
     );
 }

@@ -444,21 +444,7 @@ fn config_error(error: redis::RedisError) -> FenceError {
 
 /// A URL with any password replaced by `***`, for Debug and logs.
 pub(crate) fn redact(url: &str) -> String {
-    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
-        return url.to_owned();
-    };
-    match url[scheme_end..].rfind('@') {
-        Some(at) => {
-            let userinfo = &url[scheme_end..scheme_end + at];
-            let user = userinfo.split(':').next().unwrap_or_default();
-            format!(
-                "{}{user}:***@{}",
-                &url[..scheme_end],
-                &url[scheme_end + at + 1..]
-            )
-        }
-        None => url.to_owned(),
-    }
+    fence_core::env::redact_url(url)
 }
 
 #[cfg(test)]

@@ -110,7 +110,12 @@ impl RedisFenceBuilder {
             .parse::<u64>(WAIT_TIMEOUT_MS)?
             .map(Duration::from_millis);
         match (env.parse::<u32>(WAIT_REPLICAS)?, timeout) {
-            (Some(0), _) => builder = builder.no_replica_wait(),
+            (Some(0), Some(_)) => {
+                return Err(configuration(format!(
+                    "{WAIT_TIMEOUT_MS} is set, but {WAIT_REPLICAS} is 0: nothing waits"
+                )))
+            }
+            (Some(0), None) => builder = builder.no_replica_wait(),
             (Some(replicas), timeout) => {
                 builder =
                     builder.wait_for_replicas(replicas, timeout.unwrap_or(DEFAULT_REPLICA_WAIT));
@@ -222,6 +227,12 @@ mod tests {
             refused(&[(URL, "redis://a"), (WAIT_TIMEOUT_MS, "100")]),
             "FENCE_REDIS_WAIT_TIMEOUT_MS is set without FENCE_REDIS_WAIT_REPLICAS"
         );
+        assert!(refused(&[
+            (URL, "redis://a"),
+            (WAIT_REPLICAS, "0"),
+            (WAIT_TIMEOUT_MS, "100")
+        ])
+        .ends_with("nothing waits"));
         assert!(refused(&[(URL, "redis://a"), (WAIT_REPLICAS, "many")])
             .starts_with("FENCE_REDIS_WAIT_REPLICAS is not valid"));
         assert!(refused(&[(URL, "redis://a"), (DURABLE, "perhaps")])

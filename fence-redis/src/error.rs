@@ -17,8 +17,10 @@ pub enum RedisFenceError {
     PermissionDenied(#[source] RedisError),
     /// The server's ACL refused a command one of the fence's scripts calls (Redis checks each
     /// call inside a script): `command` is the refused one, read from the script's line that
-    /// Redis names.
-    #[error("redis ACL denies {} in the `{script}` script (grant fence_redis::FENCE_ACL_COMMANDS on the fence's key prefix): {source}", command.as_deref().map_or("a command".to_owned(), |c| format!("`{c}`")))]
+    /// Redis names. Redis does not roll a script back: what it changed before the refused call
+    /// stays (the mark may have moved even though the caller is told the change was refused).
+    /// `RedisFence::check_permissions` finds such a gap before any domain is used.
+    #[error("redis ACL denies {} in the `{script}` script, after which what the script had changed stays (grant fence_redis::FENCE_ACL_COMMANDS on the fence's key prefix; check_permissions names every missing one): {source}", command.as_deref().map_or("a command".to_owned(), |c| format!("`{c}`")))]
     ScriptPermissionDenied {
         /// The script.
         script: &'static str,
@@ -120,7 +122,7 @@ pub(crate) fn map_script_error(
 }
 
 /// The class of a client or server error.
-fn kind_of(error: &RedisError) -> BackendErrorKind {
+pub(crate) fn kind_of(error: &RedisError) -> BackendErrorKind {
     if refused_in_script(error) {
         return BackendErrorKind::PermissionDenied;
     }

@@ -14,8 +14,8 @@ use fence_core::{Domain, FencingToken, InvalidInput, OperationId};
 
 /// The Redis ACL command rules a fence's user needs, besides the key pattern `~<prefix>:*`:
 /// every command its scripts call (Redis checks ACLs on each call inside a script), `EVALSHA`
-/// and `EVAL` to run them, `PING` to connect, `WAIT` for
-/// [`crate::RedisFenceBuilder::wait_for_replicas`], `LRANGE` for re-base records, and
+/// and `EVAL` to run them, `PING` to connect, `ROLE` for the master check behind Sentinel,
+/// `WAIT` for [`crate::RedisFenceBuilder::wait_for_replicas`], `LRANGE` for re-base records, and
 /// `CLUSTER SLOTS`/`CLUSTER SHARDS`/`ASKING` for a cluster client's slot map and redirects (the client's
 /// `CLIENT SETINFO` on connecting may be refused: its answer is ignored). Fenced user scripts
 /// need the commands they call added. Tested on standalone Redis by creating a user with
@@ -24,8 +24,8 @@ use fence_core::{Domain, FencingToken, InvalidInput, OperationId};
 /// ```text
 /// ACL SETUSER worker on >secret resetkeys ~billing:* resetchannels -@all <FENCE_ACL_COMMANDS>
 /// ```
-pub const FENCE_ACL_COMMANDS: &str = "+evalsha +eval +ping +wait +lrange +type +exists +get \
-     +set +del +hget +hmget +hset +hdel +pttl +pexpire +rpush +time +cluster|slots \
+pub const FENCE_ACL_COMMANDS: &str = "+evalsha +eval +ping +role +wait +lrange +type +exists \
+     +get +set +del +hget +hmget +hset +hdel +pttl +pexpire +rpush +time +cluster|slots \
      +cluster|shards +asking";
 
 /// The greatest length of a key prefix.

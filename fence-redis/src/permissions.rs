@@ -1,106 +1,125 @@
-//! Which of the Redis ACL rules the fence needs its user has: each operation the fence, its
-//! issuer and its leases perform, run for real on a probe domain.
+//! Which of the Redis ACL rules the fence needs its user has: each command, used for real on
+//! keys no domain can have (`<prefix>:{!permission-probe}:…`, covered by the user's key
+//! pattern like every key of the fence), so no domain's state is touched.
 
-use std::time::Duration;
+use std::sync::LazyLock;
 
-use fence_core::permissions::{Access, Permission, PermissionReport};
-use fence_core::{Domain, Fence, FenceError, FencedStore, LeaseManager, OwnerId, TokenIssuer};
+use fence_core::permissions::{Access, Permission, PermissionReport, PROBE_SEGMENT};
+use fence_core::{FenceError, Operation};
+use redis::Value;
 
-use fence_core::Operation;
-
+use crate::connection::Connection;
 use crate::error::{map_error, BACKEND};
+use crate::scripts::LuaScript;
 use crate::RedisFence;
 
-/// The domain the probe uses (its mark and issued tokens stay, like every domain's).
-pub const PERMISSION_PROBE_DOMAIN: &str = "fence-permission-probe";
+/// The commands the probe script tries, in its order (`lua/permissions.lua`).
+const SCRIPT_COMMANDS: [&str; 14] = [
+    "TYPE", "EXISTS", "GET", "SET", "HGET", "HMGET", "HSET", "HDEL", "RPUSH", "LRANGE", "PEXPIRE",
+    "PTTL", "TIME", "DEL",
+];
+
+static PROBE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::bare("permissions", include_str!("lua/permissions.lua")));
 
 impl RedisFence {
-    /// Runs each kind of request the fence sends — `PING`, the read, issuer, lease and claim
-    /// scripts (each `EVALSHA`, or `EVAL` when the script is not cached, and the commands it
-    /// calls on keys `<prefix>:{…}`), and `WAIT` when the fence waits for replicas — on the
-    /// domain [`PERMISSION_PROBE_DOMAIN`], and reports which the server's ACL refused, naming
-    /// the command Redis names (`NOPERM … 'hset' command`). Grant
-    /// [`crate::FENCE_ACL_COMMANDS`] on `~<prefix>:*` (see the crate docs, "Permissions").
+    /// Uses each command in [`crate::FENCE_ACL_COMMANDS`] and reports, by name, which the
+    /// server's ACL refused: `PING`, `ROLE` (behind Sentinel the client asks the master its
+    /// role), `EVALSHA`/`EVAL` running a probe script that calls every command the fence's
+    /// scripts call (Redis checks ACLs on each call inside a script) on keys
+    /// `<prefix>:{!permission-probe}:*` — no domain's, but under the prefix — that expire within
+    /// seconds, `WAIT` when the fence waits for replicas, and `CLUSTER SLOTS` on a cluster.
+    /// See the crate docs, "Permissions".
     pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
-        let domain = Domain::new(PERMISSION_PROBE_DOMAIN)?;
         let keys = format!("keys `{}:*`", self.prefix());
         let mut report = PermissionReport::new(BACKEND, format!("{}, {keys}", self.target()));
-        let mut check = |name: String, needed_for: &str, access: Access| {
-            // The refused command, when the answer names it: first.
-            let name = match &access {
-                Access::Denied(answer) => match refused_command(answer) {
-                    Some(command) if command != name => format!("{command} ({name})"),
-                    _ => name,
-                },
-                _ => name,
-            };
-            report.push(Permission::new(name, needed_for, access));
-        };
-        check("PING".into(), "connecting", Access::of(&self.ping().await));
-        check(
-            format!("EVALSHA, EVAL and the read script's commands on {keys}"),
-            "reads",
-            Access::of(&self.read(&domain).await),
-        );
-        let issued = self.issuer().issue(&domain).await;
-        check(
-            format!("the issuer script's commands on {keys}"),
-            "RedisIssuer, issued-only checks",
-            Access::of(&issued),
-        );
-        let owner = OwnerId::new("fence-permission-probe")?;
-        let leases = self.leases();
-        let lease = leases
-            .acquire(&domain, &owner, Duration::from_secs(5))
-            .await;
-        check(
-            format!("the lease scripts' commands on {keys}"),
-            "RedisLeases",
-            Access::of(&lease),
-        );
-        if let Ok(lease) = &lease {
-            // Best effort: the lease expires on its own in seconds.
-            let _ = leases.release(lease).await;
-        }
-        let token = match (&issued, &lease) {
-            (Ok(token), _) => Some(*token),
-            (_, Ok(lease)) => Some(lease.token),
-            _ => None,
-        };
-        let claim = match token {
-            Some(token) => Access::of(&self.claim(&domain, token).await),
-            None => Access::Unknown("no token to claim with: issuing was not granted".into()),
-        };
-        check(
-            format!("the claim script's commands on {keys}"),
-            "claims, writes, deletes, fenced scripts",
-            claim,
-        );
-        if self.inner.wait.is_some() {
-            // A refused WAIT after a change counts no replica (Unreplicated): ask it alone.
-            let waited = match self.connection(None).await {
-                Ok(connection) => connection
-                    .query(redis::cmd("WAIT").arg(0).arg(1))
+        let connection = self.connection(None).await?;
+        let query = |cmd: redis::Cmd| {
+            let connection = connection.clone();
+            async move {
+                connection
+                    .query(&cmd)
                     .await
-                    .map_err(|e| map_error(e, None, Operation::Read, false)),
-                Err(error) => Err(error),
+                    .map_err(|e| map_error(e, None, Operation::Read, false))
+            }
+        };
+        report.push(Permission::new(
+            "PING",
+            "connecting",
+            Access::of(&query(redis::cmd("PING")).await),
+        ));
+        report.push(Permission::new(
+            "ROLE",
+            "finding the master through Sentinel",
+            Access::of(&query(redis::cmd("ROLE")).await),
+        ));
+        let tagged = |suffix: &str| format!("{}:{{{PROBE_SEGMENT}}}:{suffix}", self.prefix());
+        let probe_keys = [tagged("s"), tagged("h"), tagged("l")];
+        let ran = connection
+            .eval(&PROBE, &probe_keys, &[], None)
+            .await
+            .map_err(|e| map_error(e, None, Operation::Read, false))
+            .map(|(value, _)| value);
+        report.push(Permission::new(
+            "EVALSHA, EVAL",
+            "every fenced operation runs as a script",
+            Access::of(&ran),
+        ));
+        let refused = match &ran {
+            Ok(value) => refusals(value),
+            Err(_) => None,
+        };
+        for command in SCRIPT_COMMANDS {
+            let access = match &refused {
+                Some(refused) => match refused.iter().find(|(name, _)| name == command) {
+                    Some((_, answer)) => Access::Denied(answer.clone()),
+                    None => Access::Granted,
+                },
+                None => Access::Unknown("the probe script could not run".into()),
             };
-            check("WAIT".into(), "waiting for replicas", Access::of(&waited));
+            report.push(Permission::new(
+                format!("{command} on {keys}"),
+                "inside the fence's scripts",
+                access,
+            ));
+        }
+        if self.inner.wait.is_some() {
+            let waited = query(redis::cmd("WAIT").arg(0).arg(1).clone()).await;
+            report.push(Permission::new(
+                "WAIT",
+                "waiting for replicas",
+                Access::of(&waited),
+            ));
+        }
+        if let Connection::Cluster(_) = connection {
+            let slots = query(redis::cmd("CLUSTER").arg("SLOTS").clone()).await;
+            report.push(Permission::new(
+                "CLUSTER SLOTS",
+                "the cluster client's slot map",
+                Access::of(&slots),
+            ));
         }
         Ok(report)
     }
 }
 
-/// The command a refusal names: `NOPERM … no permissions to run the 'hset' command`, or
-/// fence-redis's own ``redis ACL denies `HSET` in the …`` for a call inside a script.
-fn refused_command(answer: &str) -> Option<String> {
-    if let Some((_, rest)) = answer.split_once("run the '") {
-        let (command, _) = rest.split_once('\'')?;
-        return Some(command.to_ascii_uppercase());
-    }
-    let (_, rest) = answer.split_once("redis ACL denies `")?;
-    let (command, _) = rest.split_once('`')?;
-    Some(command.to_owned())
+/// The (command, answer) pairs of the probe script's reply; `None` for another shape.
+fn refusals(value: &Value) -> Option<Vec<(String, String)>> {
+    let Value::Array(items) = value else {
+        return None;
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    items
+        .chunks(2)
+        .map(|pair| match pair {
+            [name, answer] => Some((text(name)?, text(answer)?)),
+            _ => None,
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -108,20 +127,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_refused_command_is_read_from_noperm() {
-        assert_eq!(
-            refused_command("NOPERM User w has no permissions to run the 'hset' command")
-                .as_deref(),
-            Some("HSET")
-        );
-        assert_eq!(
-            refused_command("NOPERM No permissions to access a key"),
-            None
-        );
-        assert_eq!(
-            refused_command("redis ACL denies `PEXPIRE` in the `lease_acquire` script (grant …)")
-                .as_deref(),
-            Some("PEXPIRE")
-        );
+    fn the_probe_tries_every_command_the_scripts_call() {
+        // FENCE_ACL_COMMANDS less what runs outside scripts.
+        let outside = [
+            "EVALSHA",
+            "EVAL",
+            "PING",
+            "WAIT",
+            "ROLE",
+            "CLUSTER|SLOTS",
+            "CLUSTER|SHARDS",
+            "ASKING",
+        ];
+        let mut documented: Vec<String> = crate::FENCE_ACL_COMMANDS
+            .split_whitespace()
+            .map(|c| c.trim_start_matches('+').to_ascii_uppercase())
+            .filter(|c| !outside.contains(&c.as_str()))
+            .collect();
+        documented.sort();
+        let mut probed: Vec<String> = SCRIPT_COMMANDS.iter().map(|c| (*c).to_owned()).collect();
+        probed.sort();
+        assert_eq!(probed, documented);
+        let script = include_str!("lua/permissions.lua");
+        for command in SCRIPT_COMMANDS {
+            assert!(script.contains(&format!("try('{command}'")), "{command}");
+        }
     }
 }

@@ -19,6 +19,16 @@ impl LuaScript {
         Self::compose(name, "", body)
     }
 
+    /// A script of its own, without the prelude.
+    pub(crate) fn bare(name: &'static str, code: &str) -> Self {
+        let sha = redis::Script::new(code).get_hash().to_owned();
+        LuaScript {
+            name,
+            code: code.to_owned(),
+            sha,
+        }
+    }
+
     fn compose(name: &'static str, preamble: &str, body: &str) -> Self {
         let code = format!("{preamble}{PRELUDE}\n{body}");
         let sha = redis::Script::new(&code).get_hash().to_owned();

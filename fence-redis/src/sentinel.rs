@@ -15,8 +15,10 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::sentinel::SentinelClient;
 use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
+use fence_core::BackendErrorKind;
+
 use crate::connection::RESEND_BACKOFF;
-use crate::error::never_sent;
+use crate::error::{kind_of, never_sent};
 
 /// How often a request refused by a moved master is sent again (the sentinels need a few
 /// seconds to promote a replica: past this the caller's own retry policy decides).
@@ -104,6 +106,11 @@ impl SentinelMaster {
     /// under way, or every sentinel is out of reach), or, when a sentinel answers that it
     /// monitors no such service, a configuration error a retry cannot mend.
     async fn lookup_failed(&self, sentinels: &mut SentinelClient, error: RedisError) -> RedisError {
+        // Refused credentials or commands (a wrong master password, a user without `ROLE`,
+        // which the master check runs) stay what they are: no retry mends them.
+        if kind_of(&error) == BackendErrorKind::PermissionDenied {
+            return error;
+        }
         let unknown = error.kind() == ErrorKind::MasterNameNotFoundBySentinel
             && self.service_unknown(sentinels).await;
         if unknown {
@@ -190,7 +197,11 @@ pub(crate) fn refused_as_replica(error: &RedisError) -> bool {
     matches!(
         error.kind(),
         ErrorKind::Server(ServerErrorKind::ReadOnly | ServerErrorKind::MasterDown)
-    )
+    ) || error
+        .to_string()
+        // Redis 6 wraps a script's refusal in ERR: `… -READONLY You can't write against a
+        // read only replica.`
+        .contains("READONLY You can't write against a read only replica")
 }
 
 /// An error after which the same master should not be used again without asking.
@@ -200,4 +211,27 @@ fn master_may_have_moved(error: &RedisError) -> bool {
         || error.is_connection_dropped()
         || error.is_connection_refusal()
         || error.is_timeout()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replicas_refusal_is_recognised_on_redis_6_and_7() {
+        let seven = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ReadOnly),
+            "You can't write against a read only replica.",
+        ));
+        assert!(refused_as_replica(&seven));
+        let six = RedisError::from((
+            ErrorKind::Extension,
+            "Error running script",
+            "ERR Error running script (call to f_1): @user_script:2: @user_script: 2: -READONLY You can't write against a read only replica.".to_owned(),
+        ));
+        assert!(refused_as_replica(&six));
+        let other = RedisError::from((ErrorKind::Io, "connection reset"));
+        assert!(!refused_as_replica(&other));
+        assert!(master_may_have_moved(&other));
+    }
 }

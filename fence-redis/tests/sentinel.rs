@@ -398,3 +398,114 @@ async fn a_fence_follows_the_master_and_a_wrong_service_is_a_clear_error() {
         other => panic!("a service no sentinel monitors is not found: {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_an_ordered_failover_the_old_masters_client_finds_the_new_one() {
+    let Some(deployment) = Deployment::start("demoted", &[]).await else {
+        return;
+    };
+    let prefix = unique_prefix("sentinel-demoted");
+    let domain = d("demoted");
+    let fence = deployment.fence(&prefix).connect().await.unwrap();
+    fence
+        .write(&WriteRequest::put(domain.clone(), t(1), "before"))
+        .await
+        .unwrap();
+    // A failover ordered by an operator: the old master keeps running and becomes a replica.
+    // Sentinel drops its clients' connections (CLIENT KILL), so the fence's next request
+    // finds the promoted master; a connection that survived would be refused READONLY and the
+    // request sent there instead (both prove nothing ran on the old master).
+    assert_eq!(
+        deployment.sentinels[0].cli(&["SENTINEL", "FAILOVER", &deployment.service]),
+        "OK"
+    );
+    let promoted = deployment.replica.port;
+    eventually(
+        "the replica is promoted and the old master replicates it",
+        60,
+        || {
+            let old = deployment.master.cli(&["INFO", "replication"]);
+            deployment.sentinels[0].master_port(&deployment.service) == Some(promoted)
+                && old.contains("role:slave")
+                && old.contains("master_link_status:up")
+        },
+    )
+    .await;
+    let written = fence
+        .write(&WriteRequest::put(domain.clone(), t(2), "after"))
+        .await
+        .expect("sent to the promoted master");
+    assert_eq!(written.accepted().replicas_acknowledged, Some(1));
+    let on_promoted = RedisFence::builder()
+        .url(deployment.replica.url())
+        .prefix(&prefix)
+        .connect()
+        .await
+        .unwrap();
+    assert_eq!(
+        on_promoted
+            .high_water_mark(&domain)
+            .await
+            .unwrap()
+            .map(|m| m.get()),
+        Some(2)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_sentinel_the_documented_acl_works_and_a_missing_command_is_no_retry() {
+    let Some(deployment) = Deployment::start("acl", &[]).await else {
+        return;
+    };
+    let prefix = unique_prefix("sentinel-acl");
+    // ACLs are not replicated: the users exist on both servers, as they would after a failover.
+    let user = |name: &str, commands: &[&str]| {
+        for server in [&deployment.master, &deployment.replica] {
+            let mut args = vec!["ACL", "SETUSER", name, "on", ">secret", "resetkeys"];
+            let keys = format!("~{prefix}:*");
+            args.push(&keys);
+            args.extend(["resetchannels", "-@all"]);
+            args.extend(commands);
+            assert_eq!(server.cli(&args), "OK");
+        }
+    };
+    let all: Vec<&str> = fence_redis::FENCE_ACL_COMMANDS.split_whitespace().collect();
+    user("worker", &all);
+    let without_role: Vec<&str> = all.iter().copied().filter(|c| *c != "+role").collect();
+    user("norole", &without_role);
+
+    let fence = deployment
+        .fence(&prefix)
+        .master_auth(Some("worker"), "secret")
+        .connect()
+        .await
+        .unwrap();
+    fence
+        .write(&WriteRequest::put(d("acl"), t(1), "v"))
+        .await
+        .unwrap();
+    let report = fence.check_permissions().await.unwrap();
+    assert!(report.all_granted(), "{report}");
+
+    let started = Instant::now();
+    let refused = deployment
+        .fence(&prefix)
+        .master_auth(Some("norole"), "secret")
+        .connect()
+        .await;
+    match refused {
+        Err(
+            error @ FenceError::Backend {
+                kind: BackendErrorKind::PermissionDenied,
+                ..
+            },
+        ) => {
+            assert!(!error.is_retryable(), "{error}");
+        }
+        other => panic!("the master check needs ROLE: {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "refused at once, not retried"
+    );
+}

@@ -11,8 +11,10 @@
 //! | `FENCE_MAX_TOKEN_STEP` | refuse tokens more than this above an object's mark |
 //!
 //! Without static credentials the client comes from the default AWS chain (the `aws-config`
-//! feature): `AWS_ACCESS_KEY_ID`…, `AWS_PROFILE`, web identity (EKS), the ECS and EC2 instance
-//! roles. Settings that two tools would each decide are refused when both are set and differ:
+//! feature): `AWS_ACCESS_KEY_ID`…, `AWS_PROFILE` with keys or a role to assume, web identity
+//! (EKS), the ECS and EC2 instance roles. SSO and `credential_process` profiles need
+//! aws-config's `sso` and `credentials-process` features, which fence-s3 does not turn on: build
+//! your own client with them (`S3FenceBuilder::sdk_config`). Settings that two tools would each decide are refused when both are set and differ:
 //! `FENCE_S3_REGION` and `AWS_REGION`, `FENCE_S3_ENDPOINT` and `AWS_ENDPOINT_URL_S3` /
 //! `AWS_ENDPOINT_URL`; and `FENCE_S3_ACCESS_KEY` with `AWS_ACCESS_KEY_ID` (two credentials).
 //! `FENCE_ISSUED_ONLY` is refused: S3 cannot see an issuer.
@@ -104,6 +106,11 @@ pub async fn client_config(env: &Env) -> Result<aws_sdk_s3::Config, FenceError> 
     } else if env.get(SESSION_TOKEN).is_some() {
         return Err(configuration(format!(
             "{SESSION_TOKEN} is set without {ACCESS_KEY} and {SECRET_KEY}"
+        )));
+    }
+    if static_keys.is_some() && endpoint.is_none() && region.is_none() {
+        return Err(configuration(format!(
+            "no region for AWS S3: set {REGION} (or AWS_REGION)"
         )));
     }
     let mut config = match static_keys {
@@ -238,5 +245,10 @@ mod tests {
         assert!(refused(&[(BUCKET, "b"), (SESSION_TOKEN, "t")])
             .await
             .contains("FENCE_S3_SESSION_TOKEN is set without"));
+        assert!(
+            refused(&[(BUCKET, "b"), (ACCESS_KEY, "a"), (SECRET_KEY, "s")])
+                .await
+                .starts_with("no region for AWS S3")
+        );
     }
 }

@@ -23,7 +23,7 @@ impl S3Fence {
         let prefix = self.inner.keys.prefix();
         let mut report =
             PermissionReport::new(BACKEND, format!("bucket {bucket}, prefix `{prefix}`"));
-        let domain = Domain::new("fence-permission-probe")?;
+        let domain = Domain::new(fence_core::permissions::PROBE_SEGMENT)?;
         let access = |outcome: Result<(), Failure>, operation: Operation| {
             Access::of(
                 &outcome.map_err(|failure| failure.into_fence_error(&domain, operation, false)),

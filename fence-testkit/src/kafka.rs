@@ -267,6 +267,29 @@ impl NoidaServer {
     }
 }
 
+/// A fence on librdkafka's mock cluster `mock` (which injects error codes but does no real
+/// fencing), built by `customize` from [`mock_fence_builder`], that has made its first change
+/// (a claim of domain `setup`), so the ledger's layout record is written before the test injects
+/// any error.
+pub async fn mock_fence(
+    mock: &fence_kafka::rdkafka::mocking::MockCluster<
+        '_,
+        fence_kafka::rdkafka::producer::DefaultProducerContext,
+    >,
+    customize: impl FnOnce(fence_kafka::KafkaFenceBuilder) -> fence_kafka::KafkaFenceBuilder,
+) -> KafkaFence {
+    use fence_core::Fence;
+    let fence = customize(mock_fence_builder(mock))
+        .build()
+        .expect("a mock fence");
+    let setup = fence_core::Domain::new("setup").expect("a domain");
+    fence
+        .claim(&setup, fence_core::FencingToken::MIN)
+        .await
+        .expect("the first claim on the mock cluster");
+    fence
+}
+
 /// A fence builder on librdkafka's mock cluster `mock` (which injects error codes but does no
 /// real fencing), with its topics `events` (data) and `fence-ledger` created.
 pub fn mock_fence_builder(

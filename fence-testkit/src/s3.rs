@@ -122,6 +122,25 @@ pub fn counted_client(endpoint: &str) -> (aws_sdk_s3::Client, RequestCounter) {
     (client, counter)
 }
 
+/// Connects `builder` (the probe runs) under a unique prefix, writes one domain and reads it
+/// back: a fence configured some other way works against the server.
+pub async fn write_and_read_back(builder: fence_s3::S3FenceBuilder) {
+    use fence_conformance::services::{domain, put, value_of};
+    let fence = builder
+        .prefix(unique_prefix("configured"))
+        .connect()
+        .await
+        .expect("the probe passes");
+    let configured = domain("configured");
+    put(&fence, &configured, 3, "from the environment")
+        .await
+        .expect("write");
+    assert_eq!(
+        value_of(&fence, &configured).await.as_deref(),
+        Some("from the environment")
+    );
+}
+
 /// A fence on the shared server with a unique prefix, counting requests.
 pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
     let endpoint = shared_endpoint()?;
