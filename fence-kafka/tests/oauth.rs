@@ -138,12 +138,7 @@ async fn without_a_provider_no_token_is_presented_and_the_fence_fails() {
         .high_water_mark(&Domain::new("order-7").unwrap())
         .await;
     assert!(read.is_err(), "{read:?}");
-    // The client reached the endpoint and asked for OAUTHBEARER, but had no token to present.
-    assert!(
-        recorder.mechanisms().iter().any(|m| m == "OAUTHBEARER"),
-        "{:?}",
-        recorder.mechanisms()
-    );
+    // librdkafka holds the connection back until it has a token: none is ever presented.
     assert!(
         recorder.authentications().is_empty(),
         "no token, no authentication: {:?}",
