@@ -163,12 +163,18 @@ impl Orders {
         }
     }
 
-    /// Removes what the run created that nothing else needs (Kafka: its topics).
-    async fn finish(&self) -> Result<(), Error> {
-        if let Orders::Kafka(outbox, _) = self {
-            fence_examples::delete_kafka_topics(outbox.fence()).await?;
+    /// Removes what the run created: the order's keys or rows (its outbox entries with
+    /// them), or the run's Kafka topics.
+    async fn finish(&self, order: &Domain) -> Result<(), Error> {
+        match self {
+            Orders::Redis(outbox) => fence_examples::retire_run(outbox.fence(), order).await,
+            Orders::Kafka(outbox, _) => fence_examples::delete_kafka_topics(outbox.fence())
+                .await
+                .map_err(Into::into),
+            Orders::Postgres(outbox) => {
+                fence_examples::retire_postgres_run(outbox.fence(), "orders", order).await
+            }
         }
-        Ok(())
     }
 
     async fn entries(&self, order: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
@@ -274,7 +280,8 @@ async fn story() -> Result<bool, Error> {
         "outbox entries for the order: {} ({delivered} delivered); receipts sent by the webhook: {applied} ({requests} requests)",
         settled.len()
     );
-    orders.finish().await?;
+    b.release().await?;
+    orders.finish(&order).await?;
     let ok = fenced && settled.len() == 1 && delivered == 1 && applied == 1;
     if ok {
         println!("the paused worker's step was rejected: one order payment, one receipt");

@@ -181,6 +181,8 @@ async fn story() -> Result<bool, Error> {
         "account balance {balance}; statements recorded {}, sent {sent} ({requests} requests)",
         settled.len()
     );
+    b.release().await?;
+    fence_examples::retire_postgres_run(&fence, "accounts", &account).await?;
     let ok = fenced && row_fenced && balance == 120 && settled.len() == 1 && sent == 1;
     if ok {
         println!("the paused worker changed nothing: one balance, one statement");

@@ -97,7 +97,7 @@ async fn story() -> Result<(), Error> {
     leases.release(&next).await?;
     let final_balance = credit(&fence, &script, &domain, next.token, 0, "audit").await?;
     println!("final balance {final_balance}: the stale worker's credit never ran");
-    Ok(())
+    fence_examples::retire_run(&fence, &domain).await
 }
 
 #[tokio::main]

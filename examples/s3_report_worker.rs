@@ -95,7 +95,7 @@ async fn story() -> Result<(), Error> {
             .unwrap_or_default();
         println!("  {name}: {}", String::from_utf8_lossy(&section));
     }
-    Ok(())
+    fence_examples::retire_run(&fence, &report).await
 }
 
 #[tokio::main]

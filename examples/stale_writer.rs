@@ -16,9 +16,11 @@ const USAGE: &str = "\
 stale_writer: worker A holds a lease, pauses past its expiry and wakes up to write after worker
 B took over; the resource rejects A's write because B's token is newer.
 
-Usage: cargo run [--features servers] --example stale_writer [-- --backend NAME]
+Usage: cargo run [--features servers] --example stale_writer [-- --backend NAME] [--keep]
   --backend NAME   where the fenced value lives: memory (the default: embedded, no servers),
-                   or with --features servers: redis, s3, kafka, postgres";
+                   or with --features servers: redis, s3, kafka, postgres
+  --keep           keep the run's domain (to look at it with `fence inspect`); by default the
+                   run removes what it created";
 
 const LEASE: Duration = Duration::from_millis(200);
 const PAUSE: Duration = Duration::from_millis(450);
@@ -131,7 +133,9 @@ async fn worker_b(
 }
 
 async fn run() -> Result<bool, Error> {
-    let backend = Backend::from_args(std::env::args().skip(1))?;
+    let (keep, args): (Vec<String>, Vec<String>) =
+        std::env::args().skip(1).partition(|arg| arg == "--keep");
+    let backend = Backend::from_args(args)?;
     let opened = backend.open().await.map_err(|e| e.to_string())?;
     // A fresh domain per run, so a shared server never sees a previous run's mark.
     let run_id = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
@@ -161,7 +165,9 @@ async fn run() -> Result<bool, Error> {
     let stale = a.await??;
     let (latest, summary) = opened.resource.summary(&domain).await?;
     println!("{summary}");
-    opened.finish().await?;
+    if keep.is_empty() {
+        opened.finish(&domain).await?;
+    }
     Ok(stale.is_err_and(|e| e.is_fenced()) && latest.as_deref() == Some(B_VALUE))
 }
 

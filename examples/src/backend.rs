@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fence_core::{LeaseManager, MemoryFence, MemoryLeases};
+use fence_core::{Domain, LeaseManager, MemoryFence, MemoryLeases, Retirer};
 
 use crate::Resource;
 
@@ -73,13 +73,17 @@ impl Backend {
     /// `servers` feature has the memory backend only (and compiles no server client).
     pub async fn open(self) -> Result<DemoBackend, Box<dyn std::error::Error>> {
         match self {
-            Backend::Memory => Ok(DemoBackend {
+            Backend::Memory => {
+                let store = Arc::new(MemoryFence::new());
+                Ok(DemoBackend {
                 description: "memory (embedded, no servers)".into(),
-                resource: Resource::Store(Arc::new(MemoryFence::new())),
+                resource: Resource::Store(store.clone()),
+                retirer: Some(store),
                 leases: Arc::new(MemoryLeases::new()),
                 #[cfg(feature = "servers")]
                 kafka: None,
-            }),
+            })
+            }
             #[cfg(feature = "servers")]
             server => crate::connect::open(server).await,
             #[cfg(not(feature = "servers"))]
@@ -101,14 +105,19 @@ pub struct DemoBackend {
     pub resource: Resource,
     /// Where leases and their tokens come from.
     pub leases: Arc<dyn LeaseManager>,
+    /// What removes a run's domain (stores; Kafka's topics are deleted instead).
+    pub(crate) retirer: Option<Arc<dyn Retirer>>,
     /// The run's Kafka topics, deleted by [`DemoBackend::finish`].
     #[cfg(feature = "servers")]
     pub(crate) kafka: Option<fence_kafka::KafkaFence>,
 }
 
 impl DemoBackend {
-    /// Removes what the run created that nothing else needs (Kafka: its topics).
-    pub async fn finish(self) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// Removes what the run created: its `domain` at a store, its topics on Kafka.
+    pub async fn finish(self, domain: &Domain) -> Result<(), crate::ExampleError> {
+        if let Some(retirer) = &self.retirer {
+            crate::retire_run(retirer.as_ref(), domain).await?;
+        }
         #[cfg(feature = "servers")]
         if let Some(fence) = &self.kafka {
             crate::connect::delete_kafka_topics(fence).await?;

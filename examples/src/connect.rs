@@ -16,19 +16,21 @@ use crate::{Backend, DemoBackend, Resource};
 pub(crate) async fn open(backend: Backend) -> Result<DemoBackend, Box<dyn Error>> {
     Ok(match backend {
         Backend::Redis => {
-            let fence = redis_fence().await?;
+            let fence = Arc::new(redis_fence().await?);
             DemoBackend {
                 description: format!("redis at {}", fence.target()),
                 leases: Arc::new(fence.leases()),
-                resource: Resource::Store(Arc::new(fence)),
+                resource: Resource::Store(fence.clone()),
+                retirer: Some(fence),
                 kafka: None,
             }
         }
         Backend::S3 => {
-            let fence = s3_fence().await?;
+            let fence = Arc::new(s3_fence().await?);
             DemoBackend {
                 description: format!("s3 bucket `{}` (leases in memory)", fence.bucket()),
-                resource: Resource::Store(Arc::new(fence)),
+                resource: Resource::Store(fence.clone()),
+                retirer: Some(fence),
                 leases: Arc::new(MemoryLeases::new()),
                 kafka: None,
             }
@@ -38,16 +40,18 @@ pub(crate) async fn open(backend: Backend) -> Result<DemoBackend, Box<dyn Error>
             DemoBackend {
                 description: format!("kafka topic `{}` (leases in memory)", fence.data_topic()),
                 resource: Resource::Log(Arc::new(fence.clone())),
+                retirer: None,
                 leases: Arc::new(MemoryLeases::new()),
                 kafka: Some(fence),
             }
         }
         Backend::Postgres => {
-            let fence = postgres_fence().await?;
+            let fence = Arc::new(postgres_fence().await?);
             DemoBackend {
                 description: format!("postgres schema `{}`", fence.schema()),
                 leases: Arc::new(fence.leases()),
-                resource: Resource::Store(Arc::new(fence)),
+                resource: Resource::Store(fence.clone()),
+                retirer: Some(fence),
                 kafka: None,
             }
         }

@@ -3,6 +3,7 @@
 //! server client (no AWS SDK, no librdkafka).
 
 mod backend;
+mod cleanup;
 mod cli;
 #[cfg(feature = "servers")]
 mod connect;
@@ -12,6 +13,9 @@ mod resource;
 mod timeline;
 
 pub use backend::{Backend, DemoBackend};
+#[cfg(feature = "servers")]
+pub use cleanup::retire_postgres_run;
+pub use cleanup::retire_run;
 pub use cli::{help_requested, run_example, ExampleError, ENVIRONMENT};
 #[cfg(feature = "servers")]
 pub use connect::{

@@ -76,6 +76,21 @@ enum Command {
         #[arg(long, requires = "key")]
         user_key: Option<String>,
     },
+    /// Remove a domain that will never be used again: its mark, value, issuer counter,
+    /// remembered operation ids and data objects or user keys (re-base records are kept).
+    ///
+    /// Any token writes to a retired domain again: run it only after fencing everyone out and
+    /// waiting until every holder ended (LIFECYCLE.md), and never reuse the name. Refused while
+    /// a lease on the domain is live. Kafka has no retirement (see LIFECYCLE.md).
+    Retire {
+        /// Where the domain lives.
+        backend: RetireBackend,
+        /// The domain.
+        domain: String,
+        /// Confirm that no process holds a token for the domain and its name is never reused.
+        #[arg(long)]
+        yes: bool,
+    },
     /// A domain's outbox: its entries and the relay's lag; re-driving or discarding a dead letter.
     Outbox {
         #[command(subcommand)]
@@ -174,6 +189,19 @@ enum Backend {
     Kafka,
 }
 
+/// A backend whose domains can be retired.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum RetireBackend {
+    /// Redis or Redis Cluster.
+    Redis,
+    /// S3 or an S3-compatible server.
+    S3,
+    /// PostgreSQL.
+    Postgres,
+    /// etcd.
+    Etcd,
+}
+
 /// A backend that can adopt data another tool wrote.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum AdoptBackend {
@@ -238,6 +266,11 @@ async fn run(cli: &Cli) -> Report {
             let redis_key = key.as_deref().zip(Some(user_key.as_deref()));
             mutate::adopt(targets, *backend, domain, token, redis_key).await
         }
+        Command::Retire {
+            backend,
+            domain,
+            yes,
+        } => mutate::retire(targets, *backend, domain, *yes).await,
         Command::Outbox { action } => match action {
             OutboxAction::List { backend, domain } => outbox::list(targets, *backend, domain).await,
             OutboxAction::Redrive {

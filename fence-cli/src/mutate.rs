@@ -1,11 +1,11 @@
-//! `fence claim` and `fence adopt`: an operator's explicit changes, each one fenced request.
+//! `fence claim`, `fence adopt` and `fence retire`: an operator's explicit changes.
 
-use fence_core::{Domain, Fence, FenceError, FencingToken};
+use fence_core::{Domain, Fence, FenceError, FencingToken, Retirer};
 use serde_json::json;
 
 use crate::report::{token_json, Report};
 use crate::targets::Targets;
-use crate::{AdoptBackend, Backend};
+use crate::{AdoptBackend, Backend, RetireBackend};
 
 fn parse(domain: &str, token: &str) -> Result<(Domain, FencingToken), Report> {
     let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
@@ -119,6 +119,42 @@ pub(crate) async fn adopt(
                 "previous_mark": token_json(previous),
             }),
             format!("adopted {what} into `{domain}` with token {token}"),
+        ),
+        Err(report) => report,
+    }
+}
+
+pub(crate) async fn retire(
+    targets: &Targets,
+    backend: RetireBackend,
+    domain: &str,
+    confirmed: bool,
+) -> Report {
+    if !confirmed {
+        return Report::usage(format!(
+            "retiring `{domain}` lets any token write to it again: first claim it and make a \
+             fenced delete, wait until every process that held a token ended, never reuse the \
+             name (LIFECYCLE.md); then run again with --yes"
+        ));
+    }
+    let retired = async {
+        let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
+        let retired = match backend {
+            RetireBackend::Redis => targets.redis().await?.retire(&domain).await,
+            RetireBackend::S3 => targets.s3().await?.retire(&domain).await,
+            RetireBackend::Postgres => targets.postgres().await?.retire(&domain).await,
+            RetireBackend::Etcd => targets.etcd().await?.fence().retire(&domain).await,
+        };
+        let retired = retired.map_err(|e| Report::failed(&e))?;
+        Ok::<_, Report>((domain, retired))
+    };
+    match retired.await {
+        Ok((domain, retired)) => Report::done(
+            json!({ "domain": domain.as_str(), "removed": retired.removed }),
+            format!(
+                "retired `{domain}`: {} keys, rows or objects removed",
+                retired.removed
+            ),
         ),
         Err(report) => report,
     }

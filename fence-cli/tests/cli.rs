@@ -491,7 +491,7 @@ async fn s3_inspect_adopt_and_decode() {
 }
 
 #[tokio::test]
-async fn postgres_and_etcd_inspect_show_the_lease() {
+async fn postgres_and_etcd_inspect_show_the_lease_and_retire() {
     let (Some(pg_url), Some(endpoints)) = (
         fence_testkit::postgres::shared_url(),
         fence_testkit::etcd::shared_endpoints(),
@@ -573,6 +573,37 @@ async fn postgres_and_etcd_inspect_show_the_lease() {
         let next = (lease.token.get() + 2).to_string();
         fence(&env, &["claim", backend, "account-9", &next], b"").expect(0);
         fence(&env, &["claim", backend, "account-9", &token], b"").expect(3);
+    }
+
+    // Retiring: only when confirmed, never under a live lease, then the domain is gone.
+    let (pg_leases, etcd_leases) = (postgres.leases(), etcd.leases());
+    let held: [(&str, &dyn LeaseManager, &fence_core::Lease); 2] = [
+        ("postgres", &pg_leases, &pg_lease),
+        ("etcd", &etcd_leases, &etcd_lease),
+    ];
+    for (backend, leases, lease) in held {
+        let unconfirmed = fence(&env, &["retire", backend, "account-9"], b"").expect(2);
+        assert!(
+            unconfirmed.stderr.contains("--yes"),
+            "{}",
+            unconfirmed.stderr
+        );
+        let refused = fence(&env, &["retire", backend, "account-9", "--yes"], b"").expect(1);
+        assert!(refused.stderr.contains("account-9"), "{}", refused.stderr);
+        fence(&env, &["inspect", backend, "account-9"], b"").expect(0);
+        leases.release(lease).await.unwrap();
+        let retired = fence(
+            &env,
+            &["--json", "retire", backend, "account-9", "--yes"],
+            b"",
+        )
+        .expect(0)
+        .json();
+        assert!(
+            retired["removed"].as_u64().unwrap() >= 1,
+            "{backend}: {retired}"
+        );
+        fence(&env, &["inspect", backend, "account-9"], b"").expect(4);
     }
 }
 

@@ -12,7 +12,7 @@ use fence_core::{
 };
 use tokio::task::JoinSet;
 
-use crate::services::{assert_fenced, put, token, value_of};
+use crate::services::{assert_fenced, mark_of, put, token, value_of};
 
 /// `store` refuses tokens more than `max_step` (at least 2) above the mark on the fresh
 /// `domain`: a first token above `max_step` (the step counts from zero), `u64::MAX` by write and
@@ -476,13 +476,6 @@ fn rebase_request(to: u64, expected: u64) -> Rebase {
     let operator = OwnerId::new("ops:alice").unwrap_or_else(|e| panic!("{e}"));
     Rebase::new(token(to), token(expected), operator, REBASE_REASON)
         .unwrap_or_else(|e| panic!("re-base request: {e}"))
-}
-
-async fn mark_of(store: &dyn FencedStore, domain: &Domain) -> Option<FencingToken> {
-    store
-        .high_water_mark(domain)
-        .await
-        .unwrap_or_else(|e| panic!("the mark of `{domain}`: {e}"))
 }
 
 /// The issuer's state at the resource is lost while the mark is kept (a restore from an older

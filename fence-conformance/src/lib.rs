@@ -12,6 +12,7 @@ mod namespace;
 pub mod proxy;
 pub mod race;
 pub mod retention;
+pub mod retirement;
 mod scenario;
 pub mod services;
 pub mod store;

@@ -68,6 +68,17 @@ pub async fn put(
         .await
 }
 
+/// The high-water mark of `domain`; panics when the read fails.
+pub async fn mark_of(
+    store: &dyn fence_core::FencedStore,
+    domain: &fence_core::Domain,
+) -> Option<FencingToken> {
+    store
+        .high_water_mark(domain)
+        .await
+        .unwrap_or_else(|e| panic!("the mark of `{domain}`: {e}"))
+}
+
 /// The live value of `domain` as text (`None`: absent or deleted); panics when the read fails.
 pub async fn value_of(
     store: &dyn fence_core::FencedStore,

@@ -197,3 +197,15 @@ async fn a_forged_mark_is_recovered_on_memory() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_retired_domain_is_forgotten_on_memory() {
+    let store = fence_core::MemoryFence::new();
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &store,
+        &store,
+        None,
+        &fence_conformance::services::domain("retired"),
+    )
+    .await;
+}

@@ -198,13 +198,16 @@ pub fn configuration(why: impl Into<String>) -> FenceError {
 }
 
 /// URLs as shown to people (Debug, logs, errors): a password in a URL's user part replaced by
-/// `***`; comma-separated URLs each.
+/// `***` (a user name alone, the Redis and PostgreSQL URL convention, is shown); comma-separated
+/// URLs each.
 ///
 /// ```
 /// use fence_core::env::redact_url;
 /// assert_eq!(redact_url("redis://app:s3cret@h:6379/0"), "redis://app:***@h:6379/0");
 /// assert_eq!(redact_url("redis://:s3cret@a:1,redis://b:2"), "redis://:***@a:1,redis://b:2");
 /// assert_eq!(redact_url("http://h:1/path@x"), "http://h:1/path@x");
+/// // A user name alone (no password) is shown.
+/// assert_eq!(redact_url("postgres://fence@h:5432/db"), "postgres://fence@h:5432/db");
 /// ```
 pub fn redact_url(urls: &str) -> String {
     let one = |url: &str| {
@@ -213,10 +216,11 @@ pub fn redact_url(urls: &str) -> String {
         };
         let authority_end = rest.find('/').unwrap_or(rest.len());
         match rest[..authority_end].rfind('@') {
-            Some(at) => {
-                let user = rest[..at].split(':').next().unwrap_or_default();
-                format!("{scheme}://{user}:***@{}", &rest[at + 1..])
-            }
+            // A user without a password is no secret: shown as it is.
+            Some(at) => match rest[..at].split_once(':') {
+                Some((user, _)) => format!("{scheme}://{user}:***@{}", &rest[at + 1..]),
+                None => url.to_owned(),
+            },
             None => url.to_owned(),
         }
     };

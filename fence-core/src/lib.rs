@@ -17,6 +17,7 @@ pub mod permissions;
 pub mod pipeline;
 mod rebase;
 mod request;
+mod retire;
 pub mod rule;
 mod shards;
 pub mod telemetry;
@@ -43,5 +44,6 @@ pub use rebase::{Rebase, RebaseRecord, Rebaser, MAX_REBASE_REASON_BYTES};
 pub use request::{
     AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest,
 };
+pub use retire::{Retired, Retirer};
 pub use token::{parse_count, FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
 pub use token_bounds::{IssuerView, TokenBounds};

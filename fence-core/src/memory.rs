@@ -310,6 +310,18 @@ impl FencedStore for MemoryFence {
 }
 
 #[async_trait]
+impl crate::Retirer for MemoryFence {
+    /// Forgets the domain (its leases live in a [`crate::MemoryLeases`], which ends them on
+    /// its own).
+    async fn retire(&self, domain: &Domain) -> Result<crate::Retired, FenceError> {
+        let removed = self
+            .domains
+            .with(domain, |map| map.remove(domain).is_some());
+        Ok(crate::Retired::new(usize::from(removed)))
+    }
+}
+
+#[async_trait]
 impl FencedLog for MemoryFence {
     async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         self.append_now(request)

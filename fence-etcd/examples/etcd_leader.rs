@@ -13,59 +13,96 @@
 //! loss, and the write it had under way carries its old token, so Redis refuses it. Exit code
 //! 0 only if all of that happened.
 
-use std::process::Stdio;
+use std::process::{ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use fence_core::env::Env;
 use fence_core::{
     Domain, Fence, FenceError, FencedStore, FencedStoreExt, LeaseGuard, LeaseOptions, OwnerId,
+    Retirer,
 };
 use fence_etcd::Etcd;
-use fence_redis::RedisFence;
+use fence_redis::{RedisFence, RedisFenceBuilder};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc;
 
 type Error = Box<dyn std::error::Error + Send + Sync>;
 
+/// The domain the workers lead and write.
+const DOMAIN: &str = "reports/daily";
 const TTL: Duration = Duration::from_secs(3);
 const TICK: Duration = Duration::from_millis(200);
 
 #[tokio::main]
-async fn main() -> Result<(), Error> {
+async fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+    let outcome = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
         [] => supervise().await,
         ["worker", name, run] => worker(name, run).await,
         ["--help" | "-h"] => {
-            println!("usage: etcd_leader   (runs the whole story; see the file's docs)");
+            println!(
+                "usage: etcd_leader   (runs the whole story; see the file's docs)\n\n\
+                 FENCE_ETCD_ENDPOINTS  etcd (default http://127.0.0.1:2479)\n\
+                 FENCE_REDIS_URL       Redis (default redis://127.0.0.1:6390)\n\
+                 the defaults are the servers `scripts/services up` starts"
+            );
             Ok(())
         }
         _ => Err("usage: etcd_leader [--help]".into()),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("etcd_leader failed: {error}");
+            ExitCode::FAILURE
+        }
     }
 }
 
-fn etcd_endpoints() -> Vec<String> {
-    std::env::var("FENCE_ETCD_ENDPOINTS")
-        .unwrap_or_else(|_| "http://127.0.0.1:2479".into())
-        .split(',')
-        .map(String::from)
-        .collect()
+/// The environment, with the project's servers as defaults.
+fn settings() -> Env {
+    Env::process().or_else(Env::from_pairs([
+        (fence_etcd::env::ENDPOINTS, "http://127.0.0.1:2479"),
+        (fence_redis::env::URL, "redis://127.0.0.1:6390"),
+    ]))
 }
 
-fn redis_url() -> String {
-    std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into())
+/// A server the example could not use: where it tried, and what to set.
+fn unreachable(what: &str, variable: &str, error: impl std::fmt::Display) -> Error {
+    let address = fence_core::env::redact_url(&settings().get(variable).unwrap_or_default());
+    format!(
+        "could not use {what} at {address}: {error}\n  set {variable} to your server, or start the project's servers: scripts/services up"
+    )
+    .into()
+}
+
+/// etcd under the run's own prefix.
+async fn etcd(run: &str) -> Result<Etcd, Error> {
+    let env = Env::from_pairs([(fence_etcd::env::PREFIX, format!("/fence-demo/{run}"))])
+        .or_else(settings());
+    Etcd::from_env_with(&env)
+        .await
+        .map_err(|e| unreachable("etcd", fence_etcd::env::ENDPOINTS, e))
+}
+
+/// Redis under the run's own prefix.
+async fn redis(run: &str) -> Result<RedisFence, Error> {
+    let env = Env::from_pairs([(fence_redis::env::PREFIX, format!("fence-demo:{run}"))])
+        .or_else(settings());
+    RedisFenceBuilder::from_env_with(&env)
+        .map_err(|e| unreachable("Redis", fence_redis::env::URL, e))?
+        .connect()
+        .await
+        .map_err(|e| unreachable("Redis", fence_redis::env::URL, e))
 }
 
 /// One instance: wait for the lease, claim Redis, write ticks until fenced.
 async fn worker(name: &str, run: &str) -> Result<(), Error> {
-    let etcd = Etcd::connect(&etcd_endpoints(), None, &format!("/fence-demo/{run}")).await?;
-    let redis = RedisFence::builder()
-        .url(redis_url())
-        .prefix(format!("fence-demo:{run}"))
-        .connect()
-        .await?;
-    let domain = Domain::new("reports/daily")?;
+    let etcd = etcd(run).await?;
+    let redis = redis(run).await?;
+    let domain = Domain::new(DOMAIN)?;
     let options = LeaseOptions::new(TTL).wait(Duration::from_secs(60));
     let guard = LeaseGuard::acquire(
         Arc::new(etcd.leases()),
@@ -159,11 +196,32 @@ impl Worker {
 
 async fn supervise() -> Result<(), Error> {
     let run = format!("etcd-leader-{}", std::process::id());
-    println!("etcd {:?}, Redis {}", etcd_endpoints(), redis_url());
-    let mut a = Worker::start("a", &run)?;
+    // Both servers answer before any worker starts, or the run says which one does not.
+    let (etcd, check) = (etcd(&run).await?, redis(&run).await?);
+    let env = settings();
+    println!(
+        "etcd {}, Redis {}",
+        env.get(fence_etcd::env::ENDPOINTS).unwrap_or_default(),
+        check.target()
+    );
+    let outcome = story(&run, &check).await;
+    // What the run wrote is removed whatever happened: its etcd keys and its Redis keys.
+    let mut client = etcd.client().clone();
+    let _ = client
+        .delete(
+            format!("/fence-demo/{run}"),
+            Some(fence_etcd::etcd_client::DeleteOptions::new().with_prefix()),
+        )
+        .await;
+    let _ = check.retire(&Domain::new(DOMAIN)?).await;
+    outcome
+}
+
+async fn story(run: &str, check: &RedisFence) -> Result<(), Error> {
+    let mut a = Worker::start("a", run)?;
     let a_token: u64 = a.until("LEADER", Duration::from_secs(30)).await?[0].parse()?;
     a.until("WROTE", Duration::from_secs(10)).await?;
-    let mut b = Worker::start("b", &run)?;
+    let mut b = Worker::start("b", run)?;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     println!("freezing worker a (SIGSTOP) past its {TTL:?} lease");
@@ -187,16 +245,11 @@ async fn supervise() -> Result<(), Error> {
     }
     b.until("WROTE", Duration::from_secs(10)).await?;
 
-    let check = RedisFence::builder()
-        .url(redis_url())
-        .prefix(format!("fence-demo:{run}"))
-        .connect()
-        .await?;
-    let snapshot = check.read(&Domain::new("reports/daily")?).await?;
+    let snapshot = check.read(&Domain::new(DOMAIN)?).await?;
     let by_b = snapshot
         .value()
         .is_some_and(|v| String::from_utf8_lossy(v).ends_with("by b"));
-    drop(b); // kill_on_drop: its lease expires
+    b.child.kill().await?; // its etcd lease expires with it
     if !by_b {
         return Err(format!("the value is not b's: {snapshot:?}").into());
     }

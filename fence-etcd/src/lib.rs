@@ -10,6 +10,7 @@ mod lease;
 mod lock;
 mod permissions;
 mod rebase;
+mod retire;
 mod state;
 
 pub use error::{EtcdFenceError, BACKEND};

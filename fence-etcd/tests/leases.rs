@@ -574,3 +574,43 @@ async fn a_refused_login_is_permission_denied() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn a_retired_domain_leaves_no_keys() {
+    let Some(etcd) = support::shared("retire").await else {
+        return;
+    };
+    let domain = d("retired");
+    // The issuer's key goes with the domain too.
+    etcd.issuer().issue(&domain).await.unwrap();
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &etcd.fence(),
+        &etcd.fence(),
+        Some(&etcd.leases()),
+        &domain,
+    )
+    .await;
+    let left = etcd
+        .client()
+        .kv_client()
+        .get(
+            etcd.prefix(),
+            Some(fence_etcd::etcd_client::GetOptions::new().with_prefix()),
+        )
+        .await
+        .unwrap();
+    let keys: Vec<String> = left
+        .kvs()
+        .iter()
+        .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+        .collect();
+    assert!(
+        keys.iter()
+            .all(|key| !key.contains("/retired/") && !key.ends_with("/retired")),
+        "keys outlived the domain: {keys:?}"
+    );
+    assert!(
+        keys.iter().any(|key| key.contains("/retired-kept/")),
+        "the other domain's keys went too: {keys:?}"
+    );
+}

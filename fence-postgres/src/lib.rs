@@ -8,6 +8,7 @@ mod lease;
 mod mark;
 mod permissions;
 mod rebase;
+mod retire;
 mod row;
 mod schema;
 mod transaction;

@@ -208,3 +208,29 @@ async fn a_waiter_is_notified_of_the_release() {
     };
     lease::waiting_is_notified(Arc::new(fence.leases()), &d("n")).await;
 }
+
+#[tokio::test]
+async fn a_retired_domain_leaves_no_rows() {
+    let Some((fence, pool)) = shared("retire").await else {
+        return;
+    };
+    let domain = d("retired");
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &fence,
+        &fence,
+        Some(&fence.leases()),
+        &domain,
+    )
+    .await;
+    for table in ["fence_marks", "fence_counters", "fence_ops", "fence_leases"] {
+        let rows: i64 = sqlx::query_scalar(&format!(
+            "SELECT count(*) FROM {}.{table} WHERE domain = $1",
+            fence.schema()
+        ))
+        .bind(domain.as_str())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(rows, 0, "{table} kept rows of the retired domain");
+    }
+}

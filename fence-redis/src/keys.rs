@@ -65,6 +65,11 @@ impl Keys {
         format!("{}:{{{}}}:{suffix}", self.prefix, domain.escaped())
     }
 
+    /// What every key of `domain` starts with: `<prefix>:{<escaped domain>}:`.
+    pub(crate) fn domain_keys(&self, domain: &Domain) -> String {
+        self.tagged(domain, "")
+    }
+
     pub(crate) fn state(&self, domain: &Domain) -> String {
         self.tagged(domain, "state")
     }

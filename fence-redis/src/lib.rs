@@ -15,6 +15,7 @@ mod ops;
 mod permissions;
 mod rebase;
 mod reply;
+mod retire;
 mod scan;
 mod script;
 mod scripts;

@@ -97,3 +97,7 @@ scripts! {
     ISSUE => "issue",
     REBASE => "rebase",
 }
+
+/// The retirement script: a bare script (no prelude), refusing under a live lease.
+pub(crate) static RETIRE: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::bare("retire", include_str!("lua/retire.lua")));

@@ -157,3 +157,43 @@ async fn the_guard_renews_waits_and_signals_loss() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn a_retired_domain_leaves_no_keys() {
+    let (Some(fence), Some(cluster)) = (
+        shared_fence("retire").await,
+        shared_cluster_fence("retire").await,
+    ) else {
+        return;
+    };
+    let domain = Domain::new("retired").unwrap();
+    let mut raw = support::raw(&support::shared_url().unwrap()).await;
+    // A user key of the domain (what fenced scripts and the outbox write) goes with it.
+    let user = fence.user_key(&domain, "rows").unwrap();
+    let _: () = raw.set(&user, "mine").await.unwrap();
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &fence,
+        &fence,
+        Some(&fence.leases()),
+        &domain,
+    )
+    .await;
+    let left: Vec<String> = raw
+        .keys(format!("{}:{{retired}}:*", fence.prefix()))
+        .await
+        .unwrap();
+    assert_eq!(left, Vec::<String>::new(), "keys outlived the domain");
+    let other: Vec<String> = raw
+        .keys(format!("{}:{{retired-kept}}:*", fence.prefix()))
+        .await
+        .unwrap();
+    assert!(!other.is_empty(), "the other domain's keys went too");
+
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &cluster,
+        &cluster,
+        Some(&cluster.leases()),
+        &domain,
+    )
+    .await;
+}

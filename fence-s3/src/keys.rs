@@ -143,6 +143,11 @@ impl KeyScheme {
         Ok(format!("{}{name}", self.prefix))
     }
 
+    /// What the keys of `domain`'s immutable data objects start with.
+    pub(crate) fn data_prefix(&self, domain: &Domain) -> String {
+        format!("{}!data!{}!", self.prefix, domain.escaped())
+    }
+
     /// The key of immutable data object `name` of `domain`; `name` follows the domain rules.
     pub(crate) fn data(&self, domain: &Domain, name: &str) -> Result<String, FenceError> {
         let name = Domain::new(name)?;

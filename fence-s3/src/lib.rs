@@ -13,6 +13,7 @@ mod permissions;
 mod pointer;
 mod probe;
 mod requests;
+mod retire;
 
 /// The contract this crate implements, so users need one dependency.
 pub use fence_core;

@@ -404,3 +404,28 @@ async fn the_last_op_ids_are_replayed_by_any_client_and_older_ones_are_new_again
     };
     fence_conformance::retention::store_keeps_the_last_op_ids(&fence(), &fence(), &d("kept")).await;
 }
+
+#[tokio::test]
+async fn a_retired_domain_leaves_no_objects() {
+    let Some((fence, _)) = shared_fence("retire").await else {
+        return;
+    };
+    let domain = d("retired");
+    for part in ["part-1", "part-2"] {
+        let created = fence
+            .put_immutable(&domain, part, "data".into())
+            .await
+            .unwrap();
+        assert!(matches!(created, Immutable::Created(_)), "{created:?}");
+    }
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &fence, &fence, None, &domain,
+    )
+    .await;
+    // Gone: creating the same immutable object again creates it.
+    let again = fence
+        .put_immutable(&domain, "part-1", "data".into())
+        .await
+        .unwrap();
+    assert!(matches!(again, Immutable::Created(_)), "{again:?}");
+}
