@@ -1,22 +1,31 @@
 //! Kafka: fenced transactional produce vs the same transactional produce without the fence.
+//!
+//! noida-db's ~100 ms commit hides all client work in wall time, so each case also reports
+//! what does not depend on the broker: this client's CPU per transaction, and the records and
+//! bytes the fence adds per transaction (fence headers on each record; ledger records when a
+//! transaction claims or remembers an op id).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use fence_core::{AppendRequest, Domain, Fence, FencedLog, FencingToken, Record};
+use fence_core::{AppendRequest, Domain, Fence, FencedLog, FencingToken, OperationId, Record};
+use fence_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use fence_kafka::rdkafka::producer::{
     BaseRecord, DefaultProducerContext, Producer, ThreadedProducer,
 };
+use fence_kafka::rdkafka::ClientConfig;
 use fence_kafka::KafkaFence;
 
 use crate::measure::{compare, Plan};
+use crate::probe::Probe;
 use crate::report::Row;
 
 pub(crate) async fn run() -> Vec<Row> {
     match run_cases().await {
         Ok(rows) => rows,
-        Err(error) => vec![Row::skipped("kafka", "all cases", error)],
+        Err(error) => vec![Row::note("kafka", "all cases", error)],
     }
 }
 
@@ -46,6 +55,61 @@ fn plain_transaction(
         .map_err(|e| e.to_string())
 }
 
+/// The sum of `topic`'s partitions' end offsets (records plus transaction markers).
+fn end_offsets(config: &ClientConfig, topic: &str) -> Result<i64, String> {
+    let consumer: BaseConsumer = config.create().map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs(10);
+    let metadata = consumer
+        .fetch_metadata(Some(topic), timeout)
+        .map_err(|e| e.to_string())?;
+    let mut total = 0;
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            let (_, high) = consumer
+                .fetch_watermarks(topic, p.id(), timeout)
+                .map_err(|e| e.to_string())?;
+            total += high;
+        }
+    }
+    Ok(total)
+}
+
+/// Key and value bytes of every record of the ledger topic (a consumer of its own).
+async fn ledger_bytes(config: &ClientConfig, ledger: &str) -> Result<(u64, u64), String> {
+    let mut config = config.clone();
+    config
+        .set("group.id", format!("bench-ledger-{}", ledger))
+        .set("auto.offset.reset", "earliest");
+    let mut consumer = fence_kafka::FencedConsumer::new(&config, &[ledger])
+        .map_err(|e| e.to_string())?
+        .allow_unfenced(true);
+    let (mut records, mut bytes) = (0, 0);
+    while let Ok(record) = tokio::time::timeout(Duration::from_secs(3), consumer.recv()).await {
+        let record = record.map_err(|e| e.to_string())?;
+        records += 1;
+        bytes += (record.key.map_or(0, |k| k.len()) + record.value.len()) as u64;
+    }
+    Ok((records, bytes))
+}
+
+/// What each fenced transaction carries besides its records.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Extra {
+    /// The same holder's next batch: no op id, the mark unchanged.
+    Nothing,
+    /// Each batch with an op id (remembered in the ledger).
+    OpId,
+    /// Each batch under a new token (a takeover per transaction: the claim is in the ledger).
+    NewToken,
+}
+
+struct Case {
+    records: usize,
+    extra: Extra,
+    rounds: usize,
+    batch: usize,
+}
+
 async fn run_cases() -> Result<Vec<Row>, String> {
     let bootstrap =
         std::env::var("FENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
@@ -54,82 +118,189 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .duration_since(std::time::UNIX_EPOCH)
         .map_err(|e| e.to_string())?
         .as_millis();
+    let probe = Probe::server(".services/noida/noida.pid");
+    let cases = [
+        Case {
+            records: 1,
+            extra: Extra::Nothing,
+            rounds: 6,
+            batch: 10,
+        },
+        Case {
+            records: 100,
+            extra: Extra::Nothing,
+            rounds: 4,
+            batch: 5,
+        },
+        Case {
+            records: 1000,
+            extra: Extra::Nothing,
+            rounds: 3,
+            batch: 2,
+        },
+        Case {
+            records: 1,
+            extra: Extra::OpId,
+            rounds: 6,
+            batch: 10,
+        },
+        Case {
+            records: 1,
+            extra: Extra::NewToken,
+            rounds: 6,
+            batch: 10,
+        },
+    ];
     let mut rows = Vec::new();
-    for (records, rounds, batch) in [(1usize, 6, 10), (100, 4, 5), (1000, 3, 2)] {
-        let topic = format!("bench-{run}-{records}");
-        fence_testkit::kafka::try_create_topic(&config, &topic, 1).await?;
-        let fence = KafkaFence::builder(config.clone())
-            .data_topic(&topic)
-            .ledger_topic(format!("{topic}-ledger"))
-            .connect()
-            .await
-            .map_err(|e| e.to_string())?;
-        let domain = Domain::new("bench/partition-0").map_err(|e| e.to_string())?;
-        fence
-            .claim(&domain, FencingToken::MIN)
-            .await
-            .map_err(|e| e.to_string())?;
-        let values: Arc<Vec<Bytes>> = Arc::new(
-            (0..records)
-                .map(|_| Bytes::from(vec![b'k'; 1024]))
-                .collect(),
-        );
-
-        let producer: ThreadedProducer<DefaultProducerContext> = config
-            .clone()
-            .set("transactional.id", format!("bench-plain-{run}-{records}"))
-            .set("linger.ms", "2")
-            .create()
-            .map_err(|e| e.to_string())?;
-        let producer = Arc::new(producer);
-        let init = producer.clone();
-        tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(30)))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?;
-
-        let plan = Plan {
-            rounds,
-            batch,
-            concurrency: 1,
-            group: 1,
-        };
-        let (f, d, v) = (fence.clone(), domain.clone(), values.clone());
-        let (p, t, v2) = (producer.clone(), topic.clone(), values.clone());
-        let (fenced, unfenced) = compare(
-            plan,
-            move |_| {
-                let batch: Vec<Record> = v.iter().cloned().map(Record::new).collect();
-                let (fence, request) = (
-                    f.clone(),
-                    AppendRequest::new(d.clone(), FencingToken::MIN, batch),
-                );
-                async move {
-                    fence
-                        .append(&request)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                }
-            },
-            move |_| {
-                let (producer, topic, values) = (p.clone(), t.clone(), v2.clone());
-                async move {
-                    tokio::task::spawn_blocking(move || {
-                        plain_transaction(&producer, &topic, &values)
-                    })
-                    .await
-                    .map_err(|e| e.to_string())?
-                }
-            },
-        )
-        .await;
-        rows.push(Row::new(
-            "kafka",
-            format!("transactional produce, {records} record(s)/txn of 1 KiB"),
-            &fenced,
-            &unfenced,
-        ));
+    for (index, case) in cases.iter().enumerate() {
+        rows.push(run_case(&config, &probe, run, index, case).await?);
     }
     Ok(rows)
+}
+
+async fn run_case(
+    config: &ClientConfig,
+    probe: &Probe,
+    run: u128,
+    index: usize,
+    case: &Case,
+) -> Result<Row, String> {
+    let topic = format!("bench-{run}-{index}");
+    let plain_topic = format!("{topic}-plain");
+    let ledger = format!("{topic}-ledger");
+    for t in [&topic, &plain_topic] {
+        fence_testkit::kafka::try_create_topic(config, t, 1).await?;
+    }
+    let fence = KafkaFence::builder(config.clone())
+        .data_topic(&topic)
+        .ledger_topic(&ledger)
+        .connect()
+        .await
+        .map_err(|e| e.to_string())?;
+    let domain = Domain::new("bench/partition-0").map_err(|e| e.to_string())?;
+    fence
+        .claim(&domain, FencingToken::MIN)
+        .await
+        .map_err(|e| e.to_string())?;
+    let values: Arc<Vec<Bytes>> = Arc::new(
+        (0..case.records)
+            .map(|_| Bytes::from(vec![b'k'; 1024]))
+            .collect(),
+    );
+    let producer: ThreadedProducer<DefaultProducerContext> = config
+        .clone()
+        .set("transactional.id", format!("bench-plain-{run}-{index}"))
+        .set("linger.ms", "2")
+        .create()
+        .map_err(|e| e.to_string())?;
+    let producer = Arc::new(producer);
+    let init = producer.clone();
+    tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(30)))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+
+    let before = (
+        end_offsets(config, &topic)?,
+        end_offsets(config, &ledger)?,
+        end_offsets(config, &plain_topic)?,
+    );
+    let plan = Plan {
+        rounds: case.rounds,
+        batch: case.batch,
+        concurrency: 1,
+        group: 1,
+    };
+    let (f, d, v, extra) = (fence.clone(), domain.clone(), values.clone(), case.extra);
+    let next_token = Arc::new(AtomicU64::new(FencingToken::MIN.get()));
+    let (p, t, v2) = (producer.clone(), plain_topic.clone(), values.clone());
+    let (fenced, unfenced) = compare(
+        plan,
+        probe,
+        move |i| {
+            let batch: Vec<Record> = v.iter().cloned().map(Record::new).collect();
+            let token = match extra {
+                Extra::NewToken => {
+                    FencingToken::new(next_token.fetch_add(1, Ordering::Relaxed) + 1)
+                }
+                _ => Ok(FencingToken::MIN),
+            };
+            let (fence, domain) = (f.clone(), d.clone());
+            async move {
+                let token = token.map_err(|e| e.to_string())?;
+                let mut request = AppendRequest::new(domain, token, batch);
+                if extra == Extra::OpId {
+                    let op = OperationId::new(format!("op-{i}")).map_err(|e| e.to_string())?;
+                    request = request.with_op_id(op);
+                }
+                let appended = fence.append(&request).await.map(|_| ());
+                if extra == Extra::NewToken {
+                    // The superseded holder's producer is not needed again.
+                    fence.release(
+                        request.domain(),
+                        FencingToken::new(token.get() - 1).unwrap_or(token),
+                    );
+                }
+                appended.map_err(|e| e.to_string())
+            }
+        },
+        move |_| {
+            let (producer, topic, values) = (p.clone(), t.clone(), v2.clone());
+            async move {
+                tokio::task::spawn_blocking(move || plain_transaction(&producer, &topic, &values))
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+        },
+    )
+    .await;
+    let txns = ((case.rounds + 1) * case.batch) as f64;
+    let after = (
+        end_offsets(config, &topic)?,
+        end_offsets(config, &ledger)?,
+        end_offsets(config, &plain_topic)?,
+    );
+    let label = match case.extra {
+        Extra::Nothing => format!(
+            "transactional produce, {} record(s)/txn of 1 KiB",
+            case.records
+        ),
+        Extra::OpId => "transactional produce, 1 record/txn with an op id".to_owned(),
+        Extra::NewToken => {
+            "transactional produce, 1 record/txn under a new token (a takeover each)".to_owned()
+        }
+    };
+    let mut row = Row::new("kafka", label, 1, &fenced, &unfenced);
+    let figures = &mut row.figures;
+    figures.insert(
+        "data offsets per txn, fenced".into(),
+        (after.0 - before.0) as f64 / txns,
+    );
+    figures.insert(
+        "ledger offsets per txn, fenced".into(),
+        (after.1 - before.1) as f64 / txns,
+    );
+    figures.insert(
+        "data offsets per txn, plain".into(),
+        (after.2 - before.2) as f64 / txns,
+    );
+    if case.records == 1 {
+        let records = fence
+            .read_committed(0, before.0)
+            .await
+            .map_err(|e| e.to_string())?;
+        let header_bytes: usize = records
+            .iter()
+            .flat_map(|r| &r.headers)
+            .map(|(name, value)| name.len() + value.len())
+            .sum();
+        figures.insert(
+            "fence header bytes per record".into(),
+            header_bytes as f64 / records.len().max(1) as f64,
+        );
+        let (ledger_records, ledger_bytes) = ledger_bytes(config, &ledger).await?;
+        figures.insert("ledger records (whole topic)".into(), ledger_records as f64);
+        figures.insert("ledger bytes per txn".into(), ledger_bytes as f64 / txns);
+    }
+    Ok(row)
 }

@@ -4,8 +4,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::probe::{Cost, Probe};
+
+/// The concurrencies the network backends' main cases run at.
+pub(crate) const CONCURRENCY: [usize; 4] = [1, 4, 16, 64];
+
 /// The result of an operation under test.
 pub(crate) type OpResult = Result<(), String>;
+
+/// An operation's result as the measurement needs it: done, or why not.
+pub(crate) fn done<T, E: std::fmt::Display>(result: Result<T, E>) -> OpResult {
+    result.map(|_| ()).map_err(|e| e.to_string())
+}
 
 /// Latencies and wall time of one variant over all rounds.
 #[derive(Debug, Default)]
@@ -14,6 +24,8 @@ pub(crate) struct Side {
     wall: Duration,
     ops: usize,
     pub(crate) failures: Vec<String>,
+    /// Server and client CPU, and Redis commands, of the recorded batches.
+    pub(crate) cost: Cost,
 }
 
 impl Side {
@@ -25,6 +37,10 @@ impl Side {
         sorted.sort_by(f64::total_cmp);
         let index = ((sorted.len() - 1) as f64 * quantile).round() as usize;
         sorted.get(index).copied()
+    }
+
+    pub(crate) fn ops(&self) -> usize {
+        self.ops
     }
 
     pub(crate) fn ops_per_second(&self) -> Option<f64> {
@@ -45,12 +61,23 @@ pub(crate) struct Plan {
     pub(crate) group: usize,
 }
 
-async fn run_batch<F, Fut>(plan: Plan, offset: usize, op: &Arc<F>, side: &mut Side, record: bool)
-where
+async fn run_batch<F, Fut>(
+    plan: Plan,
+    probe: &Probe,
+    offset: usize,
+    op: &Arc<F>,
+    side: &mut Side,
+    record: bool,
+) where
     F: Fn(usize) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = OpResult> + Send,
 {
     let per_task = plan.batch.div_ceil(plan.concurrency);
+    let before = if record {
+        Some(probe.sample().await)
+    } else {
+        None
+    };
     let started = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..plan.concurrency {
@@ -63,7 +90,10 @@ where
                 let group = plan.group.max(1).min(per_task - done);
                 let begin = Instant::now();
                 for i in 0..group {
-                    if let Err(error) = op(offset + task * per_task + done + i).await {
+                    // Tasks take interleaved indexes: with a batch that is a multiple of the
+                    // concurrency, task `t` always gets indexes ≡ t (mod concurrency), so cases
+                    // can give each task keys of its own.
+                    if let Err(error) = op(offset + (done + i) * plan.concurrency + task).await {
                         failures.push(error);
                     }
                 }
@@ -86,16 +116,20 @@ where
             Err(error) => side.failures.push(format!("task failed: {error}")),
         }
     }
-    if record {
-        side.wall += started.elapsed();
+    let wall = started.elapsed();
+    if let Some(before) = before {
+        side.cost.add(&before.until(&probe.sample().await));
+        side.wall += wall;
         side.ops += ops;
     }
 }
 
 /// Runs a warm-up round, then `plan.rounds` rounds; each round runs one batch of each variant,
 /// alternating which goes first, so that drift on a shared machine hits both alike.
+/// `probe` is sampled before and after every recorded batch.
 pub(crate) async fn compare<FA, FutA, FB, FutB>(
     plan: Plan,
+    probe: &Probe,
     fenced: FA,
     unfenced: FB,
 ) -> (Side, Side)
@@ -111,11 +145,11 @@ where
         let record = round > 0;
         let offset = round * plan.batch;
         if round % 2 == 0 {
-            run_batch(plan, offset, &fenced, &mut a, record).await;
-            run_batch(plan, offset, &unfenced, &mut b, record).await;
+            run_batch(plan, probe, offset, &fenced, &mut a, record).await;
+            run_batch(plan, probe, offset, &unfenced, &mut b, record).await;
         } else {
-            run_batch(plan, offset, &unfenced, &mut b, record).await;
-            run_batch(plan, offset, &fenced, &mut a, record).await;
+            run_batch(plan, probe, offset, &unfenced, &mut b, record).await;
+            run_batch(plan, probe, offset, &fenced, &mut a, record).await;
         }
     }
     (a, b)

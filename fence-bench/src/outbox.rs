@@ -9,6 +9,7 @@ use fence_outbox::{DestinationRule, Effect, EffectKinds};
 use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_redis::redis;
 
+use crate::measure::CONCURRENCY;
 use crate::measure::{compare, Plan};
 use crate::redis::{setup, Setup};
 use crate::report::Row;
@@ -16,7 +17,7 @@ use crate::report::Row;
 pub(crate) async fn run() -> Vec<Row> {
     match run_cases().await {
         Ok(rows) => rows,
-        Err(error) => vec![Row::skipped("outbox", "all cases", error)],
+        Err(error) => vec![Row::note("outbox", "all cases", error)],
     }
 }
 
@@ -27,6 +28,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         run,
         payload,
         domains,
+        probe,
         ..
     } = setup("bench-ob", "order-").await?;
     let kinds = EffectKinds::new()
@@ -36,7 +38,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
     let script = Arc::new(OutboxScript::hset());
     let ops = Arc::new(AtomicUsize::new(0));
     let mut rows = Vec::new();
-    for concurrency in [1, 16] {
+    for concurrency in CONCURRENCY {
         let plan = Plan {
             rounds: 10,
             batch: 300 * concurrency.min(4),
@@ -53,6 +55,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         let (conn, p2) = (raw.clone(), payload.clone());
         let (fenced, unfenced) = compare(
             plan,
+            &probe,
             move |i| {
                 let (outbox, script) = (o.clone(), s.clone());
                 let op = OperationId::new(format!("op-{}", n.fetch_add(1, Ordering::Relaxed)));
@@ -105,7 +108,8 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .await;
         rows.push(Row::new(
             "outbox",
-            format!("transition + 1 effect of 1 KiB vs unfenced writes, concurrency {concurrency}"),
+            "transition + 1 effect of 1 KiB vs unfenced writes",
+            concurrency,
             &fenced,
             &unfenced,
         ));

@@ -8,7 +8,8 @@ use fence_postgres::{Begun, PostgresFence, TransactionRequest};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::measure::{compare, Plan};
+use crate::measure::{compare, Plan, CONCURRENCY};
+use crate::probe::Probe;
 use crate::report::Row;
 
 /// Rows (and domains) the cases spread over.
@@ -17,7 +18,7 @@ const ROWS: usize = 64;
 pub(crate) async fn run() -> Vec<Row> {
     match run_cases().await {
         Ok(rows) => rows,
-        Err(error) => vec![Row::skipped("postgres", "all cases", error)],
+        Err(error) => vec![Row::note("postgres", "all cases", error)],
     }
 }
 
@@ -60,7 +61,9 @@ async fn run_cases() -> Result<Vec<Row>, String> {
     let payload = Arc::new(vec![b'x'; 1024]);
     let token = FencingToken::MIN;
     let mut rows = Vec::new();
-    for concurrency in [1, 16] {
+    // The postmaster and its backends.
+    let probe = Probe::server(".services/postgres/postgres.pid");
+    for concurrency in CONCURRENCY {
         let plan = Plan {
             rounds: 10,
             batch: 200 * concurrency.min(4),
@@ -74,6 +77,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         let update = Arc::new(format!("UPDATE {accounts} SET payload = $2 WHERE id = $1"));
         let (fenced, unfenced) = compare(
             plan,
+            &probe,
             move |i| {
                 let fence = f.clone();
                 let request = WriteRequest::put(d[i % d.len()].clone(), token, p.to_vec());
@@ -101,7 +105,8 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .await;
         rows.push(Row::new(
             "postgres",
-            format!("write 1 KiB vs UPDATE, concurrency {concurrency}"),
+            "write 1 KiB vs UPDATE",
+            concurrency,
             &fenced,
             &unfenced,
         ));
@@ -115,6 +120,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         let credit2 = credit.clone();
         let (fenced, unfenced) = compare(
             plan,
+            &probe,
             move |i| {
                 let (fence, sql) = (f.clone(), credit.clone());
                 let request = TransactionRequest::new(d[i % d.len()].clone(), token);
@@ -148,7 +154,8 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .await;
         rows.push(Row::new(
             "postgres",
-            format!("transaction vs plain transaction, concurrency {concurrency}"),
+            "transaction vs plain transaction",
+            concurrency,
             &fenced,
             &unfenced,
         ));

@@ -8,7 +8,8 @@ use fence_redis::redis::aio::ConnectionManager;
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 
-use crate::measure::{compare, Plan};
+use crate::measure::{compare, Plan, CONCURRENCY};
+use crate::probe::Probe;
 use crate::report::Row;
 
 const SCRIPT: &str = "redis.call('HSET', KEYS[1], 'field', ARGV[1]) return 1";
@@ -16,7 +17,7 @@ const SCRIPT: &str = "redis.call('HSET', KEYS[1], 'field', ARGV[1]) return 1";
 pub(crate) async fn run() -> Vec<Row> {
     match run_cases().await {
         Ok(rows) => rows,
-        Err(error) => vec![Row::skipped("redis", "all cases", error)],
+        Err(error) => vec![Row::note("redis", "all cases", error)],
     }
 }
 
@@ -29,6 +30,18 @@ pub(crate) struct Setup {
     pub(crate) run: u128,
     pub(crate) payload: Bytes,
     pub(crate) domains: Arc<Vec<Domain>>,
+    /// The server's CPU and command statistics.
+    pub(crate) probe: Probe,
+}
+
+/// The pid file `scripts/services` keeps for the Redis server on `url`'s port.
+fn pid_file(url: &str) -> String {
+    let port = url
+        .rsplit(':')
+        .next()
+        .and_then(|tail| tail.split('/').next())
+        .unwrap_or("6379");
+    format!(".services/redis/{port}/redis.pid")
 }
 
 pub(crate) async fn setup(prefix: &str, stem: &str) -> Result<Setup, String> {
@@ -50,7 +63,9 @@ pub(crate) async fn setup(prefix: &str, stem: &str) -> Result<Setup, String> {
         .map(|i| Domain::new(format!("{stem}{i}")))
         .collect::<Result<_, _>>()
         .map_err(|e| e.to_string())?;
+    let probe = Probe::redis(&url, &pid_file(&url)).await;
     Ok(Setup {
+        probe,
         url,
         fence,
         raw,
@@ -68,6 +83,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         run,
         payload,
         domains,
+        probe,
     } = setup("bench", "d").await?;
     // The same prefix: the waiting fence writes the same domains, on the server with a replica.
     let waiting = RedisFence::builder()
@@ -79,7 +95,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .map_err(|e| e.to_string())?;
     let token = FencingToken::MIN;
     let mut rows = Vec::new();
-    for concurrency in [1, 16] {
+    for concurrency in CONCURRENCY {
         let plan = Plan {
             rounds: 10,
             batch: 400 * concurrency.min(4),
@@ -90,6 +106,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         let (conn, p2) = (raw.clone(), payload.clone());
         let (fenced, unfenced) = compare(
             plan,
+            &probe,
             move |i| {
                 let (fence, request) = (
                     f.clone(),
@@ -119,7 +136,8 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .await;
         rows.push(Row::new(
             "redis",
-            format!("write 1 KiB vs SET, concurrency {concurrency}"),
+            "write 1 KiB vs SET",
+            concurrency,
             &fenced,
             &unfenced,
         ));
@@ -137,6 +155,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         };
         let (waited, unwaited) = compare(
             plan,
+            &probe,
             move |i| {
                 write(
                     w.clone(),
@@ -153,7 +172,8 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .await;
         rows.push(Row::new(
             "redis",
-            format!("write with WAIT 1 (a replica) vs without, concurrency {concurrency}"),
+            "write with WAIT 1 (a replica) vs without",
+            concurrency,
             &waited,
             &unwaited,
         ));
@@ -164,6 +184,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         let (f2, d2, p2, conn) = (fence.clone(), domains.clone(), payload.clone(), raw.clone());
         let (fenced, unfenced) = compare(
             plan,
+            &probe,
             move |i| {
                 let (fence, script) = (f.clone(), script.clone());
                 let call = ScriptCall::new(d[i % d.len()].clone(), token)
@@ -194,7 +215,8 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         .await;
         rows.push(Row::new(
             "redis",
-            format!("user script vs bare script, concurrency {concurrency}"),
+            "user script vs bare script",
+            concurrency,
             &fenced,
             &unfenced,
         ));

@@ -2,13 +2,16 @@
 //! domains took a lease (where the backend has leases), claimed, wrote a 16-byte value with an
 //! operation id and released its lease, the bytes the backend holds for them, divided by N.
 //!
-//! `fence-bench --state N` (scripts/bench runs it); LIFECYCLE.md shows the figures.
+//! `fence-bench --state N` (scripts/bench runs it); LIFECYCLE.md shows the figures. A run
+//! removes what it created (Redis and S3 domains retired, the schema and etcd prefix deleted;
+//! Kafka's small topics stay).
 
 use std::fmt::Write as _;
 use std::time::Duration;
 
 use fence_core::{
-    Domain, Fence, FencedStore, FencingToken, LeaseManager, OperationId, OwnerId, WriteRequest,
+    Domain, Fence, FencedStore, FencingToken, LeaseManager, OperationId, OwnerId, Retirer,
+    WriteRequest,
 };
 use fence_redis::redis;
 
@@ -62,6 +65,37 @@ fn domain(i: usize) -> Result<Domain, String> {
     Domain::new(format!("customer-{i:06}")).map_err(|e| e.to_string())
 }
 
+/// Runs `work` on each of `count` domains, 16 at a time: the state kept does not depend on
+/// the order, and 100,000 domains one after the other would take most of an hour.
+async fn each_domain<F, Fut>(count: usize, work: F) -> Result<(), String>
+where
+    F: Fn(Domain) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    use futures_util::{StreamExt, TryStreamExt};
+    futures_util::stream::iter(0..count)
+        .map(|i| {
+            let domain = domain(i);
+            let work = &work;
+            async move { work(domain?).await }
+        })
+        .buffer_unordered(16)
+        .try_collect::<()>()
+        .await
+}
+
+/// Leaves nothing behind: retires the run's domains (their leases were released).
+async fn retire_all(fence: &dyn Retirer, domains: usize) -> Result<(), String> {
+    each_domain(domains, |d| async move {
+        fence
+            .retire(&d)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await
+}
+
 fn run_id() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -102,15 +136,19 @@ async fn workload(
     Ok(())
 }
 
-pub(crate) async fn run(domains: usize) -> Vec<StateRow> {
+pub(crate) async fn run(domains: usize, wanted: impl Fn(&str) -> bool) -> Vec<StateRow> {
     let mut rows = Vec::new();
-    for (backend, measured) in [
-        ("redis", redis_state(domains).await),
-        ("s3", s3_state(domains).await),
-        ("postgres", postgres_state(domains).await),
-        ("etcd", etcd_state(domains).await),
-        ("kafka", kafka_state(domains.min(KAFKA_DOMAINS)).await),
-    ] {
+    for backend in ["redis", "s3", "postgres", "etcd", "kafka"] {
+        if !wanted(backend) {
+            continue;
+        }
+        let measured = match backend {
+            "redis" => redis_state(domains).await,
+            "s3" => s3_state(domains).await,
+            "postgres" => postgres_state(domains).await,
+            "etcd" => etcd_state(domains).await,
+            _ => kafka_state(domains.min(KAFKA_DOMAINS)).await,
+        };
         match measured {
             Ok(measured) => rows.extend(measured),
             Err(why) => rows.push(StateRow::failed(backend, why)),
@@ -129,9 +167,11 @@ async fn redis_state(domains: usize) -> Result<Vec<StateRow>, String> {
         .await
         .map_err(|e| e.to_string())?;
     let leases = fence.leases();
-    for i in 0..domains {
-        workload(&fence, Some(&leases), &domain(i)?, FencingToken::MIN).await?;
-    }
+    each_domain(domains, |d| {
+        let (fence, leases) = (&fence, &leases);
+        async move { workload(fence, Some(leases), &d, FencingToken::MIN).await }
+    })
+    .await?;
     let client = redis::Client::open(url.as_str()).map_err(|e| e.to_string())?;
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -173,6 +213,7 @@ async fn redis_state(domains: usize) -> Result<Vec<StateRow>, String> {
             break;
         }
     }
+    retire_all(&fence, domains).await?;
     Ok(vec![
         StateRow::measured(
             "redis",
@@ -209,20 +250,27 @@ async fn s3_state(domains: usize) -> Result<Vec<StateRow>, String> {
         .connect()
         .await
         .map_err(|e| e.to_string())?;
-    let mut envelope = 0u64;
-    for i in 0..domains {
-        let d = domain(i)?;
-        workload(&fence, None, &d, FencingToken::MIN).await?;
-        let head = client
-            .head_object()
-            .bucket(fence_testkit::s3::BUCKET)
-            .key(fence.object_key(&d).map_err(|e| e.to_string())?)
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        let size = u64::try_from(head.content_length().unwrap_or(0)).unwrap_or(0);
-        envelope += size.saturating_sub(VALUE.len() as u64);
-    }
+    let envelope = std::sync::atomic::AtomicU64::new(0);
+    each_domain(domains, |d| {
+        let (fence, client, envelope) = (&fence, &client, &envelope);
+        async move {
+            workload(fence, None, &d, FencingToken::MIN).await?;
+            let head = client
+                .head_object()
+                .bucket(fence_testkit::s3::BUCKET)
+                .key(fence.object_key(&d).map_err(|e| e.to_string())?)
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let size = u64::try_from(head.content_length().unwrap_or(0)).unwrap_or(0);
+            let beyond = size.saturating_sub(VALUE.len() as u64);
+            envelope.fetch_add(beyond, std::sync::atomic::Ordering::Relaxed);
+            Ok(())
+        }
+    })
+    .await?;
+    let envelope = envelope.into_inner();
+    retire_all(&fence, domains).await?;
     Ok(vec![StateRow::measured(
         "s3",
         "object envelope (mark, nonce, op ids) beyond the value",
@@ -247,9 +295,11 @@ async fn postgres_state(domains: usize) -> Result<Vec<StateRow>, String> {
     let fence =
         fence_postgres::PostgresFence::new(pool.clone(), &schema).map_err(|e| e.to_string())?;
     let leases = fence.leases();
-    for i in 0..domains {
-        workload(&fence, Some(&leases), &domain(i)?, FencingToken::MIN).await?;
-    }
+    each_domain(domains, |d| {
+        let (fence, leases) = (&fence, &leases);
+        async move { workload(fence, Some(leases), &d, FencingToken::MIN).await }
+    })
+    .await?;
     sqlx::raw_sql(&format!("VACUUM ANALYZE {schema}.fence_marks, {schema}.fence_ops, {schema}.fence_counters, {schema}.fence_leases"))
         .execute(&pool)
         .await
@@ -285,6 +335,10 @@ async fn postgres_state(domains: usize) -> Result<Vec<StateRow>, String> {
             u64::try_from(bytes).unwrap_or(0),
         ));
     }
+    sqlx::raw_sql(&format!("DROP SCHEMA {schema} CASCADE"))
+        .execute(&pool)
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(rows)
 }
 
@@ -296,22 +350,51 @@ async fn etcd_state(domains: usize) -> Result<Vec<StateRow>, String> {
         .await
         .map_err(|e| e.to_string())?;
     let (fence, leases) = (etcd.fence(), etcd.leases());
-    for i in 0..domains {
-        workload(&fence, Some(&leases), &domain(i)?, FencingToken::MIN).await?;
-    }
+    each_domain(domains, |d| {
+        let (fence, leases) = (&fence, &leases);
+        async move { workload(fence, Some(leases), &d, FencingToken::MIN).await }
+    })
+    .await?;
     let mut client = etcd.client().clone();
-    let listed = client
-        .get(
+    // Paged: one answer for 100,000 domains would pass the client's 4 MiB message limit.
+    // The prefix's range end: its last byte plus one (the prefix is ASCII).
+    let mut end = prefix.clone().into_bytes();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let (mut from, mut bytes) = (prefix.clone().into_bytes(), 0u64);
+    loop {
+        let page = client
+            .get(
+                from.clone(),
+                Some(
+                    fence_etcd::etcd_client::GetOptions::new()
+                        .with_range(end.clone())
+                        .with_limit(1000),
+                ),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
+        bytes += page
+            .kvs()
+            .iter()
+            .map(|kv| (kv.key().len() + kv.value().len()) as u64)
+            .sum::<u64>();
+        match page.kvs().last() {
+            Some(last) if page.more() => {
+                from = last.key().to_vec();
+                from.push(0);
+            }
+            _ => break,
+        }
+    }
+    client
+        .delete(
             prefix.as_str(),
-            Some(fence_etcd::etcd_client::GetOptions::new().with_prefix()),
+            Some(fence_etcd::etcd_client::DeleteOptions::new().with_prefix()),
         )
         .await
         .map_err(|e| e.to_string())?;
-    let bytes: u64 = listed
-        .kvs()
-        .iter()
-        .map(|kv| (kv.key().len() + kv.value().len()) as u64)
-        .sum();
     Ok(vec![StateRow::measured(
         "etcd",
         "store keys (mark, entry, value, ops), keys and values",

@@ -129,6 +129,11 @@ impl MemoryFence {
 
     fn with_state<R>(&self, domain: &Domain, f: impl FnOnce(&mut DomainState) -> R) -> R {
         self.domains.with(domain, |map| {
+            // A known domain is found without cloning its name (an atomic reference count,
+            // shared by every thread writing the domain).
+            if let Some(state) = map.get_mut(domain) {
+                return f(state);
+            }
             let state = map.entry(domain.clone()).or_default();
             let result = f(state);
             // A refusal on a domain never seen leaves nothing behind.
@@ -297,6 +302,15 @@ impl Fence for MemoryFence {
 
 #[async_trait]
 impl FencedStore for MemoryFence {
+    /// The trait's `write` (the same telemetry) without a second boxed future around
+    /// [`FencedStore::do_write`]: the embedded default's hot path.
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        let write = async { self.write_now(request) };
+        let token = Some(request.token());
+        crate::telemetry::observe(BACKEND, request.operation(), request.domain(), token, write)
+            .await
+    }
+
     async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         self.write_now(request)
     }

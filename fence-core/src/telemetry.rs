@@ -9,9 +9,18 @@
 //!
 //! Spans carry backend, operation, domain, token and outcome; never payloads or secrets.
 //! Fenced outcomes are logged at `warn`: a rejection is evidence of two overlapping owners.
+//!
+//! Metric handles are registered once per (backend, operation, outcome) and thread, then
+//! reused, so an operation allocates nothing for its telemetry. A handle is registered again
+//! when the thread sees another recorder; still, **install the recorder (or the local recorder)
+//! before the first fenced operation**, as the `metrics` crate advises: a handle of the no-op
+//! recorder in use before that records nothing. A span is created only when a `tracing`
+//! subscriber wants `debug` spans of this crate.
 
+use std::cell::RefCell;
 use std::future::Future;
 
+use metrics::{Counter, Histogram, Recorder};
 use tracing::Instrument;
 
 use crate::{Domain, FenceError, FencingToken, Operation};
@@ -85,7 +94,11 @@ where
         outcome = tracing::field::Empty,
     );
     let started = std::time::Instant::now();
-    let result = future.instrument(span.clone()).await;
+    let result = if span.is_disabled() {
+        future.await
+    } else {
+        future.instrument(span.clone()).await
+    };
     record(
         backend,
         operation,
@@ -120,20 +133,10 @@ fn record<T: OutcomeLabel>(
     } else {
         "fence_operations_total"
     };
-    metrics::counter!(
-        name,
-        "backend" => backend,
-        "operation" => operation.as_str(),
-        "outcome" => outcome
-    )
-    .increment(1);
-    metrics::histogram!(
-        "fence_operation_duration_seconds",
-        "backend" => backend,
-        "operation" => operation.as_str(),
-        "outcome" => outcome
-    )
-    .record(elapsed.as_secs_f64());
+    with_handles(name, backend, operation, outcome, |counter, histogram| {
+        counter.increment(1);
+        histogram.record(elapsed.as_secs_f64());
+    });
     match result {
         Err(FenceError::Fenced { current, .. }) => tracing::warn!(
             parent: span,
@@ -153,4 +156,102 @@ fn record<T: OutcomeLabel>(
         ),
         _ => {}
     }
+}
+
+/// A thread's registered handles of one (metric, backend, operation, outcome), and the
+/// recorder they were registered with.
+struct Handles {
+    name: &'static str,
+    backend: &'static str,
+    operation: Operation,
+    outcome: &'static str,
+    recorder: *const (),
+    counter: Counter,
+    histogram: Histogram,
+}
+
+thread_local! {
+    static HANDLES: RefCell<Vec<Handles>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The address of the recorder in use on this thread: its identity, for the cache.
+fn recorder_address() -> *const () {
+    metrics::with_recorder(|recorder| (recorder as *const dyn Recorder).cast::<()>())
+}
+
+/// Runs `f` with this thread's handles for the key, registering them on first use or when
+/// the thread's recorder changed. A thread sees a handful of keys, so a scan is enough.
+fn with_handles(
+    name: &'static str,
+    backend: &'static str,
+    operation: Operation,
+    outcome: &'static str,
+    f: impl FnOnce(&Counter, &Histogram),
+) {
+    let recorder = recorder_address();
+    let same_key = |h: &Handles| {
+        h.operation == operation && h.outcome == outcome && h.backend == backend && h.name == name
+    };
+    HANDLES.with(|cell| {
+        let Ok(mut handles) = cell.try_borrow_mut() else {
+            // Re-entered from inside a recorder: register without caching.
+            return f(
+                &register_counter(name, backend, operation, outcome),
+                &register_histogram(backend, operation, outcome),
+            );
+        };
+        let index = match handles.iter().position(same_key) {
+            Some(i) if handles[i].recorder == recorder => i,
+            found => {
+                let fresh = Handles {
+                    name,
+                    backend,
+                    operation,
+                    outcome,
+                    recorder,
+                    counter: register_counter(name, backend, operation, outcome),
+                    histogram: register_histogram(backend, operation, outcome),
+                };
+                match found {
+                    Some(i) => {
+                        handles[i] = fresh;
+                        i
+                    }
+                    None => {
+                        handles.push(fresh);
+                        handles.len() - 1
+                    }
+                }
+            }
+        };
+        let h = &handles[index];
+        f(&h.counter, &h.histogram);
+    });
+}
+
+fn register_counter(
+    name: &'static str,
+    backend: &'static str,
+    operation: Operation,
+    outcome: &'static str,
+) -> Counter {
+    metrics::counter!(
+        name,
+        "backend" => backend,
+        "operation" => operation.as_str(),
+        "outcome" => outcome
+    )
+}
+
+fn register_histogram(
+    backend: &'static str,
+    operation: Operation,
+    outcome: &'static str,
+) -> Histogram {
+    metrics::histogram!(
+        "fence_operation_duration_seconds",
+        "backend" => backend,
+        "operation" => operation.as_str(),
+        "outcome" => outcome
+    )
 }

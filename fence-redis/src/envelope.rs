@@ -97,6 +97,11 @@ impl RedisFence {
             kind_code(call.kind),
             max_step.as_bytes(),
             if self.inner.issued_only { b"1" } else { b"0" },
+            if self.inner.wait.is_some() {
+                b"1"
+            } else {
+                b"0"
+            },
         ];
         all_args.extend_from_slice(args);
         let (reply, waited) = self

@@ -151,7 +151,10 @@ impl S3Fence {
                 },
                 (None, None) => (Bytes::new(), &self.inner.object_options),
             };
-            let mut body = BytesMut::from(&plan.header.encode()[..]);
+            // One allocation of the final size: the header, then the payload copied once.
+            let header = plan.header.encode();
+            let mut body = BytesMut::with_capacity(header.len() + payload.len());
+            body.extend_from_slice(&header);
             body.extend_from_slice(&payload);
             let expect = match &current {
                 Some((etag, _)) => Expect::Etag(etag.clone()),

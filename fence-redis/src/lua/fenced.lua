@@ -5,10 +5,13 @@
 -- context (`token`, `previous`, and `state`, the domain's entry fields, read-only) and the
 -- body's own KEYS and ARGV. They are defined before the envelope's variables, so no body (and
 -- no user Lua inside one) can see or overwrite them.
+-- A body that writes the state hash itself sets `sets_mark`: it must then write `fence.mark`
+-- (the mark's fields that change, possibly none) in its first command, in the same HSET as its
+-- own fields, so that one command carries the whole change.
 -- KEYS: state, op-id key, token sequence, then the body's. ARGV: token, strict, has op id,
 -- op-id retention ms, op kind (one letter), max token step ('' for none), issued only ('1'),
--- then the body's.
-local guard, body
+-- always write the mark ('1': a WAIT follows), then the body's.
+local guard, body, sets_mark
 --BODY--
 
 local state_key, op_key, seq_key = KEYS[1], KEYS[2], KEYS[3]
@@ -19,17 +22,29 @@ local s, refusal = admit(state_key, op_key, token, strict, has_op, kind, bounds)
 if not s then return refusal end
 local body_keys, body_argv = {}, {}
 for i = 4, #KEYS do body_keys[#body_keys + 1] = KEYS[i] end
-for i = 8, #ARGV do body_argv[#body_argv + 1] = ARGV[i] end
+for i = 9, #ARGV do body_argv[#body_argv + 1] = ARGV[i] end
 local previous = s.hwm or ''
-local fence = { state = s, token = token, previous = previous }
+-- The mark's fields that change: none when the domain's mark already is this token (the same
+-- holder's next change), so a steady writer propagates no mark command. Unless a WAIT follows:
+-- then the change must propagate something, so that the WAIT also covers the mark it was
+-- decided on (written by another client, perhaps not yet on a replica).
+local mark
+if s.hwm == nil then
+  mark = { 'fence', '1', 'hwm', token }
+elseif s.hwm ~= token or ARGV[8] == '1' then
+  mark = { 'hwm', token }
+else
+  mark = {}
+end
+local fence = { state = s, token = token, previous = previous, mark = mark }
 
 if guard then
   local refused = guard(fence, body_keys, body_argv)
   if refused then return refused end
 end
--- The mark advances before the body runs: Redis does not roll back a script that fails midway,
--- and a failure must never leave the body's writes behind an unadvanced mark.
-redis.call('HSET', state_key, 'fence', '1', 'hwm', token)
+-- The mark advances before (or with) the body's first write: Redis does not roll back a script
+-- that fails midway, and a failure must never leave the body's writes behind an unadvanced mark.
+if not sets_mark and #mark > 0 then redis.call('HSET', state_key, unpack(mark)) end
 local outcome, result = body(fence, body_keys, body_argv)
 outcome = outcome or ''
 -- The record comes after the body: a body that fails leaves none, so a retry runs it again.

@@ -8,13 +8,21 @@ guard = function(fence, KEYS, ARGV)
   return nil
 end
 
+-- One HSET carries the mark and the entry (KEYS[1] is the state hash).
+sets_mark = true
+
 body = function(fence, KEYS, ARGV)
   local s = fence.state
   local revision = string.format('%.0f', (s.rev and tonumber(s.rev) or 0) + 1)
+  local fields = { unpack(fence.mark) }
+  local n = #fields
+  fields[n + 1], fields[n + 2], fields[n + 3], fields[n + 4] = 'rev', revision, 'tok', fence.token
+  fields[n + 5], fields[n + 6] = 'state', ARGV[3] == 'put' and 'v' or 't'
   if ARGV[3] == 'put' then
-    redis.call('HSET', KEYS[1], 'rev', revision, 'tok', fence.token, 'state', 'v', 'val', ARGV[4])
+    fields[n + 7], fields[n + 8] = 'val', ARGV[4]
+    redis.call('HSET', KEYS[1], unpack(fields))
   else
-    redis.call('HSET', KEYS[1], 'rev', revision, 'tok', fence.token, 'state', 't')
+    redis.call('HSET', KEYS[1], unpack(fields))
     redis.call('HDEL', KEYS[1], 'val')
   end
   return revision, revision
