@@ -148,9 +148,16 @@ mod tests {
             drawn.contains("redis: write vs SET · c16"),
             "labels: {drawn}"
         );
-        // The two bars are filled in their concurrency's colour; the note is not drawn.
-        assert!(drawn.contains(&format!("fill=\"#{:02X}{:02X}{:02X}\"", 0x4e, 0x79, 0xa7)));
-        assert!(drawn.contains(&format!("fill=\"#{:02X}{:02X}{:02X}\"", 0xe1, 0x57, 0x59)));
+        // Each concurrency's colour fills its legend swatch, plus one rectangle per bar: one
+        // bar at 1 and one at 16, none at 4; the note is not drawn.
+        let fills = |c: RGBColor| {
+            drawn
+                .matches(&format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2))
+                .count()
+        };
+        assert_eq!(fills(colour(1)), 2, "concurrency 1: legend and one bar");
+        assert_eq!(fills(colour(16)), 2, "concurrency 16: legend and one bar");
+        assert_eq!(fills(colour(4)), 1, "concurrency 4: the legend only");
         assert!(!drawn.contains("ETag"));
         Ok(())
     }

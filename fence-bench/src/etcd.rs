@@ -18,10 +18,7 @@ pub(crate) async fn run() -> Vec<Row> {
 async fn run_cases() -> Result<Vec<Row>, String> {
     let endpoints =
         std::env::var("FENCE_ETCD_ENDPOINTS").unwrap_or_else(|_| "http://127.0.0.1:2479".into());
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_millis();
+    let run = crate::measure::run_id();
     let prefix = format!("/bench-{run}");
     let etcd = fence_etcd::Etcd::connect(&[endpoints.as_str()], None, &prefix)
         .await
@@ -34,7 +31,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             .map_err(|e| e.to_string())?,
     );
     let payload = Arc::new(vec![b'x'; 1024]);
-    let probe = Probe::server(".services/etcd/etcd.pid");
+    let probe = Probe::server("etcd/etcd.pid");
     let mut rows = Vec::new();
     for concurrency in CONCURRENCY {
         let plan = Plan {

@@ -114,11 +114,8 @@ async fn run_cases() -> Result<Vec<Row>, String> {
     let bootstrap =
         std::env::var("FENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
     let config = fence_testkit::kafka::client_config(&bootstrap);
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_millis();
-    let probe = Probe::server(".services/noida/noida.pid");
+    let run = crate::measure::run_id();
+    let probe = Probe::server("noida/noida.pid");
     let cases = [
         Case {
             records: 1,

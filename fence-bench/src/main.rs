@@ -29,6 +29,11 @@ use std::process::ExitCode;
 
 use report::Row;
 
+/// The backends `--only` may name.
+const BACKENDS: [&str; 7] = [
+    "memory", "redis", "outbox", "s3", "postgres", "etcd", "kafka",
+];
+
 /// Where the committed figures live (relative to the repository root).
 const BENCHMARKS: &str = "benchmarks";
 
@@ -53,6 +58,17 @@ async fn main() -> ExitCode {
     }
     let only: Option<Vec<String>> =
         arg_after("--only").map(|list| list.split(',').map(str::to_owned).collect());
+    if let Some(unknown) = only
+        .iter()
+        .flatten()
+        .find(|name| !BACKENDS.contains(&name.as_str()))
+    {
+        eprintln!(
+            "--only: unknown backend `{unknown}` (known: {})",
+            BACKENDS.join(", ")
+        );
+        return ExitCode::FAILURE;
+    }
     let wanted = |name: &str| only.as_ref().is_none_or(|o| o.iter().any(|w| w == name));
     if let Some(domains) = arg_after("--state") {
         let Ok(domains) = domains.parse::<usize>() else {

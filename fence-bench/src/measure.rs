@@ -12,6 +12,13 @@ pub(crate) const CONCURRENCY: [usize; 4] = [1, 4, 16, 64];
 /// The result of an operation under test.
 pub(crate) type OpResult = Result<(), String>;
 
+/// Milliseconds since the Unix epoch: names a run's keys, prefixes and topics.
+pub(crate) fn run_id() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis())
+}
+
 /// An operation's result as the measurement needs it: done, or why not.
 pub(crate) fn done<T, E: std::fmt::Display>(result: Result<T, E>) -> OpResult {
     result.map(|_| ()).map_err(|e| e.to_string())

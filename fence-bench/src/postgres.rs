@@ -31,10 +31,7 @@ async fn setup() -> Result<(PostgresFence, PgPool, String, Arc<Vec<Domain>>), St
         .connect(&url)
         .await
         .map_err(|e| e.to_string())?;
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_millis();
+    let run = crate::measure::run_id();
     let schema = format!("bench_{run}");
     fence_postgres::migrate(&pool, &schema)
         .await
@@ -62,7 +59,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
     let token = FencingToken::MIN;
     let mut rows = Vec::new();
     // The postmaster and its backends.
-    let probe = Probe::server(".services/postgres/postgres.pid");
+    let probe = Probe::server("postgres/postgres.pid");
     for concurrency in CONCURRENCY {
         let plan = Plan {
             rounds: 10,

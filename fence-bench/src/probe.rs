@@ -54,10 +54,12 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    /// The process whose pid `scripts/services` wrote to `file` (relative to the repository
-    /// root, where `scripts/bench` runs); `None` when there is none.
+    /// The process whose pid `scripts/services` wrote to `file`, relative to its data folder
+    /// (`FENCE_SERVICES_DIR`, by default `.services` under the repository root, where
+    /// `scripts/bench` runs); `None` when there is none.
     pub(crate) fn from_pid_file(file: &str) -> Option<Self> {
-        let text = std::fs::read_to_string(Path::new(file)).ok()?;
+        let dir = std::env::var("FENCE_SERVICES_DIR").unwrap_or_else(|_| ".services".into());
+        let text = std::fs::read_to_string(Path::new(&dir).join(file)).ok()?;
         let pid = text.lines().next()?.trim().parse().ok()?;
         process_cpu_ns(pid).map(|_| Server { pid })
     }
@@ -226,9 +228,18 @@ mod tests {
     }
 
     #[test]
-    fn this_process_has_run() {
+    fn this_process_has_run_and_its_children_are_found() -> std::io::Result<()> {
         let pid = std::process::id();
         assert!(process_cpu_ns(pid).is_some_and(|ns| ns > 0));
-        assert!(with_descendants(pid).contains(&pid));
+        let mut child = std::process::Command::new("sleep").arg("5").spawn()?;
+        let found = with_descendants(pid).contains(&child.id());
+        child.kill()?;
+        child.wait()?;
+        assert!(
+            found,
+            "the child {} is not among the descendants",
+            child.id()
+        );
+        Ok(())
     }
 }

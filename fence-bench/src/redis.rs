@@ -41,15 +41,12 @@ fn pid_file(url: &str) -> String {
         .next()
         .and_then(|tail| tail.split('/').next())
         .unwrap_or("6379");
-    format!(".services/redis/{port}/redis.pid")
+    format!("redis/{port}/redis.pid")
 }
 
 pub(crate) async fn setup(prefix: &str, stem: &str) -> Result<Setup, String> {
     let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
-    let run = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_millis();
+    let run = crate::measure::run_id();
     let fence = RedisFence::builder()
         .url(&url)
         .prefix(format!("{prefix}-{run}"))

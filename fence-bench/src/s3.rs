@@ -12,7 +12,7 @@ use fence_s3::aws_sdk_s3::Client;
 use fence_s3::S3Fence;
 use fence_testkit::s3::RequestCounter;
 
-use crate::measure::{compare, OpResult, Plan, CONCURRENCY};
+use crate::measure::{compare, run_id, OpResult, Plan, CONCURRENCY};
 use crate::probe::Probe;
 use crate::report::Row;
 
@@ -40,14 +40,7 @@ pub(crate) async fn run() -> Vec<Row> {
 }
 
 /// The server's CPU: `weed mini`, as `scripts/services` started it.
-const PID_FILE: &str = ".services/seaweedfs/weed.pid";
-
-fn run_id() -> Result<u128, String> {
-    Ok(std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_err(|e| e.to_string())?
-        .as_millis())
-}
+const PID_FILE: &str = "seaweedfs/weed.pid";
 
 /// A fence under `prefix` with its requests counted; `cold` turns the ETag cache off.
 async fn fence(
@@ -149,7 +142,7 @@ fn fenced_puts(
 
 async fn run_cases() -> Result<Vec<Row>, String> {
     let bucket = env("FENCE_S3_BUCKET", "fence-test");
-    let run = run_id()?;
+    let run = run_id();
     let plain = client(None);
     let probe = Probe::server(PID_FILE);
     let mut rows = Vec::new();

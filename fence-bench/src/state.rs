@@ -15,6 +15,8 @@ use fence_core::{
 };
 use fence_redis::redis;
 
+use crate::measure::run_id;
+
 /// One measured kind of state.
 #[derive(Debug)]
 pub(crate) struct StateRow {
@@ -94,12 +96,6 @@ async fn retire_all(fence: &dyn Retirer, domains: usize) -> Result<(), String> {
             .map_err(|e| e.to_string())
     })
     .await
-}
-
-fn run_id() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis())
 }
 
 /// The workload on one domain: a lease (when `leases` is given), a claim, a write with an op

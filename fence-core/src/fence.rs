@@ -96,14 +96,7 @@ pub trait FencedStore: Fence {
     /// A delete of an absent value is accepted and leaves a tombstone. A failure after the
     /// request was sent whose outcome is unknown is [`FenceError::Ambiguous`], never a guess.
     async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        observe(
-            self.backend(),
-            request.operation(),
-            request.domain(),
-            Some(request.token()),
-            self.do_write(request),
-        )
-        .await
+        crate::telemetry::observe_write(self.backend(), request, self.do_write(request)).await
     }
 
     /// The adapter's `write`, without telemetry: implement this one, call [`FencedStore::write`] (which traces and counts it).
@@ -242,6 +235,11 @@ macro_rules! forward_through {
 
         #[async_trait]
         impl<T: FencedStore + ?Sized> FencedStore for $pointer<T> {
+            // The pointee's own `write` (its telemetry, and its override if it has one).
+            async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+                (**self).write(request).await
+            }
+
             async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
                 (**self).do_write(request).await
             }

@@ -305,10 +305,7 @@ impl FencedStore for MemoryFence {
     /// The trait's `write` (the same telemetry) without a second boxed future around
     /// [`FencedStore::do_write`]: the embedded default's hot path.
     async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        let write = async { self.write_now(request) };
-        let token = Some(request.token());
-        crate::telemetry::observe(BACKEND, request.operation(), request.domain(), token, write)
-            .await
+        crate::telemetry::observe_write(BACKEND, request, async { self.write_now(request) }).await
     }
 
     async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {

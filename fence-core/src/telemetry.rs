@@ -12,13 +12,15 @@
 //!
 //! Metric handles are registered once per (backend, operation, outcome) and thread, then
 //! reused, so an operation allocates nothing for its telemetry. A handle is registered again
-//! when the thread sees another recorder; still, **install the recorder (or the local recorder)
-//! before the first fenced operation**, as the `metrics` crate advises: a handle of the no-op
-//! recorder in use before that records nothing. A span is created only when a `tracing`
-//! subscriber wants `debug` spans of this crate.
+//! when the thread sees another recorder, and when it went unused for a second (recorders that
+//! drop idle metrics, such as the Prometheus exporter's `idle_timeout`, would otherwise be fed
+//! through a handle they forgot). Still, **install the recorder (or the local recorder) before
+//! the first fenced operation**, as the `metrics` crate advises. A span is created only when a
+//! `tracing` subscriber wants `debug` spans of this crate.
 
 use std::cell::RefCell;
 use std::future::Future;
+use std::time::{Duration, Instant};
 
 use metrics::{Counter, Histogram, Recorder};
 use tracing::Instrument;
@@ -93,22 +95,35 @@ where
         token = token.map(FencingToken::get),
         outcome = tracing::field::Empty,
     );
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     let result = if span.is_disabled() {
         future.await
     } else {
         future.instrument(span.clone()).await
     };
-    record(
-        backend,
-        operation,
-        domain,
-        token,
-        &result,
-        &span,
-        started.elapsed(),
-    );
+    record(backend, operation, domain, token, &result, &span, started);
     result
+}
+
+/// [`observe`] for a write or delete: what [`crate::FencedStore::write`] runs around the
+/// adapter's `do_write`, for adapters that override `write` to save a boxed future.
+pub async fn observe_write<F>(
+    backend: &'static str,
+    request: &crate::WriteRequest,
+    future: F,
+) -> Result<crate::WriteOutcome, FenceError>
+where
+    F: Future<Output = Result<crate::WriteOutcome, FenceError>>,
+{
+    let token = Some(request.token());
+    observe(
+        backend,
+        request.operation(),
+        request.domain(),
+        token,
+        future,
+    )
+    .await
 }
 
 fn record<T: OutcomeLabel>(
@@ -118,8 +133,10 @@ fn record<T: OutcomeLabel>(
     token: Option<FencingToken>,
     result: &Result<T, FenceError>,
     span: &tracing::Span,
-    elapsed: std::time::Duration,
+    started: Instant,
 ) {
+    let now = Instant::now();
+    let elapsed = now.saturating_duration_since(started);
     let outcome = match result {
         Ok(value) => value.outcome_label(),
         Err(error) => error.outcome_label(),
@@ -133,10 +150,17 @@ fn record<T: OutcomeLabel>(
     } else {
         "fence_operations_total"
     };
-    with_handles(name, backend, operation, outcome, |counter, histogram| {
-        counter.increment(1);
-        histogram.record(elapsed.as_secs_f64());
-    });
+    with_handles(
+        name,
+        backend,
+        operation,
+        outcome,
+        now,
+        |counter, histogram| {
+            counter.increment(1);
+            histogram.record(elapsed.as_secs_f64());
+        },
+    );
     match result {
         Err(FenceError::Fenced { current, .. }) => tracing::warn!(
             parent: span,
@@ -158,17 +182,21 @@ fn record<T: OutcomeLabel>(
     }
 }
 
-/// A thread's registered handles of one (metric, backend, operation, outcome), and the
-/// recorder they were registered with.
+/// A thread's registered handles of one (metric, backend, operation, outcome), the recorder
+/// they were registered with and when they were last used.
 struct Handles {
     name: &'static str,
     backend: &'static str,
     operation: Operation,
     outcome: &'static str,
     recorder: *const (),
+    last_used: Instant,
     counter: Counter,
     histogram: Histogram,
 }
+
+/// A handle unused for this long is registered again before its next use.
+const REFRESH_AFTER: Duration = Duration::from_secs(1);
 
 thread_local! {
     static HANDLES: RefCell<Vec<Handles>> = const { RefCell::new(Vec::new()) };
@@ -179,29 +207,34 @@ fn recorder_address() -> *const () {
     metrics::with_recorder(|recorder| (recorder as *const dyn Recorder).cast::<()>())
 }
 
-/// Runs `f` with this thread's handles for the key, registering them on first use or when
-/// the thread's recorder changed. A thread sees a handful of keys, so a scan is enough.
+/// Runs `f` with this thread's handles for the key, registering them on first use, when the
+/// thread's recorder changed, or when they went unused for [`REFRESH_AFTER`]. A thread sees a
+/// handful of keys, so a scan is enough. Without a usable cache (re-entered from inside a
+/// recorder, or the thread's locals torn down) the handles are registered for this call only.
 fn with_handles(
     name: &'static str,
     backend: &'static str,
     operation: Operation,
     outcome: &'static str,
+    now: Instant,
     f: impl FnOnce(&Counter, &Histogram),
 ) {
     let recorder = recorder_address();
     let same_key = |h: &Handles| {
         h.operation == operation && h.outcome == outcome && h.backend == backend && h.name == name
     };
-    HANDLES.with(|cell| {
+    let mut f = Some(f);
+    let _ = HANDLES.try_with(|cell| {
         let Ok(mut handles) = cell.try_borrow_mut() else {
-            // Re-entered from inside a recorder: register without caching.
-            return f(
-                &register_counter(name, backend, operation, outcome),
-                &register_histogram(backend, operation, outcome),
-            );
+            return;
         };
         let index = match handles.iter().position(same_key) {
-            Some(i) if handles[i].recorder == recorder => i,
+            Some(i)
+                if handles[i].recorder == recorder
+                    && now.saturating_duration_since(handles[i].last_used) < REFRESH_AFTER =>
+            {
+                i
+            }
             found => {
                 let fresh = Handles {
                     name,
@@ -209,6 +242,7 @@ fn with_handles(
                     operation,
                     outcome,
                     recorder,
+                    last_used: now,
                     counter: register_counter(name, backend, operation, outcome),
                     histogram: register_histogram(backend, operation, outcome),
                 };
@@ -224,9 +258,18 @@ fn with_handles(
                 }
             }
         };
-        let h = &handles[index];
-        f(&h.counter, &h.histogram);
+        let h = &mut handles[index];
+        h.last_used = now;
+        if let Some(f) = f.take() {
+            f(&h.counter, &h.histogram);
+        }
     });
+    if let Some(f) = f.take() {
+        f(
+            &register_counter(name, backend, operation, outcome),
+            &register_histogram(backend, operation, outcome),
+        );
+    }
 }
 
 fn register_counter(

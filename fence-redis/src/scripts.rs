@@ -5,6 +5,8 @@ use std::sync::LazyLock;
 const PRELUDE: &str = include_str!("lua/prelude.lua");
 const ENVELOPE: &str = include_str!("lua/fenced.lua");
 const BODY_MARKER: &str = "--BODY--";
+/// The envelope's `sets_mark` flag, false unless the body writes the mark itself (the write).
+const SETS_MARK_FLAG: &str = "false --[[SETS_MARK]]";
 
 /// A script with its SHA1, called by `EVALSHA` with an `EVAL` fallback on `NOSCRIPT`.
 #[derive(Debug)]
@@ -65,6 +67,15 @@ impl LuaScript {
     }
 }
 
+/// The fenced write: its body writes the mark and the entry in one `HSET` (`sets_mark`).
+pub(crate) static WRITE: LazyLock<LuaScript> = LazyLock::new(|| {
+    let body = include_str!("lua/write.lua");
+    let envelope = ENVELOPE
+        .replacen(BODY_MARKER, body, 1)
+        .replacen(SETS_MARK_FLAG, "true", 1);
+    LuaScript::compose("write", "", &format!("\n{envelope}"))
+});
+
 macro_rules! fenced_scripts {
     ($($name:ident => $file:literal),* $(,)?) => {
         $(
@@ -84,7 +95,6 @@ macro_rules! scripts {
 }
 
 fenced_scripts! {
-    WRITE => "write",
     CLAIM => "claim",
     ADOPT => "adopt",
 }
@@ -101,3 +111,21 @@ scripts! {
 /// The retirement script: a bare script (no prelude), refusing under a live lease.
 pub(crate) static RETIRE: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::bare("retire", include_str!("lua/retire.lua")));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_write_writes_the_mark_itself() {
+        assert!(WRITE.code.contains("local sets_mark = true"));
+        assert!(!WRITE.code.contains(SETS_MARK_FLAG));
+        for other in [&*CLAIM, &*ADOPT] {
+            assert!(
+                other.code.contains("local sets_mark = false"),
+                "{}",
+                other.name
+            );
+        }
+    }
+}

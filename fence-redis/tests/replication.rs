@@ -109,6 +109,15 @@ async fn a_change_no_replica_acknowledged_is_unreplicated_and_a_retry_waits_agai
     let replayed = other.write(&late).await.unwrap();
     assert!(replayed.is_duplicate() && replayed.accepted().replicas_acknowledged == Some(1));
 
+    // A claim of the mark the domain already holds changes nothing; under WAIT it still writes
+    // the mark, so that, on another connection, its WAIT covers the unreplicated raise it read
+    // (were nothing written, that connection's WAIT would answer at once: acknowledged).
+    link.hold();
+    unreplicated(fence.claim(&domain, t(5)).await, Operation::Claim);
+    unreplicated(other.claim(&domain, t(5)).await, Operation::Claim);
+    link.forward();
+    assert_eq!(other.claim(&domain, t(5)).await.unwrap().token, t(5));
+
     // Why it is not success: the replica lags, the primary dies, the replica is promoted, and
     // the mark the primary alone had is gone.
     link.hold();
@@ -126,7 +135,7 @@ async fn a_change_no_replica_acknowledged_is_unreplicated_and_a_retry_waits_agai
     );
     assert_eq!(
         mark,
-        Some(t(3)),
+        Some(t(5)),
         "the promoted replica has everything acknowledged, not 9"
     );
 }

@@ -5,14 +5,17 @@
 -- context (`token`, `previous`, and `state`, the domain's entry fields, read-only) and the
 -- body's own KEYS and ARGV. They are defined before the envelope's variables, so no body (and
 -- no user Lua inside one) can see or overwrite them.
--- A body that writes the state hash itself sets `sets_mark`: it must then write `fence.mark`
--- (the mark's fields that change, possibly none) in its first command, in the same HSET as its
--- own fields, so that one command carries the whole change.
+-- fence-redis's own write body writes the state hash itself: composed with `sets_mark` true
+-- (after the body, so no body can change it), it gets `fence.mark` (the mark's fields that
+-- change, possibly none) and must write them in its first command, in the same HSET as its own
+-- fields, so that one command carries the whole change. For every other body the envelope
+-- writes its own copy of the mark before the body runs.
 -- KEYS: state, op-id key, token sequence, then the body's. ARGV: token, strict, has op id,
 -- op-id retention ms, op kind (one letter), max token step ('' for none), issued only ('1'),
 -- always write the mark ('1': a WAIT follows), then the body's.
-local guard, body, sets_mark
+local guard, body
 --BODY--
+local sets_mark = false --[[SETS_MARK]]
 
 local state_key, op_key, seq_key = KEYS[1], KEYS[2], KEYS[3]
 local token, strict, has_op, kind = ARGV[1], ARGV[2] == '1', ARGV[3] == '1', ARGV[5]
@@ -36,7 +39,7 @@ elseif s.hwm ~= token or ARGV[8] == '1' then
 else
   mark = {}
 end
-local fence = { state = s, token = token, previous = previous, mark = mark }
+local fence = { state = s, token = token, previous = previous, mark = { unpack(mark) } }
 
 if guard then
   local refused = guard(fence, body_keys, body_argv)

@@ -8,9 +8,8 @@ guard = function(fence, KEYS, ARGV)
   return nil
 end
 
--- One HSET carries the mark and the entry (KEYS[1] is the state hash).
-sets_mark = true
-
+-- One HSET carries the mark and the entry (KEYS[1] is the state hash): composed with
+-- `sets_mark` (scripts.rs), the body writes `fence.mark` itself.
 body = function(fence, KEYS, ARGV)
   local s = fence.state
   local revision = string.format('%.0f', (s.rev and tonumber(s.rev) or 0) + 1)
