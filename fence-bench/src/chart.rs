@@ -7,7 +7,7 @@ use plotters::prelude::*;
 
 use crate::report::Row;
 
-/// Bar colours by concurrency (1, 4, 16, 64, other).
+/// Bar colours by concurrency (1, 4, 16, 64, any other such as memory's 2 threads).
 const COLOURS: [RGBColor; 5] = [
     RGBColor(0x4e, 0x79, 0xa7),
     RGBColor(0xf2, 0x8e, 0x2b),
@@ -35,7 +35,9 @@ struct Bar {
 }
 
 fn bars(rows: &[Row]) -> Vec<Bar> {
-    rows.iter()
+    // Segments count from the bottom: reversed, the report's first case is the top bar.
+    let mut bars: Vec<Bar> = rows
+        .iter()
         .filter_map(|r| {
             Some(Bar {
                 label: format!("{}: {} · c{}", r.backend, r.case, r.concurrency?),
@@ -43,7 +45,9 @@ fn bars(rows: &[Row]) -> Vec<Bar> {
                 ratio: r.throughput_ratio?,
             })
         })
-        .collect()
+        .collect();
+    bars.reverse();
+    bars
 }
 
 /// Reads `report` (a `report.json`) and draws its throughput ratios to `svg`.
@@ -85,7 +89,10 @@ fn draw(bars: &[Bar], svg: &Path) -> Result<(), Box<dyn std::error::Error>> {
         .x_desc("throughput ratio")
         .label_style(("sans-serif", 11))
         .draw()?;
-    for concurrency in [1, 4, 16, 64] {
+    let mut concurrencies: Vec<usize> = bars.iter().map(|b| b.concurrency).collect();
+    concurrencies.sort_unstable();
+    concurrencies.dedup();
+    for concurrency in concurrencies {
         let style = colour(concurrency).filled();
         chart
             .draw_series(
@@ -109,7 +116,7 @@ fn draw(bars: &[Bar], svg: &Path) -> Result<(), Box<dyn std::error::Error>> {
     }
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(SeriesLabelPosition::UpperRight)
         .background_style(WHITE.mix(0.9))
         .border_style(BLACK)
         .label_font(("sans-serif", 11))
@@ -134,6 +141,7 @@ mod tests {
         let rows = vec![
             row("write vs SET", 1, 0.88),
             row("write vs SET", 16, 0.62),
+            row("map insert", 2, 0.5),
             Row::note("s3", "ETag cache bound", "10000 objects"),
         ];
         let dir = std::env::temp_dir().join(format!("fence-bench-chart-{}", std::process::id()));
@@ -148,8 +156,8 @@ mod tests {
             drawn.contains("redis: write vs SET · c16"),
             "labels: {drawn}"
         );
-        // Each concurrency's colour fills its legend swatch, plus one rectangle per bar: one
-        // bar at 1 and one at 16, none at 4; the note is not drawn.
+        // Each concurrency present fills its legend swatch and its bar; one absent from the
+        // report (4) is neither drawn nor listed; the note is not drawn.
         let fills = |c: RGBColor| {
             drawn
                 .matches(&format!("fill=\"#{:02X}{:02X}{:02X}\"", c.0, c.1, c.2))
@@ -157,7 +165,8 @@ mod tests {
         };
         assert_eq!(fills(colour(1)), 2, "concurrency 1: legend and one bar");
         assert_eq!(fills(colour(16)), 2, "concurrency 16: legend and one bar");
-        assert_eq!(fills(colour(4)), 1, "concurrency 4: the legend only");
+        assert_eq!(fills(colour(2)), 2, "2 threads: legend and one bar");
+        assert_eq!(fills(colour(4)), 0, "concurrency 4: nothing");
         assert!(!drawn.contains("ETag"));
         Ok(())
     }
