@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use fence_core::{Domain, FencedStore, FencingToken, MemoryFence, WriteRequest};
 
-use crate::measure::{compare, Plan};
+use crate::measure::{compare, done, Plan};
 use crate::probe::Probe;
 use crate::report::Row;
 
@@ -87,7 +87,7 @@ async fn compare_writes(telemetry: bool, threads: usize, count: usize) -> Result
                 } else {
                     fence.do_write(&request).await
                 };
-                outcome.map(|_| ()).map_err(|e| e.to_string())
+                done(outcome)
             }
         },
         move |i| {

@@ -10,7 +10,7 @@ use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_redis::redis;
 
 use crate::measure::CONCURRENCY;
-use crate::measure::{compare, Plan};
+use crate::measure::{compare, done, Plan};
 use crate::redis::{setup, Setup};
 use crate::report::Row;
 
@@ -74,11 +74,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
                         "https://mail.example/send",
                         payload,
                     ));
-                    outbox
-                        .transition(&script, &transition)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
+                    done(outbox.transition(&script, &transition).await)
                 }
             },
             move |i| {

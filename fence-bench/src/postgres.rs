@@ -8,7 +8,7 @@ use fence_postgres::{Begun, PostgresFence, TransactionRequest};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
 
-use crate::measure::{compare, Plan, CONCURRENCY};
+use crate::measure::{compare, done, Plan, CONCURRENCY};
 use crate::probe::Probe;
 use crate::report::Row;
 
@@ -78,13 +78,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             move |i| {
                 let fence = f.clone();
                 let request = WriteRequest::put(d[i % d.len()].clone(), token, p.to_vec());
-                async move {
-                    fence
-                        .write(&request)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                }
+                async move { done(fence.write(&request).await) }
             },
             move |i| {
                 let (pool, value, sql) = (pool2.clone(), p2.clone(), update.clone());

@@ -25,28 +25,6 @@ fn process_cpu_ns(pid: u32) -> Option<u64> {
     Some(total)
 }
 
-/// `pid` and every process below it.
-fn with_descendants(pid: u32) -> Vec<u32> {
-    let mut all = vec![pid];
-    let mut next = 0;
-    while let Some(&current) = all.get(next) {
-        next += 1;
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{current}/task")) else {
-            continue;
-        };
-        for task in tasks.flatten() {
-            let children =
-                std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            all.extend(
-                children
-                    .split_whitespace()
-                    .filter_map(|c| c.parse::<u32>().ok()),
-            );
-        }
-    }
-    all
-}
-
 /// The server whose CPU a case charges its operations with.
 #[derive(Clone, Debug)]
 pub(crate) struct Server {
@@ -65,7 +43,7 @@ impl Server {
     }
 
     fn cpu_ns(&self) -> u64 {
-        with_descendants(self.pid)
+        fence_testkit::process::descendants(self.pid)
             .into_iter()
             .filter_map(process_cpu_ns)
             .sum()
@@ -232,7 +210,7 @@ mod tests {
         let pid = std::process::id();
         assert!(process_cpu_ns(pid).is_some_and(|ns| ns > 0));
         let mut child = std::process::Command::new("sleep").arg("5").spawn()?;
-        let found = with_descendants(pid).contains(&child.id());
+        let found = fence_testkit::process::descendants(pid).contains(&child.id());
         child.kill()?;
         child.wait()?;
         assert!(

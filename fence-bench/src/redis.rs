@@ -8,7 +8,7 @@ use fence_redis::redis::aio::ConnectionManager;
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 
-use crate::measure::{compare, Plan, CONCURRENCY};
+use crate::measure::{compare, done, Plan, CONCURRENCY};
 use crate::probe::Probe;
 use crate::report::Row;
 
@@ -109,13 +109,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
                     f.clone(),
                     WriteRequest::put(d[i % d.len()].clone(), token, p.clone()),
                 );
-                async move {
-                    fence
-                        .write(&request)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                }
+                async move { done(fence.write(&request).await) }
             },
             move |i| {
                 let (mut conn, value, key) = (
@@ -144,11 +138,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         let (f, d, p) = (fence.clone(), domains.clone(), payload.clone());
         let (w, d2, p2) = (waiting.clone(), domains.clone(), payload.clone());
         let write = |fence: RedisFence, request: WriteRequest| async move {
-            fence
-                .write(&request)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
+            done(fence.write(&request).await)
         };
         let (waited, unwaited) = compare(
             plan,
@@ -187,13 +177,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
                 let call = ScriptCall::new(d[i % d.len()].clone(), token)
                     .key("h")
                     .arg(&p[..]);
-                async move {
-                    fence
-                        .run_script(&script, &call)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string())
-                }
+                async move { done(fence.run_script(&script, &call).await) }
             },
             move |i| {
                 let (bare, mut conn, value) = (bare.clone(), conn.clone(), p2.clone());

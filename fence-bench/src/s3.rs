@@ -12,7 +12,7 @@ use fence_s3::aws_sdk_s3::Client;
 use fence_s3::S3Fence;
 use fence_testkit::s3::RequestCounter;
 
-use crate::measure::{compare, run_id, OpResult, Plan, CONCURRENCY};
+use crate::measure::{compare, done, run_id, OpResult, Plan, CONCURRENCY};
 use crate::probe::Probe;
 use crate::report::Row;
 
@@ -130,13 +130,7 @@ fn fenced_puts(
             FencingToken::MIN,
             payload.clone(),
         );
-        Box::pin(async move {
-            fence
-                .write(&request)
-                .await
-                .map(|_| ())
-                .map_err(|e| e.to_string())
-        })
+        Box::pin(async move { done(fence.write(&request).await) })
     }
 }
 

@@ -15,7 +15,7 @@ use fence_core::{
 };
 use fence_redis::redis;
 
-use crate::measure::run_id;
+use crate::measure::{done, run_id};
 
 /// One measured kind of state.
 #[derive(Debug)]
@@ -88,14 +88,7 @@ where
 
 /// Leaves nothing behind: retires the run's domains (their leases were released).
 async fn retire_all(fence: &dyn Retirer, domains: usize) -> Result<(), String> {
-    each_domain(domains, |d| async move {
-        fence
-            .retire(&d)
-            .await
-            .map(|_| ())
-            .map_err(|e| e.to_string())
-    })
-    .await
+    each_domain(domains, |d| async move { done(fence.retire(&d).await) }).await
 }
 
 /// The workload on one domain: a lease (when `leases` is given), a claim, a write with an op

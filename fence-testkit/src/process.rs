@@ -231,8 +231,36 @@ impl Drop for ManagedProcess {
     }
 }
 
-/// The processes whose parent is `pid` (from `/proc/*/stat`).
+/// `pid` and every process below it (children, their children, …), read from `/proc`.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut next = 0;
+    while let Some(&current) = all.get(next) {
+        next += 1;
+        all.extend(children_of(current));
+    }
+    all
+}
+
+/// The processes whose parent is `pid`: each thread's `/proc/<pid>/task/<tid>/children`, or,
+/// where the kernel does not provide those files, a scan of `/proc/*/stat`.
 fn children_of(pid: u32) -> Vec<u32> {
+    let listed: Option<Vec<u32>> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()
+        .and_then(|tasks| {
+            let mut children = Vec::new();
+            for task in tasks.flatten() {
+                let text = std::fs::read_to_string(task.path().join("children")).ok()?;
+                children.extend(
+                    text.split_whitespace()
+                        .filter_map(|c| c.parse::<u32>().ok()),
+                );
+            }
+            Some(children)
+        });
+    if let Some(children) = listed {
+        return children;
+    }
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
