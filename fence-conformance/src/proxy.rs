@@ -34,7 +34,10 @@ pub enum Mode {
     /// Keep the bytes read in both directions until the mode changes: a link that lags.
     Hold,
     /// Forward requests to the server, but drop the first reply and close the connection:
-    /// the request may have run, and the client cannot know.
+    /// the request ran, and the client cannot know. The connection is closed [`LINGER`] after
+    /// the first reply bytes, not at once: an HTTP/2 server (etcd's gRPC) answers a request
+    /// with control frames first, and a close on those would cancel the request before it ran
+    /// (that fault is [`Mode::CutAfterRequest`]).
     LoseReplies,
     /// Drop the first request bytes and close the connection: nothing reaches the server, and
     /// the client cannot know that either.
@@ -219,7 +222,8 @@ async fn pump(
         };
         let forward = match (current, replies) {
             (Mode::BlackHole, _) => continue,
-            (Mode::LoseReplies, true) | (Mode::LoseRequests, false) => return,
+            (Mode::LoseReplies, true) => return linger_then_close(from).await,
+            (Mode::LoseRequests, false) => return,
             (Mode::CutMidRequest, false) => {
                 let _ = to.write_all(&buffer[..n.div_ceil(2)]).await;
                 return;
@@ -235,4 +239,17 @@ async fn pump(
             return;
         }
     }
+}
+
+/// How long a connection losing its replies stays open, dropping what the server sends, before
+/// it is closed: time for the server to run the request whose reply is lost.
+pub const LINGER: Duration = Duration::from_millis(250);
+
+/// Drops every byte `from` sends for [`LINGER`], then returns (closing the connection).
+async fn linger_then_close(mut from: OwnedReadHalf) {
+    let mut sink = vec![0u8; 16 * 1024];
+    let _ = tokio::time::timeout(LINGER, async {
+        while let Ok(1..) = from.read(&mut sink).await {}
+    })
+    .await;
 }

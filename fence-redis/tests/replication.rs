@@ -13,12 +13,9 @@ use fence_core::{Fence, FenceError, FencedStore, Operation, OperationId, WriteRe
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 use support::RedisServer;
 
-async fn wait_for_link(replica: &RedisServer) {
+async fn wait_for_link(primary: &RedisServer, replica: &RedisServer) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !replica
-        .cli(&["INFO", "replication"])
-        .contains("master_link_status:up")
-    {
+    while !primary.replicated_by(replica) {
         assert!(Instant::now() < deadline, "the replica never synced");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -52,7 +49,7 @@ async fn a_change_no_replica_acknowledged_is_unreplicated_and_a_retry_waits_agai
         .unwrap();
     let port = link.port().to_string();
     let replica = RedisServer::start("replica", &["--replicaof", "127.0.0.1", &port]).unwrap();
-    wait_for_link(&replica).await;
+    wait_for_link(&primary, &replica).await;
     let fence = RedisFence::builder()
         .url(primary.url())
         .wait_for_replicas(1, Duration::from_millis(300))

@@ -158,6 +158,18 @@ impl RedisServer {
         self.process.signal(signal);
     }
 
+    /// Whether `replica` replicates this server and this server counts it for `WAIT`: the
+    /// replica reports its link up, and this server has had the replica's first
+    /// acknowledgement after the sync (`state=online`), which can come a second later.
+    pub fn replicated_by(&self, replica: &RedisServer) -> bool {
+        replica
+            .cli(&["INFO", "replication"])
+            .contains("master_link_status:up")
+            && self
+                .cli(&["INFO", "replication"])
+                .contains(&format!("port={},state=online", replica.port))
+    }
+
     /// Runs `redis-cli` against it and returns the output.
     pub fn cli(&self, args: &[&str]) -> String {
         redis_cli(self.port, args)
