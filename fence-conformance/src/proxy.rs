@@ -34,10 +34,11 @@ pub enum Mode {
     /// Keep the bytes read in both directions until the mode changes: a link that lags.
     Hold,
     /// Forward requests to the server, but drop the first reply and close the connection:
-    /// the request ran, and the client cannot know. The connection is closed [`LINGER`] after
-    /// the first reply bytes, not at once: an HTTP/2 server (etcd's gRPC) answers a request
-    /// with control frames first, and a close on those would cancel the request before it ran
-    /// (that fault is [`Mode::CutAfterRequest`]).
+    /// the request reached the server, and the client cannot know whether it ran. The
+    /// connection is closed [`LINGER`] after the first reply bytes, not at once, so that the
+    /// server has started the request by then: an HTTP/2 server (etcd's gRPC) answers a
+    /// request with control frames first, and a close on those would cancel the request before
+    /// it started (that fault is [`Mode::CutAfterRequest`]).
     LoseReplies,
     /// Drop the first request bytes and close the connection: nothing reaches the server, and
     /// the client cannot know that either.
@@ -110,7 +111,9 @@ impl TcpProxy {
         self.mode.send_replace(Mode::Hold);
     }
 
-    /// Lets requests through and loses replies, closing each connection that gets one.
+    /// Lets requests through and loses replies, closing each connection that gets one
+    /// [`LINGER`] later. A connection already losing its replies keeps losing them until it
+    /// closes, whatever the mode is switched to meanwhile.
     pub fn lose_replies(&self) {
         self.mode.send_replace(Mode::LoseReplies);
     }

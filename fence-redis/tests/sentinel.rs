@@ -431,18 +431,23 @@ async fn after_an_ordered_failover_the_old_masters_client_finds_the_new_one() {
     // retry with the same operation id, waits for the replica again without applying twice.
     let request = WriteRequest::put(domain.clone(), t(2), "after")
         .with_op_id(OperationId::new("after-failover").unwrap());
-    let mut written = None;
+    let (mut written, mut retried) = (None, false);
     for _ in 0..20 {
         match fence.write(&request).await {
             Ok(outcome) => {
                 written = Some(outcome);
                 break;
             }
-            Err(FenceError::Unreplicated { .. }) => {}
+            Err(FenceError::Unreplicated { .. }) => retried = true,
             Err(other) => panic!("sent to the promoted master: {other}"),
         }
     }
     let written = written.expect("acknowledged by the demoted master within 20 waits");
+    assert_eq!(
+        written.is_duplicate(),
+        retried,
+        "a retry replays the write it waited for: {written:?}"
+    );
     assert_eq!(written.accepted().replicas_acknowledged, Some(1));
     assert_eq!(
         written.accepted().revision,
