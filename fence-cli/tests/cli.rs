@@ -710,6 +710,7 @@ impl TestOutbox {
 
 #[tokio::test]
 async fn outbox_list_and_discard_on_redis_and_postgres() {
+    use fence_conformance::wait::until_async;
     use fence_outbox::EntryStatus;
     use fence_testkit::outbox::kinds;
 
@@ -756,17 +757,18 @@ async fn outbox_list_and_discard_on_redis_and_postgres() {
         // An effect the webhook sink cannot deliver (an opaque destination) is dead-lettered.
         outbox.record(&domain, 1, "q", "x").await;
         let relay = outbox.relay();
-        let started = std::time::Instant::now();
-        while !matches!(
-            outbox.entries(&domain).await[0].status,
-            EntryStatus::DeadLettered { .. }
-        ) {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{backend}: no dead letter"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        let (outbox_ref, domain_ref) = (&outbox, &domain);
+        until_async(
+            &format!("{backend}: a dead letter"),
+            Duration::from_secs(10),
+            || async move {
+                matches!(
+                    outbox_ref.entries(domain_ref).await[0].status,
+                    EntryStatus::DeadLettered { .. }
+                )
+            },
+        )
+        .await;
         relay.shutdown().await.unwrap();
         // A second effect stays pending: no relay runs now.
         outbox.record(&domain, 2, "r", "y").await;
@@ -820,19 +822,18 @@ async fn outbox_list_and_discard_on_redis_and_postgres() {
         );
         // The relay delivers both in order (dead-lettered again: the destination is opaque).
         let relay = outbox.relay();
-        let started = std::time::Instant::now();
-        while !outbox
-            .entries(&domain)
-            .await
-            .iter()
-            .all(|e| matches!(e.status, EntryStatus::DeadLettered { .. }))
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "{backend}: not settled"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        until_async(
+            &format!("{backend}: both settled"),
+            Duration::from_secs(10),
+            || async move {
+                outbox_ref
+                    .entries(domain_ref)
+                    .await
+                    .iter()
+                    .all(|e| matches!(e.status, EntryStatus::DeadLettered { .. }))
+            },
+        )
+        .await;
         relay.shutdown().await.unwrap();
         fence(&env, &["outbox", "discard", backend, "order-5", "2"], b"").expect(0);
         fence(&env, &["outbox", "discard", backend, "order-5", "2"], b"").expect(4);

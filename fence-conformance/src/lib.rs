@@ -16,6 +16,7 @@ pub mod retirement;
 mod scenario;
 pub mod services;
 pub mod store;
+pub mod wait;
 
 pub use harness::{LogHarness, StoreHarness};
 pub use namespace::Namespace;

@@ -9,14 +9,18 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use fence_conformance::wait::until;
 use fence_core::{Domain, Fence};
 use fence_kafka::rdkafka::client::OAuthToken;
 use fence_kafka::rdkafka::config::{ClientConfig, FromClientConfigAndContext};
 use fence_kafka::rdkafka::producer::ThreadedProducer;
 use fence_kafka::{FencedConsumer, KafkaContext, KafkaFence};
 use fence_testkit::kafka_sasl::SaslRecorder;
+
+/// How long the clients get to authenticate.
+const WITHIN: Duration = Duration::from_secs(20);
 
 fn oauth_config(recorder: &SaslRecorder) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -39,14 +43,6 @@ fn provider(calls: Arc<AtomicUsize>) -> KafkaContext {
             lifetime_ms: i64::try_from(expires.as_millis())?,
         })
     })
-}
-
-async fn until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} within 20 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Every token a client presented is one the provider handed out.
@@ -107,7 +103,7 @@ async fn producers_and_fenced_consumers_on_the_context_authenticate_too() {
     let producer: ThreadedProducer<KafkaContext> =
         ThreadedProducer::from_config_and_context(&oauth_config(&recorder), context.clone())
             .unwrap();
-    until("the producer authenticates", || {
+    until("the producer authenticates", WITHIN, || {
         !recorder.bearer_tokens().is_empty()
     })
     .await;
@@ -119,7 +115,7 @@ async fn producers_and_fenced_consumers_on_the_context_authenticate_too() {
     let mut consumer = FencedConsumer::with_context(&config, context, &["payments"]).unwrap();
     let recv = tokio::time::timeout(Duration::from_secs(2), consumer.recv()).await;
     assert!(!matches!(recv, Ok(Ok(_))), "the recorder has no records");
-    until("the fenced consumer authenticates", || {
+    until("the fenced consumer authenticates", WITHIN, || {
         recorder.bearer_tokens().len() > after_producer
     })
     .await;

@@ -5,21 +5,14 @@
 
 use fence_testkit::redis as support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fence_conformance::proxy::TcpProxy;
 use fence_conformance::services::{domain as d, token as t};
+use fence_conformance::wait::until;
 use fence_core::{Fence, FenceError, FencedStore, Operation, OperationId, WriteRequest};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 use support::RedisServer;
-
-async fn wait_for_link(primary: &RedisServer, replica: &RedisServer) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !primary.replicated_by(replica) {
-        assert!(Instant::now() < deadline, "the replica never synced");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 fn unreplicated(result: Result<impl std::fmt::Debug, FenceError>, operation: Operation) {
     match result {
@@ -49,7 +42,10 @@ async fn a_change_no_replica_acknowledged_is_unreplicated_and_a_retry_waits_agai
         .unwrap();
     let port = link.port().to_string();
     let replica = RedisServer::start("replica", &["--replicaof", "127.0.0.1", &port]).unwrap();
-    wait_for_link(&primary, &replica).await;
+    until("the replica syncs", Duration::from_secs(20), || {
+        primary.replicated_by(&replica)
+    })
+    .await;
     let fence = RedisFence::builder()
         .url(primary.url())
         .wait_for_replicas(1, Duration::from_millis(300))

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use fence_conformance::proxy::TcpProxy;
 use fence_conformance::services::{domain as d, token as t};
+use fence_conformance::wait::until;
 use fence_core::{
     BackendErrorKind, Fence, FenceError, FencedStore, OperationId, Revision, WriteRequest,
 };
@@ -27,14 +28,6 @@ struct Deployment {
     sentinels: Vec<RedisSentinel>,
 }
 
-async fn eventually(what: &str, seconds: u64, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} within {seconds} s");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 impl Deployment {
     async fn start(name: &str, master_args: &[&str]) -> Option<Self> {
         let master = RedisServer::start(&format!("{name}-master"), master_args)?;
@@ -46,7 +39,10 @@ impl Deployment {
             &format!("{name}-replica"),
             &["--replicaof", "127.0.0.1", &link_port],
         )?;
-        eventually("the replica syncs", 20, || master.replicated_by(&replica)).await;
+        until("the replica syncs", Duration::from_secs(20), || {
+            master.replicated_by(&replica)
+        })
+        .await;
         let service = format!("fence-{name}");
         let sentinels = (0..3)
             .map(|i| RedisSentinel::start(&format!("{name}-sentinel{i}"), &service, master.port, 2))
@@ -54,14 +50,18 @@ impl Deployment {
         // A failover needs the sentinels to know the replica and each other (they meet through
         // the master's hello channel, every 2 s).
         let replica_port = format!("{}", replica.port);
-        eventually("the sentinels know the replica and each other", 30, || {
-            sentinels.iter().all(|s| {
-                s.cli(&["SENTINEL", "replicas", &service])
-                    .contains(&replica_port)
-                    && s.cli(&["SENTINEL", "master", &service])
-                        .contains("num-other-sentinels\n2")
-            })
-        })
+        until(
+            "the sentinels know the replica and each other",
+            Duration::from_secs(30),
+            || {
+                sentinels.iter().all(|s| {
+                    s.cli(&["SENTINEL", "replicas", &service])
+                        .contains(&replica_port)
+                        && s.cli(&["SENTINEL", "master", &service])
+                            .contains("num-other-sentinels\n2")
+                })
+            },
+        )
         .await;
         Some(Deployment {
             service,
@@ -84,15 +84,19 @@ impl Deployment {
         self.link.take();
         self.master.kill();
         let promoted = self.replica.port;
-        eventually("the sentinels promote the replica", 60, || {
-            self.sentinels
-                .iter()
-                .all(|s| s.master_port(&self.service) == Some(promoted))
-                && self
-                    .replica
-                    .cli(&["INFO", "replication"])
-                    .contains("role:master")
-        })
+        until(
+            "the sentinels promote the replica",
+            Duration::from_secs(60),
+            || {
+                self.sentinels
+                    .iter()
+                    .all(|s| s.master_port(&self.service) == Some(promoted))
+                    && self
+                        .replica
+                        .cli(&["INFO", "replication"])
+                        .contains("role:master")
+            },
+        )
         .await;
     }
 }
@@ -417,9 +421,9 @@ async fn after_an_ordered_failover_the_old_masters_client_finds_the_new_one() {
         "OK"
     );
     let promoted = deployment.replica.port;
-    eventually(
+    until(
         "the replica is promoted and the old master replicates it",
-        60,
+        Duration::from_secs(60),
         || {
             deployment.sentinels[0].master_port(&deployment.service) == Some(promoted)
                 && deployment.replica.replicated_by(&deployment.master)
