@@ -10,7 +10,7 @@ Servers (each defaults to the project's own, which `scripts/services up` starts;
   FENCE_S3_BUCKET, FENCE_S3_ACCESS_KEY, FENCE_S3_SECRET_KEY, FENCE_S3_REGION
                          bucket (default fence-test), credentials (default the local test
                          server's), region (default us-east-1)
-  FENCE_KAFKA_BOOTSTRAP  Kafka bootstrap servers (default 127.0.0.1:19092, noida-db)
+  FENCE_KAFKA_BOOTSTRAP  Kafka bootstrap servers (default 127.0.0.1:19092, Apache Kafka)
   FENCE_POSTGRES_URL     PostgreSQL (default postgres://fence@127.0.0.1:5440/postgres)";
 
 /// True (after printing `usage` and [`ENVIRONMENT`]) when the arguments ask for help

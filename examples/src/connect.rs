@@ -72,7 +72,7 @@ pub mod local {
     pub const S3_ACCESS_KEY: &str = "fence-test-access";
     /// Its test secret key (a local test server's, not a secret).
     pub const S3_SECRET_KEY: &str = "fence-test-secret";
-    /// The Kafka broker (noida-db).
+    /// The Kafka broker (Apache Kafka from `scripts/services`).
     pub const KAFKA_BOOTSTRAP: &str = "127.0.0.1:19092";
     /// PostgreSQL.
     pub const POSTGRES_URL: &str = "postgres://fence@127.0.0.1:5440/postgres";

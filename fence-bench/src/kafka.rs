@@ -1,7 +1,7 @@
 //! Kafka: fenced transactional produce vs the same transactional produce without the fence.
 //!
-//! noida-db's ~100 ms commit hides all client work in wall time, so each case also reports
-//! what does not depend on the broker: this client's CPU per transaction, and the records and
+//! Besides wall time on the broker (the shared Apache Kafka node of `scripts/services`), each
+//! case reports what does not depend on the broker: this client's CPU per transaction, and the records and
 //! bytes the fence adds per transaction (fence headers on each record; ledger records when a
 //! transaction claims or remembers an op id).
 
@@ -115,7 +115,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         std::env::var("FENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
     let config = fence_testkit::kafka::client_config(&bootstrap);
     let run = crate::measure::run_id();
-    let probe = Probe::server("noida/noida.pid");
+    let probe = Probe::server("kafka/shared/broker.pid");
     let cases = [
         Case {
             records: 1,

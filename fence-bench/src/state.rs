@@ -393,7 +393,7 @@ async fn etcd_state(domains: usize) -> Result<Vec<StateRow>, String> {
     )])
 }
 
-/// Kafka claims are broker transactions (~100 ms each on noida-db): fewer domains suffice,
+/// Kafka claims are broker transactions (each a coordinator round trip): fewer domains suffice,
 /// the records being the same size for each.
 const KAFKA_DOMAINS: usize = 20;
 

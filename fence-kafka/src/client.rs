@@ -1,5 +1,6 @@
 //! Blocking librdkafka calls, run on tokio's blocking pool so the async runtime never stalls.
 
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
@@ -16,11 +17,40 @@ use crate::record::CommittedRecord;
 /// A transactional producer for one domain's transactional id.
 pub(crate) type TxnProducer = ThreadedProducer<KafkaContext>;
 
-/// What every client fence-kafka opens is made of: the user's configuration and context.
+/// What every client fence-kafka opens is made of: the user's configuration and context, and
+/// the long-lived clients that only ask for watermarks.
 #[derive(Clone, Debug)]
 pub(crate) struct Clients {
     pub(crate) config: ClientConfig,
     pub(crate) context: KafkaContext,
+    pub(crate) watermarks: Arc<WatermarkClients>,
+}
+
+impl Clients {
+    pub(crate) fn new(config: ClientConfig, context: KafkaContext) -> Self {
+        Clients {
+            config,
+            context,
+            watermarks: Arc::default(),
+        }
+    }
+}
+
+/// One watermark client per isolation level, made on first use and kept while it answers:
+/// every commit that moves the ledger asks for two watermarks, and a client per question
+/// would cost a connection each. A client that failed is dropped (it may still name a dead
+/// leader; a new one reads fresh metadata). Not kept under a token provider, whose tokens
+/// only a polled client refreshes.
+#[derive(Default)]
+pub(crate) struct WatermarkClients {
+    committed: Mutex<Option<Arc<BaseConsumer<KafkaContext>>>>,
+    uncommitted: Mutex<Option<Arc<BaseConsumer<KafkaContext>>>>,
+}
+
+impl std::fmt::Debug for WatermarkClients {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WatermarkClients").finish_non_exhaustive()
+    }
 }
 
 /// Runs a blocking librdkafka call on the blocking pool.
@@ -60,15 +90,28 @@ pub(crate) fn transactional_producer(
 }
 
 /// Every committed message of one partition from offset `from`, as a read_committed consumer
-/// sees it, read up to the high watermark taken at the start (which counts transaction markers,
-/// so the end is a position, not a record).
+/// sees it, read up to the partition's high watermark taken at the start (a position that
+/// counts transaction markers, so the end is a position, not a record).
+///
+/// The end is the high watermark, never the last stable offset that librdkafka reports to a
+/// read_committed client: an open transaction anywhere before the end (another domain's
+/// holder sharing the partition, or one whose markers a broker crash left unwritten) holds
+/// the stable offset back, and a read that stopped there would miss marks committed after it.
+/// The read waits for such transactions to be decided, and fails closed
+/// ([`KafkaFenceError::ReadIncomplete`]) when they are not within `timeout`.
 pub(crate) fn read_partition(
     clients: &Clients,
     topic: &str,
     partition: i32,
     from: i64,
     timeout: Duration,
-) -> Result<Vec<CommittedRecord>, KafkaError> {
+) -> Result<Vec<CommittedRecord>, KafkaFenceError> {
+    let deadline = Instant::now() + timeout;
+    let (low, high) = high_watermark(clients, topic, partition, timeout)?;
+    let start = from.max(low);
+    if high <= start {
+        return Ok(Vec::new());
+    }
     let consumer: BaseConsumer<KafkaContext> = clients
         .config
         .clone()
@@ -78,21 +121,15 @@ pub(crate) fn read_partition(
         .set("enable.partition.eof", "true")
         .create_with_context(clients.context.for_client())?;
     serve_token(&consumer, timeout);
-    let (low, high) = consumer.fetch_watermarks(topic, partition, timeout)?;
-    let start = from.max(low);
-    if high <= start {
-        return Ok(Vec::new());
-    }
     let mut assignment = TopicPartitionList::new();
     assignment.add_partition_offset(topic, partition, Offset::Offset(start))?;
     consumer.assign(&assignment)?;
-    let deadline = Instant::now() + timeout;
     let mut messages = Vec::new();
     loop {
         match consumer.poll(Duration::from_millis(50)) {
             Some(Ok(message)) => messages.push(CommittedRecord::from_message(&message)),
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
-            Some(Err(error)) => return Err(error),
+            Some(Err(error)) => return Err(error.into()),
         }
         let position = consumer
             .position()?
@@ -106,11 +143,100 @@ pub(crate) fn read_partition(
             return Ok(messages);
         }
         if Instant::now() > deadline {
-            return Err(KafkaError::MessageConsumption(
-                RDKafkaErrorCode::OperationTimedOut,
-            ));
+            return Err(KafkaFenceError::ReadIncomplete {
+                topic: topic.to_owned(),
+                partition,
+                reached: position,
+                end: high,
+            });
         }
     }
+}
+
+/// Waits until read_committed readers of the partition see through to the end it has now:
+/// every transaction before it is decided and its markers are in the log.
+pub(crate) fn settle(
+    clients: &Clients,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(), KafkaFenceError> {
+    let deadline = Instant::now() + timeout;
+    let (_, end) = high_watermark(clients, topic, partition, timeout)?;
+    loop {
+        let (_, stable) = watermarks(clients, Isolation::Committed, topic, partition, timeout)?;
+        if stable >= end {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(KafkaFenceError::ReadIncomplete {
+                topic: topic.to_owned(),
+                partition,
+                reached: stable,
+                end,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The partition's log start and high watermark, asked with `read_uncommitted` isolation
+/// (librdkafka asks with the client's isolation level, and read_committed gets the last
+/// stable offset instead of the end).
+fn high_watermark(
+    clients: &Clients,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), KafkaError> {
+    watermarks(clients, Isolation::Uncommitted, topic, partition, timeout)
+}
+
+/// Whether "the end" of a partition is its last stable offset or its high watermark.
+#[derive(Clone, Copy)]
+enum Isolation {
+    Committed,
+    Uncommitted,
+}
+
+/// The partition's watermarks asked with `isolation`, on the kept client (see
+/// [`WatermarkClients`]) or a new one.
+fn watermarks(
+    clients: &Clients,
+    isolation: Isolation,
+    topic: &str,
+    partition: i32,
+    timeout: Duration,
+) -> Result<(i64, i64), KafkaError> {
+    let kept = match isolation {
+        Isolation::Committed => &clients.watermarks.committed,
+        Isolation::Uncommitted => &clients.watermarks.uncommitted,
+    };
+    let cached = kept.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    let consumer = match cached {
+        Some(consumer) => consumer,
+        None => {
+            let consumer: BaseConsumer<KafkaContext> = clients
+                .config
+                .clone()
+                .set("group.id", "fence-reader")
+                .set("enable.auto.commit", "false")
+                .set(
+                    "isolation.level",
+                    match isolation {
+                        Isolation::Committed => "read_committed",
+                        Isolation::Uncommitted => "read_uncommitted",
+                    },
+                )
+                .create_with_context(clients.context.for_client())?;
+            serve_token(&consumer, timeout);
+            Arc::new(consumer)
+        }
+    };
+    let answer = consumer.fetch_watermarks(topic, partition, timeout);
+    let keep = answer.is_ok() && !clients.context.has_oauth();
+    *kept.lock().unwrap_or_else(PoisonError::into_inner) = keep.then_some(consumer);
+    answer
 }
 
 /// Serves librdkafka's first request for a SASL/OAUTHBEARER token on a consumer that is

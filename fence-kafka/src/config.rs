@@ -67,7 +67,7 @@ impl KafkaFenceBuilder {
             ledger_topic: DEFAULT_LEDGER_TOPIC.to_owned(),
             transactional_id_prefix: DEFAULT_TRANSACTIONAL_ID_PREFIX.to_owned(),
             ledger_partitions: 1,
-            ledger_replication: 1,
+            ledger_replication: -1,
             timeout: Duration::from_secs(30),
             transaction_timeout: Duration::from_secs(10),
             max_batch_bytes: DEFAULT_MAX_BATCH_BYTES,
@@ -117,8 +117,9 @@ impl KafkaFenceBuilder {
         self
     }
 
-    /// Partitions and replication factor used when creating the ledger topic (default 1 and 1;
-    /// use 3 replicas in production).
+    /// Partitions and replication factor used when creating the ledger topic (default 1
+    /// partition and replication `-1`: the broker's `default.replication.factor`, so a
+    /// three-node cluster configured for 3 replicas keeps the ledger on all three).
     pub fn ledger_layout(mut self, partitions: i32, replication: i32) -> Self {
         self.ledger_partitions = partitions;
         self.ledger_replication = replication;
@@ -256,10 +257,7 @@ impl KafkaFenceBuilder {
         }
         Ok(KafkaFence {
             inner: Arc::new(Inner {
-                clients: Clients {
-                    config: self.config,
-                    context: self.context,
-                },
+                clients: Clients::new(self.config, self.context),
                 data_topic,
                 ledger_topic: self.ledger_topic,
                 transactional_id_prefix: self.transactional_id_prefix,

@@ -46,6 +46,22 @@ pub enum KafkaFenceError {
         /// The count now.
         now: i32,
     },
+    /// A read could not reach the end of a partition (its high watermark when the read began)
+    /// within the fence's timeout: an open transaction before the end holds read_committed
+    /// readers back (a holder that has not committed yet, for at most `transaction.timeout.ms`,
+    /// or a transaction whose commit markers a broker crash left unwritten), or the partition's
+    /// leader did not answer. Nothing was decided on a partial read; a retry can help.
+    #[error("could not read partition {partition} of `{topic}` to its end: read_committed reached offset {reached} of {end} (an open transaction before the end, or an unreachable leader); nothing was decided on a partial read, retry")]
+    ReadIncomplete {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// How far read_committed got.
+        reached: i64,
+        /// The high watermark the read had to reach.
+        end: i64,
+    },
     /// A topic the fence needs is missing and it could not create it.
     #[error("topic `{topic}` does not exist: {why}")]
     NotCreated {
@@ -75,7 +91,9 @@ impl KafkaFenceError {
             KafkaFenceError::NoSuchTopic(_) | KafkaFenceError::NotCreated { .. } => {
                 BackendErrorKind::NotFound
             }
-            KafkaFenceError::Worker(_) => BackendErrorKind::Unavailable,
+            KafkaFenceError::Worker(_) | KafkaFenceError::ReadIncomplete { .. } => {
+                BackendErrorKind::Unavailable
+            }
             KafkaFenceError::Kafka(error) => kind_of(error),
         }
     }
@@ -120,6 +138,12 @@ fn kind_of(error: &KafkaError) -> BackendErrorKind {
             | C::BrokerNotAvailable
             | C::LeaderNotAvailable
             | C::NotLeaderForPartition
+            | C::ReplicaNotAvailable
+            | C::FencedLeaderEpoch
+            | C::UnknownLeaderEpoch
+            | C::OffsetNotAvailable
+            | C::KafkaStorageError
+            | C::DestroyBroker
             | C::NetworkException
             | C::CoordinatorNotAvailable
             | C::NotCoordinator
@@ -167,6 +191,10 @@ pub(crate) enum TxnFailure {
     Aborted(KafkaError),
     /// The commit may or may not have happened.
     Ambiguous(KafkaError),
+    /// The coordinator acknowledged the commit, but its markers did not reach the ledger
+    /// partition in time: a broker crash can still drop them (Apache Kafka skips markers for a
+    /// partition without a known leader), so the outcome is not settled.
+    Unsettled(KafkaFenceError),
     /// Anything else: nothing known to be written.
     Failed(KafkaError),
 }
@@ -210,4 +238,25 @@ pub(crate) fn classify(error: KafkaError, during_commit: bool) -> TxnFailure {
 pub(crate) fn backend(domain: Option<&Domain>, error: impl Into<KafkaFenceError>) -> FenceError {
     let error = error.into();
     FenceError::backend(BACKEND, error.kind(), domain, error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Measured on a three-node Apache Kafka cluster with a partition leader killed: watermark
+    /// and metadata requests fail with these while leadership moves. A retry helps.
+    #[test]
+    fn a_leader_moving_is_unavailable_not_rejected() {
+        for code in [
+            RDKafkaErrorCode::DestroyBroker,
+            RDKafkaErrorCode::OffsetNotAvailable,
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::FencedLeaderEpoch,
+            RDKafkaErrorCode::UnknownLeaderEpoch,
+        ] {
+            let error = KafkaFenceError::Kafka(KafkaError::MetadataFetch(code));
+            assert_eq!(error.kind(), BackendErrorKind::Unavailable, "{code:?}");
+        }
+    }
 }

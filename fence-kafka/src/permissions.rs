@@ -94,7 +94,7 @@ impl KafkaFence {
         let (clients, name) = (self.inner.clients.clone(), ledger.clone());
         let read = blocking(move || read_partition(&clients, &name, 0, 0, timeout))
             .await
-            .and_then(|r| r.map_err(Into::into))
+            .and_then(|r| r)
             .map_err(|e| backend(None, e));
         report.push(Permission::new(
             format!("Read on Topic {ledger}"),

@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, FutureProducer, FutureRecord, Producer};
 
-use crate::client::{blocking, TxnProducer};
+use crate::client::{blocking, settle, TxnProducer};
 use crate::context::KafkaContext;
 use crate::error::{backend, classify, KafkaFenceError, TxnFailure};
 use crate::fence::KafkaFence;
@@ -43,19 +43,42 @@ impl KafkaFence {
         }
     }
 
-    /// Sends `records` in one transaction on `producer`.
+    /// Sends `records` in one transaction on `producer`; when it writes the ledger, returns
+    /// only once the commit's markers are in the ledger partition.
+    ///
+    /// The coordinator acknowledges a commit before the markers reach the partitions, and
+    /// Apache Kafka skips the markers of a partition whose leader it cannot find when it
+    /// reloads a transaction after a crash (measured: a single node killed right after a
+    /// claim). The claim's record then stays undecided, and the mark it raised is not in force
+    /// until it is. So a mark is acknowledged only once read_committed readers of the ledger
+    /// partition see through to the end it had after the commit.
     pub(crate) async fn transact(
         &self,
         producer: &Arc<TxnProducer>,
         records: Vec<Outgoing>,
     ) -> Result<(), TxnFailure> {
+        let ledger_partition = records
+            .iter()
+            .find(|r| r.topic == self.inner.ledger_topic)
+            .and_then(|r| r.partition);
         let (producer, timeout) = (producer.clone(), self.inner.timeout);
         match blocking(move || run_transaction(&producer, records, timeout)).await {
-            Ok(result) => result,
+            Ok(Ok(())) => {}
+            Ok(failure) => return failure,
             // The worker may have died after the commit was sent: the outcome is unknown.
-            Err(worker) => Err(TxnFailure::Ambiguous(KafkaError::Canceled))
-                .inspect_err(|_| tracing::error!(%worker, "transaction worker failed")),
+            Err(worker) => {
+                tracing::error!(%worker, "transaction worker failed");
+                return Err(TxnFailure::Ambiguous(KafkaError::Canceled));
+            }
         }
+        let Some(partition) = ledger_partition else {
+            return Ok(());
+        };
+        let (clients, topic) = (self.inner.clients.clone(), self.inner.ledger_topic.clone());
+        blocking(move || settle(&clients, &topic, partition, timeout))
+            .await
+            .and_then(|settled| settled)
+            .map_err(TxnFailure::Unsettled)
     }
 
     pub(crate) fn txn_error(
@@ -69,6 +92,11 @@ impl KafkaFence {
                 domain: domain.clone(),
                 operation,
                 source: Box::new(KafkaFenceError::Kafka(error)),
+            },
+            TxnFailure::Unsettled(error) => FenceError::Ambiguous {
+                domain: domain.clone(),
+                operation,
+                source: Box::new(error),
             },
             TxnFailure::Fenced(error) | TxnFailure::Aborted(error) | TxnFailure::Failed(error) => {
                 backend(Some(domain), error)

@@ -1,5 +1,5 @@
-//! The log conformance suite on a Kafka-protocol broker: a dedicated noida-db per scenario under
-//! scripts/test, or YOUR cluster: `FENCE_KAFKA_BOOTSTRAP=host:9092 [FENCE_KAFKA_PROPERTIES='security.protocol=SASL_SSL;...'] cargo test -p fence-kafka --test conformance`.
+//! The log conformance suite on Apache Kafka: a dedicated KRaft broker per scenario (restarted
+//! with kill -9 by the restart scenario) under scripts/test, or YOUR cluster: `FENCE_KAFKA_BOOTSTRAP=host:9092 [FENCE_KAFKA_PROPERTIES='security.protocol=SASL_SSL;...'] cargo test -p fence-kafka --test conformance`.
 #![allow(clippy::expect_used)]
 
 use fence_testkit::kafka as support;
@@ -10,10 +10,10 @@ use async_trait::async_trait;
 use fence_conformance::LogHarness;
 use fence_core::{BoxError, FencedLog};
 use fence_kafka::KafkaFence;
-use support::NoidaServer;
+use fence_testkit::kafka_broker::KafkaServer;
 
 struct Kafka {
-    server: Option<NoidaServer>,
+    server: Option<KafkaServer>,
     bootstrap: String,
     fence: Mutex<KafkaFence>,
 }
@@ -65,7 +65,7 @@ async fn kafka() -> Option<Kafka> {
             fence: Mutex::new(fence),
         });
     }
-    let server = NoidaServer::start("conformance")?;
+    let server = KafkaServer::start("conformance")?;
     let fence = support::fence_on(&server.bootstrap(), "conformance").await;
     Some(Kafka {
         bootstrap: server.bootstrap(),

@@ -1,6 +1,6 @@
 //! SASL/OAUTHBEARER: the token provider given to the fence is asked by each kind of client the
 //! fence opens, and its token is what the client presents. No broker that runs here accepts
-//! OAUTHBEARER (noida-db offers PLAIN only), so the far end is `SaslRecorder`, which takes a
+//! OAUTHBEARER (the shared brokers are plaintext), so the far end is `SaslRecorder`, which takes a
 //! client through the SASL handshake and records the token: the strongest local evidence,
 //! short of an MSK or Confluent Cloud cluster. librdkafka has OAUTHBEARER only when built with
 //! OpenSSL: the `ssl` feature.

@@ -1,4 +1,4 @@
-//! `KafkaFence::check_permissions`: on the shared broker (noida-db has no ACLs) everything is
+//! `KafkaFence::check_permissions`: on the shared broker (no authorizer configured) everything is
 //! granted and nothing the probe wrote is visible; on librdkafka's mock cluster, authorization
 //! errors injected per request are reported as the ACL they stand for.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]

@@ -11,11 +11,8 @@ use std::time::Duration;
 
 use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, Record};
 use fence_kafka::rdkafka::config::ClientConfig;
-use fence_kafka::rdkafka::message::{Header, OwnedHeaders};
 use fence_kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-use fence_kafka::{
-    Admission, FencedConsumer, KafkaFence, TokenFilter, DOMAIN_HEADER, TOKEN_HEADER,
-};
+use fence_kafka::{Admission, FencedConsumer, KafkaFence, TokenFilter};
 
 fn batch(domain: &Domain, token: u64, values: &[&str]) -> AppendRequest {
     AppendRequest::new(
@@ -120,15 +117,7 @@ async fn an_open_transaction_is_aborted_by_a_newer_claim() {
     stalled.init_transactions(Duration::from_secs(10)).unwrap();
     stalled.begin_transaction().unwrap();
     let partition = fence.data_partition(&domain).await.unwrap();
-    let headers = OwnedHeaders::new()
-        .insert(Header {
-            key: DOMAIN_HEADER,
-            value: Some(domain.as_str()),
-        })
-        .insert(Header {
-            key: TOKEN_HEADER,
-            value: Some("1"),
-        });
+    let headers = support::fence_headers(domain.as_str(), Some("1"));
     stalled
         .send(
             BaseRecord::<[u8], [u8]>::to(fence.data_topic())
@@ -163,15 +152,7 @@ async fn the_consumer_filter_drops_stale_records_that_bypassed_the_fence() {
     // Records written outside fence-kafka (a plain producer), stale one in the middle.
     let plain: BaseProducer = support::client_config(&bootstrap).create().unwrap();
     for (token, value) in [("7", "t7"), ("5", "t5-stale"), ("8", "t8")] {
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: DOMAIN_HEADER,
-                value: Some(domain.as_str()),
-            })
-            .insert(Header {
-                key: TOKEN_HEADER,
-                value: Some(token),
-            });
+        let headers = support::fence_headers(domain.as_str(), Some(token));
         plain
             .send(
                 BaseRecord::<[u8], [u8]>::to(fence.data_topic())
@@ -317,10 +298,7 @@ async fn a_fenced_record_without_a_token_header_is_corrupt_state() {
     fence.append(&batch(&domain, 1, &["good"])).await.unwrap();
     let plain: BaseProducer = support::client_config(&bootstrap).create().unwrap();
     let partition = fence.data_partition(&domain).await.unwrap();
-    let headers = OwnedHeaders::new().insert(Header {
-        key: DOMAIN_HEADER,
-        value: Some(domain.as_str()),
-    });
+    let headers = support::fence_headers(domain.as_str(), None);
     plain
         .send(
             BaseRecord::<[u8], [u8]>::to(fence.data_topic())
@@ -337,8 +315,15 @@ async fn a_fenced_record_without_a_token_header_is_corrupt_state() {
     );
 }
 
+/// Liveness under contention: `init_transactions` hands the epoch to whoever initialises last,
+/// so claimants keep fencing each other's producers; the ledger claim must still end every
+/// round with the highest token owning the domain, every lower holder fenced, in bounded time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_claimants_at_once_the_highest_always_owns_the_domain() {
+    const ROUNDS: u64 = 20;
+    /// A round's bound: the claim retry budget (16 aborted attempts, backoff doubling to 1 s)
+    /// is spent in well under this; a livelock would not be.
+    const ROUND_BOUND: Duration = Duration::from_secs(60);
     let Some(first) = support::shared_fence("claim-storm").await else {
         return;
     };
@@ -347,7 +332,9 @@ async fn sixteen_claimants_at_once_the_highest_always_owns_the_domain() {
     for _ in 0..16 {
         holders.push(other_process(&first, &bootstrap).await);
     }
-    for round in 0..2u64 {
+    let mut slowest = Duration::ZERO;
+    for round in 0..ROUNDS {
+        let started = std::time::Instant::now();
         let domain = Domain::new(format!("storm-{round}")).unwrap();
         let start = Arc::new(tokio::sync::Barrier::new(holders.len()));
         let mut tasks = tokio::task::JoinSet::new();
@@ -381,17 +368,45 @@ async fn sixteen_claimants_at_once_the_highest_always_owns_the_domain() {
             Some(t(highest)),
             "round {round}: the highest claimant owns the domain"
         );
-        // And its holder can write right away.
+        let claims_took = started.elapsed();
+        // Its holder writes right away, and every lower holder is fenced.
         holders[15]
             .append(&batch(&domain, highest, &["by the highest"]))
             .await
             .unwrap();
+        let mut stale = tokio::task::JoinSet::new();
+        for (i, fence) in holders.iter().enumerate().take(15) {
+            let (fence, domain) = (fence.clone(), domain.clone());
+            let token = round * 100 + i as u64 + 1;
+            stale.spawn(async move {
+                let outcome = fence.append(&batch(&domain, token, &["stale"])).await;
+                (token, outcome)
+            });
+        }
+        while let Some(joined) = stale.join_next().await {
+            match joined.unwrap() {
+                (_, Err(FenceError::Fenced { current, .. })) => assert_eq!(current, t(highest)),
+                (token, other) => {
+                    panic!("round {round}: holder {token} below {highest}: {other:?}")
+                }
+            }
+        }
+        let values = values(&first, &domain).await;
+        assert_eq!(values, vec![("by the highest".to_owned(), highest)]);
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed < ROUND_BOUND,
+            "round {round} took {elapsed:?}: claims must settle in bounded time"
+        );
+        slowest = slowest.max(elapsed);
+        println!("round {round}: claims {claims_took:?}, all {elapsed:?}");
     }
+    println!("claim storm: {ROUNDS} rounds of 16 claimants, slowest round {slowest:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_whose_commit_hangs_is_learned_by_a_retry_or_by_reading_the_log() {
-    let Some(server) = support::NoidaServer::start("hang") else {
+    let Some(server) = fence_testkit::kafka_broker::KafkaServer::start("hang") else {
         return;
     };
     let config = support::client_config(&server.bootstrap());

@@ -1,4 +1,4 @@
-//! The Kafka outbox against the real broker (noida-db): effects in the same transaction as
+//! The Kafka outbox against the real broker (Apache Kafka): effects in the same transaction as
 //! the state records, and the relay's fenced progress marks. Leases come from the real Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,16 +1,13 @@
-//! Kafka: the shared broker that `scripts/test` starts, dedicated noida-db brokers a test
-//! owns (to restart them), or your own cluster (`FENCE_KAFKA_BOOTSTRAP`, `FENCE_KAFKA_PROPERTIES`).
+//! Kafka: the shared Apache Kafka brokers that `scripts/test` starts, brokers a test owns
+//! ([`crate::kafka_broker`]: to kill, pause and restart them), or your own cluster
+//! (`FENCE_KAFKA_BOOTSTRAP`, `FENCE_KAFKA_PROPERTIES`).
 
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use fence_kafka::rdkafka::client::DefaultClientContext;
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::KafkaFence;
-
-use crate::process::ManagedProcess;
 
 use crate::unavailable;
 
@@ -32,6 +29,26 @@ pub async fn add_partitions(config: &ClientConfig, topic: &str, total: usize) {
         .expect("create partitions");
     for result in results {
         result.unwrap_or_else(|(topic, code)| panic!("growing {topic}: {code}"));
+    }
+}
+
+/// The headers the fence writes on a record of `domain` with token `token` (the domain's only,
+/// without a token), for records a test writes outside the fence: a zombie's or a forger's.
+pub fn fence_headers(
+    domain: &str,
+    token: Option<&str>,
+) -> fence_kafka::rdkafka::message::OwnedHeaders {
+    use fence_kafka::rdkafka::message::{Header, OwnedHeaders};
+    let headers = OwnedHeaders::new().insert(Header {
+        key: fence_kafka::DOMAIN_HEADER,
+        value: Some(domain),
+    });
+    match token {
+        Some(token) => headers.insert(Header {
+            key: fence_kafka::TOKEN_HEADER,
+            value: Some(token),
+        }),
+        None => headers,
     }
 }
 
@@ -61,7 +78,8 @@ pub fn unique(name: &str) -> String {
     format!("fence-test-{name}-{}", crate::unique_suffix())
 }
 
-/// Creates `topic` with `partitions` partitions (replication 1); the error says why not.
+/// Creates `topic` with `partitions` partitions and the broker's default replication (every
+/// node of the test clusters); the error says why not.
 pub async fn try_create_topic(
     config: &ClientConfig,
     topic: &str,
@@ -71,7 +89,11 @@ pub async fn try_create_topic(
         config.create().map_err(|e| format!("admin client: {e}"))?;
     let results = admin
         .create_topics(
-            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &[NewTopic::new(
+                topic,
+                partitions,
+                TopicReplication::Fixed(-1),
+            )],
             &AdminOptions::new(),
         )
         .await
@@ -133,137 +155,14 @@ pub async fn shared_fence(name: &str) -> Option<KafkaFence> {
     Some(fence_on(&bootstrap, name).await)
 }
 
-fn noida_binary() -> Option<PathBuf> {
-    if let Ok(path) = std::env::var("FENCE_NOIDA_BIN") {
-        return Some(PathBuf::from(path));
-    }
-    let venv = crate::services_dir().join("noida-venv/lib");
-    std::fs::read_dir(venv)
-        .ok()?
-        .flatten()
-        .map(|e| e.path().join("site-packages/noida_db/noida-db"))
-        .find(|p| p.exists())
-}
-
-/// Dedicated brokers are used when a noida-db binary is given (scripts/test sets
-/// FENCE_NOIDA_BIN); with only FENCE_KAFKA_BOOTSTRAP set, the suite runs on that cluster.
+/// Dedicated brokers are used under the project's test command (scripts/test sets
+/// FENCE_KAFKA_LIB, the broker's classpath); with only FENCE_KAFKA_BOOTSTRAP set, the suite
+/// runs on that cluster.
 pub fn external_cluster() -> Option<String> {
-    if std::env::var_os("FENCE_NOIDA_BIN").is_none() {
+    if std::env::var_os("FENCE_KAFKA_LIB").is_none() {
         std::env::var("FENCE_KAFKA_BOOTSTRAP").ok()
     } else {
         None
-    }
-}
-
-/// A noida-db broker owned by the test, stopped when dropped.
-pub struct NoidaServer {
-    binary: PathBuf,
-    port: u16,
-    process: ManagedProcess,
-}
-
-impl NoidaServer {
-    /// Starts a broker named `name` on a free port; `None` (loud skip) without a noida-db binary.
-    ///
-    /// A free port, confirmed once the broker listens: if another process took it in between,
-    /// our broker exits (or never owns the socket) and another port is tried.
-    pub fn start(name: &str) -> Option<Self> {
-        let Some(binary) = noida_binary() else {
-            unavailable("the noida-db binary (set FENCE_NOIDA_BIN or run scripts/test)")?;
-            return None;
-        };
-        Some(ManagedProcess::start(
-            "noida-db",
-            "noida-tests",
-            name,
-            |process| {
-                let server = NoidaServer {
-                    binary: binary.clone(),
-                    port: crate::free_port(),
-                    process,
-                };
-                server.spawn().then_some(server)
-            },
-        ))
-    }
-
-    /// Starts the broker on its port; false if the port turned out to be another process's.
-    fn spawn(&self) -> bool {
-        let dir = self.process.dir();
-        let log = std::fs::File::options()
-            .create(true)
-            .append(true)
-            .open(dir.join("noida.log"))
-            .expect("log");
-        let mut command = Command::new(&self.binary);
-        command
-            .args([
-                "start",
-                "--only",
-                "kafka",
-                "--host",
-                "127.0.0.1",
-                "--kafka-port",
-                &self.port.to_string(),
-                "--data-dir",
-            ])
-            .arg(dir.join("data"))
-            .stdout(Stdio::from(log.try_clone().expect("log")))
-            .stderr(Stdio::from(log));
-        let bootstrap = self.bootstrap();
-        self.process
-            .spawn_and_wait(&mut command, self.port, Duration::from_secs(20), || {
-                crate::listens(&bootstrap)
-            })
-    }
-
-    /// The broker's bootstrap address.
-    pub fn bootstrap(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    /// Waits until the broker's snapshot (`data/kafka.json`) has settled: at least 2 s since this
-    /// call and since the file last changed, so a snapshot written late on a loaded machine is
-    /// waited for too (up to 20 s).
-    fn wait_for_snapshot(&self) {
-        let snapshot = self.process.dir().join("data").join("kafka.json");
-        let called = std::time::SystemTime::now();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let changed = std::fs::metadata(&snapshot)
-                .and_then(|m| m.modified())
-                .unwrap_or(called)
-                .max(called);
-            if changed
-                .elapsed()
-                .is_ok_and(|quiet| quiet >= Duration::from_secs(2))
-            {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "noida-db's snapshot never settled"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// SIGSTOP or SIGCONT the broker, to make requests hang.
-    pub fn signal(&self, signal: &str) {
-        self.process.signal(signal);
-    }
-
-    /// Waits out the broker's snapshot delay (noida-db writes its data to disk ~1.2 s after a
-    /// write; a crash sooner loses it, which is its documented limit, not Fence's), then kills it
-    /// with SIGKILL, a crash, and starts it again on the same port and data.
-    pub fn restart(&self) {
-        self.wait_for_snapshot();
-        self.process.kill();
-        assert!(
-            self.spawn(),
-            "another process took port {} while noida-db was down",
-            self.port
-        );
     }
 }
 

@@ -1,9 +1,8 @@
 //! A loopback endpoint that speaks just enough of the Kafka protocol to take a client through
 //! SASL/OAUTHBEARER authentication (KIP-255) and record what it presented: `ApiVersions`,
 //! `SaslHandshake` (v0–v1) and `SaslAuthenticate` (v0–v1). After an authentication it closes
-//! the connection (it is no broker). No broker that runs here accepts OAUTHBEARER (noida-db
-//! offers PLAIN only), so this is the evidence that a client's token provider is asked and its
-//! token reaches the wire.
+//! the connection (it is no broker): the evidence that a client's token provider is asked and
+//! its token reaches the wire, byte for byte, beside the shared brokers (plaintext only).
 
 use std::sync::{Arc, Mutex};
 

@@ -1,5 +1,5 @@
 //! Fence's test kit (not published): managed server processes a test owns (redis-server,
-//! `weed mini`, noida-db, postgres, etcd) to kill, pause and restart; the shared servers
+//! `weed mini`, Apache Kafka, postgres, etcd) to kill, pause and restart; the shared servers
 //! `scripts/test` starts; unique names per test; the client set-up tests and fence-bench share;
 //! a real local webhook server. One module per backend, each behind its feature.
 //!
@@ -13,6 +13,8 @@
 pub mod etcd;
 #[cfg(feature = "kafka")]
 pub mod kafka;
+#[cfg(feature = "kafka")]
+pub mod kafka_broker;
 #[cfg(feature = "kafka")]
 pub mod kafka_sasl;
 #[cfg(feature = "outbox")]

@@ -129,6 +129,16 @@ impl ProxyFaults {
         }
         self
     }
+
+    /// No kill -9 restarts of the server, only pauses: for a server whose crash the backend
+    /// itself cannot recover from unaided (a single Apache Kafka node, see fence-kafka's
+    /// README), whose restarts are exercised on a cluster instead.
+    pub fn without_restarts(mut self) -> Self {
+        if let Some(server) = &mut self.server {
+            server.restarts = false;
+        }
+        self
+    }
 }
 
 impl fmt::Debug for ProxyFaults {

@@ -1,44 +1,53 @@
-# Kafka for fence-kafka: noida-db (a Kafka-protocol broker in one binary) from PyPI, in a venv
-# under .services/, on 127.0.0.1 only, data under .services/noida/. The real binary is started
-# directly (not its Python wrapper) so that its PID is ours to stop. Idempotent.
+# Kafka for fence-kafka: Apache Kafka (KRaft, one node as broker and controller) from Maven
+# Central artifacts (scripts/kafka/pom.xml, fetched once by scripts/kafka/fetch), on 127.0.0.1
+# only, data under .services/kafka/. Two shared brokers, one per transaction protocol:
+# FENCE_KAFKA_BOOTSTRAP formatted with transaction.version=2 (KIP-890, the 4.x default) and
+# FENCE_KAFKA_V1_BOOTSTRAP with transaction.version=1. Brokers a test owns (to kill, pause or
+# restart; the three-node cluster) are started by fence-testkit with the same scripts/kafka/broker.
+# Idempotent: a broker already answering on its port is reused.
 
-KAFKA_VERSION=0.2.3
 KAFKA_PORT=${FENCE_KAFKA_PORT:-19092}
-kafka_dir="$FENCE_SERVICES_DIR/noida"
-kafka_venv="$FENCE_SERVICES_DIR/noida-venv"
+KAFKA_V1_PORT=${FENCE_KAFKA_V1_PORT:-19094}
+kafka_dir="$FENCE_SERVICES_DIR/kafka"
 
 export FENCE_KAFKA_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
+export FENCE_KAFKA_V1_BOOTSTRAP="127.0.0.1:$KAFKA_V1_PORT"
 
-kafka_binary() { ls "$kafka_venv"/lib/python3*/site-packages/noida_db/noida-db 2>/dev/null | head -1; }
-
-kafka_install() {
-  if [ -n "$(kafka_binary)" ] && "$kafka_venv/bin/pip" show noida-db 2>/dev/null | grep -q "^Version: $KAFKA_VERSION$"; then
+# Starts the shared broker named $1 on port $2 (controller on $2+1), transaction protocol $3.
+kafka_start_one() {
+  local name=$1 port=$2 version=$3 dir="$kafka_dir/$1"
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "a broker already listens on 127.0.0.1:$port; reusing it"
     return 0
   fi
-  echo "installing noida-db==$KAFKA_VERSION into $kafka_venv"
-  python3 -m venv "$kafka_venv"
-  "$kafka_venv/bin/pip" install -q --disable-pip-version-check "noida-db==$KAFKA_VERSION"
+  mkdir -p "$dir"
+  local started=$SECONDS
+  setsid "$services_root/scripts/kafka/broker" --dir "$dir" --node 1 --port "$port" \
+    --controller-port $((port + 1)) --transaction-version "$version" \
+    >"$dir/stdout.log" 2>&1 </dev/null &
+  echo $! >"$dir/broker.pid"
+  wait_for_port "$port" 60 || { tail -20 "$dir/stdout.log" "$dir/server.log" >&2; return 1; }
+  # What the controller finalized, from the broker's own log: the protocol the suite names.
+  local i
+  for ((i = 0; i < 100; i++)); do
+    grep -q "finalizedFeatures=.*transaction.version=$version" "$dir/server.log" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q "finalizedFeatures=.*transaction.version=$version" "$dir/server.log" ||
+    { echo "kafka $name did not finalize transaction.version=$version" >&2; return 1; }
+  echo "kafka $name (Apache Kafka, transaction.version=$version): 127.0.0.1:$port in $((SECONDS - started)) s"
 }
 
 kafka_start() {
-  kafka_install
-  # The conformance suite starts its own short-lived brokers with this binary.
-  FENCE_NOIDA_BIN="$(kafka_binary)"
-  export FENCE_NOIDA_BIN
-  if (exec 3<>"/dev/tcp/127.0.0.1/$KAFKA_PORT") 2>/dev/null; then
-    echo "a broker already listens on $FENCE_KAFKA_BOOTSTRAP; reusing it"
-    return 0
-  fi
-  mkdir -p "$kafka_dir/data"
-  setsid "$FENCE_NOIDA_BIN" start --only kafka --kafka-port "$KAFKA_PORT" --host 127.0.0.1 \
-    --data-dir "$kafka_dir/data" >"$kafka_dir/noida.log" 2>&1 </dev/null &
-  echo $! >"$kafka_dir/noida.pid"
-  wait_for_port "$KAFKA_PORT" 30 || { tail -20 "$kafka_dir/noida.log" >&2; return 1; }
-  echo "kafka (noida-db): $FENCE_KAFKA_BOOTSTRAP"
+  FENCE_KAFKA_LIB=$("$services_root/scripts/kafka/fetch")
+  export FENCE_KAFKA_LIB
+  kafka_start_one shared "$KAFKA_PORT" 2
+  kafka_start_one shared-v1 "$KAFKA_V1_PORT" 1
 }
 
 kafka_stop() {
-  stop_pidfile "$kafka_dir/noida.pid" 10
+  stop_pidfile "$kafka_dir/shared/broker.pid" 20
+  stop_pidfile "$kafka_dir/shared-v1/broker.pid" 20
 }
 
 kafka_demo_backend() { echo kafka; }

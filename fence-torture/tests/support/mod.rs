@@ -29,7 +29,7 @@ pub(crate) fn profile(seed: u64, ttl: Duration, faults: bool) -> Profile {
     }
 }
 
-/// The profile for a log (every append is a broker transaction, ~100 ms on noida-db): bounded,
+/// The profile for a log (every append is a broker transaction): bounded,
 /// 4 workers × 6 windows × 6 operations; full, 8 workers × 250 windows × 5 operations; the
 /// server paused now and then.
 pub(crate) fn log_profile(seed: u64, ttl: Duration) -> Profile {
