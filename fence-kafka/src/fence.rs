@@ -417,7 +417,12 @@ impl KafkaFence {
                 }
                 *guard = Some(self.open(domain).await?);
             }
-            let Some(holder) = guard.as_mut() else {
+            // The holder is out of its slot while its transaction runs: if this future is
+            // dropped meanwhile (a caller's timeout), the transaction runs on and may commit,
+            // and the next attempt must not decide on the state from before it. It finds the
+            // slot empty, opens a new producer (which settles the old one's transaction) and
+            // reads the ledger.
+            let Some(mut holder) = guard.take() else {
                 continue;
             };
             let (appended, remember) = match pipeline::decide_append(
@@ -426,10 +431,12 @@ impl KafkaFence {
                 &holder.state.ops,
                 self.inner.bounds,
             ) {
-                Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
+                Ok(Decision::Replay(first)) => {
+                    *guard = Some(holder);
+                    return Ok(AppendOutcome::Duplicate(first));
+                }
                 Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
                 Err(refused) => {
-                    *guard = None;
                     drop(guard);
                     self.inner.holders.forget(domain, token);
                     return Err(refused);
@@ -471,6 +478,7 @@ impl KafkaFence {
             match self.transact(&holder.producer, records).await {
                 Ok(()) => {
                     holder.state = next;
+                    *guard = Some(holder);
                     self.inner.holders.note_mark(domain, Some(token));
                     return Ok(AppendOutcome::Appended(appended));
                 }
@@ -480,14 +488,10 @@ impl KafkaFence {
                     // Nothing was written. Claim again with a new producer: a stale holder is
                     // refused there; the owner retries.
                     tracing::info!(domain = domain.as_str(), token = token.get(), attempt, %error, "transaction fenced or aborted; re-claiming");
-                    *guard = None;
                     last = Some(error);
                     pause(self.inner.backoff, attempt).await;
                 }
-                Err(failure) => {
-                    *guard = None;
-                    return Err(self.txn_error(domain, Operation::Append, failure));
-                }
+                Err(failure) => return Err(self.txn_error(domain, Operation::Append, failure)),
             }
         }
         Err(match last {

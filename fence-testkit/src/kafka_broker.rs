@@ -53,6 +53,7 @@ pub struct BrokerOptions {
     transaction_version: Option<u8>,
     properties: Option<String>,
     proxied: bool,
+    oauthbearer: bool,
 }
 
 impl BrokerOptions {
@@ -70,6 +71,15 @@ impl BrokerOptions {
     /// Server properties appended to the generated ones (later keys win): SASL, ACLs.
     pub fn properties(mut self, properties: impl Into<String>) -> Self {
         self.properties = Some(properties.into());
+        self
+    }
+
+    /// Makes the client port speak SASL_PLAINTEXT with OAUTHBEARER (unsecured JWS tokens, see
+    /// [`unsecured_token`]) and lets Kafka's StandardAuthorizer decide every request; the
+    /// internal port ([`KafkaServer::internal_bootstrap`]) stays plaintext for the test's own
+    /// set-up, as the super user.
+    pub fn sasl_oauthbearer(mut self) -> Self {
+        self.oauthbearer = true;
         self
     }
 
@@ -140,10 +150,12 @@ impl Node {
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().expect("broker log")))
             .stderr(Stdio::from(log));
+        command.args(["--internal-port", &self.ports.internal.to_string()]);
         if self.proxy.is_some() {
-            command
-                .args(["--advertise", &self.advertised()])
-                .args(["--internal-port", &self.ports.internal.to_string()]);
+            command.args(["--advertise", &self.advertised()]);
+        }
+        if options.oauthbearer {
+            command.arg("--sasl-oauthbearer");
         }
         if let Some(properties) = &options.properties {
             let file = dir.join("extra.properties");
@@ -276,28 +288,50 @@ fn voters(nodes: &[Node]) -> String {
 /// A KRaft cluster id: 16 random bytes, base64url without padding (as StorageTool's own).
 fn cluster_id() -> String {
     use std::hash::{BuildHasher, Hasher};
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut bytes = [0u8; 16];
     for chunk in bytes.chunks_mut(8) {
         let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
         hasher.write(crate::unique_suffix().as_bytes());
         chunk.copy_from_slice(&hasher.finish().to_le_bytes());
     }
+    base64url(&bytes)
+}
+
+/// `bytes` in base64url without padding (RFC 4648 §5).
+fn base64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
     let mut bits = 0u32;
     let mut held = 0;
-    let mut id = String::new();
-    for byte in bytes {
+    let mut out = String::new();
+    for &byte in bytes {
         bits = (bits << 8) | u32::from(byte);
         held += 8;
         while held >= 6 {
             held -= 6;
-            id.push(char::from(ALPHABET[((bits >> held) & 63) as usize]));
+            out.push(char::from(ALPHABET[((bits >> held) & 63) as usize]));
         }
     }
     if held > 0 {
-        id.push(char::from(ALPHABET[((bits << (6 - held)) & 63) as usize]));
+        out.push(char::from(ALPHABET[((bits << (6 - held)) & 63) as usize]));
     }
-    id
+    out
+}
+
+/// An unsecured JWS (`"alg":"none"`, no signature) naming `principal` as its subject, valid
+/// for ten minutes: what Kafka's unsecured OAUTHBEARER validator, meant for tests, accepts
+/// from a broker started with [`BrokerOptions::sasl_oauthbearer`]. Returns the token and its
+/// expiry in milliseconds since the Unix epoch.
+pub fn unsecured_token(principal: &str) -> (String, i64) {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_secs();
+    let expires = now + 600;
+    let header = base64url(br#"{"alg":"none"}"#);
+    let claims =
+        base64url(format!(r#"{{"sub":"{principal}","iat":{now},"exp":{expires}}}"#).as_bytes());
+    let expires_ms = i64::try_from(expires * 1000).expect("a plausible clock");
+    (format!("{header}.{claims}."), expires_ms)
 }
 
 /// Kills `node` with SIGKILL, a crash, and starts it again on the same ports and data.
@@ -341,6 +375,33 @@ impl KafkaServer {
     /// The fault proxy in front of the broker, when started [`BrokerOptions::behind_proxy`].
     pub fn proxy(&self) -> Option<Arc<TcpProxy>> {
         self.node.proxy.clone()
+    }
+
+    /// The broker's internal listener: plaintext, past any proxy, and the super user when the
+    /// client port takes OAUTHBEARER (for the test's own topics and ACLs).
+    pub fn internal_bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.node.ports.internal)
+    }
+
+    /// Adds ACLs with Kafka's own ACL command on the internal listener:
+    /// `args` as `kafka-acls.sh --add` takes them (`--allow-principal User:w --operation Write
+    /// --topic t`, …).
+    pub fn add_acls(&self, args: &[&str]) {
+        let lib = classpath().expect("the Kafka classpath");
+        let output = Command::new("java")
+            .arg("-cp")
+            .arg(format!("{}/*", lib.display()))
+            .arg("org.apache.kafka.tools.AclCommand")
+            .args(["--bootstrap-server", &self.internal_bootstrap(), "--add"])
+            .args(args)
+            .output()
+            .expect("java runs the ACL command");
+        assert!(
+            output.status.success(),
+            "kafka-acls --add {args:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
     }
 
     /// SIGSTOP or SIGCONT the broker, to make requests hang.
@@ -482,6 +543,16 @@ impl KafkaCluster {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64url_matches_rfc_4648_without_padding() {
+        assert_eq!(base64url(b""), "");
+        assert_eq!(base64url(b"f"), "Zg");
+        assert_eq!(base64url(b"fo"), "Zm8");
+        assert_eq!(base64url(b"foo"), "Zm9v");
+        assert_eq!(base64url(&[0xfb, 0xff]), "-_8");
+        assert_eq!(base64url(br#"{"alg":"none"}"#), "eyJhbGciOiJub25lIn0");
+    }
 
     #[test]
     fn cluster_ids_are_22_base64url_characters_and_differ() {
