@@ -112,15 +112,8 @@ pub(crate) fn read_partition(
     if high <= start {
         return Ok(Vec::new());
     }
-    let consumer: BaseConsumer<KafkaContext> = clients
-        .config
-        .clone()
-        .set("group.id", "fence-reader")
-        .set("enable.auto.commit", "false")
-        .set("isolation.level", "read_committed")
-        .set("enable.partition.eof", "true")
-        .create_with_context(clients.context.for_client())?;
-    serve_token(&consumer, timeout);
+    let consumer = reader(clients, Isolation::Committed)?;
+    serve_token(&consumer, left(deadline));
     let mut assignment = TopicPartitionList::new();
     assignment.add_partition_offset(topic, partition, Offset::Offset(start))?;
     consumer.assign(&assignment)?;
@@ -154,7 +147,10 @@ pub(crate) fn read_partition(
 }
 
 /// Waits until read_committed readers of the partition see through to the end it has now:
-/// every transaction before it is decided and its markers are in the log.
+/// every transaction before it is decided and its markers are in the log. Any producer's open
+/// transaction on the partition holds it back, until that producer ends it or the broker
+/// aborts it (its `transaction.timeout.ms`, checked every
+/// `transaction.abort.timed.out.transaction.cleanup.interval.ms`); past `timeout` it fails.
 pub(crate) fn settle(
     clients: &Clients,
     topic: &str,
@@ -163,13 +159,17 @@ pub(crate) fn settle(
 ) -> Result<(), KafkaFenceError> {
     let deadline = Instant::now() + timeout;
     let (_, end) = high_watermark(clients, topic, partition, timeout)?;
-    loop {
-        let (_, stable) = watermarks(clients, Isolation::Committed, topic, partition, timeout)?;
+    let committed = watermark_client(clients, Isolation::Committed, left(deadline))?;
+    let settled = loop {
+        let stable = match committed.fetch_watermarks(topic, partition, left(deadline)) {
+            Ok((_, stable)) => stable,
+            Err(error) => break Err(error.into()),
+        };
         if stable >= end {
-            return Ok(());
+            break Ok(());
         }
         if Instant::now() > deadline {
-            return Err(KafkaFenceError::ReadIncomplete {
+            break Err(KafkaFenceError::ReadIncomplete {
                 topic: topic.to_owned(),
                 partition,
                 reached: stable,
@@ -177,7 +177,16 @@ pub(crate) fn settle(
             });
         }
         std::thread::sleep(Duration::from_millis(5));
-    }
+    };
+    keep_watermark_client(clients, Isolation::Committed, committed, settled.is_ok());
+    settled
+}
+
+/// The time left until `deadline` (at least a millisecond: librdkafka reads 0 as "don't wait").
+fn left(deadline: Instant) -> Duration {
+    deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1))
 }
 
 /// The partition's log start and high watermark, asked with `read_uncommitted` isolation
@@ -189,7 +198,10 @@ fn high_watermark(
     partition: i32,
     timeout: Duration,
 ) -> Result<(i64, i64), KafkaError> {
-    watermarks(clients, Isolation::Uncommitted, topic, partition, timeout)
+    let consumer = watermark_client(clients, Isolation::Uncommitted, timeout)?;
+    let answer = consumer.fetch_watermarks(topic, partition, timeout);
+    keep_watermark_client(clients, Isolation::Uncommitted, consumer, answer.is_ok());
+    answer
 }
 
 /// Whether "the end" of a partition is its last stable offset or its high watermark.
@@ -199,44 +211,68 @@ enum Isolation {
     Uncommitted,
 }
 
-/// The partition's watermarks asked with `isolation`, on the kept client (see
-/// [`WatermarkClients`]) or a new one.
-fn watermarks(
+impl Isolation {
+    fn kept(self, clients: &Clients) -> &Mutex<Option<Arc<BaseConsumer<KafkaContext>>>> {
+        match self {
+            Isolation::Committed => &clients.watermarks.committed,
+            Isolation::Uncommitted => &clients.watermarks.uncommitted,
+        }
+    }
+}
+
+/// A consumer of the fence's reader configuration with `isolation`, that neither joins a group
+/// nor commits offsets.
+fn reader(
     clients: &Clients,
     isolation: Isolation,
-    topic: &str,
-    partition: i32,
+) -> Result<BaseConsumer<KafkaContext>, KafkaError> {
+    clients
+        .config
+        .clone()
+        .set("group.id", "fence-reader")
+        .set("enable.auto.commit", "false")
+        .set(
+            "isolation.level",
+            match isolation {
+                Isolation::Committed => "read_committed",
+                Isolation::Uncommitted => "read_uncommitted",
+            },
+        )
+        .create_with_context(clients.context.for_client())
+}
+
+/// The kept watermark client for `isolation` (see [`WatermarkClients`]), or a new one.
+fn watermark_client(
+    clients: &Clients,
+    isolation: Isolation,
     timeout: Duration,
-) -> Result<(i64, i64), KafkaError> {
-    let kept = match isolation {
-        Isolation::Committed => &clients.watermarks.committed,
-        Isolation::Uncommitted => &clients.watermarks.uncommitted,
-    };
-    let cached = kept.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    let consumer = match cached {
-        Some(consumer) => consumer,
-        None => {
-            let consumer: BaseConsumer<KafkaContext> = clients
-                .config
-                .clone()
-                .set("group.id", "fence-reader")
-                .set("enable.auto.commit", "false")
-                .set(
-                    "isolation.level",
-                    match isolation {
-                        Isolation::Committed => "read_committed",
-                        Isolation::Uncommitted => "read_uncommitted",
-                    },
-                )
-                .create_with_context(clients.context.for_client())?;
-            serve_token(&consumer, timeout);
-            Arc::new(consumer)
-        }
-    };
-    let answer = consumer.fetch_watermarks(topic, partition, timeout);
-    let keep = answer.is_ok() && !clients.context.has_oauth();
-    *kept.lock().unwrap_or_else(PoisonError::into_inner) = keep.then_some(consumer);
-    answer
+) -> Result<Arc<BaseConsumer<KafkaContext>>, KafkaError> {
+    let kept = isolation
+        .kept(clients)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    if let Some(consumer) = kept {
+        return Ok(consumer);
+    }
+    let consumer = reader(clients, isolation)?;
+    serve_token(&consumer, timeout);
+    Ok(Arc::new(consumer))
+}
+
+/// Keeps `consumer` for the next question when it answered (and no token provider is set),
+/// drops it otherwise: a client that failed may still name a dead leader.
+fn keep_watermark_client(
+    clients: &Clients,
+    isolation: Isolation,
+    consumer: Arc<BaseConsumer<KafkaContext>>,
+    answered: bool,
+) {
+    let keep = answered && !clients.context.has_oauth();
+    *isolation
+        .kept(clients)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = keep.then_some(consumer);
 }
 
 /// Serves librdkafka's first request for a SASL/OAUTHBEARER token on a consumer that is

@@ -48,9 +48,10 @@ pub enum KafkaFenceError {
     },
     /// A read could not reach the end of a partition (its high watermark when the read began)
     /// within the fence's timeout: an open transaction before the end holds read_committed
-    /// readers back (a holder that has not committed yet, for at most `transaction.timeout.ms`,
-    /// or a transaction whose commit markers a broker crash left unwritten), or the partition's
-    /// leader did not answer. Nothing was decided on a partial read; a retry can help.
+    /// readers back (a holder that has not committed yet, until it ends or the broker aborts
+    /// it after its `transaction.timeout.ms`, or a transaction whose commit markers a broker
+    /// crash left unwritten), or the partition's leader did not answer. Nothing was decided
+    /// on a partial read; a retry can help.
     #[error("could not read partition {partition} of `{topic}` to its end: read_committed reached offset {reached} of {end} (an open transaction before the end, or an unreachable leader); nothing was decided on a partial read, retry")]
     ReadIncomplete {
         /// The topic.
@@ -107,6 +108,10 @@ fn kind_of(error: &KafkaError) -> BackendErrorKind {
             return BackendErrorKind::Rejected
         }
         KafkaError::Canceled => return BackendErrorKind::Unavailable,
+        // A watermark or metadata request for a partition the fence placed by the counts it
+        // checked (the layout record): missing from librdkafka's metadata only while its
+        // leadership moves (measured with a partition leader killed).
+        KafkaError::MetadataFetch(C::UnknownPartition) => return BackendErrorKind::Unavailable,
         KafkaError::Transaction(e) if e.is_retriable() => return BackendErrorKind::Unavailable,
         _ => {}
     }
@@ -254,6 +259,7 @@ mod tests {
             RDKafkaErrorCode::NotLeaderForPartition,
             RDKafkaErrorCode::FencedLeaderEpoch,
             RDKafkaErrorCode::UnknownLeaderEpoch,
+            RDKafkaErrorCode::UnknownPartition,
         ] {
             let error = KafkaFenceError::Kafka(KafkaError::MetadataFetch(code));
             assert_eq!(error.kind(), BackendErrorKind::Unavailable, "{code:?}");

@@ -22,16 +22,27 @@ use fence_testkit::kafka_broker::KafkaCluster;
 /// One cluster at a time: three JVMs each are plenty for two cores.
 static ONE_CLUSTER: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// `transaction.state.log.num.partitions` of the test brokers (scripts/kafka/broker).
-const TRANSACTION_LOG_PARTITIONS: i32 = 8;
-
-/// The `__transaction_state` partition that coordinates `transactional_id`: Kafka's
-/// `Utils.abs(id.hashCode()) % partitions`, with Java's string hash over UTF-16 units.
-fn coordinator_partition(transactional_id: &str) -> i32 {
+/// The `__transaction_state` partition of `partitions` that coordinates `transactional_id`:
+/// Kafka's `Utils.abs(id.hashCode()) % partitions`, with Java's string hash over UTF-16 units
+/// (`Utils.abs` is the absolute value, 0 for `Integer.MIN_VALUE`).
+fn coordinator_partition(transactional_id: &str, partitions: i32) -> i32 {
     let hash = transactional_id.encode_utf16().fold(0i32, |h, unit| {
         h.wrapping_mul(31).wrapping_add(i32::from(unit))
     });
-    (hash & 0x7fff_ffff) % TRANSACTION_LOG_PARTITIONS
+    hash.checked_abs().unwrap_or(0) % partitions
+}
+
+#[test]
+fn coordinator_partitions_follow_javas_string_hash() {
+    // Java: "orders".hashCode() == -1008770331, "fence:a".hashCode() == -967725224: negative,
+    // where masking the sign bit would pick another partition.
+    assert_eq!(coordinator_partition("orders", 8), 1_008_770_331 % 8);
+    assert_eq!(coordinator_partition("fence:a", 50), 967_725_224 % 50);
+    assert_ne!(
+        coordinator_partition("orders", 8),
+        (-1_008_770_331i32 & 0x7fff_ffff) % 8
+    );
+    assert_eq!(coordinator_partition("", 8), 0);
 }
 
 /// The node leading `partition` of `topic` now (waits while it has none).
@@ -168,13 +179,7 @@ fn zombie_with_open_transaction(
 
 /// A fence on `topic` of the cluster, as a separate process would open it.
 fn process(config: &ClientConfig, topic: &str) -> KafkaFence {
-    KafkaFence::builder(config.clone())
-        .data_topic(topic)
-        .ledger_topic(format!("{topic}-ledger"))
-        .transactional_id_prefix(format!("{topic}-"))
-        .timeout(Duration::from_secs(20))
-        .build()
-        .unwrap()
+    support::fence_builder(config, topic).build().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -190,7 +195,11 @@ async fn killing_the_transaction_coordinators_leader_keeps_the_zombie_out() {
     let domain = Domain::new("orders").unwrap();
     owner.claim(&domain, t(5)).await.unwrap();
     owner.append(&batch(&domain, 5, "a-1")).await.unwrap();
-    let coordinator = coordinator_partition(&owner.transactional_id(&domain));
+    let partitions = cluster
+        .property("transaction.state.log.num.partitions")
+        .and_then(|n| n.parse().ok())
+        .expect("the transaction log's partition count");
+    let coordinator = coordinator_partition(&owner.transactional_id(&domain), partitions);
     let partition = owner.data_partition(&domain).await.unwrap();
 
     // Between a zombie's produce and its commit: the coordinator's leader dies, and the owner

@@ -28,11 +28,7 @@ impl LogHarness for Kafka {
     fn holder(&self) -> Arc<dyn FencedLog> {
         let fence = self.fence.lock().expect("lock").clone();
         Arc::new(
-            KafkaFence::builder(support::client_config(&self.bootstrap))
-                .data_topic(fence.data_topic())
-                .ledger_topic(format!("{}-ledger", fence.data_topic()))
-                .transactional_id_prefix(format!("{}-", fence.data_topic()))
-                .timeout(std::time::Duration::from_secs(20))
+            support::fence_builder(&support::client_config(&self.bootstrap), fence.data_topic())
                 .build()
                 .expect("valid configuration"),
         )

@@ -8,11 +8,8 @@
 //! mark is now acknowledged only once its markers are in the ledger partition.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Duration;
-
 use fence_conformance::services::token as t;
 use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, Record};
-use fence_kafka::KafkaFence;
 use fence_testkit::kafka as support;
 use fence_testkit::kafka_broker::KafkaServer;
 
@@ -23,15 +20,8 @@ async fn a_claim_acknowledged_just_before_a_crash_stays_in_force() {
     };
     let owner = support::fence_on(&server.bootstrap(), "claim-crash").await;
     let topic = owner.data_topic().to_owned();
-    let process = || {
-        KafkaFence::builder(support::client_config(&server.bootstrap()))
-            .data_topic(&topic)
-            .ledger_topic(format!("{topic}-ledger"))
-            .transactional_id_prefix(format!("{topic}-"))
-            .timeout(Duration::from_secs(20))
-            .build()
-            .unwrap()
-    };
+    let config = support::client_config(&server.bootstrap());
+    let process = || support::fence_builder(&config, &topic).build().unwrap();
     for round in 0..3u64 {
         let domain = Domain::new(format!("claimed-{round}")).unwrap();
         owner.claim(&domain, t(9)).await.unwrap();

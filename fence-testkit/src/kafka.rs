@@ -122,13 +122,20 @@ pub async fn fresh_topic(test: &str, partitions: i32) -> Option<(ClientConfig, S
     Some((config, topic))
 }
 
-/// A fence on `topic` (each call is a separate client, like a separate process).
-pub async fn fence_on_topic(config: &ClientConfig, topic: &str) -> KafkaFence {
+/// A fence builder on `topic` with the tests' naming (ledger `<topic>-ledger`, transactional
+/// ids under `<topic>-`) and a 20 s timeout: each fence built is a separate client, like a
+/// separate process, with nothing cached.
+pub fn fence_builder(config: &ClientConfig, topic: &str) -> fence_kafka::KafkaFenceBuilder {
     KafkaFence::builder(config.clone())
         .data_topic(topic)
         .ledger_topic(format!("{topic}-ledger"))
         .transactional_id_prefix(format!("{topic}-"))
         .timeout(Duration::from_secs(20))
+}
+
+/// A fence on `topic`, connected (see [`fence_builder`]).
+pub async fn fence_on_topic(config: &ClientConfig, topic: &str) -> KafkaFence {
+    fence_builder(config, topic)
         .connect()
         .await
         .expect("connect to the broker")
@@ -139,14 +146,7 @@ pub async fn fence_on(bootstrap: &str, name: &str) -> KafkaFence {
     let config = client_config(bootstrap);
     let data = unique(name);
     create_topic(&config, &data).await;
-    KafkaFence::builder(config)
-        .data_topic(&data)
-        .ledger_topic(format!("{data}-ledger"))
-        .transactional_id_prefix(format!("{data}-"))
-        .timeout(Duration::from_secs(20))
-        .connect()
-        .await
-        .expect("connect to the broker")
+    fence_on_topic(&config, &data).await
 }
 
 /// A fence on fresh topics of the shared broker; `None` (loud skip) when it is absent.

@@ -534,6 +534,17 @@ impl KafkaCluster {
         self.node(id).process.signal(signal);
     }
 
+    /// A server property as `scripts/kafka/broker` wrote it for node 1 (every node has the
+    /// same but for its ports), e.g. `transaction.state.log.num.partitions`.
+    pub fn property(&self, key: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.node(1).process.dir().join("server.properties"))
+            .expect("the node's server.properties");
+        text.lines()
+            .rev()
+            .find_map(|line| line.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_owned)
+    }
+
     /// The `transaction.version` the cluster finalized (read from node 1's log).
     pub fn transaction_version(&self) -> u8 {
         wait_for_features(&self.node(1).server_log())

@@ -13,28 +13,30 @@ kafka_dir="$FENCE_SERVICES_DIR/kafka"
 export FENCE_KAFKA_BOOTSTRAP="127.0.0.1:$KAFKA_PORT"
 export FENCE_KAFKA_V1_BOOTSTRAP="127.0.0.1:$KAFKA_V1_PORT"
 
-# Starts the shared broker named $1 on port $2 (controller on $2+1), transaction protocol $3.
+# Starts the shared broker named $1 on port $2 (controller on $2+1), transaction protocol $3,
+# and checks, from the broker's own log, the protocol its controller finalized (a broker
+# already answering on the port is reused only if it is ours and formatted the same way).
 kafka_start_one() {
-  local name=$1 port=$2 version=$3 dir="$kafka_dir/$1"
+  local name=$1 port=$2 version=$3 dir="$kafka_dir/$1" started=$SECONDS
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "a broker already listens on 127.0.0.1:$port; reusing it"
-    return 0
+  else
+    mkdir -p "$dir"
+    setsid "$services_root/scripts/kafka/broker" --dir "$dir" --node 1 --port "$port" \
+      --controller-port $((port + 1)) --transaction-version "$version" \
+      >"$dir/stdout.log" 2>&1 </dev/null &
+    echo $! >"$dir/broker.pid"
+    wait_for_port "$port" 60 || { tail -20 "$dir/stdout.log" "$dir/server.log" >&2; return 1; }
   fi
-  mkdir -p "$dir"
-  local started=$SECONDS
-  setsid "$services_root/scripts/kafka/broker" --dir "$dir" --node 1 --port "$port" \
-    --controller-port $((port + 1)) --transaction-version "$version" \
-    >"$dir/stdout.log" 2>&1 </dev/null &
-  echo $! >"$dir/broker.pid"
-  wait_for_port "$port" 60 || { tail -20 "$dir/stdout.log" "$dir/server.log" >&2; return 1; }
-  # What the controller finalized, from the broker's own log: the protocol the suite names.
   local i
   for ((i = 0; i < 100; i++)); do
     grep -q "finalizedFeatures=.*transaction.version=$version" "$dir/server.log" 2>/dev/null && break
     sleep 0.1
   done
-  grep -q "finalizedFeatures=.*transaction.version=$version" "$dir/server.log" ||
-    { echo "kafka $name did not finalize transaction.version=$version" >&2; return 1; }
+  grep -q "finalizedFeatures=.*transaction.version=$version" "$dir/server.log" 2>/dev/null || {
+    echo "the broker on 127.0.0.1:$port did not finalize transaction.version=$version (see $dir/server.log); stop it" >&2
+    return 1
+  }
   echo "kafka $name (Apache Kafka, transaction.version=$version): 127.0.0.1:$port in $((SECONDS - started)) s"
 }
 
