@@ -46,18 +46,35 @@ async fn standalone_redis_holds_under_torture() {
         .connect()
         .await
         .unwrap();
-    let faults = ProxyFaults::new(proxy)
-        .with_server(Arc::new(Standalone(server)))
-        .with_pauses();
-    let target = Target::new(
-        Arc::new(fence.clone()),
-        Arc::new(fence.leases()),
-        Domain::new("torture/redis").unwrap(),
-    )
-    .with_faults(Arc::new(faults));
-    let profile = support::profile(support::seed(21), TTL, true);
-    let run = engine::run(&profile, &target).await;
-    support::verify("redis", &run, true);
+    let faults: Arc<ProxyFaults> = Arc::new(
+        ProxyFaults::new(proxy)
+            .with_server(Arc::new(Standalone(server)))
+            .with_pauses(),
+    );
+    // Redis answers in microseconds, so a bounded run's few faults can all land between
+    // operations (seen: seed 21, 9 cuts, nothing ambiguous). Such a run, if it holds, proves
+    // little: the next seed follows on a fresh domain, at most three runs, each checked in full.
+    let first = support::seed(21);
+    for attempt in 0..3u64 {
+        let target = Target::new(
+            Arc::new(fence.clone()),
+            Arc::new(fence.leases()),
+            Domain::new(format!("torture/redis-{attempt}")).unwrap(),
+        )
+        .with_faults(faults.clone());
+        let profile = support::profile(first + attempt, TTL, true);
+        let run = engine::run(&profile, &target).await;
+        let report = fence_torture::check(&run.history);
+        if attempt < 2 && report.holds() && report.ambiguity.total == 0 {
+            println!(
+                "redis: seed {} made nothing ambiguous; the next seed runs",
+                first + attempt
+            );
+            continue;
+        }
+        support::verify("redis", &run, true);
+        return;
+    }
 }
 
 /// Kills every node of the cluster and starts them again (their AOF keeps the marks).
