@@ -11,6 +11,7 @@ use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
+use crate::cluster::Cluster;
 use crate::connection::Connection;
 use crate::error::map_error;
 use crate::fence::Connector;
@@ -385,7 +386,7 @@ impl RedisFenceBuilder {
                 None,
             ),
             Some(Target::ClusterConnection(connection)) => (
-                OnceCell::new_with(Some(Connection::Cluster(connection))),
+                OnceCell::new_with(Some(Connection::Cluster(Cluster::fixed(connection)))),
                 None,
             ),
         };

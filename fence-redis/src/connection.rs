@@ -5,10 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
+use crate::cluster::Cluster;
 use crate::error::never_sent;
 use crate::scripts::LuaScript;
 use crate::sentinel::{refused_as_replica, SentinelMaster};
@@ -19,7 +19,7 @@ use crate::sentinel::{refused_as_replica, SentinelMaster};
 pub(crate) enum Connection {
     Standalone(ConnectionManager),
     Sentinel(Arc<SentinelMaster>),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Cluster>),
 }
 
 /// How often a request that provably never reached the server is sent again.
@@ -46,8 +46,15 @@ impl Connection {
                     .run(|mut conn| async move { cmd.query_async(&mut conn).await })
                     .await
             }
-            Connection::Cluster(conn) => {
-                resend_unsent(|| async { cmd.query_async(&mut conn.clone()).await }).await
+            Connection::Cluster(cluster) => {
+                resend_unsent(|| async {
+                    let answer = cmd.query_async(&mut cluster.connection()).await;
+                    if let Err(error) = &answer {
+                        cluster.failed(error);
+                    }
+                    answer
+                })
+                .await
             }
         }
     }
@@ -136,9 +143,9 @@ impl Connection {
         let mut results = match self {
             Connection::Standalone(conn) => resend_unsent(|| pipelined(conn.clone())).await?,
             Connection::Sentinel(master) => master.run(pipelined).await?,
-            Connection::Cluster(conn) => {
+            Connection::Cluster(cluster) => {
                 return self
-                    .eval_then_wait_on_cluster(conn, call, keys, wait_cmd)
+                    .eval_then_wait_on_cluster(cluster, call, keys, wait_cmd)
                     .await
             }
         };
@@ -156,7 +163,7 @@ impl Connection {
     /// On a cluster, `WAIT` goes to the master of the script's slot right after the script.
     async fn eval_then_wait_on_cluster(
         &self,
-        conn: &ClusterConnection,
+        cluster: &Arc<Cluster>,
         call: Cmd,
         keys: &[String],
         wait_cmd: Cmd,
@@ -169,14 +176,17 @@ impl Connection {
         };
         let key = keys.first().map(String::as_str).unwrap_or_default();
         let route = Route::with_key(key, SlotAddr::Master);
-        let waited = conn
-            .clone()
+        let waited = cluster
+            .connection()
             .route_command(
                 wait_cmd,
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
             )
-            .await
-            .and_then(|v| redis::from_redis_value(v).map_err(Into::into));
+            .await;
+        if let Err(error) = &waited {
+            cluster.failed(error);
+        }
+        let waited = waited.and_then(|v| redis::from_redis_value(v).map_err(Into::into));
         Ok((Ok(value), Some(waited)))
     }
 }

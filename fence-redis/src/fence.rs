@@ -16,6 +16,7 @@ use redis::cluster::ClusterClient;
 use redis::Value;
 use tokio::sync::OnceCell;
 
+use crate::cluster::Cluster;
 use crate::config::RedisFenceBuilder;
 use crate::connection::{Connection, Waited};
 use crate::envelope::{Answer, Envelope};
@@ -83,7 +84,7 @@ impl RedisFence {
                     Some(Connector::Cluster(client)) => client
                         .get_async_connection()
                         .await
-                        .map(Connection::Cluster)
+                        .map(|conn| Connection::Cluster(Cluster::reopenable(conn, client.clone())))
                         .map_err(backend_error),
                     None => Err(error::backend_error(
                         domain,

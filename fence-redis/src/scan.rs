@@ -37,8 +37,8 @@ impl RedisFence {
                     .arg("COUNT")
                     .arg(1000);
                 let value = match (&connection, &node) {
-                    (Connection::Cluster(conn), Some((host, port))) => conn
-                        .clone()
+                    (Connection::Cluster(cluster), Some((host, port))) => cluster
+                        .connection()
                         .route_command(
                             cmd,
                             RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {

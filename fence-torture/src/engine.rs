@@ -119,6 +119,8 @@ pub struct Run {
     pub history: History,
     /// The faults injected.
     pub injected: Injected,
+    /// Why the state could not be read after the run, when it could not.
+    pub final_read_error: Option<String>,
 }
 
 /// What a run's workers write to.
@@ -255,6 +257,7 @@ pub async fn run(profile: &Profile, target: &Target) -> Run {
             ..History::default()
         },
         injected: Injected::default(),
+        final_read_error: None,
     };
     let (stop, stopped) = watch::channel(false);
     let injector = target
@@ -308,15 +311,17 @@ pub async fn run(profile: &Profile, target: &Target) -> Run {
         tokio::time::sleep(profile.operation_timeout).await;
     }
     match &target.subject {
-        Subject::Register(_) => {
-            run.history.final_state = final_read(&target.subject, &target.domain).await.ok();
-        }
-        Subject::Log(log) => {
-            if let Some((mark, log)) = settled_log(&target.subject, &**log, &target.domain).await {
+        Subject::Register(_) => match final_read(&target.subject, &target.domain).await {
+            Ok(state) => run.history.final_state = Some(state),
+            Err(error) => run.final_read_error = Some(error.to_string()),
+        },
+        Subject::Log(log) => match settled_log(&target.subject, &**log, &target.domain).await {
+            Ok((mark, log)) => {
                 run.history.final_state = Some(mark);
                 run.history.final_log = Some(log);
             }
-        }
+            Err(error) => run.final_read_error = Some(error.to_string()),
+        },
     }
     run
 }
@@ -328,18 +333,22 @@ async fn settled_log(
     subject: &Subject,
     log: &dyn FencedLog,
     domain: &Domain,
-) -> Option<((Option<u64>, SeenEntry), Vec<LoggedRecord>)> {
-    let mut before = final_log(log, domain).await.ok()?;
+) -> Result<((Option<u64>, SeenEntry), Vec<LoggedRecord>), String> {
+    let mut before = final_log(log, domain).await.map_err(|e| e.to_string())?;
     for _ in 0..MAX_RETRIES {
-        let mark = final_read(subject, domain).await.ok()?;
-        let after = final_log(log, domain).await.ok()?;
+        let mark = final_read(subject, domain)
+            .await
+            .map_err(|e| e.to_string())?;
+        let after = final_log(log, domain).await.map_err(|e| e.to_string())?;
         if after == before {
-            return Some((mark, after));
+            return Ok((mark, after));
         }
         before = after;
         tokio::time::sleep(RETRY_BACKOFF.delay(0)).await;
     }
-    None
+    Err(format!(
+        "the log changed between every pair of reads ({MAX_RETRIES} tries)"
+    ))
 }
 
 /// A worker that could not run: recorded so the run's report shows it.

@@ -94,7 +94,10 @@ pub(crate) fn verify(backend: &str, run: &Run, expect_faults: bool) {
     // A run that never overlapped owners, or injected nothing, proves little.
     assert!(
         run.history.final_state.is_some(),
-        "{backend}: the final read failed"
+        "{backend}: the final read failed: {}",
+        run.final_read_error
+            .as_deref()
+            .unwrap_or("no error recorded")
     );
     assert!(
         report.fenced > 0,
