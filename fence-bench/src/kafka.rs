@@ -108,6 +108,9 @@ struct Case {
     extra: Extra,
     rounds: usize,
     batch: usize,
+    /// Transactions in flight at once: each on its own domain (fenced) or its own
+    /// transactional producer (plain), as a producer runs one transaction at a time.
+    concurrency: usize,
 }
 
 async fn run_cases() -> Result<Vec<Row>, String> {
@@ -122,30 +125,49 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             extra: Extra::Nothing,
             rounds: 6,
             batch: 10,
+            concurrency: 1,
         },
         Case {
             records: 100,
             extra: Extra::Nothing,
             rounds: 4,
             batch: 5,
+            concurrency: 1,
         },
         Case {
             records: 1000,
             extra: Extra::Nothing,
             rounds: 3,
             batch: 2,
+            concurrency: 1,
         },
         Case {
             records: 1,
             extra: Extra::OpId,
             rounds: 6,
             batch: 10,
+            concurrency: 1,
         },
         Case {
             records: 1,
             extra: Extra::NewToken,
             rounds: 6,
             batch: 10,
+            concurrency: 1,
+        },
+        Case {
+            records: 1,
+            extra: Extra::Nothing,
+            rounds: 4,
+            batch: 16,
+            concurrency: 4,
+        },
+        Case {
+            records: 1,
+            extra: Extra::Nothing,
+            rounds: 3,
+            batch: 32,
+            concurrency: 16,
         },
     ];
     let mut rows = Vec::new();
@@ -174,28 +196,41 @@ async fn run_case(
         .connect()
         .await
         .map_err(|e| e.to_string())?;
-    let domain = Domain::new("bench/partition-0").map_err(|e| e.to_string())?;
-    fence
-        .claim(&domain, FencingToken::MIN)
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut domains = Vec::with_capacity(case.concurrency);
+    for slot in 0..case.concurrency {
+        let domain = Domain::new(format!("bench/partition-{slot}")).map_err(|e| e.to_string())?;
+        fence
+            .claim(&domain, FencingToken::MIN)
+            .await
+            .map_err(|e| e.to_string())?;
+        domains.push(domain);
+    }
+    let domains = Arc::new(domains);
     let values: Arc<Vec<Bytes>> = Arc::new(
         (0..case.records)
             .map(|_| Bytes::from(vec![b'k'; 1024]))
             .collect(),
     );
-    let producer: ThreadedProducer<DefaultProducerContext> = config
-        .clone()
-        .set("transactional.id", format!("bench-plain-{run}-{index}"))
-        .set("linger.ms", "2")
-        .create()
-        .map_err(|e| e.to_string())?;
-    let producer = Arc::new(producer);
-    let init = producer.clone();
-    tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(30)))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
+    let mut producers = Vec::with_capacity(case.concurrency);
+    for slot in 0..case.concurrency {
+        let producer: ThreadedProducer<DefaultProducerContext> = config
+            .clone()
+            .set(
+                "transactional.id",
+                format!("bench-plain-{run}-{index}-{slot}"),
+            )
+            .set("linger.ms", "2")
+            .create()
+            .map_err(|e| e.to_string())?;
+        let producer = Arc::new(producer);
+        let init = producer.clone();
+        tokio::task::spawn_blocking(move || init.init_transactions(Duration::from_secs(30)))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        producers.push(producer);
+    }
+    let producers = Arc::new(producers);
 
     let before = (
         end_offsets(config, &topic)?,
@@ -205,12 +240,12 @@ async fn run_case(
     let plan = Plan {
         rounds: case.rounds,
         batch: case.batch,
-        concurrency: 1,
+        concurrency: case.concurrency,
         group: 1,
     };
-    let (f, d, v, extra) = (fence.clone(), domain.clone(), values.clone(), case.extra);
+    let (f, d, v, extra) = (fence.clone(), domains.clone(), values.clone(), case.extra);
     let next_token = Arc::new(AtomicU64::new(FencingToken::MIN.get()));
-    let (p, t, v2) = (producer.clone(), plain_topic.clone(), values.clone());
+    let (p, t, v2) = (producers.clone(), plain_topic.clone(), values.clone());
     let (fenced, unfenced) = compare(
         plan,
         probe,
@@ -222,7 +257,8 @@ async fn run_case(
                 }
                 _ => Ok(FencingToken::MIN),
             };
-            let (fence, domain) = (f.clone(), d.clone());
+            // Task `t` always gets indexes ≡ t (mod concurrency): one domain per task.
+            let (fence, domain) = (f.clone(), d[i % d.len()].clone());
             async move {
                 let token = token.map_err(|e| e.to_string())?;
                 let mut request = AppendRequest::new(domain, token, batch);
@@ -241,8 +277,8 @@ async fn run_case(
                 appended.map_err(|e| e.to_string())
             }
         },
-        move |_| {
-            let (producer, topic, values) = (p.clone(), t.clone(), v2.clone());
+        move |i| {
+            let (producer, topic, values) = (p[i % p.len()].clone(), t.clone(), v2.clone());
             async move {
                 tokio::task::spawn_blocking(move || plain_transaction(&producer, &topic, &values))
                     .await
@@ -267,7 +303,7 @@ async fn run_case(
             "transactional produce, 1 record/txn under a new token (a takeover each)".to_owned()
         }
     };
-    let mut row = Row::new("kafka", label, 1, &fenced, &unfenced);
+    let mut row = Row::new("kafka", label, case.concurrency, &fenced, &unfenced);
     let figures = &mut row.figures;
     figures.insert(
         "data offsets per txn, fenced".into(),
@@ -281,7 +317,7 @@ async fn run_case(
         "data offsets per txn, plain".into(),
         (after.2 - before.2) as f64 / txns,
     );
-    if case.records == 1 {
+    if case.records == 1 && case.concurrency == 1 {
         let records = fence
             .read_committed(0, before.0)
             .await

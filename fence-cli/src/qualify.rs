@@ -378,7 +378,8 @@ async fn preflight(target: &Target, fresh: &Subject) -> Result<(), Refusal> {
     }
 }
 
-/// The verdict per property, the figures, and the exit code (0 qualified, 8 not).
+/// The verdict per property, the figures, and the exit code (0 qualified, 8 not, 9
+/// inconclusive).
 fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture::Run) -> Report {
     let violated = checked.violated();
     let mut lines = vec![format!(
@@ -411,17 +412,22 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
         .filter(|p| applies(backend, **p))
         .map(|p| {
             let holds = !violated.contains(p);
-            lines.push(format!(
-                "  {:<8} {}",
-                if holds { "holds" } else { "VIOLATED" },
-                p.name()
-            ));
-            json!({ "property": p.name(), "holds": holds })
+            // Unsearched windows leave linearizability unproven, not holding.
+            let unproven = holds
+                && *p == fence_torture::Property::NotLinearizable
+                && checked.windows_skipped > 0;
+            let word = match (holds, unproven) {
+                (false, _) => "VIOLATED",
+                (true, true) => "inconclusive",
+                (true, false) => "holds",
+            };
+            lines.push(format!("  {word:<12} {}", p.name()));
+            json!({ "property": p.name(), "holds": holds && !unproven, "verdict": word.to_lowercase() })
         })
         .collect();
     if checked.windows_skipped > 0 {
         lines.push(format!(
-            "  ({} of {} windows too large for the linearizability search: not checked)",
+            "  ({} of {} windows not searched for linearizability: too large for the search, or with no known start state)",
             checked.windows_skipped,
             checked.windows_checked + checked.windows_skipped
         ));
@@ -431,10 +437,9 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
         && checked.accepted > 0
         && run.history.final_state.is_some()
         && (backend != Backend::Kafka || run.history.final_log.is_some());
-    let qualified = checked.holds() && exercised;
-    let verdict = match (checked.holds(), exercised) {
-        (true, true) => "qualified",
-        (true, false) => "inconclusive",
+    let verdict = match (checked.verdict(), exercised) {
+        (fence_torture::Verdict::Holds, true) => "qualified",
+        (fence_torture::Verdict::Holds | fence_torture::Verdict::Inconclusive, _) => "inconclusive",
         _ => "not qualified",
     };
     lines.push(format!("verdict: {verdict}"));
@@ -461,10 +466,10 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
         "windows_skipped": checked.windows_skipped,
         "verdict": verdict,
     });
-    if qualified {
-        Report::done(json, lines.join("\n"))
-    } else {
-        Report::not_qualified(json, lines.join("\n"))
+    match verdict {
+        "qualified" => Report::done(json, lines.join("\n")),
+        "inconclusive" => Report::inconclusive(json, lines.join("\n")),
+        _ => Report::not_qualified(json, lines.join("\n")),
     }
 }
 
@@ -472,4 +477,66 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
 fn applies(backend: Backend, property: fence_torture::Property) -> bool {
     use fence_torture::Property::{FencedVisible, LogOrder};
     backend == Backend::Kafka || !matches!(property, LogOrder | FencedVisible)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::Exit;
+    use fence_torture::{History, SeenEntry, Violation};
+
+    /// A run that accepted and refused, with its final state read.
+    fn exercised() -> (Checked, fence_torture::Run) {
+        let checked = Checked {
+            operations: 10,
+            accepted: 4,
+            fenced: 3,
+            windows_checked: 2,
+            ..Checked::default()
+        };
+        let run = fence_torture::Run {
+            seed: 1,
+            history: History {
+                final_state: Some((Some(3), SeenEntry::Absent)),
+                ..History::default()
+            },
+            injected: fence_torture::Injected::default(),
+            final_read_error: None,
+        };
+        (checked, run)
+    }
+
+    fn linearizable(json: &Value) -> &Value {
+        json["properties"]
+            .as_array()
+            .and_then(|all| {
+                all.iter()
+                    .find(|p| p["property"] == fence_torture::Property::NotLinearizable.name())
+            })
+            .unwrap_or(&Value::Null)
+    }
+
+    #[test]
+    fn unsearched_windows_are_inconclusive_not_qualified() {
+        let (mut checked, run) = exercised();
+        let proven = verdict(Backend::Redis, "test", &checked, &run);
+        assert_eq!(proven.exit(), Exit::Done);
+        assert_eq!(linearizable(proven.json())["verdict"], "holds");
+
+        checked.windows_skipped = 1;
+        let unproven = verdict(Backend::Redis, "test", &checked, &run);
+        assert_eq!(unproven.exit(), Exit::Inconclusive);
+        assert_eq!(unproven.json()["verdict"], "inconclusive");
+        assert_eq!(linearizable(unproven.json())["verdict"], "inconclusive");
+        assert_eq!(linearizable(unproven.json())["holds"], false);
+
+        checked.violations.push(Violation {
+            property: fence_torture::Property::NotLinearizable,
+            detail: "no order explains the window".into(),
+            window: Vec::new(),
+        });
+        let violated = verdict(Backend::Redis, "test", &checked, &run);
+        assert_eq!(violated.exit(), Exit::NotQualified);
+        assert_eq!(linearizable(violated.json())["verdict"], "violated");
+    }
 }

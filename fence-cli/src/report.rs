@@ -24,8 +24,11 @@ pub(crate) enum Exit {
     Unavailable = 6,
     /// The request was sent and its outcome is unknown.
     Ambiguous = 7,
-    /// `qualify`: the endpoint was refused, or a property failed, or the run was inconclusive.
+    /// `qualify`: the endpoint was refused, or a property failed.
     NotQualified = 8,
+    /// `qualify`: nothing failed, but the run did not prove the properties (nothing refused or
+    /// accepted, the final state unread, or windows the linearizability search left unsearched).
+    Inconclusive = 9,
 }
 
 /// A command's result: JSON for `--json`, text for people, and the exit code.
@@ -63,6 +66,28 @@ impl Report {
     pub(crate) fn not_qualified(json: Value, text: String) -> Self {
         Report {
             exit: Exit::NotQualified,
+            json,
+            text,
+            error: false,
+        }
+    }
+
+    /// The exit code it will end with.
+    #[cfg(test)]
+    pub(crate) fn exit(&self) -> Exit {
+        self.exit
+    }
+
+    /// The JSON document it prints with `--json`.
+    #[cfg(test)]
+    pub(crate) fn json(&self) -> &Value {
+        &self.json
+    }
+
+    /// `qualify`'s verdict when nothing failed but nothing was proven either.
+    pub(crate) fn inconclusive(json: Value, text: String) -> Self {
+        Report {
+            exit: Exit::Inconclusive,
             json,
             text,
             error: false,
@@ -114,7 +139,7 @@ impl Report {
             Exit::Unavailable => "unavailable",
             Exit::Ambiguous => "ambiguous",
             Exit::Usage => "invalid_input",
-            Exit::Done | Exit::Failed | Exit::NotQualified => "failed",
+            Exit::Done | Exit::Failed | Exit::NotQualified | Exit::Inconclusive => "failed",
         };
         let retryable = error.is_retryable();
         let mut text = error.to_string();

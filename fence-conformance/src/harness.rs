@@ -30,6 +30,13 @@ pub trait StoreHarness: Send + Sync {
         None
     }
 
+    /// The scenarios this adapter declares not applicable, each with why: the one reviewed
+    /// list per adapter. A scenario that answers not-applicable without being listed here
+    /// fails, and so does a listed one that runs and passes (the list must stay true).
+    fn not_applicable(&self) -> NotApplicable {
+        &[]
+    }
+
     /// Concurrent writers in the race scenarios (at least 8 unless the backend slows losers
     /// heavily, as SeaweedFS does).
     fn race_writers(&self) -> usize {
@@ -41,6 +48,9 @@ pub trait StoreHarness: Send + Sync {
         25
     }
 }
+
+/// Scenarios declared not applicable: (scenario name, why).
+pub type NotApplicable = &'static [(&'static str, &'static str)];
 
 /// A log under test, plus the hooks some scenarios need.
 #[async_trait]
@@ -63,6 +73,12 @@ pub trait LogHarness: Send + Sync {
     /// [`StoreHarness::unreachable_store`]).
     fn unreachable_log(&self) -> Option<Arc<dyn FencedLog>> {
         None
+    }
+
+    /// The scenarios this adapter declares not applicable, each with why (see
+    /// [`StoreHarness::not_applicable`]).
+    fn not_applicable(&self) -> NotApplicable {
+        &[]
     }
 
     /// Concurrent appenders in the race scenario.

@@ -228,7 +228,10 @@ pub async fn guard_renews_waits_and_signals_loss(leases: Arc<dyn LeaseManager>, 
     assert!(started.elapsed() >= waited, "B waited its deadline");
 
     let b = acquired_after_release(
-        leases.clone(),
+        Arc::new(CountingAcquires {
+            inner: leases.clone(),
+            acquires: AtomicUsize::new(0),
+        }),
         domain,
         ttl,
         Duration::from_millis(200),
@@ -252,8 +255,9 @@ pub async fn guard_renews_waits_and_signals_loss(leases: Arc<dyn LeaseManager>, 
 
 /// A waiting acquirer is woken by the release, not by polling (for backends that override
 /// [`LeaseManager::wait_for_release`] with a notification): while A holds the fresh `domain`
-/// for 1.5 s, B's guard, waiting up to 10 s, tries to acquire at most three times, and gets the
-/// lease within a second of A's release.
+/// for 1.5 s, B's guard, waiting up to 10 s, tries to acquire twice (once before, once after
+/// the release), and gets the lease within 500 ms of A's release: a waiter polling even every
+/// 750 ms tries at least three times.
 pub async fn waiting_is_notified(leases: Arc<dyn LeaseManager>, domain: &Domain) {
     let counting = Arc::new(CountingAcquires {
         inner: leases.clone(),
@@ -270,23 +274,24 @@ pub async fn waiting_is_notified(leases: Arc<dyn LeaseManager>, domain: &Domain)
         long,
         Duration::from_millis(1500),
         leases.release(&a),
-        Duration::from_secs(1),
+        Duration::from_millis(500),
     )
     .await;
     let attempts = counting.acquires.load(Ordering::SeqCst);
     assert!(
-        attempts <= 3,
-        "B tried {attempts} times in 1.5 s: it polled instead of being notified"
+        attempts <= 2,
+        "B tried {attempts} times over a 1.5 s hold: it polled instead of being notified"
     );
     b.release()
         .await
         .unwrap_or_else(|e| panic!("B releases: {e}"));
 }
 
-/// B's guard (TTL `ttl`) waits up to 10 s for `domain`; after `hold`, A's lease is released by
-/// `release`, and B must hold the lease within `within` of it.
+/// B's guard (TTL `ttl`) waits up to 10 s for `domain`; once B has tried and is waiting, A
+/// keeps its lease for `hold`, then releases it by `release`, and B must hold the lease within
+/// `within` of the release.
 async fn acquired_after_release(
-    waiter: Arc<dyn LeaseManager>,
+    waiter: Arc<CountingAcquires>,
     domain: &Domain,
     ttl: Duration,
     hold: Duration,
@@ -294,12 +299,17 @@ async fn acquired_after_release(
     within: Duration,
 ) -> LeaseGuard {
     let waiting = tokio::spawn({
-        let domain = domain.clone();
+        let (domain, waiter) = (domain.clone(), waiter.clone());
         async move {
             let options = LeaseOptions::new(ttl).wait(Duration::from_secs(10));
             LeaseGuard::acquire(waiter, &domain, &owner("b"), options).await
         }
     });
+    crate::wait::until("B tried once and waits", Duration::from_secs(10), || {
+        waiter.acquires.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    // A holds on while B waits: the time in which a polling waiter would try again.
     tokio::time::sleep(hold).await;
     let released = Instant::now();
     release.await.unwrap_or_else(|e| panic!("A releases: {e}"));

@@ -18,7 +18,7 @@ pub mod services;
 pub mod store;
 pub mod wait;
 
-pub use harness::{LogHarness, StoreHarness};
+pub use harness::{LogHarness, NotApplicable, StoreHarness};
 pub use namespace::Namespace;
 pub use scenario::{report, Failure, ScenarioResult, Verdict};
 
@@ -40,7 +40,7 @@ pub mod __private {
 #[macro_export]
 macro_rules! store_conformance {
     ($make:path) => {
-        $crate::__scenario_tests!(store, $make;
+        $crate::__scenario_tests!(store, $crate::StoreHarness, $make;
             newer_token_is_accepted,
             older_token_is_fenced,
             equal_token_same_owner_is_accepted,
@@ -64,7 +64,7 @@ macro_rules! store_conformance {
 #[macro_export]
 macro_rules! log_conformance {
     ($make:path) => {
-        $crate::__scenario_tests!(log, $make;
+        $crate::__scenario_tests!(log, $crate::LogHarness, $make;
             log_newer_appended_older_fenced,
             log_equal_token_policy,
             log_claim_fences_before_first_append,
@@ -81,7 +81,7 @@ macro_rules! log_conformance {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __scenario_tests {
-    ($kind:ident, $make:path; $($name:ident),* $(,)?) => {
+    ($kind:ident, $harness:path, $make:path; $($name:ident),* $(,)?) => {
         $(
             #[$crate::__private::tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $name() {
@@ -90,7 +90,18 @@ macro_rules! __scenario_tests {
                 };
                 let namespace = $crate::Namespace::new(stringify!($name));
                 let result = $crate::$kind::$name(&harness, &namespace).await;
-                $crate::report(stringify!($name), &namespace, result);
+                let adapter = format!(
+                    "{} {}",
+                    env!("CARGO_PKG_NAME"),
+                    ::std::any::type_name_of_val(&harness)
+                );
+                $crate::report(
+                    &adapter,
+                    stringify!($name),
+                    &namespace,
+                    result,
+                    <_ as $harness>::not_applicable(&harness),
+                );
             }
         )*
     };

@@ -265,6 +265,16 @@ pub async fn log_invalid_input_is_rejected_before_io(
             )))
         }
     }
+    if let Some(unreachable) = h.unreachable_log() {
+        match unreachable.append(&empty).await {
+            Err(FenceError::InvalidInput(InvalidInput::EmptyBatch { .. })) => {}
+            other => {
+                return Err(Failure::new(format!(
+                    "empty batch to an unreachable server: expected EmptyBatch, got {other:?}"
+                )))
+            }
+        }
+    }
     if let Some(max) = log
         .capabilities()
         .max_value_bytes

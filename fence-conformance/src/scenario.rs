@@ -18,20 +18,34 @@ pub enum Verdict {
     NotApplicable(String),
 }
 
-/// A failed check, with what was expected and what happened.
+/// A failed scenario: a check on the resource's answers that did not hold, or an operation
+/// that failed where none should.
 #[derive(Debug)]
-pub struct Failure(String);
+pub struct Failure {
+    message: String,
+    unexpected_error: bool,
+}
 
 impl Failure {
-    /// A failure with a message.
+    /// A check that did not hold, with what was expected and what happened.
     pub fn new(message: impl Into<String>) -> Self {
-        Failure(message.into())
+        Failure {
+            message: message.into(),
+            unexpected_error: false,
+        }
+    }
+
+    /// Whether an operation failed unexpectedly (a backend or input error passed on with `?`)
+    /// rather than a check finding a wrong answer: a fault that only breaks the harness shows
+    /// up as this, not as the property the scenario is about.
+    pub fn is_unexpected_error(&self) -> bool {
+        self.unexpected_error
     }
 }
 
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.message)
     }
 }
 
@@ -39,27 +53,55 @@ impl std::error::Error for Failure {}
 
 impl From<FenceError> for Failure {
     fn from(error: FenceError) -> Self {
-        Failure(format!("unexpected error: {error} ({error:?})"))
+        Failure {
+            message: format!("unexpected error: {error} ({error:?})"),
+            unexpected_error: true,
+        }
     }
 }
 
 impl From<InvalidInput> for Failure {
     fn from(error: InvalidInput) -> Self {
-        Failure(format!("unexpected invalid input: {error}"))
+        Failure {
+            message: format!("unexpected invalid input: {error}"),
+            unexpected_error: true,
+        }
     }
 }
 
 /// What every scenario returns.
 pub type ScenarioResult = Result<Verdict, Failure>;
 
-/// Prints the verdict and panics on failure, so the generated test fails with the message.
-pub fn report(scenario: &str, namespace: &Namespace, result: ScenarioResult) {
-    match result {
-        Ok(Verdict::Passed) => {}
-        Ok(Verdict::NotApplicable(why)) => {
-            eprintln!("conformance scenario `{scenario}`: not applicable to this backend: {why}");
+/// Judges a scenario's result against the adapter's declared not-applicable list (see
+/// [`crate::StoreHarness::not_applicable`]) and panics on failure, so the generated test fails
+/// with the message. A declared not-applicable verdict is printed and, when
+/// `FENCE_CONFORMANCE_REPORT` names a file, appended to it as `adapter: scenario: why`
+/// (`scripts/test` prints that file, so the list shows in every run).
+pub fn report(
+    adapter: &str,
+    scenario: &str,
+    namespace: &Namespace,
+    result: ScenarioResult,
+    declared: &[(&str, &str)],
+) {
+    let declared_why = declared
+        .iter()
+        .find(|(name, _)| *name == scenario)
+        .map(|(_, why)| *why);
+    match (result, declared_why) {
+        (Ok(Verdict::Passed), None) => {}
+        (Ok(Verdict::Passed), Some(why)) => panic!(
+            "conformance scenario `{scenario}` ran and passed on {adapter}, which declares it not applicable ({why}): remove it from the declaration"
+        ),
+        (Ok(Verdict::NotApplicable(reason)), Some(why)) => {
+            let line = format!("{adapter}: {scenario}: {why} ({reason})");
+            eprintln!("conformance: not applicable, as declared: {line}");
+            crate::services::append_to_report("FENCE_CONFORMANCE_REPORT", &line);
         }
-        Err(failure) => panic!(
+        (Ok(Verdict::NotApplicable(reason)), None) => panic!(
+            "conformance scenario `{scenario}` answered not applicable on {adapter} ({reason}), which is not in the adapter's declared list: declare it (not_applicable) or make it run"
+        ),
+        (Err(failure), _) => panic!(
             "conformance scenario `{scenario}` failed (namespace {}): {failure}",
             namespace.prefix()
         ),

@@ -173,3 +173,19 @@ pub async fn claims_are_decided_at_the_resource(a: &dyn Fence, b: &dyn Fence, do
     let confirmed = claim("a", a.claim(domain, token(6)).await);
     assert_eq!(confirmed.previous_high_water_mark, Some(token(6)));
 }
+
+/// Appends `line` to the file the environment variable `variable` names, when it is set (the
+/// reports `scripts/test` and `scripts/torture` print after a run). Best effort: a report that
+/// cannot be written never fails the test that produced it.
+pub fn append_to_report(variable: &str, line: &str) {
+    use std::io::Write;
+    if let Ok(path) = std::env::var(variable) {
+        if let Ok(mut file) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+}

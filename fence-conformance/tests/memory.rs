@@ -2,21 +2,32 @@
 
 use std::sync::Arc;
 
-use fence_conformance::{LogHarness, StoreHarness};
+use fence_conformance::{LogHarness, NotApplicable, StoreHarness};
 use fence_core::{FencedLog, FencedStore, MemoryFence};
 
 /// A fresh in-memory resource per scenario, with a value limit so the size checks run.
 struct Memory(Arc<MemoryFence>);
 
+/// Memory holds its state in the process: there is no server to restart.
+const NO_RESTART: &str = "state lives in the process: nothing to restart";
+
 impl StoreHarness for Memory {
     fn store(&self) -> Arc<dyn FencedStore> {
         self.0.clone()
+    }
+
+    fn not_applicable(&self) -> NotApplicable {
+        &[("state_survives_restart", NO_RESTART)]
     }
 }
 
 impl LogHarness for Memory {
     fn log(&self) -> Arc<dyn FencedLog> {
         self.0.clone()
+    }
+
+    fn not_applicable(&self) -> NotApplicable {
+        &[("log_state_survives_restart", NO_RESTART)]
     }
 }
 

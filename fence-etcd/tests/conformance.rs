@@ -64,3 +64,22 @@ async fn dedicated() -> Option<Dedicated> {
 }
 
 fence_conformance::store_conformance!(dedicated);
+
+#[tokio::test]
+async fn declared_capabilities_are_pinned() {
+    use fence_core::{Capabilities, Fence, OpIdRetention};
+    // The client connects lazily: nothing needs to listen.
+    let caps = fence(&support::connect("http://127.0.0.1:1", PREFIX).await).capabilities();
+    assert_eq!(
+        caps,
+        Capabilities::store()
+            .with_op_id_retention(OpIdRetention::per_domain(
+                fence_etcd::DEFAULT_OP_ID_RETENTION
+            ))
+            .with_max_value_bytes(Some(64 * 1024))
+            .with_survives_restart(true),
+        "a change here changes which conformance scenarios run"
+    );
+    assert!(caps.write && caps.delete && caps.read && caps.claim && !caps.append);
+    assert!(caps.revision_cas && caps.strict_policy && caps.op_id_replay());
+}

@@ -7,7 +7,7 @@ use fence_testkit::kafka as support;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fence_conformance::LogHarness;
+use fence_conformance::{LogHarness, NotApplicable};
 use fence_core::{BoxError, FencedLog};
 use fence_kafka::KafkaFence;
 use fence_testkit::kafka_broker::KafkaServer;
@@ -49,6 +49,27 @@ impl LogHarness for Kafka {
             .await?;
         *self.fence.lock().expect("lock") = rebuilt;
         Ok(true)
+    }
+
+    // Nothing listens on port 1: invalid input must be refused before any request is made.
+    fn unreachable_log(&self) -> Option<Arc<dyn FencedLog>> {
+        let fence = self.fence.lock().expect("lock").clone();
+        Some(Arc::new(
+            support::fence_builder(&support::client_config("127.0.0.1:1"), fence.data_topic())
+                .build()
+                .expect("valid configuration"),
+        ))
+    }
+
+    fn not_applicable(&self) -> NotApplicable {
+        if self.server.is_some() {
+            &[]
+        } else {
+            &[(
+                "log_state_survives_restart",
+                "your own cluster (FENCE_KAFKA_BOOTSTRAP): not the test's to restart",
+            )]
+        }
     }
 }
 

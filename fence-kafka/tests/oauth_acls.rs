@@ -187,6 +187,22 @@ async fn every_client_the_fence_opens_authenticates_with_the_providers_token() {
         other => panic!("a principal without ACLs must be refused: {other:?}"),
     }
     assert!(stranger_calls.load(Ordering::SeqCst) >= 1);
+
+    // Without a provider, the broker that just served the worker gets no token from this
+    // fence: it fails closed, and the mark is the worker's.
+    let bare = KafkaFence::builder(oauth_config(&server))
+        .data_topic(&topic)
+        .ledger_topic(format!("{topic}-ledger"))
+        .transactional_id_prefix(format!("{topic}-"))
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let unauthenticated = bare.claim(&domain, t(4)).await;
+    assert!(
+        matches!(unauthenticated, Err(FenceError::Backend { .. })),
+        "{unauthenticated:?}"
+    );
+    assert_eq!(fence.high_water_mark(&domain).await.unwrap(), Some(t(2)));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -461,11 +461,13 @@ async fn an_append_whose_commit_hangs_is_learned_by_a_retry_or_by_reading_the_lo
     let hung = fence.append(&plain).await;
     server.signal("CONT");
     assert!(hung.is_err(), "{hung:?}");
-    let mut log = Vec::new();
-    for _ in 0..20 {
+    // The broker may still be catching up after SIGCONT: retry the read while it says so, and
+    // fail on anything else (an empty log must not pass for one read in full).
+    let mut attempts = 0;
+    let log = loop {
         match fence.read_log(&domain).await {
             Ok(entries) => {
-                log = entries
+                break entries
                     .iter()
                     .map(|e| {
                         (
@@ -473,12 +475,20 @@ async fn an_append_whose_commit_hangs_is_learned_by_a_retry_or_by_reading_the_lo
                             e.token.get(),
                         )
                     })
-                    .collect();
-                break;
+                    .collect::<Vec<_>>()
             }
-            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            Err(error) if error.is_retryable() && attempts < 20 => {
+                attempts += 1;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => panic!("the log could not be read after the hang: {error}"),
         }
-    }
+    };
+    assert_eq!(
+        log.iter().filter(|(v, _)| v == "second").count(),
+        1,
+        "the earlier batch is still there, once: {log:?}"
+    );
     let a = log.iter().filter(|(v, _)| v == "third-a").count();
     let b = log.iter().filter(|(v, _)| v == "third-b").count();
     assert_eq!(a, b, "a batch is visible wholly or not at all: {log:?}");

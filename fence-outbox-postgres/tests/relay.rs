@@ -31,7 +31,7 @@ async fn an_idle_relay_is_woken_by_notify_not_by_polling() {
         .delivery_timeout(Duration::from_secs(5))
         .poll_interval(Duration::from_secs(600));
     let handle = relay(&outbox, webhook(), config).spawn();
-    tokio::time::sleep(Duration::from_millis(500)).await; // idle: listening
+    support::wait_until_listening(&outbox, 1).await;
     let d = domain("order-n");
     for n in 0..3 {
         let started = Instant::now();
@@ -209,7 +209,8 @@ async fn relays_of_every_partition_are_woken_by_their_own_notifications() {
             support::relay(&outbox.clone(), webhook(), config).spawn()
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two clones of the outbox share one listening connection.
+    support::wait_until_listening(&outbox, 1).await;
     for round in 0..2 {
         for d in &domains {
             pay(

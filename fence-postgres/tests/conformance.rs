@@ -60,3 +60,27 @@ async fn dedicated() -> Option<Dedicated> {
 }
 
 fence_conformance::store_conformance!(dedicated);
+
+#[tokio::test]
+async fn declared_capabilities_are_pinned() {
+    use fence_core::{Capabilities, Fence, OpIdRetention};
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .connect_lazy("postgres://fence@127.0.0.1:1/postgres")
+        .expect("a valid URL");
+    let caps = PostgresFence::new(pool, SCHEMA)
+        .expect("valid schema")
+        .with_max_value_bytes(64 * 1024)
+        .capabilities();
+    assert_eq!(
+        caps,
+        Capabilities::store()
+            .with_op_id_retention(OpIdRetention::per_domain(
+                fence_postgres::DEFAULT_OP_ID_RETENTION
+            ))
+            .with_max_value_bytes(Some(64 * 1024))
+            .with_survives_restart(true),
+        "a change here changes which conformance scenarios run"
+    );
+    assert!(caps.write && caps.delete && caps.read && caps.claim && !caps.append);
+    assert!(caps.revision_cas && caps.strict_policy && caps.op_id_replay());
+}

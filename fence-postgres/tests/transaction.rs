@@ -154,7 +154,7 @@ async fn holders_of_one_domain_serialize_on_the_mark_row() {
         let (fence, ledger, domain) = (fence.clone(), ledger.clone(), domain.clone());
         async move { log_token(&fence, &ledger, &TransactionRequest::new(domain, t(6))).await }
     });
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    support::wait_for_lock_waiters(&pool, fence.schema(), 1).await;
     assert!(!newer.is_finished(), "token 6 did not wait for the lock");
     sqlx::query(&format!(
         "INSERT INTO {ledger} (domain, token) VALUES ('account', 5)"
@@ -237,7 +237,8 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
         .await
         .unwrap();
     let committing = tokio::spawn(tx.commit());
-    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The server is inside COMMIT (the deferred trigger sleeps there): cut it now.
+    support::wait_for_wait_event(&direct, "PgSleep", 1).await;
     proxy.cut_all();
     let cut = committing.await.unwrap();
     assert!(

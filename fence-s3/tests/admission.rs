@@ -6,6 +6,7 @@ use std::num::NonZeroU64;
 
 use fence_conformance::admission;
 use fence_conformance::services::{domain, put, unavailable};
+use fence_core::FencedStore;
 use fence_s3::S3Fence;
 use fence_testkit::s3::{counted_client, shared_endpoint, unique_prefix, RequestCounter, BUCKET};
 
@@ -50,9 +51,10 @@ async fn runaway_tokens_are_refused() {
 #[tokio::test]
 async fn a_step_decided_on_a_cached_mark_is_confirmed_fresh() {
     let prefix = unique_prefix("cache");
-    let (Some(writer), Some(prefix_twin)) =
-        (fence_under(&prefix).await, fence_under(&prefix).await)
-    else {
+    let (Some(writer), Some((prefix_twin, twin_requests))) = (
+        fence_under(&prefix).await,
+        counted_fence_under(&prefix).await,
+    ) else {
         return;
     };
     // Two clients of one prefix: the second caches the mark at STEP, then the first moves it.
@@ -60,10 +62,31 @@ async fn a_step_decided_on_a_cached_mark_is_confirmed_fresh() {
     put(&writer, &d, STEP, "first").await.unwrap();
     put(&prefix_twin, &d, STEP, "cached").await.unwrap();
     put(&writer, &d, 2 * STEP, "moved").await.unwrap();
-    // 3 * STEP is too far from the cached mark, within the step of the real one.
+    // 3 * STEP is too far from the cached mark, within the step of the real one: the twin
+    // reads the object afresh (its cache said too far), then writes on what it read.
+    twin_requests.take();
     put(&prefix_twin, &d, 3 * STEP, "within the step")
         .await
         .unwrap();
+    assert_eq!(
+        twin_requests.take(),
+        2,
+        "one fresh read to confirm the step, one conditional write"
+    );
+    let stored = writer.read(&d).await.unwrap();
+    assert_eq!(
+        stored.value().map(|v| v.to_vec()),
+        Some(b"within the step".to_vec())
+    );
+    assert_eq!(
+        stored.high_water_mark,
+        Some(fence_core::FencingToken::new(3 * STEP).unwrap())
+    );
+    // And the step bites on the real mark: two steps beyond it is refused.
+    assert!(matches!(
+        put(&prefix_twin, &d, 5 * STEP, "runaway").await,
+        Err(fence_core::FenceError::TokenTooFar { .. })
+    ));
 }
 
 #[tokio::test]

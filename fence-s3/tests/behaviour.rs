@@ -253,7 +253,10 @@ async fn commit_pointer_fences_multi_object_state() {
         .await
         .unwrap();
     assert!(matches!(again, Immutable::AlreadyExists(_)));
-    assert_fenced(put(&fence, &domain, 7, "part-z").await, 7, 8);
+    // The stale writer is another process: SeaweedFS refuses it, not this client's cache.
+    let (zombie, requests) = support::another_process(&fence);
+    assert_fenced(put(&zombie, &domain, 7, "part-z").await, 7, 8);
+    assert!(requests.take() > 0, "the refusal never reached SeaweedFS");
     let manifest = fence.read(&domain).await.unwrap();
     assert_eq!(
         manifest.value().map(|v| v.to_vec()),

@@ -327,10 +327,13 @@ async fn plain_objects_and_a_fenced_manifest_are_read_by_a_plain_csv_reader() {
         .unwrap();
     assert_eq!(again, Immutable::AlreadyExists(parts[0].0.clone()));
     let stale = Manifest::new([zombie.clone()]).unwrap();
-    let refused = fence
+    // The paused writer is another process: SeaweedFS refuses it, not this client's cache.
+    let (paused, requests) = support::another_process(&fence);
+    let refused = paused
         .write(&WriteRequest::put(domain.clone(), t(7), stale.encode()))
         .await;
     assert_fenced(refused, 7, 8);
+    assert!(requests.take() > 0, "the refusal never reached SeaweedFS");
     // Plain keys inside the fence's own prefix are refused: they could shadow fenced objects.
     let inside = format!("{}x", fence.prefix());
     assert!(matches!(

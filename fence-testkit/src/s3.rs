@@ -156,6 +156,21 @@ pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
     Some((fence, counter))
 }
 
+/// Another process's fence on the shared server, under `fence`'s prefix: its own client
+/// (counting its requests) and nothing cached, so a refusal it gets was decided by SeaweedFS
+/// (a conditional PUT answered 412, or the read of the object), never by what `fence` saw.
+pub fn another_process(fence: &S3Fence) -> (S3Fence, RequestCounter) {
+    let endpoint = shared_endpoint().expect("the shared SeaweedFS this fence runs on");
+    let (client, counter) = counted_client(&endpoint);
+    let fresh = S3Fence::builder()
+        .client(client)
+        .bucket(BUCKET)
+        .prefix(fence.prefix())
+        .build()
+        .expect("the same configuration as a working fence");
+    (fresh, counter)
+}
+
 fn weed_binary() -> Option<PathBuf> {
     let path = std::env::var("FENCE_WEED_BIN")
         .map(PathBuf::from)

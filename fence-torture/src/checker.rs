@@ -137,10 +137,47 @@ pub struct Report {
     pub violations: Vec<Violation>,
 }
 
+/// What a history proves, all properties together.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Every property was checked over the whole history and holds.
+    Holds,
+    /// Nothing was violated, but some windows were not searched for linearizability (too large
+    /// for the search, or after one that was and before a window with a known start): the
+    /// history does not prove linearizability.
+    Inconclusive,
+    /// At least one property was violated.
+    Violated,
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verdict::Holds => "holds",
+            Verdict::Inconclusive => "inconclusive",
+            Verdict::Violated => "violated",
+        })
+    }
+}
+
 impl Report {
-    /// True when no property was violated.
+    /// What the history proves: violated when any property failed, inconclusive when none did
+    /// but windows were left unsearched, else holds.
+    pub fn verdict(&self) -> Verdict {
+        if !self.violations.is_empty() {
+            Verdict::Violated
+        } else if self.windows_skipped > 0 {
+            Verdict::Inconclusive
+        } else {
+            Verdict::Holds
+        }
+    }
+
+    /// True when every property was checked and holds ([`Verdict::Holds`]): a history with
+    /// unsearched windows does not hold, it is inconclusive.
     pub fn holds(&self) -> bool {
-        self.violations.is_empty()
+        self.verdict() == Verdict::Holds
     }
 
     /// The violated properties, each once.

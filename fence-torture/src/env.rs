@@ -1,8 +1,6 @@
 //! What a torture run reads from the environment (`scripts/torture` sets it): the profile, the
 //! seed, and the file its figures are appended to.
 
-use std::io::Write as _;
-
 /// `FENCE_TORTURE_PROFILE=full` (set by `scripts/torture`): the full profile, else the bounded
 /// one the test command runs.
 pub fn full_profile() -> bool {
@@ -21,13 +19,5 @@ pub fn seed(default: u64) -> u64 {
 /// figures RELIABILITY.md shows).
 pub fn report(line: &str) {
     println!("{line}");
-    if let Ok(path) = std::env::var("FENCE_TORTURE_REPORT") {
-        if let Ok(mut file) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(file, "{line}");
-        }
-    }
+    fence_conformance::services::append_to_report("FENCE_TORTURE_REPORT", line);
 }

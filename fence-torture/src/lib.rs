@@ -36,7 +36,7 @@ pub mod history;
 pub mod linearizable;
 mod rng;
 
-pub use checker::{check, Ambiguity, Property, Report, Violation};
+pub use checker::{check, Ambiguity, Property, Report, Verdict, Violation};
 pub use engine::{Injected, Profile, Run, Subject, Target};
 pub use faults::{FaultKind, Faults, ProxyFaults, ServerFaults, ServerProcess};
 pub use history::{Event, History, LoggedRecord, Op, Outcome, SeenEntry};

@@ -5,9 +5,11 @@
 //! recorded answer. Wing & Gong's search with memoization of (linearized set, state).
 //!
 //! Ambiguous operations may take effect at any point after they began, or never; one the
-//! history shows applied at revision r must produce r where it is placed. One left out of its
-//! window's order is carried into the next window (a request can reach the server after its
-//! client gave up), and dropped after that.
+//! history shows applied at revision r must produce r where it is placed. One the history shows
+//! applied within its own window (a `Duplicate` retry, a read of its unique value) is required
+//! there, no later than the answer that showed it. Any other left out of its window's order is
+//! carried into the next window (a request can reach the server after its client gave up), and
+//! dropped after that.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -114,9 +116,12 @@ impl Register {
 #[derive(Clone, Debug)]
 struct Candidate<'a> {
     event: &'a Event,
-    /// `Some`: an ambiguous operation, optional; the revision it must produce if known.
-    optional: Option<Option<u64>>,
+    /// An ambiguous operation not known to have applied in this window: it may be left out.
+    optional: bool,
+    /// For an ambiguous operation, the revision it must produce if known.
+    revision: Option<u64>,
     invoked: u64,
+    /// When it had certainly taken effect (`u64::MAX` for an optional one).
     completed: u64,
 }
 
@@ -151,9 +156,11 @@ pub(crate) fn check_windows(
     // window's anchor read gives a known start state again.
     let mut lost: Option<Vec<Candidate<'_>>> = None;
     for (window, members) in by_window {
+        // The window's last answer: evidence after it may concern a later window.
+        let window_end = members.iter().map(|(_, e)| e.completed).max().unwrap_or(0);
         let mut own = Vec::new();
         for (index, event) in members {
-            let optional = match (&event.outcome, resolved.get(&index)) {
+            let (optional, revision, completed) = match (&event.outcome, resolved.get(&index)) {
                 // Replays and failures changed nothing; refuted ambiguities neither.
                 (
                     Outcome::Duplicate { .. }
@@ -164,19 +171,24 @@ pub(crate) fn check_windows(
                     _,
                 ) => continue,
                 (Outcome::Ambiguous, Some(Resolved::NotApplied | Resolved::Repeat)) => continue,
-                (Outcome::Ambiguous, Some(Resolved::Applied { revision, .. })) => Some(*revision),
-                (Outcome::Ambiguous, _) => Some(None),
-                _ => None,
+                // Shown applied by an answer within this window: it took effect before it.
+                (Outcome::Ambiguous, Some(Resolved::Applied { revision, by }))
+                    if *by <= window_end =>
+                {
+                    (false, *revision, *by)
+                }
+                (Outcome::Ambiguous, Some(Resolved::Applied { revision, .. })) => {
+                    (true, *revision, u64::MAX)
+                }
+                (Outcome::Ambiguous, _) => (true, None, u64::MAX),
+                _ => (false, None, event.completed),
             };
             own.push(Candidate {
                 event,
                 optional,
+                revision,
                 invoked: event.invoked,
-                completed: if optional.is_some() {
-                    u64::MAX
-                } else {
-                    event.completed
-                },
+                completed,
             });
         }
         if let Some(pending) = lost.take() {
@@ -186,9 +198,7 @@ pub(crate) fn check_windows(
                     // No known start: this window is skipped too; its ambiguities pend on
                     // (those of the window before it have had their one window).
                     windows.skipped += 1;
-                    lost = Some(distinct(
-                        own.into_iter().filter(|c| c.optional.is_some()).collect(),
-                    ));
+                    lost = Some(distinct(own.into_iter().filter(|c| c.optional).collect()));
                     continue;
                 }
             }
@@ -239,7 +249,7 @@ pub(crate) fn check_windows(
                 .iter()
                 .flat_map(|(_, carried)| carried.iter().cloned())
                 .collect();
-            pending.extend(own.into_iter().filter(|c| c.optional.is_some()));
+            pending.extend(own.into_iter().filter(|c| c.optional));
             lost = Some(distinct(pending));
             continue;
         }
@@ -302,7 +312,7 @@ fn search(start: Register, candidates: &[Candidate<'_>], cached_refusals: bool) 
     let required: u128 = candidates
         .iter()
         .enumerate()
-        .filter(|(_, c)| c.optional.is_none())
+        .filter(|(_, c)| !c.optional)
         .fold(0, |mask, (i, _)| mask | 1 << i);
     let mut seen: HashSet<(u128, Register)> = HashSet::new();
     let mut ends: Vec<(Register, Vec<usize>)> = Vec::new();
@@ -331,7 +341,7 @@ fn search(start: Register, candidates: &[Candidate<'_>], cached_refusals: bool) 
         let horizon = candidates
             .iter()
             .enumerate()
-            .filter(|(i, c)| done & (1 << i) == 0 && c.optional.is_none())
+            .filter(|(i, c)| done & (1 << i) == 0 && !c.optional)
             .map(|(_, c)| c.completed)
             .min()
             .unwrap_or(u64::MAX);
@@ -339,15 +349,16 @@ fn search(start: Register, candidates: &[Candidate<'_>], cached_refusals: bool) 
             if done & (1 << i) != 0 || c.invoked > horizon {
                 continue;
             }
-            let next = match c.optional {
-                None => state.step(&c.event.op, &c.event.outcome, cached_refusals),
-                Some(revision) => state.applied(&c.event.op).filter(|n| {
-                    revision.is_none_or(|r| n.entry.revision() == r)
+            let next = if c.event.outcome == Outcome::Ambiguous {
+                state.applied(&c.event.op).filter(|n| {
+                    c.revision.is_none_or(|r| n.entry.revision() == r)
                         && matches!(
                             c.event.op,
                             Op::Write { .. } | Op::Claim { .. } | Op::Append { .. }
                         )
-                }),
+                })
+            } else {
+                state.step(&c.event.op, &c.event.outcome, cached_refusals)
             };
             if let Some(next) = next {
                 stack.push((done | 1 << i, next));

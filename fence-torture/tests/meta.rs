@@ -29,6 +29,11 @@ enum Defect {
     RefusesEqual,
     /// Serves reads from a copy that lags (an asynchronous replica).
     StaleReads,
+    /// A read during a write in flight sees the write's value under the revision from before
+    /// it (a torn read of value and metadata kept apart): a state the register never had,
+    /// while every read's mark and revision still move forward — only the linearizability
+    /// search can tell.
+    TornReads,
 }
 
 /// A register with the defect; otherwise the acceptance rule, same-owner policy.
@@ -37,6 +42,8 @@ struct Broken {
     defect: Defect,
     state: Mutex<HashMap<Domain, Snapshot>>,
     lagging: Mutex<HashMap<Domain, Snapshot>>,
+    /// For a write still in flight (`TornReads`): the revision before it and the one it set.
+    torn: Mutex<HashMap<Domain, (Revision, Revision)>>,
     calls: AtomicU64,
 }
 
@@ -46,6 +53,7 @@ impl Broken {
             defect,
             state: Mutex::new(HashMap::new()),
             lagging: Mutex::new(HashMap::new()),
+            torn: Mutex::new(HashMap::new()),
             calls: AtomicU64::new(0),
         }
     }
@@ -87,6 +95,60 @@ impl Broken {
             }
             _ => Ok(()),
         }
+    }
+
+    /// The write's effect on the state, under its lock.
+    fn apply(
+        &self,
+        n: u64,
+        request: &WriteRequest,
+        before: &Snapshot,
+    ) -> Result<Accepted, FenceError> {
+        let (domain, token) = (request.domain(), request.token());
+        let mut state = self.state.lock().unwrap();
+        let snapshot = state
+            .entry(domain.clone())
+            .or_insert_with(|| Snapshot::new(None, Entry::Absent));
+        if self.defect != Defect::CheckThenWrite {
+            self.admit(domain, token, snapshot.high_water_mark)?;
+        }
+        let previous = if self.defect == Defect::CheckThenWrite {
+            before.high_water_mark
+        } else {
+            snapshot.high_water_mark
+        };
+        let revision = Revision::new(snapshot_revision(snapshot) + 1);
+        let accepted = Accepted::new(token, revision, previous);
+        if self.defect == Defect::DropsWrites && n.is_multiple_of(5) {
+            return Ok(accepted);
+        }
+        snapshot.high_water_mark = Some(token.max(snapshot.high_water_mark.unwrap_or(token)));
+        if self.defect == Defect::CheckThenWrite {
+            snapshot.high_water_mark = Some(token);
+        }
+        snapshot.entry = match request.mutation() {
+            Mutation::Put(value) => Entry::Value {
+                value: value.clone(),
+                token,
+                revision,
+            },
+            _ => Entry::Tombstone { token, revision },
+        };
+        if self.defect == Defect::StaleReads && n.is_multiple_of(3) {
+            self.lagging
+                .lock()
+                .unwrap()
+                .insert(domain.clone(), snapshot.clone());
+        }
+        // The revision this write replaced (0: none).
+        let replaced = revision.get() - 1;
+        if self.defect == Defect::TornReads && replaced > 0 {
+            self.torn
+                .lock()
+                .unwrap()
+                .insert(domain.clone(), (Revision::new(replaced), revision));
+        }
+        Ok(accepted)
     }
 }
 
@@ -133,40 +195,11 @@ impl FencedStore for Broken {
             // The gap between the check and the write, where another writer gets in.
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
-        let mut state = self.state.lock().unwrap();
-        let snapshot = state
-            .entry(domain.clone())
-            .or_insert_with(|| Snapshot::new(None, Entry::Absent));
-        if self.defect != Defect::CheckThenWrite {
-            self.admit(domain, token, snapshot.high_water_mark)?;
-        }
-        let previous = if self.defect == Defect::CheckThenWrite {
-            before.high_water_mark
-        } else {
-            snapshot.high_water_mark
-        };
-        let revision = Revision::new(snapshot_revision(snapshot) + 1);
-        let accepted = Accepted::new(token, revision, previous);
-        if self.defect == Defect::DropsWrites && n.is_multiple_of(5) {
-            return Ok(WriteOutcome::Accepted(accepted));
-        }
-        snapshot.high_water_mark = Some(token.max(snapshot.high_water_mark.unwrap_or(token)));
-        if self.defect == Defect::CheckThenWrite {
-            snapshot.high_water_mark = Some(token);
-        }
-        snapshot.entry = match request.mutation() {
-            Mutation::Put(value) => Entry::Value {
-                value: value.clone(),
-                token,
-                revision,
-            },
-            _ => Entry::Tombstone { token, revision },
-        };
-        if self.defect == Defect::StaleReads && n.is_multiple_of(3) {
-            self.lagging
-                .lock()
-                .unwrap()
-                .insert(domain.clone(), snapshot.clone());
+        let accepted = self.apply(n, request, &before)?;
+        if self.defect == Defect::TornReads {
+            // Still in flight: the answer has not reached the writer yet.
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            self.torn.lock().unwrap().remove(domain);
         }
         Ok(WriteOutcome::Accepted(accepted))
     }
@@ -178,7 +211,18 @@ impl FencedStore for Broken {
                 return Ok(lagging.clone());
             }
         }
-        Ok(self.snapshot(domain))
+        let mut snapshot = self.snapshot(domain);
+        // Torn only while no later write has moved the entry on.
+        if let Some((before, set)) = self.torn.lock().unwrap().get(domain) {
+            if let Entry::Value { revision, .. } | Entry::Tombstone { revision, .. } =
+                &mut snapshot.entry
+            {
+                if revision == set {
+                    *revision = *before;
+                }
+            }
+        }
+        Ok(snapshot)
     }
 }
 
@@ -262,6 +306,33 @@ async fn every_broken_store_is_caught() {
         })
         .await;
     }
+}
+
+/// A defect the linearizability search sees where no other property does: every run that
+/// catches it catches it there, and some run catches it there alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_torn_read_is_caught_by_linearizability_alone() {
+    let mut alone = Vec::new();
+    for seed in 1..=5 {
+        let report = torture(Arc::new(Broken::new(Defect::TornReads)), seed).await;
+        let violated = report.violated();
+        if violated.is_empty() {
+            continue;
+        }
+        assert!(
+            violated.contains(&Property::NotLinearizable),
+            "seed {seed}: caught without the search: {}",
+            report.violations[0]
+        );
+        if violated.len() == 1 {
+            alone.push(seed);
+        }
+    }
+    assert!(
+        !alone.is_empty(),
+        "no run in seeds 1..=5 was caught by linearizability alone"
+    );
+    println!("torn reads caught by linearizability alone with seeds {alone:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -14,7 +14,7 @@ use fence_s3::aws_sdk_s3;
 use fence_s3::aws_sdk_s3::config::timeout::TimeoutConfig;
 use fence_s3::S3Fence;
 use fence_testkit::s3::{self as s3_support, WeedServer};
-use fence_torture::{engine, ProxyFaults, ServerProcess, Target};
+use fence_torture::{engine, ProxyFaults, ServerProcess, Subject, Target};
 
 struct Weed(WeedServer);
 
@@ -43,24 +43,33 @@ async fn s3_holds_under_torture() {
         .parse()
         .unwrap();
     let proxy = Arc::new(TcpProxy::start(upstream).await.unwrap());
-    let timeouts = TimeoutConfig::builder()
-        .operation_attempt_timeout(Duration::from_secs(1))
-        .operation_timeout(Duration::from_secs(3))
-        .build();
-    let config = s3_support::config(
-        &format!("http://{}", proxy.address()),
-        s3_support::ACCESS_KEY,
-        s3_support::SECRET_KEY,
-    )
-    .timeout_config(timeouts)
-    .build();
-    let fence = S3Fence::builder()
-        .client(aws_sdk_s3::Client::from_conf(config))
-        .bucket(s3_support::BUCKET)
-        .prefix(s3_support::unique_prefix("torture"))
-        .connect()
-        .await
-        .unwrap();
+    let prefix = s3_support::unique_prefix("torture");
+    // Each worker is its own process: its own client and cache of marks, so a stale worker
+    // learns of a newer write from SeaweedFS's refusal of its conditional PUT, not from
+    // what a shared client saw.
+    let endpoint = format!("http://{}", proxy.address());
+    let client = || async {
+        let timeouts = TimeoutConfig::builder()
+            .operation_attempt_timeout(Duration::from_secs(1))
+            .operation_timeout(Duration::from_secs(3))
+            .build();
+        let config = s3_support::config(&endpoint, s3_support::ACCESS_KEY, s3_support::SECRET_KEY)
+            .timeout_config(timeouts)
+            .build();
+        S3Fence::builder()
+            .client(aws_sdk_s3::Client::from_conf(config))
+            .bucket(s3_support::BUCKET)
+            .prefix(prefix.clone())
+            .connect()
+            .await
+            .unwrap()
+    };
+    let fence = client().await;
+    let profile = support::profile(support::seed(31), Duration::from_millis(300), true);
+    let mut workers = Vec::with_capacity(profile.workers);
+    for _ in 0..profile.workers {
+        workers.push(Subject::Register(Arc::new(client().await)));
+    }
     let faults = ProxyFaults::new(proxy)
         .with_server(Arc::new(Weed(server)))
         .with_pauses();
@@ -70,8 +79,9 @@ async fn s3_holds_under_torture() {
         Domain::new("torture/s3").unwrap(),
     )
     .with_faults(Arc::new(faults))
+    .with_clients_per_worker(workers)
+    // A worker's own client still refuses from what it saw itself.
     .with_refusals_from_cache();
-    let profile = support::profile(support::seed(31), Duration::from_millis(300), true);
     let run = engine::run(&profile, &target).await;
     support::verify("s3", &run, true);
 }

@@ -163,3 +163,26 @@ pub async fn expire_relay_lease(outbox: &PostgresOutbox) {
     .rows_affected();
     assert_eq!(expired, 1, "the relay lease existed");
 }
+
+/// Waits until `count` sessions LISTEN on the outbox's channel (its name holds the outbox's
+/// unique schema): the idle relays are listening, so a notification can only wake them.
+#[allow(dead_code)] // each test binary uses its own part of this module
+pub async fn wait_until_listening(outbox: &PostgresOutbox, count: i64) {
+    let fence = outbox.fence();
+    fence_conformance::wait::until_async(
+        "the idle relays LISTEN on the outbox's channel",
+        std::time::Duration::from_secs(10),
+        || async {
+            let listening: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE query ILIKE 'LISTEN %' AND position($1 in query) > 0",
+            )
+            .bind(fence.schema())
+            .fetch_one(fence.pool())
+            .await
+            .expect("read pg_stat_activity");
+            listening >= count
+        },
+    )
+    .await;
+}

@@ -33,23 +33,38 @@ pub(crate) async fn admitted(
 /// submissions queued behind a lock), or panics after 10 s.
 #[allow(dead_code)] // each test binary uses its own part of this module
 pub(crate) async fn wait_for_lock_waiters(pool: &PgPool, schema: &str, count: i64) {
-    let started = std::time::Instant::now();
-    loop {
-        let waiting: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM pg_stat_activity \
-             WHERE wait_event_type = 'Lock' AND position($1 in query) > 0",
-        )
-        .bind(schema)
-        .fetch_one(pool)
-        .await
-        .expect("read pg_stat_activity");
-        if waiting >= count {
-            return;
-        }
-        assert!(
-            started.elapsed() < std::time::Duration::from_secs(10),
-            "{waiting} of {count} sessions queued behind the lock"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for_sessions(
+        pool,
+        "wait_event_type = 'Lock' AND position($1 in query) > 0",
+        schema,
+        count,
+        "sessions queued behind the lock",
+    )
+    .await;
+}
+
+/// Waits until `count` sessions wait on `wait_event` (as `pg_stat_activity` names it, e.g.
+/// `PgSleep` for a trigger sleeping inside COMMIT), or panics after 10 s.
+#[allow(dead_code)] // each test binary uses its own part of this module
+pub(crate) async fn wait_for_wait_event(pool: &PgPool, wait_event: &str, count: i64) {
+    wait_for_sessions(pool, "wait_event = $1", wait_event, count, wait_event).await;
+}
+
+/// Waits until `count` sessions of `pg_stat_activity` match `condition` (with `$1` bound to
+/// `argument`).
+async fn wait_for_sessions(pool: &PgPool, condition: &str, argument: &str, count: i64, what: &str) {
+    let query = format!("SELECT count(*) FROM pg_stat_activity WHERE {condition}");
+    fence_conformance::wait::until_async(
+        &format!("{count} {what}"),
+        std::time::Duration::from_secs(10),
+        || async {
+            let seen: i64 = sqlx::query_scalar(&query)
+                .bind(argument)
+                .fetch_one(pool)
+                .await
+                .expect("read pg_stat_activity");
+            seen >= count
+        },
+    )
+    .await;
 }
