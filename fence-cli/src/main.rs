@@ -108,7 +108,8 @@ enum Command {
     /// writing on, optionally cut connections) confined to names of its own under the
     /// configured prefix, schema or topic, checked property by property, then removed. An
     /// endpoint that ignores conditional writes or accepts a stale token is refused without a
-    /// run. Exit 0: qualified; 8: refused, a property violated, or inconclusive.
+    /// run. Exit 0: qualified; 8: refused or a property violated; 9: inconclusive (nothing
+    /// violated, nothing proven).
     Qualify {
         /// The endpoint's kind.
         backend: Backend,

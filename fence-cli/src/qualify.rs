@@ -494,15 +494,13 @@ mod tests {
             windows_checked: 2,
             ..Checked::default()
         };
-        let run = fence_torture::Run {
-            seed: 1,
-            history: History {
+        let run = fence_torture::Run::new(
+            1,
+            History {
                 final_state: Some((Some(3), SeenEntry::Absent)),
                 ..History::default()
             },
-            injected: fence_torture::Injected::default(),
-            final_read_error: None,
-        };
+        );
         (checked, run)
     }
 

@@ -35,6 +35,21 @@ impl Failure {
         }
     }
 
+    /// What an expectation helper reports when `result` is not what it expected: a wrong
+    /// answer of the resource (a check that failed), unless the operation itself failed —
+    /// no answer (`Backend`, `Ambiguous`, `Unreplicated`) — which is an unexpected error.
+    fn unexpected<T>(message: String, result: &Result<T, FenceError>) -> Self {
+        Failure {
+            message,
+            unexpected_error: matches!(
+                result,
+                Err(FenceError::Backend { .. }
+                    | FenceError::Ambiguous { .. }
+                    | FenceError::Unreplicated { .. })
+            ),
+        }
+    }
+
     /// Whether an operation failed unexpectedly (a backend or input error passed on with `?`)
     /// rather than a check finding a wrong answer: a fault that only breaks the harness shows
     /// up as this, not as the property the scenario is about.
@@ -129,9 +144,10 @@ pub(crate) fn accepted(
 ) -> Result<Accepted, Failure> {
     match result {
         Ok(WriteOutcome::Accepted(accepted)) => Ok(accepted),
-        other => Err(Failure::new(format!(
-            "{what}: expected accepted, got {other:?}"
-        ))),
+        other => Err(Failure::unexpected(
+            format!("{what}: expected accepted, got {other:?}"),
+            &other,
+        )),
     }
 }
 
@@ -142,15 +158,22 @@ pub(crate) fn appended(
 ) -> Result<Appended, Failure> {
     match result {
         Ok(AppendOutcome::Appended(appended)) => Ok(appended),
-        other => Err(Failure::new(format!(
-            "{what}: expected appended, got {other:?}"
-        ))),
+        other => Err(Failure::unexpected(
+            format!("{what}: expected appended, got {other:?}"),
+            &other,
+        )),
     }
 }
 
 /// Expects a claim accepted.
 pub(crate) fn claimed(what: &str, result: Result<Claimed, FenceError>) -> Result<Claimed, Failure> {
-    result.map_err(|e| Failure::new(format!("{what}: expected claimed, got {e:?}")))
+    match result {
+        Ok(claimed) => Ok(claimed),
+        other => Err(Failure::unexpected(
+            format!("{what}: expected claimed, got {other:?}"),
+            &other,
+        )),
+    }
 }
 
 /// Expects `Fenced` with exactly these tokens.
@@ -166,9 +189,12 @@ pub(crate) fn fenced<T: fmt::Debug>(
             current: c,
             ..
         }) if p.get() == presented && c.get() == current => Ok(()),
-        other => Err(Failure::new(format!(
-            "{what}: expected fenced (presented {presented}, current {current}), got {other:?}"
-        ))),
+        other => Err(Failure::unexpected(
+            format!(
+                "{what}: expected fenced (presented {presented}, current {current}), got {other:?}"
+            ),
+            &other,
+        )),
     }
 }
 

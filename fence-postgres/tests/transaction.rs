@@ -221,7 +221,7 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
     // outcome is unknown, so `Ambiguous`; the retry with the same op id learns it committed.
     sqlx::raw_sql(&format!(
         "CREATE FUNCTION {schema}.slow_commit() RETURNS trigger LANGUAGE plpgsql AS
-             $$ BEGIN PERFORM pg_sleep(1); RETURN NULL; END $$;
+             $$ BEGIN PERFORM pg_sleep(2); RETURN NULL; END $$;
          CREATE CONSTRAINT TRIGGER slow_commit AFTER INSERT ON {ledger}
              DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION {schema}.slow_commit();"
     ))
@@ -238,7 +238,7 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
         .unwrap();
     let committing = tokio::spawn(tx.commit());
     // The server is inside COMMIT (the deferred trigger sleeps there): cut it now.
-    support::wait_for_wait_event(&direct, "PgSleep", 1).await;
+    support::wait_for_sleeping_commit(&direct).await;
     proxy.cut_all();
     let cut = committing.await.unwrap();
     assert!(

@@ -3,20 +3,22 @@
 //! redis-rs's cluster connection repairs single nodes in the background, but when every node
 //! went away at once (the whole cluster restarted) its requests can keep failing against
 //! connections it still believes are up, long after the nodes are back (redis-rs#2277, open at
-//! redis 1.8.1; seen here once in the cluster torture run: every request for over 30 s). A new
+//! redis 1.8.1; seen once in CI's cluster torture run, where every request failed for over 30 s,
+//! and not reproduced on the development machine). A new
 //! connection from the client connects to the seeds and reads the slot map afresh, so after a
 //! request fails for a connection reason the fence opens one in the background and later
 //! requests use it. Only requests that start afterwards use it: a failed request's outcome is
 //! decided as before (ambiguous unless it provably never left).
 
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{ErrorKind, RedisError};
+use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-/// The least time between two reconnects, so a cluster that is down is not hammered.
+/// The least time between two reopens, so a cluster that is down is not hammered.
 const REOPEN_INTERVAL: Duration = Duration::from_secs(1);
 
 /// The connection requests use now, and how to open the next one.
@@ -24,8 +26,10 @@ pub(crate) struct Cluster {
     current: RwLock<ClusterConnection>,
     /// `None` for a connection the caller built: theirs to configure, never replaced.
     client: Option<ClusterClient>,
-    /// When the last reopen started; held while one runs.
-    reopening: tokio::sync::Mutex<Option<Instant>>,
+    /// When the last reopen started.
+    last_reopen: Mutex<Option<Instant>>,
+    /// A reopen is under way.
+    reopening: AtomicBool,
 }
 
 impl Cluster {
@@ -34,7 +38,8 @@ impl Cluster {
         Arc::new(Cluster {
             current: RwLock::new(connection),
             client: Some(client),
-            reopening: tokio::sync::Mutex::new(None),
+            last_reopen: Mutex::new(None),
+            reopening: AtomicBool::new(false),
         })
     }
 
@@ -43,7 +48,8 @@ impl Cluster {
         Arc::new(Cluster {
             current: RwLock::new(connection),
             client: None,
-            reopening: tokio::sync::Mutex::new(None),
+            last_reopen: Mutex::new(None),
+            reopening: AtomicBool::new(false),
         })
     }
 
@@ -55,25 +61,18 @@ impl Cluster {
         }
     }
 
-    /// Called with every error a request got: one that says the connection failed starts a
-    /// reopen in the background (at most one at a time, one per [`REOPEN_INTERVAL`]).
+    /// Called with every error a request got: one that says the connection or the slot map
+    /// failed starts a reopen in the background (one at a time, at most one per
+    /// [`REOPEN_INTERVAL`]; the check is made here, so a storm of failures spawns nothing).
     pub(crate) fn failed(self: &Arc<Self>, error: &RedisError) {
-        if self.client.is_none() || !connection_failure(error) {
+        let Some(client) = &self.client else {
+            return;
+        };
+        if !connection_failure(error) || !self.due() {
             return;
         }
-        let this = Arc::clone(self);
-        let reason = error.to_string();
+        let (this, client, reason) = (Arc::clone(self), client.clone(), error.to_string());
         tokio::spawn(async move {
-            let Ok(mut last) = this.reopening.try_lock() else {
-                return;
-            };
-            if last.is_some_and(|at| at.elapsed() < REOPEN_INTERVAL) {
-                return;
-            }
-            *last = Some(Instant::now());
-            let Some(client) = &this.client else {
-                return;
-            };
             match client.get_async_connection().await {
                 Ok(fresh) => {
                     tracing::info!(%reason, "redis cluster: reopened the connection from the seed nodes");
@@ -86,15 +85,40 @@ impl Cluster {
                     tracing::debug!(%error, "redis cluster: reopening the connection failed")
                 }
             }
+            this.reopening.store(false, Ordering::Release);
         });
+    }
+
+    /// Whether a reopen may start now; if so, it is marked as started.
+    fn due(&self) -> bool {
+        let mut last = match self.last_reopen.lock() {
+            Ok(last) => last,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if last.is_some_and(|at| at.elapsed() < REOPEN_INTERVAL)
+            || self.reopening.swap(true, Ordering::AcqRel)
+        {
+            return false;
+        }
+        *last = Some(Instant::now());
+        true
     }
 }
 
-/// Whether `error` came from the connection or the cluster's routing rather than from a
-/// command's own answer (a script's refusal, NOPERM, WRONGTYPE, which a new connection would
-/// only repeat).
+/// Whether `error` says the connection or the client's slot map failed, which a fresh
+/// connection from the seeds can mend: I/O errors (a cut, a refusal, a timeout: a wedged
+/// connection only times out), no connection for a slot, a garbled reply, and the cluster's
+/// redirections and refusals (`MOVED`, `ASK`, `TRYAGAIN`, `CLUSTERDOWN`, `READONLY`). Not a
+/// command's own answer (a script's refusal, `NOPERM`, `WRONGTYPE`) nor a client or
+/// configuration error, which a new connection would only repeat.
 fn connection_failure(error: &RedisError) -> bool {
-    !matches!(error.kind(), ErrorKind::Server(_) | ErrorKind::Extension) || error.is_cluster_error()
+    matches!(
+        error.kind(),
+        ErrorKind::Io
+            | ErrorKind::ClusterConnectionNotFound
+            | ErrorKind::Parse
+            | ErrorKind::Server(ServerErrorKind::ReadOnly)
+    ) || error.is_cluster_error()
 }
 
 #[cfg(test)]
@@ -129,5 +153,10 @@ mod tests {
         assert!(!connection_failure(&server("NOPERM")));
         assert!(!connection_failure(&server("WRONGTYPE")));
         assert!(!connection_failure(&server("NOSCRIPT")));
+        assert!(connection_failure(&server("READONLY")));
+        assert!(!connection_failure(&RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "wrong password"
+        ))));
     }
 }

@@ -160,7 +160,9 @@ impl Connection {
         Ok((value, Some(waited)))
     }
 
-    /// On a cluster, `WAIT` goes to the master of the script's slot right after the script.
+    /// On a cluster, `WAIT` goes to the master of the script's slot right after the script, on
+    /// the same connection handle: one the fence reopened in between has sent nothing, and its
+    /// `WAIT` would count replicas for writes it never made.
     async fn eval_then_wait_on_cluster(
         &self,
         cluster: &Arc<Cluster>,
@@ -168,7 +170,16 @@ impl Connection {
         keys: &[String],
         wait_cmd: Cmd,
     ) -> RedisResult<(RedisResult<Value>, Waited)> {
-        let value = match self.query(&call).await {
+        let conn = cluster.connection();
+        let value = resend_unsent(|| async {
+            let answer = call.query_async(&mut conn.clone()).await;
+            if let Err(error) = &answer {
+                cluster.failed(error);
+            }
+            answer
+        })
+        .await;
+        let value = match value {
             Err(error) if error.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 return Ok((Err(error), None))
             }
@@ -176,8 +187,8 @@ impl Connection {
         };
         let key = keys.first().map(String::as_str).unwrap_or_default();
         let route = Route::with_key(key, SlotAddr::Master);
-        let waited = cluster
-            .connection()
+        let waited = conn
+            .clone()
             .route_command(
                 wait_cmd,
                 RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),

@@ -37,17 +37,22 @@ impl RedisFence {
                     .arg("COUNT")
                     .arg(1000);
                 let value = match (&connection, &node) {
-                    (Connection::Cluster(cluster), Some((host, port))) => cluster
-                        .connection()
-                        .route_command(
-                            cmd,
-                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
-                                host: host.clone(),
-                                port: *port,
-                            }),
-                        )
-                        .await
-                        .map_err(backend)?,
+                    (Connection::Cluster(cluster), Some((host, port))) => {
+                        let answer = cluster
+                            .connection()
+                            .route_command(
+                                cmd,
+                                RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+                                    host: host.clone(),
+                                    port: *port,
+                                }),
+                            )
+                            .await;
+                        if let Err(error) = &answer {
+                            cluster.failed(error);
+                        }
+                        answer.map_err(backend)?
+                    }
                     _ => connection.query(&cmd).await.map_err(backend)?,
                 };
                 let (next, keys): (u64, Vec<String>) =

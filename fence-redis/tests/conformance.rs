@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fence_conformance::StoreHarness;
-use fence_core::{BoxError, FencedStore};
+use fence_core::{BoxError, Fence, FencedStore};
 use fence_redis::RedisFence;
 use support::{RedisCluster, RedisServer};
 
@@ -64,19 +64,27 @@ async fn standalone() -> Option<Standalone> {
 
 struct Cluster {
     cluster: RedisCluster,
-    fence: Mutex<RedisFence>,
+    fence: RedisFence,
 }
 
 #[async_trait]
 impl StoreHarness for Cluster {
     fn store(&self) -> Arc<dyn FencedStore> {
-        Arc::new(self.fence.lock().expect("lock").clone())
+        Arc::new(self.fence.clone())
     }
 
-    /// The same fence goes on after every node was killed and restarted: it must find the
-    /// cluster again by itself, as an application's would.
+    /// The same fence goes on after every node was killed and restarted: as an application
+    /// would, it retries a read until the cluster answers (within 30 s), and must then find
+    /// the cluster again by itself.
     async fn restart(&self) -> Result<bool, BoxError> {
         self.cluster.kill_and_restart();
+        let probe = fence_core::Domain::new("conformance-restart-probe")?;
+        fence_conformance::wait::until_async(
+            "the fence answers after the whole cluster restarted",
+            std::time::Duration::from_secs(30),
+            || async { self.fence.high_water_mark(&probe).await.is_ok() },
+        )
+        .await;
         Ok(true)
     }
 
@@ -91,7 +99,7 @@ impl StoreHarness for Cluster {
 
 async fn cluster() -> Option<Cluster> {
     let cluster = RedisCluster::start("conformance-cluster")?;
-    let fence = Mutex::new(fence(RedisFence::builder().cluster(cluster.urls())));
+    let fence = fence(RedisFence::builder().cluster(cluster.urls()));
     Some(Cluster { cluster, fence })
 }
 
@@ -105,7 +113,7 @@ mod cluster {
 
 #[test]
 fn declared_capabilities_are_pinned() {
-    use fence_core::{Capabilities, Fence, OpIdRetention};
+    use fence_core::{Capabilities, OpIdRetention};
     let caps = fence(RedisFence::builder().url("redis://127.0.0.1:1")).capabilities();
     assert_eq!(
         caps,

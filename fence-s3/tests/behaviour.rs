@@ -253,7 +253,8 @@ async fn commit_pointer_fences_multi_object_state() {
         .await
         .unwrap();
     assert!(matches!(again, Immutable::AlreadyExists(_)));
-    // The stale writer is another process: SeaweedFS refuses it, not this client's cache.
+    // The stale writer is another process: refused on what SeaweedFS holds (its own read of
+    // the object), not on what this client saw.
     let (zombie, requests) = support::another_process(&fence);
     assert_fenced(put(&zombie, &domain, 7, "part-z").await, 7, 8);
     assert!(requests.take() > 0, "the refusal never reached SeaweedFS");

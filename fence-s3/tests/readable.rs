@@ -327,7 +327,8 @@ async fn plain_objects_and_a_fenced_manifest_are_read_by_a_plain_csv_reader() {
         .unwrap();
     assert_eq!(again, Immutable::AlreadyExists(parts[0].0.clone()));
     let stale = Manifest::new([zombie.clone()]).unwrap();
-    // The paused writer is another process: SeaweedFS refuses it, not this client's cache.
+    // The paused writer is another process: refused on what SeaweedFS holds (its own read of
+    // the object), not on what this client saw.
     let (paused, requests) = support::another_process(&fence);
     let refused = paused
         .write(&WriteRequest::put(domain.clone(), t(7), stale.encode()))

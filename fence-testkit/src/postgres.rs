@@ -168,3 +168,29 @@ impl PostgresServer {
         }
     }
 }
+
+/// Waits until `count` sessions of `pg_stat_activity` match `condition` (SQL over its columns,
+/// with `$1` bound to `argument`): a lock waiter queued, a relay listening, a backend inside
+/// its COMMIT. Panics, naming `what`, after 10 s.
+pub async fn wait_for_sessions(
+    pool: &PgPool,
+    condition: &str,
+    argument: &str,
+    count: i64,
+    what: &str,
+) {
+    let query = format!("SELECT count(*) FROM pg_stat_activity WHERE {condition}");
+    fence_conformance::wait::until_async(
+        &format!("{count} session(s): {what}"),
+        Duration::from_secs(10),
+        || async {
+            let seen: i64 = sqlx::query_scalar(&query)
+                .bind(argument)
+                .fetch_one(pool)
+                .await
+                .expect("read pg_stat_activity");
+            seen >= count
+        },
+    )
+    .await;
+}

@@ -157,8 +157,9 @@ pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
 }
 
 /// Another process's fence on the shared server, under `fence`'s prefix: its own client
-/// (counting its requests) and nothing cached, so a refusal it gets was decided by SeaweedFS
-/// (a conditional PUT answered 412, or the read of the object), never by what `fence` saw.
+/// (counting its requests) and nothing cached, so a refusal it gets is decided on what
+/// SeaweedFS holds (its read of the object, or a conditional PUT answered 412), never on what
+/// `fence` saw.
 pub fn another_process(fence: &S3Fence) -> (S3Fence, RequestCounter) {
     let endpoint = shared_endpoint().expect("the shared SeaweedFS this fence runs on");
     let (client, counter) = counted_client(&endpoint);

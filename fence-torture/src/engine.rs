@@ -112,6 +112,7 @@ pub struct Injected {
 
 /// A finished run: the history and what was injected.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Run {
     /// The seed it ran with.
     pub seed: u64,
@@ -121,6 +122,19 @@ pub struct Run {
     pub injected: Injected,
     /// Why the state could not be read after the run, when it could not.
     pub final_read_error: Option<String>,
+}
+
+impl Run {
+    /// A run of `seed` that recorded `history` and injected nothing (for reports built from
+    /// a recorded history).
+    pub fn new(seed: u64, history: History) -> Self {
+        Run {
+            seed,
+            history,
+            injected: Injected::default(),
+            final_read_error: None,
+        }
+    }
 }
 
 /// What a run's workers write to.

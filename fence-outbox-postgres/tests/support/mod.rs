@@ -169,20 +169,12 @@ pub async fn expire_relay_lease(outbox: &PostgresOutbox) {
 #[allow(dead_code)] // each test binary uses its own part of this module
 pub async fn wait_until_listening(outbox: &PostgresOutbox, count: i64) {
     let fence = outbox.fence();
-    fence_conformance::wait::until_async(
-        "the idle relays LISTEN on the outbox's channel",
-        std::time::Duration::from_secs(10),
-        || async {
-            let listening: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE query ILIKE 'LISTEN %' AND position($1 in query) > 0",
-            )
-            .bind(fence.schema())
-            .fetch_one(fence.pool())
-            .await
-            .expect("read pg_stat_activity");
-            listening >= count
-        },
+    fence_testkit::postgres::wait_for_sessions(
+        fence.pool(),
+        "query ILIKE 'LISTEN %' AND position($1 in query) > 0",
+        fence.schema(),
+        count,
+        "relays listening on the outbox's channel",
     )
     .await;
 }

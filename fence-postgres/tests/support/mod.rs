@@ -33,7 +33,7 @@ pub(crate) async fn admitted(
 /// submissions queued behind a lock), or panics after 10 s.
 #[allow(dead_code)] // each test binary uses its own part of this module
 pub(crate) async fn wait_for_lock_waiters(pool: &PgPool, schema: &str, count: i64) {
-    wait_for_sessions(
+    fence_testkit::postgres::wait_for_sessions(
         pool,
         "wait_event_type = 'Lock' AND position($1 in query) > 0",
         schema,
@@ -43,28 +43,16 @@ pub(crate) async fn wait_for_lock_waiters(pool: &PgPool, schema: &str, count: i6
     .await;
 }
 
-/// Waits until `count` sessions wait on `wait_event` (as `pg_stat_activity` names it, e.g.
-/// `PgSleep` for a trigger sleeping inside COMMIT), or panics after 10 s.
+/// Waits until a session is inside its COMMIT, sleeping in a deferred trigger (`pg_sleep`),
+/// or panics after 10 s.
 #[allow(dead_code)] // each test binary uses its own part of this module
-pub(crate) async fn wait_for_wait_event(pool: &PgPool, wait_event: &str, count: i64) {
-    wait_for_sessions(pool, "wait_event = $1", wait_event, count, wait_event).await;
-}
-
-/// Waits until `count` sessions of `pg_stat_activity` match `condition` (with `$1` bound to
-/// `argument`).
-async fn wait_for_sessions(pool: &PgPool, condition: &str, argument: &str, count: i64, what: &str) {
-    let query = format!("SELECT count(*) FROM pg_stat_activity WHERE {condition}");
-    fence_conformance::wait::until_async(
-        &format!("{count} {what}"),
-        std::time::Duration::from_secs(10),
-        || async {
-            let seen: i64 = sqlx::query_scalar(&query)
-                .bind(argument)
-                .fetch_one(pool)
-                .await
-                .expect("read pg_stat_activity");
-            seen >= count
-        },
+pub(crate) async fn wait_for_sleeping_commit(pool: &PgPool) {
+    fence_testkit::postgres::wait_for_sessions(
+        pool,
+        "wait_event = $1 AND query ILIKE 'COMMIT%'",
+        "PgSleep",
+        1,
+        "a COMMIT sleeping in its deferred trigger",
     )
     .await;
 }
