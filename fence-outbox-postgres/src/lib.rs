@@ -8,4 +8,4 @@ mod store;
 pub use fence_outbox;
 pub use fence_postgres;
 
-pub use outbox::{migrate, PostgresOutbox, PostgresRecorded, SCHEMA_SQL};
+pub use outbox::{migrate, PostgresOutbox, PostgresRecorded, DEFAULT_STEP_TIMEOUT, SCHEMA_SQL};

@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use fence_core::{Domain, FencingToken, Operation};
 use fence_outbox::{
@@ -36,13 +37,20 @@ pub async fn migrate(fence: &PostgresFence) -> Result<(), OutboxError> {
 ///
 /// The relay's side ([`fence_outbox::OutboxStore`]) claims work with `FOR UPDATE SKIP LOCKED`
 /// (a relay does not wait behind a writer's open transaction), keeps per-domain order, fences its progress
-/// with its own lease token, and wakes on `LISTEN`/`NOTIFY` when idle. Cheap to clone.
+/// with its own lease token, and wakes on `LISTEN`/`NOTIFY` when idle. Each relay step's
+/// transaction is bounded at the server ([`PostgresOutbox::with_step_timeout`]), so a relay
+/// frozen inside one cannot hold a domain's row from its successor. Cheap to clone.
 #[derive(Clone)]
 pub struct PostgresOutbox {
     pub(crate) fence: PostgresFence,
     pub(crate) config: Arc<OutboxConfig>,
     pub(crate) wakeups: Arc<Wakeups>,
+    pub(crate) step_timeout: Duration,
 }
+
+/// How long a relay step's transaction may sit idle at the server before the server ends it,
+/// by default: half the default relay lease (`RelayConfig`'s 10 s).
+pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a transition recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,7 +78,19 @@ impl PostgresOutbox {
             fence,
             config: Arc::new(config),
             wakeups: Arc::new(Wakeups::new(channel)),
+            step_timeout: DEFAULT_STEP_TIMEOUT,
         }
+    }
+
+    /// Bounds each relay step's transaction at the server: a session left idle inside one
+    /// for longer (its relay frozen by a GC pause, SIGSTOP or a blocked thread) is ended by
+    /// PostgreSQL (`idle_in_transaction_session_timeout`, set for the step's transaction only),
+    /// which rolls the step back and frees the domain's row for the relay that holds the lease
+    /// next. Keep it below the relay lease TTL, so a successor never waits on a frozen relay
+    /// for more than its lease. At least 1 ms; default [`DEFAULT_STEP_TIMEOUT`].
+    pub fn with_step_timeout(mut self, timeout: Duration) -> Self {
+        self.step_timeout = timeout.max(Duration::from_millis(1));
+        self
     }
 
     /// The fence the outbox records under.

@@ -42,6 +42,13 @@ impl PostgresOutbox {
     ) -> Result<Option<(Transaction<'static, Postgres>, Progress)>, OutboxError> {
         let sql_error = |e| OutboxError::from(map_error(e, domain, Operation::Write, false));
         let mut tx = self.fence.pool().begin().await.map_err(sql_error)?;
+        // For this transaction only: the server ends it if its relay stops talking mid-step.
+        let step_ms = self.step_timeout.as_millis().to_string();
+        sqlx::query("SELECT set_config('idle_in_transaction_session_timeout', $1, true)")
+            .bind(&step_ms)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql_error)?;
         let skip = if lock == Lock::SkipLocked {
             " SKIP LOCKED"
         } else {

@@ -9,9 +9,11 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use fence_conformance::proxy::TcpProxy;
 use fence_core::FenceError;
 use fence_outbox::{Effect, EntryStatus, OutboxEntry, OutboxError};
-use fence_postgres::{Begun, TransactionRequest};
+use fence_outbox_postgres::PostgresOutbox;
+use fence_postgres::{Begun, PostgresFence, TransactionRequest};
 use support::{
     all_settled, delivered, domain, fast_relay, op, outbox, pay, relay, token, wait_for, webhook,
     WebhookServer,
@@ -233,4 +235,106 @@ async fn relays_of_every_partition_are_woken_by_their_own_notifications() {
         relay.shutdown().await.unwrap();
     }
     assert_eq!(server.applied().len(), 4);
+}
+
+/// A relay frozen inside a step (a GC pause, SIGSTOP, a blocked thread: here its connections
+/// are held by a proxy right after its step's UPDATE ran) keeps its session idle in
+/// transaction with the domain's row locked. The server ends that transaction after the
+/// outbox's step timeout, so the relay holding the lease next delivers every entry of every
+/// domain within a bound; when the frozen relay wakes, nothing it does lands twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_relay_frozen_mid_step_does_not_stall_its_successor() {
+    let Some(direct) = outbox("frozen").await else {
+        return;
+    };
+    let step_timeout = Duration::from_secs(1);
+    let direct = direct.with_step_timeout(step_timeout);
+    let server = WebhookServer::start().await;
+    let domains = [domain("order-f1"), domain("order-f2")];
+    for d in &domains {
+        for n in 0..2 {
+            pay(
+                &direct,
+                d,
+                token(1),
+                &format!("p{n}"),
+                &server.url("/ok"),
+                "x",
+            )
+            .await
+            .unwrap();
+        }
+    }
+    // The frozen relay's outbox: the same schema, its connections through a proxy.
+    let url = fence_testkit::postgres::shared_url().unwrap();
+    let upstream = fence_testkit::postgres::address(&url);
+    let proxy = TcpProxy::start(upstream.parse().unwrap()).await.unwrap();
+    let proxied = url.replace(&upstream, &proxy.address().to_string());
+    let schema = direct.fence().schema().to_owned();
+    let frozen_outbox = PostgresOutbox::new(
+        PostgresFence::new(fence_testkit::postgres::pool(&proxied).await, &schema).unwrap(),
+        support::kinds(),
+    )
+    .with_step_timeout(step_timeout);
+    let entries_table = format!("{schema}.fence_outbox_entries");
+    let pool = direct.fence().pool().clone();
+
+    // Hold the first domain's head entry: the frozen relay's step locks the domain's row, then
+    // waits there.
+    let mut blocker = pool.begin().await.unwrap();
+    sqlx::query(&format!(
+        "SELECT 1 FROM {entries_table} WHERE domain = $1 AND seq = 1 FOR UPDATE"
+    ))
+    .bind(domains[0].as_str())
+    .execute(&mut *blocker)
+    .await
+    .unwrap();
+    let ttl = Duration::from_secs(2);
+    let config = |owner: &str| {
+        fast_relay(owner)
+            .lease_ttl(ttl)
+            .delivery_timeout(Duration::from_millis(800))
+    };
+    let frozen = relay(&frozen_outbox, webhook(), config("frozen")).spawn();
+    fence_testkit::postgres::wait_for_sessions(
+        &pool,
+        "wait_event_type = 'Lock' AND position($1 in query) > 0",
+        &entries_table,
+        1,
+        "the relay's step waiting on the held entry",
+    )
+    .await;
+    proxy.hold();
+    blocker.commit().await.unwrap();
+    fence_testkit::postgres::wait_for_sessions(
+        &pool,
+        "state = 'idle in transaction' AND position($1 in query) > 0",
+        &entries_table,
+        1,
+        "the frozen relay's step idle in transaction",
+    )
+    .await;
+    let frozen_at = Instant::now();
+
+    // Its successor takes the lease once the frozen relay's ends and delivers everything.
+    let successor = relay(&direct, webhook(), config("successor")).spawn();
+    let entries = wait_for(&direct, &domains, Duration::from_secs(20), |e| {
+        e.len() == 4 && delivered(e) == 4
+    })
+    .await;
+    println!(
+        "frozen relay: every entry delivered {:?} after the relay froze (lease {ttl:?}, step timeout {step_timeout:?})",
+        frozen_at.elapsed()
+    );
+    assert_eq!(delivered(&entries), 4);
+
+    // The frozen relay wakes: its step was rolled back by the server and its lease is gone.
+    proxy.forward();
+    let woken = frozen.shutdown().await;
+    let successor = successor.shutdown().await.unwrap();
+    println!("frozen relay after waking: {woken:?}; successor: {successor:?}");
+    let applied = server.applied();
+    assert_eq!(applied.len(), 4, "each entry applied once: {applied:?}");
+    let after = wait_for(&direct, &domains, Duration::from_secs(5), all_settled).await;
+    assert_eq!(delivered(&after), 4);
 }
