@@ -77,71 +77,58 @@ fn batch(domain: &Domain, token: u64, value: &str) -> AppendRequest {
     )
 }
 
-/// Appends `request` (which carries an operation id) until it is applied or replayed: a
-/// broker fault may leave an attempt ambiguous or unavailable, never applied twice.
-async fn append_until_done(fence: &KafkaFence, request: &AppendRequest) {
+/// Runs `attempt` again while it fails retryably (a broker fault may leave an attempt
+/// unavailable or ambiguous, never applied twice), for up to two minutes; its last answer.
+async fn retried<T, F, Fut>(mut attempt: F) -> Result<T, FenceError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, FenceError>>,
+{
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        match fence.append(request).await {
-            Ok(_) => return,
+        match attempt().await {
             Err(error) if error.is_retryable() && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(500)).await;
             }
-            Err(error) => panic!("the owner's append failed for good: {error}"),
+            answer => return answer,
         }
     }
 }
 
-/// Claims until claimed (a fault may make an attempt unavailable or ambiguous).
+/// Appends `request` (which carries an operation id) until it is applied or replayed.
+async fn append_until_done(fence: &KafkaFence, request: &AppendRequest) {
+    if let Err(error) = retried(|| fence.append(request)).await {
+        panic!("the owner's append failed for good: {error}");
+    }
+}
+
+/// Claims until claimed.
 async fn claim_until_done(fence: &KafkaFence, domain: &Domain, token: u64) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match fence.claim(domain, t(token)).await {
-            Ok(_) => return,
-            Err(error) if error.is_retryable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(error) => panic!("the claim of {token} failed for good: {error}"),
-        }
+    if let Err(error) = retried(|| fence.claim(domain, t(token))).await {
+        panic!("the claim of {token} failed for good: {error}");
     }
 }
 
 /// A stale process (its own producers, nothing cached) is fenced by `current`.
 async fn assert_fenced(fence: &KafkaFence, domain: &Domain, token: u64, current: u64) {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match fence.append(&batch(domain, token, "zombie")).await {
-            Err(FenceError::Fenced { current: seen, .. }) => {
-                assert_eq!(seen, t(current));
-                return;
-            }
-            Err(error) if error.is_retryable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            other => panic!("token {token} below {current} must be fenced, got {other:?}"),
-        }
+    let zombie = batch(domain, token, "zombie");
+    match retried(|| fence.append(&zombie)).await {
+        Err(FenceError::Fenced { current: seen, .. }) => assert_eq!(seen, t(current)),
+        other => panic!("token {token} below {current} must be fenced, got {other:?}"),
     }
 }
 
 /// The values of `domain`'s committed log with their tokens (read_committed).
 async fn log_of(fence: &KafkaFence, domain: &Domain) -> Vec<(String, u64)> {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        match fence.read_log(domain).await {
-            Ok(entries) => {
-                return entries
-                    .iter()
-                    .map(|e| {
-                        let value = String::from_utf8_lossy(&e.record.value).into_owned();
-                        (value, e.token.get())
-                    })
-                    .collect()
-            }
-            Err(error) if error.is_retryable() && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            Err(error) => panic!("reading the log failed for good: {error}"),
-        }
+    match retried(|| fence.read_log(domain)).await {
+        Ok(entries) => entries
+            .iter()
+            .map(|e| {
+                let value = String::from_utf8_lossy(&e.record.value).into_owned();
+                (value, e.token.get())
+            })
+            .collect(),
+        Err(error) => panic!("reading the log failed for good: {error}"),
     }
 }
 
