@@ -106,3 +106,35 @@ async fn adopting_with_a_runaway_token_is_refused_before_any_request() {
     );
     assert_eq!(counter.take(), 0, "requests sent for a refused adopt");
 }
+
+/// The step bound is this client's configuration: S3 has no place to hold it, so another
+/// client of the same objects built without it is not bound (the README says so), and a
+/// runaway token it writes then fences the bounded client too. This shows the limit.
+#[tokio::test]
+async fn the_step_bound_binds_only_the_clients_configured_with_it() {
+    let prefix = unique_prefix("unbound");
+    let Some(bounded) = fence_under(&prefix).await else {
+        return;
+    };
+    let endpoint = shared_endpoint().expect("the shared SeaweedFS");
+    let (client, _) = counted_client(&endpoint);
+    let unbounded = S3Fence::builder()
+        .client(client)
+        .bucket(BUCKET)
+        .prefix(prefix.as_str())
+        .connect()
+        .await
+        .expect("probe the shared SeaweedFS");
+    let d = domain("unbound");
+    put(&bounded, &d, 1, "first").await.unwrap();
+    assert!(matches!(
+        put(&bounded, &d, u64::MAX, "runaway").await,
+        Err(fence_core::FenceError::TokenTooFar { .. })
+    ));
+    // The client without the bound writes u64::MAX: S3 accepts it.
+    put(&unbounded, &d, u64::MAX, "runaway").await.unwrap();
+    let stored = bounded.read(&d).await.unwrap();
+    assert_eq!(stored.high_water_mark, Some(fence_core::FencingToken::MAX));
+    // From then on every holder of an issued token is fenced, the bounded client included.
+    fence_conformance::services::assert_fenced(put(&bounded, &d, 2, "second").await, 2, u64::MAX);
+}
