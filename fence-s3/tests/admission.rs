@@ -116,15 +116,8 @@ async fn the_step_bound_binds_only_the_clients_configured_with_it() {
     let Some(bounded) = fence_under(&prefix).await else {
         return;
     };
-    let endpoint = shared_endpoint().expect("the shared SeaweedFS");
-    let (client, _) = counted_client(&endpoint);
-    let unbounded = S3Fence::builder()
-        .client(client)
-        .bucket(BUCKET)
-        .prefix(prefix.as_str())
-        .connect()
-        .await
-        .expect("probe the shared SeaweedFS");
+    // Another process on the same objects, its fence built without the bound.
+    let (unbounded, _) = fence_testkit::s3::another_process(&bounded);
     let d = domain("unbound");
     put(&bounded, &d, 1, "first").await.unwrap();
     assert!(matches!(
