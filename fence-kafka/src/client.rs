@@ -10,7 +10,7 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{Producer, ThreadedProducer};
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::context::KafkaContext;
+use crate::context::{Acked, KafkaContext};
 use crate::error::KafkaFenceError;
 use crate::record::CommittedRecord;
 
@@ -144,6 +144,33 @@ pub(crate) fn read_partition(
             });
         }
     }
+}
+
+/// Whether the record the broker acknowledged at `acked` is committed, read back once its
+/// transaction is decided: a read_committed reader from its offset meets it first if its
+/// transaction committed and skips it if it aborted. Fails when the transaction is not decided
+/// within `timeout`, and when the log no longer holds the offset.
+pub(crate) fn committed_at(
+    clients: &Clients,
+    acked: &Acked,
+    timeout: Duration,
+) -> Result<bool, KafkaFenceError> {
+    let (low, _) = high_watermark(clients, &acked.topic, acked.partition, timeout)?;
+    if low > acked.offset {
+        return Err(KafkaFenceError::Unverifiable {
+            topic: acked.topic.clone(),
+            partition: acked.partition,
+            offset: acked.offset,
+        });
+    }
+    let records = read_partition(
+        clients,
+        &acked.topic,
+        acked.partition,
+        acked.offset,
+        timeout,
+    )?;
+    Ok(records.first().is_some_and(|r| r.offset == acked.offset))
 }
 
 /// Waits until read_committed readers of the partition see through to the end it has now:

@@ -9,11 +9,12 @@
 use std::error::Error;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::ConsumerContext;
+use rdkafka::message::Message;
 use rdkafka::producer::{DeliveryResult, ProducerContext};
 
 /// Supplies SASL/OAUTHBEARER tokens (the hook MSK IAM signers and OAuth clients plug into).
@@ -55,6 +56,31 @@ pub struct KafkaContext {
     oauth: Option<Arc<dyn OAuthTokenProvider>>,
     /// Set once librdkafka asked this client for a token (see [`KafkaContext::for_client`]).
     asked: Arc<AtomicBool>,
+    /// What the broker acknowledged of the client's current transaction: kept only for the
+    /// transactional producers the fence opens (`None` until [`KafkaContext::start_acks`]).
+    acks: Arc<Mutex<Option<Acks>>>,
+}
+
+/// The delivery reports of one transaction's records.
+///
+/// A commit can be refused and still have happened: its first EndTxn answer is lost, librdkafka
+/// resends it, and another producer's `init_transactions` bumped the epoch in between, so the
+/// resend is answered "fenced" (seen on Apache Kafka 4.4.0 in the torture run). Where every
+/// record was acknowledged, their offsets let the fence read back what became of them.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Acks {
+    /// The records the broker acknowledged, in the order of their reports.
+    pub(crate) acked: Vec<Acked>,
+    /// How many records the broker refused.
+    pub(crate) refused: usize,
+}
+
+/// Where the broker put one record.
+#[derive(Clone, Debug)]
+pub(crate) struct Acked {
+    pub(crate) topic: String,
+    pub(crate) partition: i32,
+    pub(crate) offset: i64,
 }
 
 impl KafkaContext {
@@ -64,6 +90,7 @@ impl KafkaContext {
         KafkaContext {
             oauth: Some(Arc::new(provider)),
             asked: Arc::default(),
+            acks: Arc::default(),
         }
     }
 
@@ -73,7 +100,22 @@ impl KafkaContext {
         KafkaContext {
             oauth: self.oauth.clone(),
             asked: Arc::default(),
+            acks: Arc::default(),
         }
+    }
+
+    /// Forgets the delivery reports of the client's previous transaction.
+    pub(crate) fn start_acks(&self) {
+        *self.acks.lock().unwrap_or_else(PoisonError::into_inner) = Some(Acks::default());
+    }
+
+    /// The delivery reports since [`KafkaContext::start_acks`].
+    pub(crate) fn acks(&self) -> Acks {
+        self.acks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .unwrap_or_default()
     }
 
     /// True once librdkafka asked the client of this context for a token.
@@ -130,8 +172,20 @@ impl ClientContext for KafkaContext {
 impl ProducerContext for KafkaContext {
     type DeliveryOpaque = ();
 
-    // Transactions report their outcome at commit; per-record reports add nothing.
-    fn delivery(&self, _: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {}
+    fn delivery(&self, result: &DeliveryResult<'_>, _: Self::DeliveryOpaque) {
+        let mut acks = self.acks.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(acks) = acks.as_mut() else {
+            return;
+        };
+        match result {
+            Ok(message) => acks.acked.push(Acked {
+                topic: message.topic().to_owned(),
+                partition: message.partition(),
+                offset: message.offset(),
+            }),
+            Err(_) => acks.refused += 1,
+        }
+    }
 }
 
 impl ConsumerContext for KafkaContext {}

@@ -63,6 +63,18 @@ pub enum KafkaFenceError {
         /// The high watermark the read had to reach.
         end: i64,
     },
+    /// A commit was refused after the broker had acknowledged its records, and the record read
+    /// back to learn whether the transaction committed anyway is no longer in the log (deleted
+    /// or compacted since): the outcome is unknown.
+    #[error("commit refused, and whether it happened cannot be read back: offset {offset} of partition {partition} of `{topic}` is no longer in the log")]
+    Unverifiable {
+        /// The topic.
+        topic: String,
+        /// The partition.
+        partition: i32,
+        /// The record's offset.
+        offset: i64,
+    },
     /// A topic the fence needs is missing and it could not create it.
     #[error("topic `{topic}` does not exist: {why}")]
     NotCreated {
@@ -92,9 +104,9 @@ impl KafkaFenceError {
             KafkaFenceError::NoSuchTopic(_) | KafkaFenceError::NotCreated { .. } => {
                 BackendErrorKind::NotFound
             }
-            KafkaFenceError::Worker(_) | KafkaFenceError::ReadIncomplete { .. } => {
-                BackendErrorKind::Unavailable
-            }
+            KafkaFenceError::Worker(_)
+            | KafkaFenceError::ReadIncomplete { .. }
+            | KafkaFenceError::Unverifiable { .. } => BackendErrorKind::Unavailable,
             KafkaFenceError::Kafka(error) => kind_of(error),
         }
     }
@@ -196,9 +208,10 @@ pub(crate) enum TxnFailure {
     Aborted(KafkaError),
     /// The commit may or may not have happened.
     Ambiguous(KafkaError),
-    /// The coordinator acknowledged the commit, but its markers did not reach the ledger
-    /// partition in time: a broker crash can still drop them (Apache Kafka skips markers for a
-    /// partition without a known leader), so the outcome is not settled.
+    /// The outcome is not settled: the coordinator acknowledged the commit, but its markers did
+    /// not reach the ledger partition in time (a broker crash can still drop them: Apache Kafka
+    /// skips markers for a partition without a known leader), or a commit refused after every
+    /// record was acknowledged could not be read back.
     Unsettled(KafkaFenceError),
     /// Anything else: nothing known to be written.
     Failed(KafkaError),

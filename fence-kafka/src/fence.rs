@@ -23,7 +23,7 @@ use crate::holders::{Holder, Holders};
 use crate::ledger::{partition_for, LedgerRecord, LedgerState};
 use crate::partitioning::Partitioning;
 use crate::record::{is_fence_header, CommittedRecord, SEQ_HEADER, TOKEN_HEADER};
-use crate::txn::{pause, Outgoing};
+use crate::txn::{pause, Committed, Outgoing};
 
 pub(crate) struct Inner {
     pub(crate) clients: Clients,
@@ -320,9 +320,14 @@ impl KafkaFence {
                     )
                     .await
                 {
-                    Ok(()) => {
+                    Ok(Committed::Kept) => {
                         holder.state = next;
                         self.inner.holders.note_mark(domain, Some(token));
+                    }
+                    Ok(Committed::DespiteRefusal) => {
+                        // Claimed, but by a fenced producer: the next append opens another.
+                        self.inner.holders.note_mark(domain, Some(token));
+                        return Ok(decision.claimed());
                     }
                     Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
                         if !permanent(&error) =>
@@ -476,9 +481,12 @@ impl KafkaFence {
                 records.push(self.ledger_record(domain, ledger_partition, &next));
             }
             match self.transact(&holder.producer, records).await {
-                Ok(()) => {
-                    holder.state = next;
-                    *guard = Some(holder);
+                Ok(committed) => {
+                    // A fenced producer is not kept: the next append opens another.
+                    if committed == Committed::Kept {
+                        holder.state = next;
+                        *guard = Some(holder);
+                    }
                     self.inner.holders.note_mark(domain, Some(token));
                     return Ok(AppendOutcome::Appended(appended));
                 }

@@ -10,9 +10,9 @@ use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{BaseRecord, FutureProducer, FutureRecord, Producer};
 
-use crate::client::{blocking, settle, TxnProducer};
-use crate::context::KafkaContext;
-use crate::error::{backend, classify, KafkaFenceError, TxnFailure};
+use crate::client::{blocking, committed_at, settle, TxnProducer};
+use crate::context::{Acked, KafkaContext};
+use crate::error::{backend, classify, permanent, KafkaFenceError, TxnFailure};
 use crate::fence::KafkaFence;
 use crate::ledger::LedgerState;
 use crate::record::fence_headers;
@@ -56,15 +56,18 @@ impl KafkaFence {
         &self,
         producer: &Arc<TxnProducer>,
         records: Vec<Outgoing>,
-    ) -> Result<(), TxnFailure> {
+    ) -> Result<Committed, TxnFailure> {
         let ledger_partition = records
             .iter()
             .find(|r| r.topic == self.inner.ledger_topic)
             .and_then(|r| r.partition);
         let (producer, timeout) = (producer.clone(), self.inner.timeout);
         match blocking(move || run_transaction(&producer, records, timeout)).await {
-            Ok(Ok(())) => {}
-            Ok(failure) => return failure,
+            Ok(Ended::Committed) => {}
+            Ok(Ended::Failed(failure)) => return Err(failure),
+            Ok(Ended::RefusedAfterAcks { failure, acked }) => {
+                return self.read_back(failure, &acked).await;
+            }
             // The worker may have died after the commit was sent: the outcome is unknown.
             Err(worker) => {
                 tracing::error!(%worker, "transaction worker failed");
@@ -72,13 +75,54 @@ impl KafkaFence {
             }
         }
         let Some(partition) = ledger_partition else {
-            return Ok(());
+            return Ok(Committed::Kept);
         };
         let (clients, topic) = (self.inner.clients.clone(), self.inner.ledger_topic.clone());
         blocking(move || settle(&clients, &topic, partition, timeout))
             .await
             .and_then(|settled| settled)
-            .map_err(TxnFailure::Unsettled)
+            .map_err(TxnFailure::Unsettled)?;
+        Ok(Committed::Kept)
+    }
+
+    /// Learns whether a transaction whose commit was refused after every record was
+    /// acknowledged committed anyway (see [`crate::context::Acks`]): by reading back its ledger
+    /// record if it wrote one, else its first record, once the transaction is decided. Reading
+    /// the ledger partition through its end also settles the mark, as [`KafkaFence::transact`]
+    /// does after a commit.
+    async fn read_back(
+        &self,
+        failure: TxnFailure,
+        acked: &[Acked],
+    ) -> Result<Committed, TxnFailure> {
+        let probe = acked
+            .iter()
+            .find(|a| a.topic == self.inner.ledger_topic)
+            .or_else(|| acked.first())
+            .cloned();
+        let Some(probe) = probe else {
+            return Err(failure);
+        };
+        let (clients, timeout, read) = (
+            self.inner.clients.clone(),
+            self.inner.timeout,
+            probe.clone(),
+        );
+        match blocking(move || committed_at(&clients, &read, timeout))
+            .await
+            .and_then(|read| read)
+        {
+            Ok(true) => {
+                tracing::warn!(
+                    ?probe,
+                    ?failure,
+                    "commit refused, yet the transaction committed (its first answer was lost)"
+                );
+                Ok(Committed::DespiteRefusal)
+            }
+            Ok(false) => Err(failure),
+            Err(unknown) => Err(TxnFailure::Unsettled(unknown)),
+        }
     }
 
     pub(crate) fn txn_error(
@@ -168,16 +212,70 @@ impl KafkaFence {
     }
 }
 
+/// A transaction that committed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Committed {
+    /// Its producer runs the next transaction.
+    Kept,
+    /// Its commit was refused, yet it committed (read back): the producer is fenced, and the
+    /// holder opens another for its next transaction.
+    DespiteRefusal,
+}
+
+/// How [`run_transaction`] ended.
+enum Ended {
+    Committed,
+    /// Nothing was committed, or (`Ambiguous`) nothing is known.
+    Failed(TxnFailure),
+    /// The commit was refused after the broker acknowledged every record: it may have
+    /// committed anyway, which the acknowledged offsets can tell.
+    RefusedAfterAcks {
+        failure: TxnFailure,
+        acked: Vec<Acked>,
+    },
+}
+
 /// One transaction: begin, send every record, commit. Blocking.
-fn run_transaction(
+fn run_transaction(producer: &TxnProducer, records: Vec<Outgoing>, timeout: Duration) -> Ended {
+    match send_and_commit(producer, &records, timeout) {
+        Ok(()) => Ended::Committed,
+        Err((failure, false)) => Ended::Failed(failure),
+        Err((failure, true)) => {
+            let acks = producer.context().acks();
+            let every_record_acked = acks.refused == 0 && acks.acked.len() == records.len();
+            let refused = match &failure {
+                TxnFailure::Fenced(error)
+                | TxnFailure::Aborted(error)
+                | TxnFailure::Failed(error) => {
+                    // An authorisation or missing-topic refusal never follows a commit.
+                    !permanent(error)
+                }
+                TxnFailure::Ambiguous(_) | TxnFailure::Unsettled(_) => false,
+            };
+            if refused && every_record_acked {
+                Ended::RefusedAfterAcks {
+                    failure,
+                    acked: acks.acked,
+                }
+            } else {
+                Ended::Failed(failure)
+            }
+        }
+    }
+}
+
+/// Begins, sends and commits; a failure says whether it came from the commit.
+fn send_and_commit(
     producer: &TxnProducer,
-    records: Vec<Outgoing>,
+    records: &[Outgoing],
     timeout: Duration,
-) -> Result<(), TxnFailure> {
+) -> Result<(), (TxnFailure, bool)> {
+    let before_commit = |failure| (failure, false);
+    producer.context().start_acks();
     producer
         .begin_transaction()
-        .map_err(|e| classify(e, false))?;
-    for outgoing in &records {
+        .map_err(|e| before_commit(classify(e, false)))?;
+    for outgoing in records {
         let mut headers = OwnedHeaders::new_with_capacity(outgoing.headers.len());
         for (name, value) in &outgoing.headers {
             headers = headers.insert(Header {
@@ -203,10 +301,10 @@ fn run_transaction(
                 }
                 Err((error, _)) => {
                     let _ = producer.abort_transaction(timeout);
-                    return Err(match classify(error, false) {
+                    return Err(before_commit(match classify(error, false) {
                         TxnFailure::Failed(error) => TxnFailure::Aborted(error),
                         other => other,
-                    });
+                    }));
                 }
             }
         }
@@ -216,9 +314,9 @@ fn run_transaction(
         Err(error) => match classify(error, true) {
             TxnFailure::Aborted(error) => {
                 let _ = producer.abort_transaction(timeout);
-                Err(TxnFailure::Aborted(error))
+                Err((TxnFailure::Aborted(error), true))
             }
-            other => Err(other),
+            other => Err((other, true)),
         },
     }
 }
