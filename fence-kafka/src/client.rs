@@ -106,13 +106,34 @@ pub(crate) fn read_partition(
     from: i64,
     timeout: Duration,
 ) -> Result<Vec<CommittedRecord>, KafkaFenceError> {
+    read(
+        clients,
+        Isolation::Committed,
+        topic,
+        partition,
+        from,
+        timeout,
+        false,
+    )
+}
+
+/// [`read_partition`] with `isolation`, stopping at the first record when `first_only`.
+fn read(
+    clients: &Clients,
+    isolation: Isolation,
+    topic: &str,
+    partition: i32,
+    from: i64,
+    timeout: Duration,
+    first_only: bool,
+) -> Result<Vec<CommittedRecord>, KafkaFenceError> {
     let deadline = Instant::now() + timeout;
     let (low, high) = high_watermark(clients, topic, partition, timeout)?;
     let start = from.max(low);
     if high <= start {
         return Ok(Vec::new());
     }
-    let consumer = reader(clients, Isolation::Committed)?;
+    let consumer = reader(clients, isolation)?;
     serve_token(&consumer, left(deadline));
     let mut assignment = TopicPartitionList::new();
     assignment.add_partition_offset(topic, partition, Offset::Offset(start))?;
@@ -120,7 +141,12 @@ pub(crate) fn read_partition(
     let mut messages = Vec::new();
     loop {
         match consumer.poll(Duration::from_millis(50)) {
-            Some(Ok(message)) => messages.push(CommittedRecord::from_message(&message)),
+            Some(Ok(message)) => {
+                messages.push(CommittedRecord::from_message(&message));
+                if first_only {
+                    return Ok(messages);
+                }
+            }
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
             Some(Err(error)) => return Err(error.into()),
         }
@@ -148,29 +174,39 @@ pub(crate) fn read_partition(
 
 /// Whether the record the broker acknowledged at `acked` is committed, read back once its
 /// transaction is decided: a read_committed reader from its offset meets it first if its
-/// transaction committed and skips it if it aborted. Fails when the transaction is not decided
-/// within `timeout`, and when the log no longer holds the offset.
+/// transaction committed and skips it if it aborted — or if the record is no longer in the log
+/// (compacted or deleted since), which a read_uncommitted reader tells apart. Fails when the
+/// transaction is not decided within `timeout`, and when the record is not in the log.
 pub(crate) fn committed_at(
     clients: &Clients,
     acked: &Acked,
     timeout: Duration,
 ) -> Result<bool, KafkaFenceError> {
-    let (low, _) = high_watermark(clients, &acked.topic, acked.partition, timeout)?;
-    if low > acked.offset {
-        return Err(KafkaFenceError::Unverifiable {
-            topic: acked.topic.clone(),
-            partition: acked.partition,
-            offset: acked.offset,
-        });
+    let first = |isolation| {
+        read(
+            clients,
+            isolation,
+            &acked.topic,
+            acked.partition,
+            acked.offset,
+            timeout,
+            true,
+        )
+        .map(|records| records.first().map(|r| r.offset))
+    };
+    if acked.offset >= 0 {
+        if first(Isolation::Committed)? == Some(acked.offset) {
+            return Ok(true);
+        }
+        if first(Isolation::Uncommitted)? == Some(acked.offset) {
+            return Ok(false);
+        }
     }
-    let records = read_partition(
-        clients,
-        &acked.topic,
-        acked.partition,
-        acked.offset,
-        timeout,
-    )?;
-    Ok(records.first().is_some_and(|r| r.offset == acked.offset))
+    Err(KafkaFenceError::Unverifiable {
+        topic: acked.topic.clone(),
+        partition: acked.partition,
+        offset: acked.offset,
+    })
 }
 
 /// Waits until read_committed readers of the partition see through to the end it has now:

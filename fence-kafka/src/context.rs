@@ -69,10 +69,21 @@ pub struct KafkaContext {
 /// record was acknowledged, their offsets let the fence read back what became of them.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Acks {
-    /// The records the broker acknowledged, in the order of their reports.
+    /// The records the broker acknowledged with their offset, in the order of their reports.
     pub(crate) acked: Vec<Acked>,
+    /// How many records were reported delivered without an offset (librdkafka does so for a
+    /// batch the broker answered as a duplicate, and for one acknowledged only through a later
+    /// batch): delivered, but not where a read could find them.
+    pub(crate) unplaced: usize,
     /// How many records the broker refused.
     pub(crate) refused: usize,
+}
+
+impl Acks {
+    /// Whether the broker took every one of `records` records.
+    pub(crate) fn delivered_all(&self, records: usize) -> bool {
+        self.refused == 0 && self.acked.len() + self.unplaced == records
+    }
 }
 
 /// Where the broker put one record.
@@ -178,11 +189,12 @@ impl ProducerContext for KafkaContext {
             return;
         };
         match result {
-            Ok(message) => acks.acked.push(Acked {
+            Ok(message) if message.offset() >= 0 => acks.acked.push(Acked {
                 topic: message.topic().to_owned(),
                 partition: message.partition(),
                 offset: message.offset(),
             }),
+            Ok(_) => acks.unplaced += 1,
             Err(_) => acks.refused += 1,
         }
     }

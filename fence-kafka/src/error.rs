@@ -65,8 +65,9 @@ pub enum KafkaFenceError {
     },
     /// A commit was refused after the broker had acknowledged its records, and the record read
     /// back to learn whether the transaction committed anyway is no longer in the log (deleted
-    /// or compacted since): the outcome is unknown.
-    #[error("commit refused, and whether it happened cannot be read back: offset {offset} of partition {partition} of `{topic}` is no longer in the log")]
+    /// or compacted since; a read_committed reader would skip it as if aborted): the outcome is
+    /// unknown.
+    #[error("commit refused, and whether it happened cannot be read back: offset {offset} of partition {partition} of `{topic}` is not in the log")]
     Unverifiable {
         /// The topic.
         topic: String,
@@ -215,6 +216,18 @@ pub(crate) enum TxnFailure {
     Unsettled(KafkaFenceError),
     /// Anything else: nothing known to be written.
     Failed(KafkaError),
+}
+
+impl TxnFailure {
+    /// The same failure, with its outcome unknown.
+    pub(crate) fn into_ambiguous(self) -> TxnFailure {
+        match self {
+            TxnFailure::Fenced(error) | TxnFailure::Aborted(error) | TxnFailure::Failed(error) => {
+                TxnFailure::Ambiguous(error)
+            }
+            unknown @ (TxnFailure::Ambiguous(_) | TxnFailure::Unsettled(_)) => unknown,
+        }
+    }
 }
 
 /// Classifies a librdkafka error from a transactional call. Error codes and flags are mapped

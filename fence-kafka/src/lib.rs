@@ -12,6 +12,8 @@ mod layout;
 mod ledger;
 mod partitioning;
 mod permissions;
+#[cfg(test)]
+mod read_back_tests;
 mod record;
 mod txn;
 

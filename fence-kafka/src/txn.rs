@@ -242,7 +242,6 @@ fn run_transaction(producer: &TxnProducer, records: Vec<Outgoing>, timeout: Dura
         Err((failure, false)) => Ended::Failed(failure),
         Err((failure, true)) => {
             let acks = producer.context().acks();
-            let every_record_acked = acks.refused == 0 && acks.acked.len() == records.len();
             let refused = match &failure {
                 TxnFailure::Fenced(error)
                 | TxnFailure::Aborted(error)
@@ -252,13 +251,17 @@ fn run_transaction(producer: &TxnProducer, records: Vec<Outgoing>, timeout: Dura
                 }
                 TxnFailure::Ambiguous(_) | TxnFailure::Unsettled(_) => false,
             };
-            if refused && every_record_acked {
+            if !refused || !acks.delivered_all(records.len()) {
+                // A record the broker refused: no commit was ever sent.
+                Ended::Failed(failure)
+            } else if acks.acked.is_empty() {
+                // Delivered, but nowhere a read can look: it may have committed.
+                Ended::Failed(failure.into_ambiguous())
+            } else {
                 Ended::RefusedAfterAcks {
                     failure,
                     acked: acks.acked,
                 }
-            } else {
-                Ended::Failed(failure)
             }
         }
     }
