@@ -18,12 +18,32 @@ use crate::services::{assert_fenced, mark_of, put, token, value_of};
 /// `domain`: a first token above `max_step` (the step counts from zero), `u64::MAX` by write and
 /// by claim; a token exactly `max_step` above is accepted; a stale token is still `Fenced`.
 pub async fn runaway_tokens_are_refused(store: &dyn FencedStore, domain: &Domain, max_step: u64) {
-    assert!(max_step >= 2, "the scenario needs a step of at least 2");
     assert_eq!(
         store.capabilities().max_token_step.map(|step| step.get()),
         Some(max_step),
         "the store must declare the step it enforces"
     );
+    refuses_runaway_tokens(store, domain, max_step).await;
+}
+
+/// [`runaway_tokens_are_refused`] where the resource holds the step, not the client: `store`
+/// was built without one (it declares none), and still refuses what the resource's setting
+/// refuses.
+pub async fn runaway_tokens_are_refused_by_the_resource(
+    store: &dyn FencedStore,
+    domain: &Domain,
+    max_step: u64,
+) {
+    assert_eq!(
+        store.capabilities().max_token_step,
+        None,
+        "the client must be built without a step: the resource's setting is under test"
+    );
+    refuses_runaway_tokens(store, domain, max_step).await;
+}
+
+async fn refuses_runaway_tokens(store: &dyn FencedStore, domain: &Domain, max_step: u64) {
+    assert!(max_step >= 2, "the scenario needs a step of at least 2");
     let too_far =
         |result: Result<WriteOutcome, FenceError>, current: Option<u64>, what: &str| match result {
             Err(FenceError::TokenTooFar {
@@ -92,6 +112,28 @@ pub async fn unissued_tokens_are_refused(
         store.capabilities().issued_only,
         "the store must declare that it accepts only issued tokens"
     );
+    refuses_unissued_tokens(store, issuer, domain).await;
+}
+
+/// [`unissued_tokens_are_refused`] where the resource holds the setting, not the client:
+/// `store` was built without it (it declares it not), and still refuses unissued tokens.
+pub async fn unissued_tokens_are_refused_by_the_resource(
+    store: &dyn FencedStore,
+    issuer: &dyn TokenIssuer,
+    domain: &Domain,
+) {
+    assert!(
+        !store.capabilities().issued_only,
+        "the client must be built without issued-only: the resource's setting is under test"
+    );
+    refuses_unissued_tokens(store, issuer, domain).await;
+}
+
+async fn refuses_unissued_tokens(
+    store: &dyn FencedStore,
+    issuer: &dyn TokenIssuer,
+    domain: &Domain,
+) {
     let unissued =
         |result: Result<WriteOutcome, FenceError>, presented: u64, what: &str| match result {
             Err(FenceError::Unissued { presented: p, .. }) if p.get() == presented => {}

@@ -46,4 +46,4 @@ pub use request::{
 };
 pub use retire::{Retired, Retirer};
 pub use token::{parse_count, FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
-pub use token_bounds::{IssuerView, TokenBounds};
+pub use token_bounds::{BoundsConfig, IssuerView, TokenBounds};

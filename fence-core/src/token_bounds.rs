@@ -123,6 +123,64 @@ impl TokenBounds {
     }
 }
 
+/// The admission settings a resource can hold for itself, so that every client obeys them,
+/// not only the ones built with them: refuse tokens more than `max_step` above the mark, and
+/// (`issued_only`) tokens the resource's own issuer never handed out. A client's own settings
+/// and the resource's combine into the tighter of the two ([`BoundsConfig::tighter`]).
+///
+/// ```
+/// use std::num::NonZeroU64;
+/// use fence_core::BoundsConfig;
+/// let client = BoundsConfig::new(NonZeroU64::new(1000), false);
+/// let resource = BoundsConfig::new(NonZeroU64::new(10), true);
+/// assert_eq!(client.tighter(resource), BoundsConfig::new(NonZeroU64::new(10), true));
+/// assert_eq!(BoundsConfig::NONE.tighter(client), client);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BoundsConfig {
+    /// Refuse tokens more than this above the mark (`None`: no bound).
+    pub max_step: Option<NonZeroU64>,
+    /// Accept only tokens the resource's own issuer handed out.
+    pub issued_only: bool,
+}
+
+impl BoundsConfig {
+    /// No setting: the acceptance rule alone.
+    pub const NONE: BoundsConfig = BoundsConfig {
+        max_step: None,
+        issued_only: false,
+    };
+
+    /// A step bound (`None`: none) and whether only issued tokens are accepted.
+    pub const fn new(max_step: Option<NonZeroU64>, issued_only: bool) -> Self {
+        BoundsConfig {
+            max_step,
+            issued_only,
+        }
+    }
+
+    /// The tighter of two settings: the smaller step bound, issued-only if either is.
+    pub fn tighter(self, other: BoundsConfig) -> BoundsConfig {
+        let max_step = match (self.max_step, other.max_step) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        BoundsConfig::new(max_step, self.issued_only || other.issued_only)
+    }
+
+    /// The checks these settings ask for, with the issuer as the resource sees it (ignored
+    /// unless `issued_only`).
+    pub fn with_issuer(self, issuer: IssuerView) -> TokenBounds {
+        let issuer = if self.issued_only {
+            issuer
+        } else {
+            IssuerView::Unchecked
+        };
+        TokenBounds::new(self.max_step, issuer)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,4 +1,4 @@
--- fence-postgres schema, version 2 (FORMATS.md §6). `fence_schema` is replaced by the schema you choose.
+-- fence-postgres schema, version 3 (FORMATS.md §6). `fence_schema` is replaced by the schema you choose.
 -- Tokens are u64: numeric(20,0), compared exactly by the server (bigint stops at 2^63 - 1),
 -- with a check that keeps them in 1 ..= 2^64 - 1. Rows that break it anyway fail closed.
 CREATE SCHEMA IF NOT EXISTS fence_schema;
@@ -57,31 +57,54 @@ CREATE TABLE IF NOT EXISTS fence_schema.fence_rebases (
     at        timestamptz NOT NULL DEFAULT now()
 );
 
+-- Admission settings every client of the schema obeys, whatever it was built with
+-- (`PostgresFence::set_resource_bounds`): at most one row; none means no setting. Each write,
+-- claim and fenced transaction combines them with the client's own, the tighter of each.
+CREATE TABLE IF NOT EXISTS fence_schema.fence_settings (
+    one         boolean PRIMARY KEY DEFAULT true CONSTRAINT fence_settings_one CHECK (one),
+    max_step    numeric(20,0)    -- refuse tokens more than this above the mark (NULL: no bound)
+                CONSTRAINT fence_settings_max_step_u64 CHECK (max_step BETWEEN 1 AND 18446744073709551615),
+    issued_only boolean NOT NULL DEFAULT false  -- accept only tokens fence_counters issued
+);
+
 -- Finding a domain's recent op ids and pruning them: by domain, in order.
 CREATE INDEX IF NOT EXISTS fence_ops_domain_seq ON fence_schema.fence_ops (domain, seq);
 
 -- A store write decided in one statement, in the order of fence-core's pipeline (the mark row
 -- locked; anything not Fence's, a remembered op id, a stale token, a token the domain's counter
--- never issued (when p_issued_only) or more than p_max_step above the mark (when not NULL), or
--- a failed revision condition changes nothing; else the write and its op id). Returns the mark
--- row as it was, the remembered operation, the counter's last token and whether it applied:
--- the client derives the outcome from them with fence-core's own decision, and reports any
--- disagreement. Arguments are checked: the function refuses what the client would never send.
--- (Schema version 1 had no p_max_step, p_issued_only nor `issued`: migrating replaces it.)
+-- never issued (when issued-only) or more than the step bound above the mark, or a failed
+-- revision condition changes nothing; else the write and its op id). The bounds are the
+-- tighter of the client's (p_max_step, p_issued_only) and fence_settings'. Returns the mark
+-- row as it was, the remembered operation, the counter's last token, the bounds applied and
+-- whether it applied: the client derives the outcome from them with fence-core's own decision,
+-- and reports any disagreement. Arguments are checked: the function refuses what the client
+-- would never send. (Version 1 had no p_max_step, p_issued_only nor `issued`, version 2 no
+-- bound_step nor bound_issued_only: migrating replaces it.)
 DROP FUNCTION IF EXISTS fence_schema.fence_write(
     text, numeric, boolean, text, text, bigint, "char", bytea, bigint);
+DO $drop$ BEGIN
+    IF EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = 'fence_schema' AND p.proname = 'fence_write'
+                  AND p.pronargs = 11
+                  AND NOT COALESCE('bound_step' = ANY (p.proargnames), false)) THEN
+        DROP FUNCTION fence_schema.fence_write(
+            text, numeric, boolean, text, text, bigint, "char", bytea, bigint, numeric, boolean);
+    END IF;
+END $drop$;
 CREATE OR REPLACE FUNCTION fence_schema.fence_write(
     p_domain text, p_token numeric, p_strict boolean, p_op_id text, p_condition text,
     p_expected bigint, p_state "char", p_value bytea, p_retention bigint,
     p_max_step numeric, p_issued_only boolean)
 RETURNS TABLE (hwm text, state "char", revision bigint, writer text, created boolean,
                op_kind text, op_revision bigint, op_previous text, applied boolean,
-               issued text)
+               issued text, bound_step text, bound_issued_only boolean)
 LANGUAGE plpgsql AS $fence$
 DECLARE
     m fence_schema.fence_marks%ROWTYPE;
     o fence_schema.fence_ops%ROWTYPE;
     last_issued numeric;
+    v_step numeric;
+    v_issued_only boolean;
     fresh boolean := false;
     refused boolean;
     u64 CONSTANT numeric := 18446744073709551615;
@@ -101,17 +124,24 @@ BEGIN
         fresh := FOUND;
         SELECT * INTO m FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain FOR UPDATE;
     END IF;
+    -- After the lock, in its own statement, like everything below: what committed meanwhile
+    -- is seen. LEAST ignores a NULL (no bound).
+    SELECT LEAST(p_max_step, s.max_step), p_issued_only OR s.issued_only
+      INTO v_step, v_issued_only FROM fence_schema.fence_settings AS s;
+    IF NOT FOUND THEN
+        v_step := p_max_step;
+        v_issued_only := p_issued_only;
+    END IF;
     IF p_op_id IS NOT NULL THEN
-        -- After the lock, in its own statement: a retry committed meanwhile is seen.
         SELECT * INTO o FROM fence_schema.fence_ops AS r
          WHERE r.domain = p_domain AND r.token = p_token AND r.op_id = p_op_id;
     END IF;
-    IF p_issued_only THEN
+    IF v_issued_only THEN
         -- Tokens are returned by the issuer only once committed: every one is visible here.
         SELECT c.last INTO last_issued FROM fence_schema.fence_counters AS c
          WHERE c.domain = p_domain;
     END IF;
-    issued := last_issued::text;
+    issued := last_issued::text; bound_step := v_step::text; bound_issued_only := v_issued_only;
     hwm := m.hwm::text; state := m.state; revision := m.revision; writer := m.writer::text;
     created := fresh; op_kind := o.kind; op_revision := o.revision;
     op_previous := o.previous::text; applied := false;
@@ -124,8 +154,8 @@ BEGIN
                    AND m.writer >= 1 AND m.writer <= m.hwm))
        OR o.kind IS NOT NULL
        OR (m.hwm IS NOT NULL AND (p_token < m.hwm OR (p_strict AND p_token = m.hwm)))
-       OR (p_issued_only AND (last_issued IS NULL OR p_token > last_issued))
-       OR (p_max_step IS NOT NULL AND p_token - COALESCE(m.hwm, 0) > p_max_step)
+       OR (v_issued_only AND (last_issued IS NULL OR p_token > last_issued))
+       OR (v_step IS NOT NULL AND p_token - COALESCE(m.hwm, 0) > v_step)
        OR (p_condition = 'absent' AND m.state IS NOT DISTINCT FROM 'v')
        OR (p_condition = 'revision' AND m.revision IS DISTINCT FROM p_expected);
     -- Unknown (NULL) counts as refused: fail closed.

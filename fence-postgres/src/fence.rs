@@ -8,16 +8,17 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
-    Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError, FencedStore,
-    FencingToken, InvalidInput, IssuerView, Mutation, OpIdRetention, OpMemory, Operation,
-    OperationId, Snapshot, TokenBounds, WriteCondition, WriteOutcome, WriteRequest,
+    BoundsConfig, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
+    FencedStore, FencingToken, InvalidInput, IssuerView, Mutation, OpIdRetention, OpMemory,
+    Operation, OperationId, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
 use crate::mark::{
-    commit, decode_head, decode_op, issued_column, revision_i64, MarkChange, RememberedOp,
+    commit, decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange,
+    RememberedOp,
 };
 use crate::schema::{check_shape, Schema, Shape};
 
@@ -47,8 +48,8 @@ pub struct PostgresFence {
     schema: Schema,
     max_value_bytes: usize,
     op_id_retention: usize,
-    max_token_step: Option<NonZeroU64>,
-    issued_only: bool,
+    /// This client's own admission settings (the schema's `fence_settings` add to them).
+    bounds: BoundsConfig,
     /// Set once the tables were found with the expected shape (checked on first use).
     shape_checked: Arc<AtomicBool>,
 }
@@ -61,8 +62,7 @@ impl PostgresFence {
             schema: Schema::new(schema)?,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
-            max_token_step: None,
-            issued_only: false,
+            bounds: BoundsConfig::NONE,
             shape_checked: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -83,33 +83,28 @@ impl PostgresFence {
     /// and [`crate::PostgresLeases`] on the same schema: up to the `fence_counters` row's last
     /// token), refusing others with [`FenceError::Unissued`]. The counter row is read in the
     /// write's own transaction, after the mark row's lock. Use it only for domains whose
-    /// tokens come from this schema's issuer or leases.
+    /// tokens come from this schema's issuer or leases. This client's setting: to make every
+    /// client of the schema obey it, store it in the schema with
+    /// [`PostgresFence::set_resource_bounds`].
     pub fn issued_only(mut self) -> Self {
-        self.issued_only = true;
+        self.bounds.issued_only = true;
         self
     }
 
     /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
     /// without one) with [`FenceError::TokenTooFar`], in the same transaction: see
     /// [`fence_core::TokenBounds`]. The schema's own counter grows by one per acquisition; a
-    /// step of a few thousand leaves room for acquisitions that never wrote.
+    /// step of a few thousand leaves room for acquisitions that never wrote. This client's
+    /// setting: to make every client of the schema obey it, store it in the schema with
+    /// [`PostgresFence::set_resource_bounds`].
     pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
-        self.max_token_step = Some(max_step);
+        self.bounds.max_step = Some(max_step);
         self
     }
 
-    /// The checks beyond the rule, with the counter's last token as read (when issued-only).
-    pub(crate) fn bounds(&self, last_issued: Option<FencingToken>) -> TokenBounds {
-        let issuer = if self.issued_only {
-            IssuerView::IssuedUpTo(last_issued)
-        } else {
-            IssuerView::Unchecked
-        };
-        TokenBounds::new(self.max_token_step, issuer)
-    }
-
-    pub(crate) fn is_issued_only(&self) -> bool {
-        self.issued_only
+    /// This client's own admission settings, as built.
+    pub(crate) fn client_bounds(&self) -> BoundsConfig {
+        self.bounds
     }
 
     /// The schema holding the fence's tables.
@@ -199,8 +194,8 @@ impl PostgresFence {
         .bind(state as i8)
         .bind(value)
         .bind(i64::try_from(self.op_id_retention).unwrap_or(i64::MAX))
-        .bind(self.max_token_step.map(|step| step.to_string()))
-        .bind(self.issued_only)
+        .bind(self.bounds.max_step.map(|step| step.to_string()))
+        .bind(self.bounds.issued_only)
         .fetch_one(&mut *conn)
         .await
         .map_err(|e| map_error(e, domain, operation, true))?;
@@ -209,6 +204,11 @@ impl PostgresFence {
         let applied: bool = row.try_get(8).map_err(column)?;
         let issued: Option<String> = row.try_get(9).map_err(column)?;
         let issued = issued_column(domain, issued)?;
+        // The bounds the server applied: this client's and the schema's, the tighter of each.
+        let step: Option<String> = row.try_get(10).map_err(column)?;
+        let issued_only: bool = row.try_get(11).map_err(column)?;
+        let bounds = BoundsConfig::new(step_column(domain, step)?, issued_only)
+            .with_issuer(IssuerView::IssuedUpTo(issued));
         let (hwm, entry) = decode_head(domain, &row, created)?;
         let current = match entry {
             Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
@@ -220,7 +220,7 @@ impl PostgresFence {
         };
         match (
             applied,
-            pipeline::decide_write(request, current, &remembered, self.bounds(issued)),
+            pipeline::decide_write(request, current, &remembered, bounds),
         ) {
             (true, Ok(Decision::Apply { outcome, .. })) => Ok(WriteOutcome::Accepted(outcome)),
             (false, Ok(Decision::Replay(first))) => Ok(WriteOutcome::Duplicate(first)),
@@ -240,8 +240,7 @@ impl PostgresFence {
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let bounds = self.bounds(locked.issued);
-        let decision = pipeline::decide_claim(domain, locked.hwm, token, bounds)?;
+        let decision = pipeline::decide_claim(domain, locked.hwm, token, locked.bounds())?;
         if let ClaimDecision::Raise(_) = decision {
             self.apply(
                 &mut tx,
@@ -327,8 +326,7 @@ impl fmt::Debug for PostgresFence {
             .field("schema", &self.schema.name())
             .field("max_value_bytes", &self.max_value_bytes)
             .field("op_id_retention", &self.op_id_retention)
-            .field("max_token_step", &self.max_token_step)
-            .field("issued_only", &self.issued_only)
+            .field("bounds", &self.bounds)
             .finish_non_exhaustive()
     }
 }
@@ -344,8 +342,8 @@ impl Fence for PostgresFence {
             .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
             .with_max_value_bytes(Some(self.max_value_bytes))
             .with_survives_restart(true)
-            .with_max_token_step(self.max_token_step)
-            .with_issued_only(self.issued_only)
+            .with_max_token_step(self.bounds.max_step)
+            .with_issued_only(self.bounds.issued_only)
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

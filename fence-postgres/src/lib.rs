@@ -11,6 +11,7 @@ mod rebase;
 mod retire;
 mod row;
 mod schema;
+mod settings;
 mod transaction;
 
 /// The contract this crate implements, so users need one dependency.

@@ -2,9 +2,11 @@
 //! the request's remembered operation read after the lock, then changed with the operation
 //! remembered in one statement. (Store writes run the schema's `fence_write` instead.)
 
+use std::num::NonZeroU64;
+
 use fence_core::{
-    Domain, FenceError, FencingToken, InvalidInput, OpKind, OpMemory, OpOutcome, OpRecord,
-    Operation, OperationId, Revision,
+    BoundsConfig, Domain, FenceError, FencingToken, InvalidInput, IssuerView, OpKind, OpMemory,
+    OpOutcome, OpRecord, Operation, OperationId, Revision, TokenBounds,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row, Transaction};
@@ -18,8 +20,18 @@ pub(crate) struct Locked {
     pub(crate) hwm: Option<FencingToken>,
     /// The record of the request's (token, op id), if one was asked for and is remembered.
     pub(crate) op: Option<OpRow>,
-    /// The domain's counter's last token, read after the lock when the fence is issued-only.
+    /// The admission settings in force: the client's and the schema's, the tighter of each.
+    pub(crate) settings: BoundsConfig,
+    /// The domain's counter's last token, read after the lock when issued-only is in force.
     pub(crate) issued: Option<FencingToken>,
+}
+
+impl Locked {
+    /// The checks beyond the rule, as the settings in force ask for them.
+    pub(crate) fn bounds(&self) -> TokenBounds {
+        self.settings
+            .with_issuer(IssuerView::IssuedUpTo(self.issued))
+    }
 }
 
 /// A remembered operation as stored: a write (with the revision it produced) or a fenced
@@ -161,10 +173,13 @@ impl PostgresFence {
         self.ensure_shape(domain, operation).await?;
         let sql_error = |e| map_error(e, domain, operation, false);
         let mut tx = self.pool().begin().await.map_err(sql_error)?;
-        let marks = self.tables().marks();
+        let (marks, settings) = (self.tables().marks(), self.tables().settings());
+        // The schema's settings ride along (subqueries lock nothing).
         let select = format!(
-            "SELECT hwm::text, state, revision, writer::text FROM {marks} \
-             WHERE domain = $1 FOR UPDATE"
+            "SELECT hwm::text, state, revision, writer::text, \
+             (SELECT max_step::text FROM {settings}), \
+             COALESCE((SELECT issued_only FROM {settings}), false) \
+             FROM {marks} WHERE domain = $1 FOR UPDATE"
         );
         let read = || sqlx::query(&select).bind(domain.as_str());
         let (row, created) = match read().fetch_optional(&mut *tx).await.map_err(sql_error)? {
@@ -188,6 +203,12 @@ impl PostgresFence {
         };
         // The entry's head is validated too: a row that is not Fence's fails closed.
         let (hwm, _) = decode_head(domain, &row, created)?;
+        let column = |e: sqlx::Error| corrupt(domain, format!("settings: {e}"));
+        let step: Option<String> = row.try_get(4).map_err(column)?;
+        let issued_only: bool = row.try_get(5).map_err(column)?;
+        let settings = self
+            .client_bounds()
+            .tighter(BoundsConfig::new(step_column(domain, step)?, issued_only));
         // Read in its own statement, after the lock: a statement that waited for the lock
         // would still see the operation records of its start (an earlier retry committed
         // meanwhile would be missed).
@@ -211,12 +232,20 @@ impl PostgresFence {
             }
             None => None,
         };
-        let issued = if self.is_issued_only() {
+        let issued = if settings.issued_only {
             self.last_issued(&mut tx, domain, operation).await?
         } else {
             None
         };
-        Ok((tx, Locked { hwm, op, issued }))
+        Ok((
+            tx,
+            Locked {
+                hwm,
+                op,
+                settings,
+                issued,
+            },
+        ))
     }
 
     /// The last token the domain's counter issued (`None`: no row, or nothing issued yet),
@@ -329,6 +358,18 @@ pub(crate) fn issued_column(
         None | Some("0") => Ok(None),
         Some(last) => Ok(Some(token_column(domain, last, "issued counter")?)),
     }
+}
+
+/// A step bound as read from the schema (`None`: no bound); anything but a token fails closed.
+pub(crate) fn step_column(
+    domain: &Domain,
+    step: Option<String>,
+) -> Result<Option<NonZeroU64>, FenceError> {
+    step.map(|step| {
+        token_column(domain, &step, "step bound")
+            .map(|step| NonZeroU64::new(step.get()).unwrap_or(NonZeroU64::MIN))
+    })
+    .transpose()
 }
 
 /// An entry's head: live (a value, not a tombstone), the writer's token, the revision.

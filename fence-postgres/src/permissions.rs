@@ -8,7 +8,7 @@ use crate::error::{kind_of, BACKEND};
 use crate::PostgresFence;
 
 /// (privilege, table, what the fence needs it for)
-const TABLES: [(&str, &str, &str); 5] = [
+const TABLES: [(&str, &str, &str); 6] = [
     (
         "SELECT, INSERT, UPDATE, DELETE",
         "fence_marks",
@@ -29,6 +29,11 @@ const TABLES: [(&str, &str, &str); 5] = [
         "SELECT, INSERT",
         "fence_rebases",
         "re-bases (operators only)",
+    ),
+    (
+        "SELECT",
+        "fence_settings",
+        "the schema's admission settings, read by every fenced operation (operators set them: INSERT, UPDATE, DELETE)",
     ),
 ];
 

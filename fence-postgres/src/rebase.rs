@@ -24,7 +24,7 @@ impl Rebaser for PostgresFence {
         let operation = Operation::Rebase;
         let sql_error = |e| map_error(e, domain, operation, false);
         let (mut tx, locked) = self.lock(domain, operation, None).await?;
-        let last = match self.is_issued_only() {
+        let last = match locked.settings.issued_only {
             true => locked.issued,
             false => self.last_issued(&mut tx, domain, operation).await?,
         };

@@ -58,6 +58,10 @@ impl Schema {
     pub(crate) fn leases(&self) -> String {
         format!("{}.fence_leases", self.0)
     }
+
+    pub(crate) fn settings(&self) -> String {
+        format!("{}.fence_settings", self.0)
+    }
 }
 
 /// The columns `migrate` creates, as `format_type` spells their types (and `not null`).
@@ -113,6 +117,14 @@ const EXPECTED: &[(&str, &[(&str, &str)])] = &[
             ("at", "timestamp with time zone not null"),
         ],
     ),
+    (
+        "fence_settings",
+        &[
+            ("one", "boolean not null"),
+            ("max_step", "numeric(20,0)"),
+            ("issued_only", "boolean not null"),
+        ],
+    ),
 ];
 
 /// What is wrong with the tables found in a schema.
@@ -133,7 +145,7 @@ pub(crate) async fn check_shape(
                 || CASE WHEN a.attnotnull THEN ' not null' ELSE '' END \
          FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid \
          JOIN pg_namespace n ON n.oid = c.relnamespace \
-         WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases', 'fence_rebases') \
+         WHERE n.nspname = $1 AND c.relname IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases', 'fence_rebases', 'fence_settings') \
          AND a.attnum > 0 AND NOT a.attisdropped ORDER BY c.relname, a.attnum",
     )
     .bind(schema.name())
@@ -165,11 +177,11 @@ pub(crate) async fn check_shape(
         }
     }
     // The store's write function, added with the tables (a schema migrated by an older version
-    // lacks it: run `migrate` again).
+    // lacks it, or has one that ignores fence_settings: run `migrate` again).
     let function: bool = sqlx::query_scalar(
         "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
          WHERE n.nspname = $1 AND p.proname = 'fence_write' \
-         AND p.pronargs = 11)",
+         AND p.pronargs = 11 AND 'bound_step' = ANY (p.proargnames))",
     )
     .bind(schema.name())
     .fetch_one(pool)
@@ -183,24 +195,16 @@ pub(crate) async fn check_shape(
 /// yourself.
 pub async fn migrate(pool: &PgPool, schema: &str) -> Result<(), FenceError> {
     let schema = Schema::new(schema)?;
-    let sql_error = |e: sqlx::Error| {
-        FenceError::backend(
-            BACKEND,
-            crate::error::kind_of(&e),
-            None,
-            PostgresFenceError::Sql(e),
-        )
-    };
     let sql = SCHEMA_SQL.replace("fence_schema", schema.name());
     sqlx::raw_sql(&sql).execute(pool).await.map_err(sql_error)?;
-    match check_shape(pool, &schema).await.map_err(sql_error)? {
+    require_shape(pool, &schema).await
+}
+
+/// [`check_shape`] as an error for calls that concern no domain (`migrate`, the settings).
+pub(crate) async fn require_shape(pool: &PgPool, schema: &Schema) -> Result<(), FenceError> {
+    match check_shape(pool, schema).await.map_err(sql_error)? {
         None => Ok(()),
-        Some(Shape::Wrong(detail)) => Err(FenceError::backend(
-            BACKEND,
-            BackendErrorKind::Rejected,
-            None,
-            PostgresFenceError::Shape(detail),
-        )),
+        Some(Shape::Wrong(detail)) => Err(shape_error(detail)),
         Some(Shape::Missing(table)) => Err(FenceError::backend(
             BACKEND,
             BackendErrorKind::NotFound,
@@ -211,4 +215,24 @@ pub async fn migrate(pool: &PgPool, schema: &str) -> Result<(), FenceError> {
             },
         )),
     }
+}
+
+/// A driver or server error in a call that concerns no domain.
+pub(crate) fn sql_error(error: sqlx::Error) -> FenceError {
+    FenceError::backend(
+        BACKEND,
+        crate::error::kind_of(&error),
+        None,
+        PostgresFenceError::Sql(error),
+    )
+}
+
+/// Tables or settings of another shape than `migrate` gives them.
+pub(crate) fn shape_error(detail: String) -> FenceError {
+    FenceError::backend(
+        BACKEND,
+        BackendErrorKind::Rejected,
+        None,
+        PostgresFenceError::Shape(detail),
+    )
 }

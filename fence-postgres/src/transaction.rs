@@ -347,13 +347,7 @@ impl PostgresFence {
                 previous_high_water_mark: row.as_transaction(domain, op_id)?,
             });
         }
-        pipeline::admit(
-            domain,
-            locked.hwm,
-            token,
-            request.policy(),
-            self.bounds(locked.issued),
-        )?;
+        pipeline::admit(domain, locked.hwm, token, request.policy(), locked.bounds())?;
         let change = if locked.hwm == Some(token) {
             MarkChange::Keep
         } else {

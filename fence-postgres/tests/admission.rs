@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use fence_conformance::admission;
 use fence_conformance::services::{domain as d, token as t};
-use fence_core::{BackendErrorKind, FenceError, TokenIssuer};
+use fence_core::{BackendErrorKind, BoundsConfig, FenceError, TokenIssuer};
 use fence_postgres::{Begun, TransactionRequest};
 use support::shared;
 
@@ -90,18 +90,99 @@ async fn fenced_transactions_are_admitted_like_writes() {
     }
 }
 
+/// The schema's own settings bind a client built without any: the step bound and issued-only
+/// are stored by one client and obeyed by another, unconfigured one, on writes, claims and
+/// fenced transactions; removing them lets the same token through.
+#[tokio::test]
+async fn schema_settings_bind_a_client_built_without_them() {
+    let Some((operator, pool)) = shared("adm_schema").await else {
+        return;
+    };
+    let plain = fence_postgres::PostgresFence::new(pool, operator.schema()).unwrap();
+    let step = NonZeroU64::new(STEP);
+    assert_eq!(plain.resource_bounds().await.unwrap(), BoundsConfig::NONE);
+
+    operator
+        .set_resource_bounds(BoundsConfig::new(step, false))
+        .await
+        .unwrap();
+    assert_eq!(
+        plain.resource_bounds().await.unwrap(),
+        BoundsConfig::new(step, false)
+    );
+    admission::runaway_tokens_are_refused_by_the_resource(&plain, &d("step"), STEP).await;
+
+    operator
+        .set_resource_bounds(BoundsConfig::new(None, true))
+        .await
+        .unwrap();
+    admission::unissued_tokens_are_refused_by_the_resource(&plain, &plain.issuer(), &d("issued"))
+        .await;
+    let issued = plain.issuer().issue(&d("account")).await.unwrap();
+    let forged = TransactionRequest::new(d("account"), t(issued.get() + 1));
+    match plain.begin(&forged).await {
+        Err(FenceError::Unissued { .. }) => {}
+        other => panic!("a transaction with an unissued token: {other:?}"),
+    }
+
+    // The same forged token passes once the setting is gone: the setting refused it.
+    operator
+        .set_resource_bounds(BoundsConfig::NONE)
+        .await
+        .unwrap();
+    match plain.begin(&forged).await {
+        Ok(Begun::Admitted(tx)) => tx.commit().await.unwrap(),
+        other => panic!("a transaction without settings: {other:?}"),
+    }
+}
+
+/// Settings the schema cannot hold are refused by the table itself (a step of 0).
+#[tokio::test]
+async fn a_step_of_zero_cannot_be_stored() {
+    let Some((fence, pool)) = shared("adm_zero").await else {
+        return;
+    };
+    let refused = sqlx::query(&format!(
+        "INSERT INTO {}.fence_settings (max_step) VALUES (0)",
+        fence.schema()
+    ))
+    .execute(&pool)
+    .await;
+    assert!(refused.is_err(), "a step of zero was stored");
+}
+
 #[tokio::test]
 async fn a_schema_from_before_the_admission_checks_must_be_migrated_again() {
-    let Some((fence, pool)) = shared("adm_upgrade").await else {
+    // Version 1's function took nine arguments.
+    must_be_migrated_again(
+        "adm_upgrade",
+        "bytea, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_schema_from_before_the_schema_settings_must_be_migrated_again() {
+    // Version 2's took eleven, and returned no bounds: it never read fence_settings.
+    must_be_migrated_again(
+        "adm_upgrade2",
+        "bytea, bigint, numeric, boolean) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+    )
+    .await;
+}
+
+/// Replaces the schema's `fence_write` with an older one (its arguments from `bytea` on, and
+/// its body): a write is refused as not migrated, and `migrate` repairs the schema.
+async fn must_be_migrated_again(name: &str, old_function_tail: &str) {
+    let Some((fence, pool)) = shared(name).await else {
         return;
     };
     let schema = fence.schema().to_owned();
-    // Version 1's function took nine arguments.
     sqlx::raw_sql(&format!(
         "DROP FUNCTION {schema}.fence_write(text, numeric, boolean, text, text, bigint, \"char\", \
          bytea, bigint, numeric, boolean); \
          CREATE FUNCTION {schema}.fence_write(text, numeric, boolean, text, text, bigint, \"char\", \
-         bytea, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'"
+         {old_function_tail}"
     ))
     .execute(&pool)
     .await
