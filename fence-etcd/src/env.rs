@@ -10,9 +10,8 @@
 
 use etcd_client::ConnectOptions;
 use fence_core::env::{self, configuration, Env};
-use fence_core::FenceError;
+use fence_core::{BoundsConfig, FenceError};
 
-use crate::handle::FenceBounds;
 use crate::{Etcd, DEFAULT_CONNECT_TIMEOUT, DEFAULT_REQUEST_TIMEOUT};
 
 /// The endpoints.
@@ -40,10 +39,7 @@ impl Etcd {
             )));
         }
         let prefix = env.require(PREFIX)?;
-        let fence_bounds = FenceBounds {
-            max_token_step: env.max_token_step()?,
-            issued_only: env.issued_only()?,
-        };
+        let fence_bounds = BoundsConfig::new(env.max_token_step()?, env.issued_only()?);
         let mut options = ConnectOptions::new()
             .with_connect_timeout(DEFAULT_CONNECT_TIMEOUT)
             .with_timeout(DEFAULT_REQUEST_TIMEOUT);

@@ -23,6 +23,15 @@ pub enum EtcdFenceError {
     /// etcd answered in a way the protocol does not allow.
     #[error("etcd: unexpected answer: {0}")]
     Unexpected(String),
+    /// The prefix's settings key holds what Fence did not write: every write and claim under
+    /// the prefix fails closed until an operator stores valid settings (or removes the key).
+    #[error("etcd: settings key `{key}` is not Fence's ({why}); store settings again with set_resource_bounds")]
+    Settings {
+        /// The settings key.
+        key: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// Concurrent writers changed the domain between every read and compare-and-write.
     #[error("etcd: the domain changed under {attempts} consecutive compare-and-write attempts")]
     Contention {

@@ -12,13 +12,14 @@ use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
-    BackendErrorKind, Backoff, BoundedCache, Capabilities, Claimed, Domain, EntryHead, Fence,
-    FenceError, FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, OpMemory,
-    Operation, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
+    BackendErrorKind, Backoff, BoundedCache, BoundsConfig, Capabilities, Claimed, Domain,
+    EntryHead, Fence, FenceError, FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention,
+    OpMemory, Operation, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
 };
 
 use crate::error::{map_error, EtcdFenceError, BACKEND};
 use crate::keys::StoreKey;
+use crate::settings::Settings;
 use crate::state::{encode_ops, live_lease, Stored};
 use crate::Etcd;
 
@@ -51,21 +52,20 @@ pub struct EtcdFence {
     max_value_bytes: usize,
     op_id_retention: usize,
     max_attempts: u32,
-    max_token_step: Option<NonZeroU64>,
-    issued_only: bool,
+    /// This fence's own admission settings (the prefix's settings key adds to them).
+    bounds: BoundsConfig,
     /// The last state seen per domain (shared by clones).
     cache: Arc<BoundedCache<Domain, Stored>>,
 }
 
 impl EtcdFence {
-    pub(crate) fn new(etcd: Etcd) -> Self {
+    pub(crate) fn new(etcd: Etcd, bounds: BoundsConfig) -> Self {
         EtcdFence {
             etcd,
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
-            max_token_step: None,
-            issued_only: false,
+            bounds,
             cache: Arc::new(BoundedCache::new(DEFAULT_CACHE_CAPACITY)),
         }
     }
@@ -102,9 +102,10 @@ impl EtcdFence {
     /// key's `create_revision` with the token, so a forged token, and the token of a lease
     /// that expired or was revoked, change nothing, even when above the mark. Tokens of
     /// [`crate::EtcdIssuer`] or another issuer are refused under it: use it only for domains
-    /// whose holders take [`crate::EtcdLeases`].
+    /// whose holders take [`crate::EtcdLeases`]. This fence's setting: to make every fence
+    /// under the prefix obey it, store it with [`EtcdFence::set_resource_bounds`].
     pub fn issued_only(mut self) -> Self {
-        self.issued_only = true;
+        self.bounds.issued_only = true;
         self
     }
 
@@ -112,9 +113,10 @@ impl EtcdFence {
     /// without one) with [`FenceError::TokenTooFar`]: see [`fence_core::TokenBounds`]. etcd
     /// tokens are revisions, which grow with every write in the cluster: choose a step above
     /// the number of writes the cluster takes between two acquisitions of a domain (and above
-    /// the cluster's revision, for a domain's first token).
+    /// the cluster's revision, for a domain's first token). This fence's setting: to make
+    /// every fence under the prefix obey it, store it with [`EtcdFence::set_resource_bounds`].
     pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
-        self.max_token_step = Some(max_step);
+        self.bounds.max_step = Some(max_step);
         self
     }
 
@@ -127,34 +129,38 @@ impl EtcdFence {
         self.cache.remove(domain);
     }
 
-    fn bounds(&self, stored: &Stored) -> TokenBounds {
-        let issuer = if self.issued_only {
-            IssuerView::LiveLease(stored.live_lease)
-        } else {
-            IssuerView::Unchecked
-        };
-        TokenBounds::new(self.max_token_step, issuer)
+    /// The settings in force on `stored`: this fence's and the prefix's, the tighter of each.
+    fn in_force(&self, stored: &Stored) -> BoundsConfig {
+        self.bounds.tighter(stored.settings.bounds)
     }
 
-    /// The reads of a domain's state: its folder, and its lock key when issued-only.
-    fn reads(&self, domain: &Domain) -> Vec<TxnOp> {
+    fn bounds(&self, stored: &Stored) -> TokenBounds {
+        self.in_force(stored)
+            .with_issuer(IssuerView::LiveLease(stored.live_lease))
+    }
+
+    /// The reads of a domain's state: its folder, the prefix's settings and, with `lock`, the
+    /// domain's lock key (a worker without issued-only may lack access to the lease range).
+    fn reads(&self, domain: &Domain, lock: bool) -> Vec<TxnOp> {
         let dir = self.etcd.keys().store_dir(domain);
-        let mut reads = vec![TxnOp::get(
-            dir.as_bytes(),
-            Some(GetOptions::new().with_prefix()),
-        )];
-        if self.issued_only {
+        let mut reads = vec![
+            TxnOp::get(dir.as_bytes(), Some(GetOptions::new().with_prefix())),
+            TxnOp::get(self.etcd.keys().settings(), None),
+        ];
+        if lock {
             reads.push(TxnOp::get(self.etcd.keys().lock(domain), None));
         }
         reads
     }
 
-    /// Decodes what [`EtcdFence::reads`] returned, in its order.
+    /// Decodes what [`EtcdFence::reads`] returned, in its order; `None` when the settings put
+    /// issued-only in force and the lock key was not read.
     fn decode_reads(
         &self,
         domain: &Domain,
         responses: Vec<TxnOpResponse>,
-    ) -> Result<Stored, FenceError> {
+        lock: bool,
+    ) -> Result<Option<Stored>, FenceError> {
         let mut gets = responses.into_iter().filter_map(|r| match r {
             TxnOpResponse::Get(get) => Some(get.kvs().to_vec()),
             _ => None,
@@ -163,10 +169,14 @@ impl EtcdFence {
         let folder = gets.next().ok_or_else(unexpected)?;
         let dir = self.etcd.keys().store_dir(domain);
         let mut stored = Stored::decode(domain, &dir, folder)?;
-        if self.issued_only {
+        stored.settings = Settings::decode(&gets.next().ok_or_else(unexpected)?)?;
+        if self.in_force(&stored).issued_only {
+            if !lock {
+                return Ok(None);
+            }
             stored.live_lease = live_lease(domain, &gets.next().ok_or_else(unexpected)?)?;
         }
-        Ok(stored)
+        Ok(Some(stored))
     }
 
     /// The operation ids `domain` remembers (its `ops` key), oldest first: for operators.
@@ -177,37 +187,51 @@ impl EtcdFence {
     /// Reads the domain's keys at one revision, and remembers what it read.
     async fn load(&self, domain: &Domain, operation: Operation) -> Result<Stored, FenceError> {
         self.cache.remove(domain);
-        let response = self
-            .etcd
-            .client()
-            .kv_client()
-            .txn(Txn::new().and_then(self.reads(domain)))
-            .await
-            .map_err(|e| map_error(e, domain, operation, false))?;
-        let stored = self.decode_reads(domain, response.op_responses())?;
-        self.cache.insert(domain.clone(), stored.without_value());
-        Ok(stored)
+        let mut lock = self.bounds.issued_only;
+        loop {
+            let response = self
+                .etcd
+                .client()
+                .kv_client()
+                .txn(Txn::new().and_then(self.reads(domain, lock)))
+                .await
+                .map_err(|e| map_error(e, domain, operation, false))?;
+            if let Some(stored) = self.decode_reads(domain, response.op_responses(), lock)? {
+                self.cache.insert(domain.clone(), stored.without_value());
+                return Ok(stored);
+            }
+            // The prefix's settings ask for the live lease: read it too.
+            lock = true;
+        }
     }
 
-    /// Runs `changes` if the domain's mark key is still at `version` (its new revision) and,
-    /// when issued-only, `token` is still the live lease's; else returns the domain's state as
-    /// it is now, in the same request.
+    /// Runs `changes` if the domain's mark key is still at the version `known` was read at,
+    /// the prefix's settings are still the ones read and, when issued-only is in force,
+    /// `token` is still the live lease's; else returns the domain's state as it is now, in the
+    /// same request.
     async fn compare_and_write(
         &self,
         domain: &Domain,
         operation: Operation,
-        (version, token): (i64, FencingToken),
+        (known, token): (&Stored, FencingToken),
         changes: Vec<TxnOp>,
     ) -> Result<Written, FenceError> {
-        let mark = self.key(domain, StoreKey::Mark);
+        let (mark, version) = (self.key(domain, StoreKey::Mark), known.version);
+        let lock = self.in_force(known).issued_only;
         let dir = self.etcd.keys().store_dir(domain);
         // The mark is where it was read, and no key of the folder changed since (another
-        // tool's key, an edit, a key put under a lease): else etcd's state is read again.
+        // tool's key, an edit, a key put under a lease), nor the settings: else etcd's state
+        // is read again.
         let mut compares = vec![
             Compare::mod_revision(mark, CompareOp::Equal, version),
             Compare::mod_revision(dir.as_bytes(), CompareOp::Less, version + 1).with_prefix(),
+            Compare::mod_revision(
+                self.etcd.keys().settings(),
+                CompareOp::Equal,
+                known.settings.version,
+            ),
         ];
-        if self.issued_only {
+        if lock {
             // Admitted only as the live lease's token, which is an etcd revision (an i64).
             let revision = i64::try_from(token.get()).map_err(|_| FenceError::Unissued {
                 domain: domain.clone(),
@@ -223,7 +247,7 @@ impl EtcdFence {
         let txn = Txn::new()
             .when(compares)
             .and_then(changes)
-            .or_else(self.reads(domain));
+            .or_else(self.reads(domain, lock));
         let response = self
             .etcd
             .client()
@@ -238,8 +262,14 @@ impl EtcdFence {
                 .ok_or_else(|| unexpected(domain, "a txn answer without a header"))?;
             return Ok(Written::Applied(revision));
         }
-        let current = self.decode_reads(domain, response.op_responses())?;
-        self.cache.insert(domain.clone(), current.without_value());
+        let current = match self.decode_reads(domain, response.op_responses(), lock)? {
+            Some(current) => {
+                self.cache.insert(domain.clone(), current.without_value());
+                current
+            }
+            // Issued-only came into force since: read again, with the lock key.
+            None => self.load(domain, operation).await?,
+        };
         Ok(Written::Changed(current))
     }
 
@@ -293,13 +323,13 @@ impl EtcdFence {
                 ));
             }
             match self
-                .compare_and_write(domain, operation, (known.version, token), changes)
+                .compare_and_write(domain, operation, (&known, token), changes)
                 .await
             {
                 Ok(Written::Applied(revision)) => {
                     let next = Stored {
                         version: revision,
-                        ..next
+                        ..*next
                     };
                     self.cache.insert(domain.clone(), next);
                     return Ok(outcome);
@@ -389,11 +419,12 @@ impl EtcdFence {
                 value: None,
                 ops,
                 live_lease: stored.live_lease,
+                settings: stored.settings,
             };
             Ok(Step::Write {
                 changes,
                 outcome: WriteOutcome::Accepted(outcome),
-                next,
+                next: Box::new(next),
             })
         })
         .await
@@ -412,10 +443,10 @@ impl EtcdFence {
                             None,
                         )],
                         outcome: claimed,
-                        next: Stored {
+                        next: Box::new(Stored {
                             mark: Some(token),
                             ..stored.without_value()
-                        },
+                        }),
                     },
                 },
             )
@@ -442,7 +473,7 @@ enum Step<T> {
     Write {
         changes: Vec<TxnOp>,
         outcome: T,
-        next: Stored,
+        next: Box<Stored>,
     },
 }
 
@@ -461,8 +492,7 @@ impl fmt::Debug for EtcdFence {
             .field("max_value_bytes", &self.max_value_bytes)
             .field("op_id_retention", &self.op_id_retention)
             .field("max_attempts", &self.max_attempts)
-            .field("max_token_step", &self.max_token_step)
-            .field("issued_only", &self.issued_only)
+            .field("bounds", &self.bounds)
             .field("cache_capacity", &self.cache.capacity())
             .finish()
     }
@@ -479,8 +509,8 @@ impl Fence for EtcdFence {
             .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
             .with_max_value_bytes(Some(self.max_value_bytes))
             .with_survives_restart(true)
-            .with_max_token_step(self.max_token_step)
-            .with_issued_only(self.issued_only)
+            .with_max_token_step(self.bounds.max_step)
+            .with_issued_only(self.bounds.issued_only)
     }
 
     async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

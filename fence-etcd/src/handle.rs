@@ -1,12 +1,11 @@
 //! `Etcd`: a client and a key prefix, from which the fence, the leases and the issuer come.
 
 use std::fmt;
-use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use fence_core::{FenceError, InvalidInput};
+use fence_core::{BoundsConfig, FenceError, InvalidInput};
 
 use crate::error::{kind_of, EtcdFenceError, BACKEND};
 use crate::keys::Keys;
@@ -29,14 +28,7 @@ pub struct Etcd {
     client: Client,
     keys: Arc<Keys>,
     /// Bounds every fence made by [`Etcd::fence`] starts with (set by [`Etcd::from_env`]).
-    pub(crate) fence_bounds: FenceBounds,
-}
-
-/// The token bounds a fence from [`Etcd::fence`] starts with.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct FenceBounds {
-    pub(crate) max_token_step: Option<NonZeroU64>,
-    pub(crate) issued_only: bool,
+    pub(crate) fence_bounds: BoundsConfig,
 }
 
 /// The connect timeout [`Etcd::connect`] uses when no options are given.
@@ -51,7 +43,7 @@ impl Etcd {
         Ok(Etcd {
             client,
             keys: Arc::new(Keys::new(prefix)?),
-            fence_bounds: FenceBounds::default(),
+            fence_bounds: BoundsConfig::NONE,
         })
     }
 
@@ -86,20 +78,13 @@ impl Etcd {
         Ok(Etcd {
             client,
             keys: Arc::new(keys),
-            fence_bounds: FenceBounds::default(),
+            fence_bounds: BoundsConfig::NONE,
         })
     }
 
     /// The fenced store on etcd's KV.
     pub fn fence(&self) -> EtcdFence {
-        let mut fence = EtcdFence::new(self.clone());
-        if let Some(step) = self.fence_bounds.max_token_step {
-            fence = fence.with_max_token_step(step);
-        }
-        if self.fence_bounds.issued_only {
-            fence = fence.issued_only();
-        }
-        fence
+        EtcdFence::new(self.clone(), self.fence_bounds)
     }
 
     /// Leases whose token is the lock key's `create_revision`.

@@ -12,6 +12,8 @@
 //! <p>/store/<domain>/ops      remembered operation ids, one fence-core op line each
 //! <p>/rebases/<domain>/<n>    an operator's re-base (a fence-core `RebaseRecord` line), `n`
 //!                             the mark key's revision it replaced (20 digits)
+//! <p>/settings                the prefix's admission settings, which every write and claim
+//!                             reads and compares (absent: none)
 //! ```
 
 use fence_core::{Domain, InvalidInput};
@@ -81,6 +83,11 @@ impl Keys {
 
     pub(crate) fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// The key of the prefix's admission settings.
+    pub(crate) fn settings(&self) -> String {
+        format!("{}/settings", self.prefix)
     }
 
     /// The domain's lock key.

@@ -11,6 +11,7 @@ mod lock;
 mod permissions;
 mod rebase;
 mod retire;
+mod settings;
 mod state;
 
 pub use error::{EtcdFenceError, BACKEND};

@@ -21,15 +21,27 @@ impl Etcd {
         let prefix = self.keys().prefix().to_owned();
         let mut report = PermissionReport::new(BACKEND, format!("prefix `{prefix}`"));
         let client = self.client().clone();
-        let store = format!("{prefix}/store/{PROBE_SEGMENT}/mark");
-        report.push(Permission::new(
-            format!("read on `{prefix}/store/`"),
-            "reads, and every write's first read",
-            access(client.clone(), |mut c| async move {
-                c.get(store, None).await.map(|_| ())
-            })
-            .await,
-        ));
+        for (key, name, needed_for) in [
+            (
+                format!("{prefix}/store/{PROBE_SEGMENT}/mark"),
+                format!("read on `{prefix}/store/`"),
+                "reads, and every write's first read",
+            ),
+            (
+                format!("{prefix}/settings"),
+                format!("read on `{prefix}/settings`"),
+                "every write and claim (the prefix's admission settings; operators: readwrite)",
+            ),
+        ] {
+            report.push(Permission::new(
+                name,
+                needed_for,
+                access(client.clone(), |mut c| async move {
+                    c.get(key, None).await.map(|_| ())
+                })
+                .await,
+            ));
+        }
         for (range, needed_for) in [
             ("store", "claims, writes and deletes"),
             ("issued", "EtcdIssuer"),

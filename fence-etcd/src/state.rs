@@ -8,6 +8,7 @@ use fence_core::{
 
 use crate::error::corrupt;
 use crate::keys::StoreKey;
+use crate::settings::Settings;
 
 /// The remembered operations as the `ops` key's text: one op line each, newest last.
 pub(crate) fn encode_ops(ops: &OpMemory) -> String {
@@ -25,8 +26,10 @@ pub(crate) struct Stored {
     pub(crate) value: Option<Vec<u8>>,
     pub(crate) ops: OpMemory,
     /// The token of the domain's live lease (its lock key's `create_revision`), read with the
-    /// folder when the fence accepts only that token (else `None`).
+    /// folder when issued-only is in force (else `None`).
     pub(crate) live_lease: Option<FencingToken>,
+    /// The prefix's settings, read with the folder.
+    pub(crate) settings: Settings,
 }
 
 /// The live lease's token from the lock key as read (`kvs`: nothing, or the key): its
@@ -155,6 +158,7 @@ impl Stored {
             value: None,
             ops: self.ops.clone(),
             live_lease: self.live_lease,
+            settings: self.settings,
         }
     }
 

@@ -13,9 +13,11 @@ use async_trait::async_trait;
 use fence_conformance::admission;
 use fence_conformance::services::{domain as d, put};
 use fence_core::{
-    Domain, FenceError, FencingToken, IssuerView, Lease, LeaseManager, OwnerId, TokenIssuer,
+    BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Lease, LeaseManager, OwnerId,
+    TokenIssuer,
 };
 use fence_etcd::EtcdLeases;
+use fence_testkit::etcd::shared_endpoints;
 use tokio::sync::Mutex;
 
 /// Tokens as etcd's canonical guard sees them: each issue releases the previous lease and
@@ -65,6 +67,79 @@ async fn runaway_tokens_are_refused() {
         .fence()
         .with_max_token_step(NonZeroU64::new(step).unwrap());
     admission::runaway_tokens_are_refused(&fence, &d("step"), step).await;
+}
+
+/// The prefix's own settings bind a fence of another client built without any: the step and
+/// issued-only are stored by one client and obeyed by the other, including on a state it had
+/// cached before the setting (its txn compares the settings key); removing them lets the same
+/// token through.
+#[tokio::test]
+async fn prefix_settings_bind_a_fence_built_without_them() {
+    let Some(etcd) = support::shared("adm_prefix").await else {
+        return;
+    };
+    let operator = etcd.fence();
+    let other = support::connect(&shared_endpoints().unwrap()[0], etcd.prefix()).await;
+    let plain = other.fence();
+    let step = 1_000_000;
+    assert_eq!(plain.resource_bounds().await.unwrap(), BoundsConfig::NONE);
+
+    // A state cached before the setting: the client decides on it, etcd's compare refuses.
+    let cached = d("cached");
+    let first = put(&plain, &cached, 5, "before").await.unwrap();
+    let first = first.accepted().token.get();
+    operator
+        .set_resource_bounds(BoundsConfig::new(NonZeroU64::new(step), false))
+        .await
+        .unwrap();
+    match put(&plain, &cached, u64::MAX, "far").await {
+        Err(FenceError::TokenTooFar { current, .. }) => {
+            assert_eq!(current.map(FencingToken::get), Some(first))
+        }
+        other => panic!("u64::MAX on a cached state: expected TokenTooFar, got {other:?}"),
+    }
+    assert_eq!(
+        plain.resource_bounds().await.unwrap(),
+        BoundsConfig::new(NonZeroU64::new(step), false)
+    );
+    admission::runaway_tokens_are_refused_by_the_resource(&plain, &d("step"), step).await;
+
+    operator
+        .set_resource_bounds(BoundsConfig::new(None, true))
+        .await
+        .unwrap();
+    admission::unissued_tokens_are_refused_by_the_resource(
+        &plain,
+        &lease_tokens(&other),
+        &d("issued"),
+    )
+    .await;
+
+    // The same token passes once the setting is gone: the setting refused it.
+    operator
+        .set_resource_bounds(BoundsConfig::NONE)
+        .await
+        .unwrap();
+    put(&plain, &cached, u64::MAX, "far").await.unwrap();
+}
+
+/// A settings key Fence did not write fails every write under the prefix closed.
+#[tokio::test]
+async fn a_foreign_settings_key_fails_closed() {
+    let Some(etcd) = support::shared("adm_foreign").await else {
+        return;
+    };
+    etcd.client()
+        .kv_client()
+        .put(format!("{}/settings", etcd.prefix()), "max_step=lots", None)
+        .await
+        .unwrap();
+    let fence = etcd.fence();
+    match put(&fence, &d("x"), 1, "v").await {
+        Err(error) => assert!(error.to_string().contains("settings"), "{error}"),
+        Ok(outcome) => panic!("a write under foreign settings: {outcome:?}"),
+    }
+    assert!(fence.resource_bounds().await.is_err());
 }
 
 #[tokio::test]

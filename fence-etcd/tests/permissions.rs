@@ -19,7 +19,8 @@ async fn a_role_missing_a_key_range_is_told_which() {
     let mut client = admin.client().clone();
     client.user_add("root", "root-secret", None).await.unwrap();
     client.user_grant_role("root", "root").await.unwrap();
-    // The worker's role covers the store and the leases, not the issuer's keys.
+    // The worker's role covers the store, the leases and reading the settings, not the
+    // issuer's keys.
     client.role_add("worker").await.unwrap();
     for range in ["store", "lease"] {
         client
@@ -30,6 +31,10 @@ async fn a_role_missing_a_key_range_is_told_which() {
             .await
             .unwrap();
     }
+    client
+        .role_grant_permission("worker", EtcdPermission::read(format!("{prefix}/settings")))
+        .await
+        .unwrap();
     client
         .user_add("worker", "worker-secret", None)
         .await
@@ -53,7 +58,7 @@ async fn a_role_missing_a_key_range_is_told_which() {
     let root = as_user("root", "root-secret").await;
     println!("{root}");
     assert!(root.all_granted(), "{root}");
-    assert_eq!(root.permissions.len(), 4);
+    assert_eq!(root.permissions.len(), 5);
 
     let worker = as_user("worker", "worker-secret").await;
     println!("{worker}");
