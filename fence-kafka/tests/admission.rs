@@ -70,3 +70,43 @@ async fn a_runaway_claim_does_not_disturb_the_owner() {
         .collect();
     assert_eq!(values, vec![&b"r1"[..], &b"r2"[..]]);
 }
+
+/// The step bound is this client's configuration: the broker runs no Fence code and has no
+/// place to hold it, so another client of the same topics built without it is not bound (the
+/// README says so, "Forged tokens"), and the runaway claim it commits fences the bounded
+/// client's holders too. This shows the limit.
+#[tokio::test]
+async fn the_step_bound_binds_only_the_clients_configured_with_it() {
+    use fence_core::{Fence, FencingToken};
+    let Some((config, topic)) = fresh_topic("admission-unbound", 1).await else {
+        return;
+    };
+    let build = || {
+        KafkaFence::builder(config.clone())
+            .data_topic(&topic)
+            .ledger_topic(format!("{topic}-ledger"))
+            .transactional_id_prefix(format!("{topic}-"))
+            .timeout(Duration::from_secs(20))
+    };
+    let bounded = build()
+        .max_token_step(NonZeroU64::new(STEP).unwrap())
+        .connect()
+        .await
+        .expect("connect");
+    let unbounded = build().connect().await.expect("connect");
+    let d = domain("unbound");
+    let t = fence_conformance::services::token;
+    bounded.claim(&d, t(5)).await.unwrap();
+    assert!(matches!(
+        bounded.claim(&d, FencingToken::MAX).await,
+        Err(fence_core::FenceError::TokenTooFar { .. })
+    ));
+    // The client without the bound claims u64::MAX: the ledger takes it.
+    unbounded.claim(&d, FencingToken::MAX).await.unwrap();
+    assert_eq!(
+        bounded.committed_ledger(&d).await.unwrap().high_water_mark,
+        Some(FencingToken::MAX)
+    );
+    // From then on every holder of an issued token is fenced, the bounded client's included.
+    fence_conformance::services::assert_fenced(bounded.claim(&d, t(6)).await, 6, u64::MAX);
+}

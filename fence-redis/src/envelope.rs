@@ -2,6 +2,8 @@
 //! mutation takes, fence-redis's own (write, delete, claim), users' fenced scripts and
 //! extensions' bodies alike.
 
+use std::num::NonZeroU64;
+
 use fence_core::{
     Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, IssuerView, OpKind,
     Operation, OperationId,
@@ -76,6 +78,7 @@ impl RedisFence {
             self.inner.keys.state(domain),
             self.inner.keys.op(domain, call.token, call.op_id),
             self.inner.keys.sequence(domain),
+            self.inner.keys.bounds(domain),
         ];
         all_keys.extend(keys);
         let token_text = call.token.to_string();
@@ -135,9 +138,13 @@ impl RedisFence {
                 })
             }
             "too_far" => {
-                let max_step = self.inner.max_token_step.ok_or_else(|| {
-                    FenceError::corrupt(BACKEND, domain, "a step refusal without a step")
-                })?;
+                // The step in force: this client's, or the domain's own if smaller.
+                let max_step = reply
+                    .token(1)?
+                    .and_then(|step| NonZeroU64::new(step.get()))
+                    .ok_or_else(|| {
+                        FenceError::corrupt(BACKEND, domain, "a step refusal without a step")
+                    })?;
                 return Err(FenceError::TokenTooFar {
                     domain: domain.clone(),
                     presented: call.token,

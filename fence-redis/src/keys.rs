@@ -8,6 +8,7 @@
 //! | `<prefix>:{<domain>}:seq` | string | last issued token (never expires, never reset) |
 //! | `<prefix>:{<domain>}:lease` | hash, PX ttl | `owner`, `token` |
 //! | `<prefix>:{<domain>}:rebases` | list | operators' re-bases, one line each (see `RedisFence::rebase`) |
+//! | `<prefix>:{<domain>}:bounds` | hash | the domain's own admission settings: `max_step`, `issued_only` (see `RedisFence::set_domain_bounds`) |
 //! | `<prefix>:{<domain>}:u:<name>` | any | keys of fenced user scripts |
 
 use fence_core::{Domain, FencingToken, InvalidInput, OperationId};
@@ -100,6 +101,10 @@ impl Keys {
         self.tagged(domain, "rebases")
     }
 
+    pub(crate) fn bounds(&self, domain: &Domain) -> String {
+        self.tagged(domain, "bounds")
+    }
+
     pub(crate) fn lease(&self, domain: &Domain) -> String {
         self.tagged(domain, "lease")
     }
@@ -142,6 +147,7 @@ mod tests {
             keys.sequence(&d),
             keys.lease(&d),
             keys.rebases(&d),
+            keys.bounds(&d),
             keys.user(&d, "orders{1}")?,
         ];
         let slot = redis::cluster_routing::Slot::for_key(&all[0]);

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod adopt;
+mod bounds;
 mod cluster;
 mod config;
 mod connection;

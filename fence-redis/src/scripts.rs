@@ -106,6 +106,7 @@ scripts! {
     LEASE_HOLDER => "lease_holder",
     ISSUE => "issue",
     REBASE => "rebase",
+    BOUNDS => "bounds",
 }
 
 /// The retirement script: a bare script (no prelude), refusing under a live lease.

@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use fence_conformance::admission;
 use fence_conformance::services::{domain, unavailable};
-use fence_redis::{RedisFence, RedisFenceBuilder};
+use fence_core::{BoundsConfig, Fence, FenceError, FencingToken};
+use fence_redis::{FencedScript, RedisFence, RedisFenceBuilder, ScriptCall};
 use fence_testkit::redis::{shared_cluster, shared_url, unique_prefix};
 
 const STEP: u64 = 1000;
@@ -38,6 +39,111 @@ async fn runaway_tokens_are_refused() {
     let step = |b: RedisFenceBuilder| b.max_token_step(NonZeroU64::new(STEP).unwrap());
     for fence in on_servers("step", step).await {
         admission::runaway_tokens_are_refused(&fence, &domain("step"), STEP).await;
+    }
+}
+
+/// A domain's own settings bind a client built without any, on standalone Redis and on a
+/// Cluster: the step and issued-only are stored by one client and obeyed by another,
+/// unconfigured one (writes and claims by the conformance scenarios, a fenced user script
+/// too); removing them lets the same token through. Settings Redis holds that are not
+/// Fence's fail the domain's writes closed.
+#[tokio::test]
+async fn domain_settings_bind_a_client_built_without_them() {
+    let (Some(url), Some(nodes)) = (shared_url(), shared_cluster()) else {
+        unavailable("Redis (standalone and Cluster)");
+        return;
+    };
+    let servers: [Box<dyn Fn() -> RedisFenceBuilder>; 2] = [
+        Box::new(move || RedisFence::builder().url(url.clone())),
+        Box::new(move || RedisFence::builder().cluster(nodes.clone())),
+    ];
+    for server in servers {
+        let prefix = unique_prefix("domain-bounds");
+        let client = || async { server().prefix(prefix.clone()).connect().await.unwrap() };
+        let (operator, plain) = (client().await, client().await);
+        let step = NonZeroU64::new(STEP);
+        let (stepped, issued) = (domain("step"), domain("issued"));
+        assert_eq!(
+            plain.domain_bounds(&stepped).await.unwrap(),
+            BoundsConfig::NONE
+        );
+        operator
+            .set_domain_bounds(&stepped, BoundsConfig::new(step, false))
+            .await
+            .unwrap();
+        assert_eq!(
+            plain.domain_bounds(&stepped).await.unwrap(),
+            BoundsConfig::new(step, false)
+        );
+        admission::runaway_tokens_are_refused_by_the_resource(&plain, &stepped, STEP).await;
+        let script = FencedScript::new("return 'ran'");
+        match plain
+            .run_script(
+                &script,
+                &ScriptCall::new(stepped.clone(), FencingToken::MAX),
+            )
+            .await
+        {
+            Err(FenceError::TokenTooFar { max_step, .. }) => assert_eq!(max_step.get(), STEP),
+            other => panic!("a fenced script with u64::MAX: {other:?}"),
+        }
+
+        operator
+            .set_domain_bounds(&issued, BoundsConfig::new(None, true))
+            .await
+            .unwrap();
+        admission::unissued_tokens_are_refused_by_the_resource(&plain, &plain.issuer(), &issued)
+            .await;
+
+        // The same token passes once the setting is gone: the setting refused it.
+        operator
+            .set_domain_bounds(&stepped, BoundsConfig::NONE)
+            .await
+            .unwrap();
+        plain
+            .claim(&stepped, FencingToken::MAX)
+            .await
+            .expect("no setting: u64::MAX is claimed");
+    }
+}
+
+#[tokio::test]
+async fn foreign_domain_settings_fail_closed() {
+    let Some(url) = shared_url() else {
+        unavailable("Redis");
+        return;
+    };
+    let fence = RedisFence::builder()
+        .url(url.clone())
+        .prefix(unique_prefix("foreign-bounds"))
+        .connect()
+        .await
+        .unwrap();
+    let d = domain("x");
+    let client = redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let key = format!("{}:{{x}}:bounds", fence.prefix());
+    for foreign in [
+        vec![("max_step", "0"), ("issued_only", "0")],
+        vec![("issued_only", "yes")],
+        vec![("something", "else")],
+    ] {
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let _: () = redis::cmd("HSET")
+            .arg(&key)
+            .arg(&foreign)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        match fence.claim(&d, FencingToken::MIN).await {
+            Err(FenceError::CorruptState { .. }) => {}
+            other => panic!("a claim under foreign settings {foreign:?}: {other:?}"),
+        }
+        assert!(fence.domain_bounds(&d).await.is_err(), "{foreign:?}");
     }
 }
 

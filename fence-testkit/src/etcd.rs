@@ -15,7 +15,10 @@ pub fn shared_endpoints() -> Option<Vec<String>> {
     let endpoints =
         std::env::var("FENCE_ETCD_ENDPOINTS").unwrap_or_else(|_| "http://127.0.0.1:2479".into());
     let endpoints: Vec<String> = endpoints.split(',').map(String::from).collect();
-    if endpoints.iter().all(|e| listens(&address(e))) {
+    if endpoints
+        .iter()
+        .all(|e| crate::shared_server_answers(|| listens(&address(e))))
+    {
         Some(endpoints)
     } else {
         unavailable(&format!("the shared etcd at {endpoints:?}")).map(|_| Vec::new())

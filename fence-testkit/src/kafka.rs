@@ -56,7 +56,11 @@ pub fn fence_headers(
 pub fn shared_bootstrap() -> Option<String> {
     let bootstrap =
         std::env::var("FENCE_KAFKA_BOOTSTRAP").unwrap_or_else(|_| "127.0.0.1:19092".into());
-    if bootstrap.split(',').next().is_some_and(crate::listens) {
+    if bootstrap
+        .split(',')
+        .next()
+        .is_some_and(|b| crate::shared_server_answers(|| crate::listens(b)))
+    {
         Some(bootstrap)
     } else {
         unavailable(&format!("the Kafka broker at {bootstrap}")).map(|_| String::new())

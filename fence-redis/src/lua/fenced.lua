@@ -10,21 +10,23 @@
 -- change, possibly none) and must write them in its first command, in the same HSET as its own
 -- fields, so that one command carries the whole change. For every other body the envelope
 -- writes its own copy of the mark before the body runs.
--- KEYS: state, op-id key, token sequence, then the body's. ARGV: token, strict, has op id,
--- op-id retention ms, op kind (one letter), max token step ('' for none), issued only ('1'),
--- always write the mark ('1': a WAIT follows), then the body's.
+-- KEYS: state, op-id key, token sequence, the domain's bounds, then the body's. ARGV: token,
+-- strict, has op id, op-id retention ms, op kind (one letter), the client's max token step (''
+-- for none) and issued only ('1') — the domain's own bounds add to them —, always write the
+-- mark ('1': a WAIT follows), then the body's.
 local guard, body
 --BODY--
 local sets_mark = false --[[SETS_MARK]]
 
-local state_key, op_key, seq_key = KEYS[1], KEYS[2], KEYS[3]
+local state_key, op_key, seq_key, bounds_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, strict, has_op, kind = ARGV[1], ARGV[2] == '1', ARGV[3] == '1', ARGV[5]
-local bounds = { max_step = ARGV[6], issued_only = ARGV[7] == '1', seq_key = seq_key }
+local bounds, wrong = bounds_in_force(bounds_key, ARGV[6], ARGV[7] == '1', seq_key)
+if not bounds then return { 'corrupt', wrong } end
 
 local s, refusal = admit(state_key, op_key, token, strict, has_op, kind, bounds)
 if not s then return refusal end
 local body_keys, body_argv = {}, {}
-for i = 4, #KEYS do body_keys[#body_keys + 1] = KEYS[i] end
+for i = 5, #KEYS do body_keys[#body_keys + 1] = KEYS[i] end
 for i = 9, #ARGV do body_argv[#body_argv + 1] = ARGV[i] end
 local previous = s.hwm or ''
 -- The mark's fields that change: none when the domain's mark already is this token (the same

@@ -124,6 +124,35 @@ local function last_issued(seq_key)
   return last
 end
 
+-- A domain's own admission settings (its bounds hash: `max_step`, a canonical token, and
+-- `issued_only`, '1' or '0'; no key: none), or nil and why the key is not Fence's.
+local function stored_bounds(key)
+  local f, wrong = hash_fields(key, 'fence bounds', 'max_step', 'issued_only')
+  if not f then return nil, wrong end
+  local step, issued = field(f[1]), field(f[2])
+  if step == nil and issued == nil then
+    if redis.call('EXISTS', key) == 1 then return nil, 'hash ' .. key .. ' holds no fence bounds' end
+    return { max_step = '', issued_only = false }
+  end
+  if step ~= nil and not is_token(step) then
+    return nil, 'bounds ' .. key .. ': max_step is not a canonical u64 token'
+  end
+  if issued ~= '1' and issued ~= '0' then
+    return nil, 'bounds ' .. key .. ': issued_only is not 0 or 1'
+  end
+  return { max_step = step or '', issued_only = issued == '1' }
+end
+
+-- The bounds in force: the tighter of the client's (`max_step`, '' for none, and
+-- `issued_only`) and the domain's own (`key`), or nil and why the domain's are not Fence's.
+local function bounds_in_force(key, max_step, issued_only, seq_key)
+  local b, reason = stored_bounds(key)
+  if not b then return nil, reason end
+  local step = max_step
+  if b.max_step ~= '' and (step == '' or cmp(b.max_step, step) < 0) then step = b.max_step end
+  return { max_step = step, issued_only = issued_only or b.issued_only, seq_key = seq_key }
+end
+
 -- fence-core's admission, after the token rule: a token the domain's sequence never issued
 -- (when issued only), or one more than max_step above the mark (from zero without one), is
 -- refused. Returns the reply to return as is, or nil.
@@ -134,7 +163,7 @@ local function inadmissible(s, token, bounds)
     if last == nil or cmp(token, last) > 0 then return { 'unissued', last or '' } end
   end
   if bounds.max_step ~= '' and cmp(token, add(s.hwm or '0', bounds.max_step)) > 0 then
-    return { 'too_far', s.hwm or '' }
+    return { 'too_far', s.hwm or '', bounds.max_step }
   end
   return nil
 end
