@@ -34,6 +34,18 @@ async fn on_servers(
     fences
 }
 
+/// A fence on the shared standalone Redis under a fresh prefix, and the server's URL.
+async fn standalone(test: &str) -> Option<(RedisFence, String)> {
+    let url = shared_url()?;
+    let fence = RedisFence::builder()
+        .url(url.clone())
+        .prefix(unique_prefix(test))
+        .connect()
+        .await
+        .expect("connect to the shared Redis");
+    Some((fence, url))
+}
+
 #[tokio::test]
 async fn runaway_tokens_are_refused() {
     let step = |b: RedisFenceBuilder| b.max_token_step(NonZeroU64::new(STEP).unwrap());
@@ -109,16 +121,9 @@ async fn domain_settings_bind_a_client_built_without_them() {
 
 #[tokio::test]
 async fn foreign_domain_settings_fail_closed() {
-    let Some(url) = shared_url() else {
-        unavailable("Redis");
+    let Some((fence, url)) = standalone("foreign-bounds").await else {
         return;
     };
-    let fence = RedisFence::builder()
-        .url(url.clone())
-        .prefix(unique_prefix("foreign-bounds"))
-        .connect()
-        .await
-        .unwrap();
     let d = domain("x");
     let client = redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
@@ -231,16 +236,9 @@ async fn a_lost_sequence_refuses_tokens_until_the_issuer_reconciles() {
 
 #[tokio::test]
 async fn a_rebase_without_the_sequence_needs_a_declaration() {
-    let Some(url) = shared_url() else {
-        unavailable("Redis");
+    let Some((fence, url)) = standalone("rebase-lost").await else {
         return;
     };
-    let fence = RedisFence::builder()
-        .url(url.clone())
-        .prefix(unique_prefix("rebase-lost"))
-        .connect()
-        .await
-        .unwrap();
     let d = domain("lost");
     let lose = lose_sequence(&url, &fence, &d);
     admission::rebase_without_issuer_state_needs_a_declaration(
