@@ -23,8 +23,10 @@ pub enum EtcdFenceError {
     /// etcd answered in a way the protocol does not allow.
     #[error("etcd: unexpected answer: {0}")]
     Unexpected(String),
-    /// The prefix's settings key holds what Fence did not write: every write and claim under
-    /// the prefix fails closed until an operator stores valid settings (or removes the key).
+    /// The prefix's settings key holds what Fence did not write (as read by
+    /// `EtcdFence::resource_bounds`; domain operations report it as the domain's corrupt
+    /// state): every operation under the prefix fails closed until an operator stores valid
+    /// settings or removes the key.
     #[error("etcd: settings key `{key}` is not Fence's ({why}); store settings again with set_resource_bounds")]
     Settings {
         /// The settings key.

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +18,7 @@ use fence_core::{
     OpMemory, Operation, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
 };
 
-use crate::error::{map_error, EtcdFenceError, BACKEND};
+use crate::error::{corrupt, map_error, EtcdFenceError, BACKEND};
 use crate::keys::StoreKey;
 use crate::settings::Settings;
 use crate::state::{encode_ops, live_lease, Stored};
@@ -54,6 +55,9 @@ pub struct EtcdFence {
     max_attempts: u32,
     /// This fence's own admission settings (the prefix's settings key adds to them).
     bounds: BoundsConfig,
+    /// Whether the prefix's settings asked for issued-only at the last read (shared by
+    /// clones): a hint that saves a second read, never a decision.
+    prefix_issued_only: Arc<AtomicBool>,
     /// The last state seen per domain (shared by clones).
     cache: Arc<BoundedCache<Domain, Stored>>,
 }
@@ -66,6 +70,7 @@ impl EtcdFence {
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
             bounds,
+            prefix_issued_only: Arc::default(),
             cache: Arc::new(BoundedCache::new(DEFAULT_CACHE_CAPACITY)),
         }
     }
@@ -169,7 +174,10 @@ impl EtcdFence {
         let folder = gets.next().ok_or_else(unexpected)?;
         let dir = self.etcd.keys().store_dir(domain);
         let mut stored = Stored::decode(domain, &dir, folder)?;
-        stored.settings = Settings::decode(&gets.next().ok_or_else(unexpected)?)?;
+        stored.settings = Settings::decode(&gets.next().ok_or_else(unexpected)?)
+            .map_err(|why| corrupt(domain, why))?;
+        self.prefix_issued_only
+            .store(stored.settings.bounds.issued_only, Ordering::Relaxed);
         if self.in_force(&stored).issued_only {
             if !lock {
                 return Ok(None);
@@ -187,7 +195,8 @@ impl EtcdFence {
     /// Reads the domain's keys at one revision, and remembers what it read.
     async fn load(&self, domain: &Domain, operation: Operation) -> Result<Stored, FenceError> {
         self.cache.remove(domain);
-        let mut lock = self.bounds.issued_only;
+        // The lock key is read up front when issued-only was in force at the last read.
+        let mut lock = self.bounds.issued_only || self.prefix_issued_only.load(Ordering::Relaxed);
         loop {
             let response = self
                 .etcd

@@ -6,7 +6,7 @@
 use std::num::NonZeroU64;
 
 use etcd_client::KeyValue;
-use fence_core::{BackendErrorKind, BoundsConfig, FenceError};
+use fence_core::{BackendErrorKind, BoundsConfig, FenceError, FencingToken};
 
 use crate::error::{kind_of, EtcdFenceError, BACKEND};
 use crate::EtcdFence;
@@ -19,9 +19,8 @@ pub(crate) struct Settings {
 }
 
 impl Settings {
-    /// The settings key as read (`kvs`: nothing, or the key), failing closed on anything
-    /// Fence did not write.
-    pub(crate) fn decode(kvs: &[KeyValue]) -> Result<Self, FenceError> {
+    /// The settings key as read (`kvs`: nothing, or the key), or why it is not Fence's.
+    pub(crate) fn decode(kvs: &[KeyValue]) -> Result<Self, String> {
         let Some(kv) = kvs.first() else {
             return Ok(Settings::default());
         };
@@ -29,20 +28,13 @@ impl Settings {
             .ok()
             .and_then(parse)
             .ok_or_else(|| {
-                FenceError::backend(
-                    BACKEND,
-                    BackendErrorKind::Rejected,
-                    None,
-                    EtcdFenceError::Settings {
-                        key: String::from_utf8_lossy(kv.key()).into_owned(),
-                        why: format!(
-                            "`{}` is not `max_step=<n|none> issued_only=<yes|no>`",
-                            String::from_utf8_lossy(kv.value())
-                                .chars()
-                                .take(80)
-                                .collect::<String>()
-                        ),
-                    },
+                format!(
+                    "settings key `{}` holds `{}`, not `max_step=<n|none> issued_only=<yes|no>`",
+                    String::from_utf8_lossy(kv.key()),
+                    String::from_utf8_lossy(kv.value())
+                        .chars()
+                        .take(80)
+                        .collect::<String>()
                 )
             })?;
         Ok(Settings {
@@ -67,9 +59,8 @@ fn parse(text: &str) -> Option<BoundsConfig> {
     let (step, issued) = text.split_once(' ')?;
     let max_step = match step.strip_prefix("max_step=")? {
         "none" => None,
-        // Canonical decimal only: what `encode` writes.
-        digits if !digits.starts_with('0') => Some(digits.parse::<NonZeroU64>().ok()?),
-        _ => return None,
+        // A canonical token (FORMATS.md §1.1): what `encode` writes.
+        token => Some(NonZeroU64::new(token.parse::<FencingToken>().ok()?.get())?),
     };
     let issued_only = match issued.strip_prefix("issued_only=")? {
         "yes" => true,
@@ -106,7 +97,18 @@ impl EtcdFence {
             .get(self.etcd().keys().settings(), None)
             .await
             .map_err(client_error)?;
-        Ok(Settings::decode(response.kvs())?.bounds)
+        let settings = Settings::decode(response.kvs()).map_err(|why| {
+            FenceError::backend(
+                BACKEND,
+                BackendErrorKind::Rejected,
+                None,
+                EtcdFenceError::Settings {
+                    key: self.etcd().keys().settings(),
+                    why,
+                },
+            )
+        })?;
+        Ok(settings.bounds)
     }
 }
 
@@ -142,6 +144,7 @@ mod tests {
             "max_step=18446744073709551616 issued_only=no",
             "max_step=none issued_only=true",
             "max_step=none  issued_only=no",
+            "max_step=+5 issued_only=no",
             "issued_only=no max_step=none",
         ] {
             assert_eq!(parse(bad), None, "{bad:?}");

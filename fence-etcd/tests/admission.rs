@@ -136,10 +136,20 @@ async fn a_foreign_settings_key_fails_closed() {
         .unwrap();
     let fence = etcd.fence();
     match put(&fence, &d("x"), 1, "v").await {
-        Err(error) => assert!(error.to_string().contains("settings"), "{error}"),
-        Ok(outcome) => panic!("a write under foreign settings: {outcome:?}"),
+        Err(FenceError::CorruptState { domain, detail, .. }) => {
+            assert_eq!(domain, d("x"));
+            assert!(detail.contains("max_step=lots"), "{detail}");
+        }
+        other => panic!("a write under foreign settings: {other:?}"),
     }
-    assert!(fence.resource_bounds().await.is_err());
+    match fence.resource_bounds().await {
+        Err(error) => assert_eq!(
+            error.backend_kind(),
+            Some(fence_core::BackendErrorKind::Rejected),
+            "{error}"
+        ),
+        Ok(bounds) => panic!("foreign settings read as {bounds:?}"),
+    }
 }
 
 #[tokio::test]

@@ -127,7 +127,7 @@ BEGIN
     -- After the lock, in its own statement, like everything below: what committed meanwhile
     -- is seen. LEAST ignores a NULL (no bound).
     SELECT LEAST(p_max_step, s.max_step), p_issued_only OR s.issued_only
-      INTO v_step, v_issued_only FROM fence_schema.fence_settings AS s;
+      INTO v_step, v_issued_only FROM fence_schema.fence_settings AS s WHERE s.one;
     IF NOT FOUND THEN
         v_step := p_max_step;
         v_issued_only := p_issued_only;

@@ -204,11 +204,21 @@ impl PostgresFence {
         let applied: bool = row.try_get(8).map_err(column)?;
         let issued: Option<String> = row.try_get(9).map_err(column)?;
         let issued = issued_column(domain, issued)?;
-        // The bounds the server applied: this client's and the schema's, the tighter of each.
+        // The bounds the server applied: this client's and the schema's, the tighter of each,
+        // so never looser than this client's own.
         let step: Option<String> = row.try_get(10).map_err(column)?;
         let issued_only: bool = row.try_get(11).map_err(column)?;
-        let bounds = BoundsConfig::new(step_column(domain, step)?, issued_only)
-            .with_issuer(IssuerView::IssuedUpTo(issued));
+        let in_force = BoundsConfig::new(step_column(domain, step)?, issued_only);
+        if self.bounds.tighter(in_force) != in_force {
+            return Err(corrupt(
+                domain,
+                format!(
+                    "fence_write applied {in_force:?}, looser than this client's {:?}",
+                    self.bounds
+                ),
+            ));
+        }
+        let bounds = in_force.with_issuer(IssuerView::IssuedUpTo(issued));
         let (hwm, entry) = decode_head(domain, &row, created)?;
         let current = match entry {
             Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),

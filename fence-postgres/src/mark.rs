@@ -22,7 +22,7 @@ pub(crate) struct Locked {
     pub(crate) op: Option<OpRow>,
     /// The admission settings in force: the client's and the schema's, the tighter of each.
     pub(crate) settings: BoundsConfig,
-    /// The domain's counter's last token, read after the lock when issued-only is in force.
+    /// The domain's counter's last token, read after the lock.
     pub(crate) issued: Option<FencingToken>,
 }
 
@@ -161,9 +161,9 @@ pub(crate) struct Remember {
 
 impl PostgresFence {
     /// Begins a transaction and locks the domain's mark row in it (creating the row if
-    /// missing; a refusal drops the transaction, which rolls the creation back), then reads
-    /// the record of `op` in a statement of its own. Concurrent holders of the domain wait on the lock
-    /// until this transaction ends.
+    /// missing; a refusal drops the transaction, which rolls the creation back), then reads, in
+    /// one statement of its own, the schema's settings, the domain's counter and the record of
+    /// `op`. Concurrent holders of the domain wait on the lock until this transaction ends.
     pub(crate) async fn lock(
         &self,
         domain: &Domain,
@@ -173,13 +173,10 @@ impl PostgresFence {
         self.ensure_shape(domain, operation).await?;
         let sql_error = |e| map_error(e, domain, operation, false);
         let mut tx = self.pool().begin().await.map_err(sql_error)?;
-        let (marks, settings) = (self.tables().marks(), self.tables().settings());
-        // The schema's settings ride along (subqueries lock nothing).
+        let marks = self.tables().marks();
         let select = format!(
-            "SELECT hwm::text, state, revision, writer::text, \
-             (SELECT max_step::text FROM {settings}), \
-             COALESCE((SELECT issued_only FROM {settings}), false) \
-             FROM {marks} WHERE domain = $1 FOR UPDATE"
+            "SELECT hwm::text, state, revision, writer::text FROM {marks} \
+             WHERE domain = $1 FOR UPDATE"
         );
         let read = || sqlx::query(&select).bind(domain.as_str());
         let (row, created) = match read().fetch_optional(&mut *tx).await.map_err(sql_error)? {
@@ -203,69 +200,44 @@ impl PostgresFence {
         };
         // The entry's head is validated too: a row that is not Fence's fails closed.
         let (hwm, _) = decode_head(domain, &row, created)?;
-        let column = |e: sqlx::Error| corrupt(domain, format!("settings: {e}"));
-        let step: Option<String> = row.try_get(4).map_err(column)?;
-        let issued_only: bool = row.try_get(5).map_err(column)?;
+        // In a statement of its own, after the lock: a statement that waited for the lock would
+        // still see the database of its start (settings changed, counters issued, an earlier
+        // retry's operation record committed meanwhile would be missed).
+        let (settings_table, counters, ops) = (
+            self.tables().settings(),
+            self.tables().counters(),
+            self.tables().ops(),
+        );
+        let after = sqlx::query(&format!(
+            "SELECT (SELECT max_step::text FROM {settings_table} WHERE one), \
+             COALESCE((SELECT issued_only FROM {settings_table} WHERE one), false), \
+             (SELECT last::text FROM {counters} WHERE domain = $1), \
+             o.kind, o.revision, o.previous::text \
+             FROM (SELECT 1) AS just_one \
+             LEFT JOIN {ops} AS o ON o.domain = $1 AND o.token = $2::numeric AND o.op_id = $3"
+        ))
+        .bind(domain.as_str())
+        .bind(op.map(|(token, _)| token.to_string()))
+        .bind(op.map(|(_, op_id)| op_id.as_str()))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(sql_error)?;
+        let column = |e: sqlx::Error| corrupt(domain, format!("settings or counter: {e}"));
+        let step: Option<String> = after.try_get(0).map_err(column)?;
+        let issued_only: bool = after.try_get(1).map_err(column)?;
+        let last: Option<String> = after.try_get(2).map_err(column)?;
         let settings = self
             .client_bounds()
             .tighter(BoundsConfig::new(step_column(domain, step)?, issued_only));
-        // Read in its own statement, after the lock: a statement that waited for the lock
-        // would still see the operation records of its start (an earlier retry committed
-        // meanwhile would be missed).
-        let op = match op {
-            Some((token, op_id)) => {
-                let row = sqlx::query(&format!(
-                    "SELECT kind, revision, previous::text FROM {} \
-                     WHERE domain = $1 AND token = $2::numeric AND op_id = $3",
-                    self.tables().ops()
-                ))
-                .bind(domain.as_str())
-                .bind(token.to_string())
-                .bind(op_id.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(sql_error)?;
-                match row {
-                    Some(row) => decode_op(domain, &row, 0)?,
-                    None => None,
-                }
-            }
-            None => None,
-        };
-        let issued = if settings.issued_only {
-            self.last_issued(&mut tx, domain, operation).await?
-        } else {
-            None
-        };
         Ok((
             tx,
             Locked {
                 hwm,
-                op,
+                op: decode_op(domain, &after, 3)?,
                 settings,
-                issued,
+                issued: issued_column(domain, last)?,
             },
         ))
-    }
-
-    /// The last token the domain's counter issued (`None`: no row, or nothing issued yet),
-    /// read on `conn`. Tokens are handed out only once committed, so every issued token is
-    /// visible to a statement that starts after it was presented.
-    pub(crate) async fn last_issued(
-        &self,
-        conn: &mut PgConnection,
-        domain: &Domain,
-        operation: Operation,
-    ) -> Result<Option<FencingToken>, FenceError> {
-        let last: Option<String> = sqlx::query_scalar(&format!(
-            "SELECT last::text FROM {} WHERE domain = $1",
-            self.tables().counters()
-        ))
-        .bind(domain.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(|e| map_error(e, domain, operation, false))?;
-        issued_column(domain, last)
     }
 
     /// Applies `change` to the locked mark row and remembers `op`, in one statement, and
@@ -365,11 +337,15 @@ pub(crate) fn step_column(
     domain: &Domain,
     step: Option<String>,
 ) -> Result<Option<NonZeroU64>, FenceError> {
-    step.map(|step| {
-        token_column(domain, &step, "step bound")
-            .map(|step| NonZeroU64::new(step.get()).unwrap_or(NonZeroU64::MIN))
-    })
-    .transpose()
+    step.map(|step| parse_step(&step).map_err(|why| corrupt(domain, why)))
+        .transpose()
+}
+
+/// A stored step bound: a canonical token (FORMATS.md §1.1).
+pub(crate) fn parse_step(text: &str) -> Result<NonZeroU64, String> {
+    text.parse::<FencingToken>()
+        .map(|step| NonZeroU64::new(step.get()).unwrap_or(NonZeroU64::MIN))
+        .map_err(|e| format!("step bound `{text}`: {e}"))
 }
 
 /// An entry's head: live (a value, not a tombstone), the writer's token, the revision.

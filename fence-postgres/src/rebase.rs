@@ -24,10 +24,7 @@ impl Rebaser for PostgresFence {
         let operation = Operation::Rebase;
         let sql_error = |e| map_error(e, domain, operation, false);
         let (mut tx, locked) = self.lock(domain, operation, None).await?;
-        let last = match locked.settings.issued_only {
-            true => locked.issued,
-            false => self.last_issued(&mut tx, domain, operation).await?,
-        };
+        let last = locked.issued;
         // A refusal drops the transaction: nothing changes.
         let to = rebase.decide(domain, locked.hwm, IssuerView::IssuedUpTo(last))?;
         let (to_text, from) = (to.to_string(), rebase.expected_mark().to_string());

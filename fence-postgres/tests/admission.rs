@@ -111,6 +111,11 @@ async fn schema_settings_bind_a_client_built_without_them() {
         BoundsConfig::new(step, false)
     );
     admission::runaway_tokens_are_refused_by_the_resource(&plain, &d("step"), STEP).await;
+    let far = TransactionRequest::new(d("step-tx"), t(STEP + 1));
+    match plain.begin(&far).await {
+        Err(FenceError::TokenTooFar { max_step, .. }) => assert_eq!(max_step.get(), STEP),
+        other => panic!("a fenced transaction too far above the mark: {other:?}"),
+    }
 
     operator
         .set_resource_bounds(BoundsConfig::new(None, true))
@@ -136,6 +141,46 @@ async fn schema_settings_bind_a_client_built_without_them() {
     }
 }
 
+/// Storing settings waits for the fenced transactions in flight: once it returns, none decided
+/// under the old settings can still raise a mark.
+#[tokio::test]
+async fn storing_settings_waits_for_fenced_transactions_in_flight() {
+    let Some((operator, pool)) = shared("adm_barrier").await else {
+        return;
+    };
+    let plain = fence_postgres::PostgresFence::new(pool, operator.schema()).unwrap();
+    // Admitted with no setting in force: u64::MAX.
+    let Ok(Begun::Admitted(tx)) = plain
+        .begin(&TransactionRequest::new(d("barrier"), t(u64::MAX)))
+        .await
+    else {
+        panic!("admitted without settings");
+    };
+    let storing = tokio::spawn(async move {
+        operator
+            .set_resource_bounds(BoundsConfig::new(NonZeroU64::new(STEP), false))
+            .await
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert!(
+        !storing.is_finished(),
+        "the settings were stored while a transaction held a mark"
+    );
+    tx.commit().await.unwrap();
+    storing
+        .await
+        .unwrap()
+        .expect("stored once the transaction ended");
+    // From then on a fresh domain's runaway token is refused.
+    match plain
+        .begin(&TransactionRequest::new(d("after"), t(u64::MAX)))
+        .await
+    {
+        Err(FenceError::TokenTooFar { .. }) => {}
+        other => panic!("after the settings: {other:?}"),
+    }
+}
+
 /// Settings the schema cannot hold are refused by the table itself (a step of 0).
 #[tokio::test]
 async fn a_step_of_zero_cannot_be_stored() {
@@ -156,33 +201,29 @@ async fn a_schema_from_before_the_admission_checks_must_be_migrated_again() {
     // Version 1's function took nine arguments.
     must_be_migrated_again(
         "adm_upgrade",
-        "bytea, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
+        "CREATE FUNCTION fence_schema.fence_write(text, numeric, boolean, text, text, bigint, \
+         \"char\", bytea, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
     )
     .await;
 }
 
 #[tokio::test]
 async fn a_schema_from_before_the_schema_settings_must_be_migrated_again() {
-    // Version 2's took eleven, and returned no bounds: it never read fence_settings.
-    must_be_migrated_again(
-        "adm_upgrade2",
-        "bytea, bigint, numeric, boolean) RETURNS boolean LANGUAGE sql AS 'SELECT true'",
-    )
-    .await;
+    // Version 2's, as it was: eleven arguments, no bounds returned, fence_settings never read.
+    must_be_migrated_again("adm_upgrade2", include_str!("fixtures/fence_write_v2.sql")).await;
 }
 
-/// Replaces the schema's `fence_write` with an older one (its arguments from `bytea` on, and
-/// its body): a write is refused as not migrated, and `migrate` repairs the schema.
-async fn must_be_migrated_again(name: &str, old_function_tail: &str) {
+/// Replaces the schema's `fence_write` with an older one (`old_function`, with `fence_schema`
+/// for the schema): a write is refused as not migrated, and `migrate` repairs the schema.
+async fn must_be_migrated_again(name: &str, old_function: &str) {
     let Some((fence, pool)) = shared(name).await else {
         return;
     };
     let schema = fence.schema().to_owned();
     sqlx::raw_sql(&format!(
         "DROP FUNCTION {schema}.fence_write(text, numeric, boolean, text, text, bigint, \"char\", \
-         bytea, bigint, numeric, boolean); \
-         CREATE FUNCTION {schema}.fence_write(text, numeric, boolean, text, text, bigint, \"char\", \
-         {old_function_tail}"
+         bytea, bigint, numeric, boolean); {}",
+        old_function.replace("fence_schema", &schema)
     ))
     .execute(&pool)
     .await

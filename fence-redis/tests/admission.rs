@@ -130,25 +130,34 @@ async fn foreign_domain_settings_fail_closed() {
     let key = format!("{}:{{x}}:bounds", fence.prefix());
     for foreign in [
         vec![("max_step", "0"), ("issued_only", "0")],
+        vec![("max_step", "+5"), ("issued_only", "0")],
         vec![("issued_only", "yes")],
+        vec![("max_step", "5")],
         vec![("something", "else")],
+        // Another type altogether: a string.
+        vec![],
     ] {
-        let _: () = redis::cmd("DEL")
-            .arg(&key)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let _: () = redis::cmd("HSET")
-            .arg(&key)
-            .arg(&foreign)
-            .query_async(&mut conn)
-            .await
-            .unwrap();
+        let mut reset = redis::cmd("DEL");
+        let _: () = reset.arg(&key).query_async(&mut conn).await.unwrap();
+        let mut plant = if foreign.is_empty() {
+            redis::cmd("SET")
+        } else {
+            redis::cmd("HSET")
+        };
+        if foreign.is_empty() {
+            plant.arg(&key).arg("max_step=5");
+        } else {
+            plant.arg(&key).arg(&foreign);
+        }
+        let _: () = plant.query_async(&mut conn).await.unwrap();
         match fence.claim(&d, FencingToken::MIN).await {
-            Err(FenceError::CorruptState { .. }) => {}
+            Err(FenceError::CorruptState { domain, .. }) => assert_eq!(domain, d),
             other => panic!("a claim under foreign settings {foreign:?}: {other:?}"),
         }
-        assert!(fence.domain_bounds(&d).await.is_err(), "{foreign:?}");
+        match fence.domain_bounds(&d).await {
+            Err(FenceError::CorruptState { domain, .. }) => assert_eq!(domain, d),
+            other => panic!("foreign settings {foreign:?} read as {other:?}"),
+        }
     }
 }
 

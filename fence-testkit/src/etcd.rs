@@ -17,7 +17,7 @@ pub fn shared_endpoints() -> Option<Vec<String>> {
     let endpoints: Vec<String> = endpoints.split(',').map(String::from).collect();
     if endpoints
         .iter()
-        .all(|e| crate::shared_server_answers(|| listens(&address(e))))
+        .all(|e| crate::shared_server_answers(e, || listens(&address(e))))
     {
         Some(endpoints)
     } else {

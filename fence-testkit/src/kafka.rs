@@ -59,7 +59,7 @@ pub fn shared_bootstrap() -> Option<String> {
     if bootstrap
         .split(',')
         .next()
-        .is_some_and(|b| crate::shared_server_answers(|| crate::listens(b)))
+        .is_some_and(|b| crate::shared_server_answers(b, || crate::listens(b)))
     {
         Some(bootstrap)
     } else {

@@ -60,16 +60,30 @@ pub fn listens(address: &str) -> bool {
         .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok())
 }
 
-/// Whether a shared server passes `probe`, asked up to three times a few hundred
+/// Whether the shared server `name` passes `probe`, asked up to three times a few hundred
 /// milliseconds apart: on a loaded two-core machine one probe can miss its timeout, and a shared
-/// server wrongly taken for absent fails a test under the test command.
-pub fn shared_server_answers(probe: impl Fn() -> bool) -> bool {
-    (0..3).any(|attempt| {
+/// server wrongly taken for absent fails a test under the test command. A server found absent
+/// is remembered for the process, so a bare `cargo test` without servers skips at once.
+pub fn shared_server_answers(name: &str, probe: impl Fn() -> bool) -> bool {
+    static ABSENT: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let absent = || {
+        ABSENT
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    if absent().iter().any(|known| known == name) {
+        return false;
+    }
+    let answers = (0..3).any(|attempt| {
         if attempt > 0 {
             std::thread::sleep(Duration::from_millis(300));
         }
         probe()
-    })
+    });
+    if !answers {
+        absent().push(name.to_owned());
+    }
+    answers
 }
 
 /// A loopback port free right now (the caller confirms it once its server answers).

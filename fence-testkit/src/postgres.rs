@@ -16,7 +16,7 @@ use crate::unavailable;
 pub fn shared_url() -> Option<String> {
     let url = std::env::var("FENCE_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://fence@127.0.0.1:5440/postgres".into());
-    if crate::shared_server_answers(|| crate::listens(&address(&url))) {
+    if crate::shared_server_answers(&url, || crate::listens(&address(&url))) {
         Some(url)
     } else {
         unavailable(&format!("the shared PostgreSQL at {url}")).map(|_| String::new())

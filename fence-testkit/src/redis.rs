@@ -29,7 +29,7 @@ fn port_of(url: &str) -> Option<u16> {
 /// The shared standalone server's URL, if it answers.
 pub fn shared_url() -> Option<String> {
     let url = std::env::var("FENCE_REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6390".into());
-    if port_of(&url).is_some_and(|port| crate::shared_server_answers(|| answers(port))) {
+    if port_of(&url).is_some_and(|port| crate::shared_server_answers(&url, || answers(port))) {
         Some(url)
     } else {
         unavailable(&format!("the shared Redis at {url}")).map(|_| String::new())
@@ -44,7 +44,7 @@ pub fn shared_cluster() -> Option<Vec<String>> {
     let nodes: Vec<String> = nodes.split(',').map(String::from).collect();
     if nodes
         .iter()
-        .all(|n| port_of(n).is_some_and(|port| crate::shared_server_answers(|| answers(port))))
+        .all(|n| port_of(n).is_some_and(|port| crate::shared_server_answers(n, || answers(port))))
     {
         Some(nodes)
     } else {

@@ -103,7 +103,7 @@ pub fn shared_endpoint() -> Option<String> {
         .next()
         .and_then(|p| p.trim_end_matches('/').parse().ok())
         .unwrap_or(8333);
-    if crate::shared_server_answers(|| listens(port)) {
+    if crate::shared_server_answers(&endpoint, || listens(port)) {
         Some(endpoint)
     } else {
         unavailable(&format!("the shared SeaweedFS S3 endpoint at {endpoint}"))
