@@ -16,6 +16,7 @@ pub mod retirement;
 mod scenario;
 pub mod services;
 pub mod store;
+pub mod vectors;
 pub mod wait;
 
 pub use harness::{LogHarness, NotApplicable, StoreHarness};
@@ -51,6 +52,7 @@ macro_rules! store_conformance {
             delete_leaves_tombstone_keeping_hwm,
             op_id_replay_returns_first_outcome,
             revision_condition_is_checked,
+            every_vector_agrees_with_the_rule,
             invalid_input_is_rejected_before_io,
             concurrent_writers_with_mixed_tokens,
             concurrent_strict_writers_one_winner_per_token,

@@ -463,6 +463,28 @@ pub async fn op_id_replay_returns_first_outcome(
     Ok(Verdict::Passed)
 }
 
+/// Every decision vector the store can answer ([`crate::vectors`]: states reached through the
+/// API × writes, exhaustive on small tokens and the u64 edges) is answered as fence-core's rule
+/// answers it on the state the store reports, and a refusal or a replay changes nothing: the
+/// store's own copy of the rule (a script, a SQL function, a txn, a conditional request) agrees
+/// with the rule on every one.
+pub async fn every_vector_agrees_with_the_rule(
+    h: &dyn StoreHarness,
+    ns: &Namespace,
+) -> ScenarioResult {
+    let store = h.store();
+    let vectors = crate::vectors::applicable(&store.capabilities());
+    let domains = (0..vectors.len())
+        .map(|n| ns.domain(&format!("v{n}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let count = vectors.len();
+    crate::vectors::run(store, vectors, domains, 16)
+        .await
+        .map_err(Failure::new)?;
+    println!("decision vectors: {count} agree with fence-core's rule");
+    Ok(Verdict::Passed)
+}
+
 /// Compare-and-set on the data's revision is independent of the token: a mismatch changes
 /// nothing, not even the high-water mark.
 pub async fn revision_condition_is_checked(h: &dyn StoreHarness, ns: &Namespace) -> ScenarioResult {

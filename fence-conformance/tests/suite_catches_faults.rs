@@ -447,6 +447,48 @@ catches!(
     store::op_id_replay_returns_first_outcome
 );
 
+// The decision vectors catch every fault of a store's copy of the rule.
+catches!(
+    vectors_catch_stale_tokens,
+    Fault::AcceptsStale,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
+    vectors_catch_a_dropped_mark_on_delete,
+    Fault::DeleteDropsMark,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
+    vectors_catch_an_ignored_strict_policy,
+    Fault::IgnoresStrict,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
+    vectors_catch_an_ignored_condition,
+    Fault::IgnoresCondition,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
+    vectors_catch_forgotten_op_ids,
+    Fault::ForgetsOpIds,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
+    vectors_catch_a_refused_write_that_mutates,
+    Fault::RefusedWriteMutates,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
+    vectors_catch_a_replay_after_the_token_rule,
+    Fault::ReplaysAfterTokenRule,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
+    vectors_catch_an_ignored_claim,
+    Fault::ClaimIgnored,
+    store::every_vector_agrees_with_the_rule
+);
+
 // Log scenarios.
 catches!(
     stale_appends_are_caught,

@@ -1,0 +1,450 @@
+//! Decision vectors: fence-core's rule as an executable specification, run against a store's
+//! own copy of it (Lua on Redis, PL/pgSQL on PostgreSQL, an etcd txn, S3's conditional writes).
+//!
+//! Every vector is a domain state reached through the store's public API (a mark, an entry —
+//! absent, a value or a tombstone, written by a token at or below the mark —, and whether that
+//! write carried an operation id) and one write (put or delete; a token below, at, above the
+//! mark or `u64::MAX`; either equal-token policy; no condition, `Absent`, the current revision
+//! or another one; no operation id, a fresh one, or the setup's own replayed). The expected
+//! answer is `fence_core::pipeline::decide_write` on the state the store reports; the store must
+//! give the same answer and, when it refuses, change nothing.
+
+use std::sync::Arc;
+
+use fence_core::pipeline::{self, Current, Decision};
+use fence_core::{
+    Accepted, Capabilities, Domain, Entry, EqualTokenPolicy, FenceError, FencedStore, FencingToken,
+    Mutation, OpIdRetention, OpMemory, OpOutcome, OpRecord, OperationId, Revision, Snapshot,
+    TokenBounds, WriteCondition, WriteOutcome, WriteRequest,
+};
+use tokio::task::JoinSet;
+
+/// The entry a vector's setup leaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SetupEntry {
+    Absent,
+    /// A value written by this token.
+    Value(u64),
+    /// A value written, then deleted, by this token.
+    Tombstone(u64),
+}
+
+/// A domain state, reached through the public API.
+#[derive(Clone, Copy, Debug)]
+struct Setup {
+    mark: Option<u64>,
+    entry: SetupEntry,
+    /// Whether the entry's first write carried the operation id `setup`.
+    with_op: bool,
+}
+
+/// The write's condition, relative to the state.
+#[derive(Clone, Copy, Debug)]
+enum Condition {
+    Any,
+    Absent,
+    CurrentRevision,
+    OtherRevision,
+}
+
+/// The write's operation id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    None,
+    Fresh,
+    /// The setup's own operation id, with the setup's token: a retry.
+    ReplayOfSetup,
+}
+
+/// One vector: a state and a write.
+#[derive(Clone, Copy, Debug)]
+pub struct Vector {
+    setup: Setup,
+    token: u64,
+    policy: EqualTokenPolicy,
+    condition: Condition,
+    delete: bool,
+    op: Op,
+}
+
+/// Every vector: exhaustive over marks {none, 2, `u64::MAX`}, the entries they allow, tokens
+/// {1, 2, 3, `u64::MAX`}, both policies, four conditions, put and delete, and three kinds of
+/// operation id.
+pub fn all() -> Vec<Vector> {
+    const MAX: u64 = u64::MAX;
+    let mut setups = vec![Setup {
+        mark: None,
+        entry: SetupEntry::Absent,
+        with_op: false,
+    }];
+    for (mark, entries) in [
+        (
+            2,
+            &[
+                SetupEntry::Value(1),
+                SetupEntry::Value(2),
+                SetupEntry::Tombstone(1),
+                SetupEntry::Tombstone(2),
+            ][..],
+        ),
+        (
+            MAX,
+            &[
+                SetupEntry::Value(2),
+                SetupEntry::Value(MAX),
+                SetupEntry::Tombstone(MAX),
+            ][..],
+        ),
+    ] {
+        setups.push(Setup {
+            mark: Some(mark),
+            entry: SetupEntry::Absent,
+            with_op: false,
+        });
+        for &entry in entries {
+            for with_op in [false, true] {
+                setups.push(Setup {
+                    mark: Some(mark),
+                    entry,
+                    with_op,
+                });
+            }
+        }
+    }
+    let mut vectors = Vec::new();
+    for setup in setups {
+        for token in [1, 2, 3, MAX] {
+            for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
+                for condition in [
+                    Condition::Any,
+                    Condition::Absent,
+                    Condition::CurrentRevision,
+                    Condition::OtherRevision,
+                ] {
+                    for delete in [false, true] {
+                        for op in [Op::None, Op::Fresh, Op::ReplayOfSetup] {
+                            let replay_applies = setup.with_op && token == 1;
+                            if op == Op::ReplayOfSetup && !replay_applies {
+                                // One replay per setup and request shape is enough: its token
+                                // is the setup's, whatever `token` says.
+                                continue;
+                            }
+                            vectors.push(Vector {
+                                setup,
+                                token,
+                                policy,
+                                condition,
+                                delete,
+                                op,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    vectors
+}
+
+/// The vectors a store with `capabilities` can answer: without revision compare-and-set, only
+/// unconditional writes; without operation-id memory, none that carries an operation id; without
+/// the strict policy, none that asks for it.
+pub fn applicable(capabilities: &Capabilities) -> Vec<Vector> {
+    all()
+        .into_iter()
+        .filter(|v| capabilities.revision_cas || matches!(v.condition, Condition::Any))
+        .filter(|v| {
+            capabilities.op_id_retention != OpIdRetention::None
+                || (v.op == Op::None && !v.setup.with_op)
+        })
+        .filter(|v| capabilities.strict_policy || v.policy == EqualTokenPolicy::SameOwner)
+        .filter(|v| {
+            capabilities.delete || (!v.delete && !matches!(v.setup.entry, SetupEntry::Tombstone(_)))
+        })
+        .collect()
+}
+
+/// Runs `vectors` against `store`, the n-th on `domains[n]` (fresh domains), at most
+/// `parallel` at a time. `Err` lists the vectors whose answer or effect differs from the
+/// rule's (the first twenty).
+pub async fn run(
+    store: Arc<dyn FencedStore>,
+    vectors: Vec<Vector>,
+    domains: Vec<Domain>,
+    parallel: usize,
+) -> Result<(), String> {
+    let count = vectors.len();
+    let mut pending = vectors.into_iter().zip(domains);
+    let mut tasks = JoinSet::new();
+    let mut disagreements = Vec::new();
+    loop {
+        while tasks.len() < parallel.max(1) {
+            let Some((vector, domain)) = pending.next() else {
+                break;
+            };
+            let store = store.clone();
+            tasks.spawn(async move {
+                check(store.as_ref(), &domain, vector)
+                    .await
+                    .map_err(|why| format!("{vector:?}: {why}"))
+            });
+        }
+        match tasks.join_next().await {
+            Some(Ok(Ok(()))) => {}
+            Some(Ok(Err(why))) => disagreements.push(why),
+            Some(Err(panicked)) => disagreements.push(format!("a vector panicked: {panicked}")),
+            None => break,
+        }
+    }
+    if disagreements.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} of {count} vectors disagree with fence-core's rule:\n{}",
+        disagreements.len(),
+        disagreements
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    ))
+}
+
+/// One vector on a fresh domain: `Err` says how the store disagreed.
+async fn check(store: &dyn FencedStore, domain: &Domain, vector: Vector) -> Result<(), String> {
+    let first = set_up(store, domain, vector.setup).await?;
+    let before = store
+        .read(domain)
+        .await
+        .map_err(|e| format!("read after the setup: {e}"))?;
+    expect_setup(&before, vector.setup)?;
+    let current = current_of(&before)?;
+    let request = request(domain, vector, current.revision);
+    let ops = match (&first, vector.op) {
+        (Some(first), Op::ReplayOfSetup) => OpMemory::from_records([first.clone()]),
+        _ => OpMemory::new(),
+    };
+    let expected = pipeline::decide_write(&request, current, &ops, TokenBounds::OPEN);
+    let actual = store.write(&request).await;
+    let after = store
+        .read(domain)
+        .await
+        .map_err(|e| format!("read after the write: {e}"))?;
+    match (&expected, &actual) {
+        (Ok(Decision::Apply { outcome, .. }), Ok(WriteOutcome::Accepted(got)))
+            if same(outcome, got) =>
+        {
+            expect_applied(&after, &request, outcome)
+        }
+        (Ok(Decision::Replay(first)), Ok(WriteOutcome::Duplicate(got))) if same(first, got) => {
+            unchanged(&before, &after)
+        }
+        (Err(rule), Err(got)) if same_refusal(rule, got) => unchanged(&before, &after),
+        _ => Err(format!(
+            "the rule decides {expected:?}, the store answered {actual:?}"
+        )),
+    }
+}
+
+/// Builds the setup; returns the operation record of the setup's first write when it carried
+/// an operation id.
+async fn set_up(
+    store: &dyn FencedStore,
+    domain: &Domain,
+    setup: Setup,
+) -> Result<Option<OpRecord>, String> {
+    let failed = |what: &str, e: FenceError| format!("setup {setup:?}: {what}: {e}");
+    let mut first = None;
+    if let SetupEntry::Value(writer) | SetupEntry::Tombstone(writer) = setup.entry {
+        let mut request = WriteRequest::put(domain.clone(), token(writer), "setup");
+        if setup.with_op {
+            request = request.with_op_id(op_id("setup"));
+        }
+        let accepted = match store.write(&request).await.map_err(|e| failed("put", e))? {
+            WriteOutcome::Accepted(accepted) => accepted,
+            other => return Err(format!("setup {setup:?}: put answered {other:?}")),
+        };
+        if setup.with_op {
+            first = Some(OpRecord::new(
+                accepted.token,
+                op_id("setup"),
+                accepted.previous_high_water_mark,
+                OpOutcome::Write {
+                    revision: accepted.revision,
+                },
+            ));
+        }
+        if let SetupEntry::Tombstone(_) = setup.entry {
+            store
+                .write(&WriteRequest::delete(domain.clone(), token(writer)))
+                .await
+                .map_err(|e| failed("delete", e))?;
+        }
+    }
+    if let Some(mark) = setup.mark {
+        let written = match setup.entry {
+            SetupEntry::Value(writer) | SetupEntry::Tombstone(writer) => Some(writer),
+            SetupEntry::Absent => None,
+        };
+        if written != Some(mark) {
+            store
+                .claim(domain, token(mark))
+                .await
+                .map_err(|e| failed("claim", e))?;
+        }
+    }
+    Ok(first)
+}
+
+/// The store must report the state the setup made.
+fn expect_setup(snapshot: &Snapshot, setup: Setup) -> Result<(), String> {
+    let entry_ok = match (setup.entry, &snapshot.entry) {
+        (SetupEntry::Absent, Entry::Absent) => true,
+        (
+            SetupEntry::Value(w),
+            Entry::Value {
+                token, revision, ..
+            },
+        ) => token.get() == w && revision.get() == 1,
+        (SetupEntry::Tombstone(w), Entry::Tombstone { token, revision }) => {
+            token.get() == w && revision.get() == 2
+        }
+        _ => false,
+    };
+    if snapshot.high_water_mark.map(FencingToken::get) != setup.mark || !entry_ok {
+        return Err(format!("the setup {setup:?} reads back as {snapshot:?}"));
+    }
+    Ok(())
+}
+
+fn current_of(snapshot: &Snapshot) -> Result<Current, String> {
+    Ok(match &snapshot.entry {
+        Entry::Absent => Current::mark(snapshot.high_water_mark),
+        Entry::Value { revision, .. } => {
+            Current::new(snapshot.high_water_mark, true, Some(*revision))
+        }
+        Entry::Tombstone { revision, .. } => {
+            Current::new(snapshot.high_water_mark, false, Some(*revision))
+        }
+        other => return Err(format!("an entry the vectors do not know: {other:?}")),
+    })
+}
+
+fn request(domain: &Domain, vector: Vector, revision: Option<Revision>) -> WriteRequest {
+    let written = match vector.setup.entry {
+        SetupEntry::Value(writer) | SetupEntry::Tombstone(writer) => writer,
+        SetupEntry::Absent => vector.token,
+    };
+    let token = match vector.op {
+        Op::ReplayOfSetup => written,
+        _ => vector.token,
+    };
+    let mutation = if vector.delete {
+        Mutation::Delete
+    } else {
+        Mutation::Put(format!("w{token}").into())
+    };
+    let condition = match vector.condition {
+        Condition::Any => WriteCondition::Any,
+        Condition::Absent => WriteCondition::Absent,
+        Condition::CurrentRevision => {
+            WriteCondition::Revision(revision.unwrap_or(Revision::new(1)))
+        }
+        Condition::OtherRevision => {
+            WriteCondition::Revision(revision.map_or(Revision::new(7), Revision::next))
+        }
+    };
+    let mut request = WriteRequest::new(domain.clone(), self::token(token), mutation)
+        .with_condition(condition)
+        .with_policy(vector.policy);
+    match vector.op {
+        Op::None => {}
+        Op::Fresh => request = request.with_op_id(op_id("fresh")),
+        Op::ReplayOfSetup => request = request.with_op_id(op_id("setup")),
+    }
+    request
+}
+
+/// The store applied the write as the rule said: the mark is the token, the entry holds the
+/// mutation at the outcome's revision.
+fn expect_applied(
+    after: &Snapshot,
+    request: &WriteRequest,
+    outcome: &Accepted,
+) -> Result<(), String> {
+    let entry_ok = match (request.mutation(), &after.entry) {
+        (
+            Mutation::Put(value),
+            Entry::Value {
+                value: stored,
+                token,
+                revision,
+            },
+        ) => stored == value && *token == outcome.token && *revision == outcome.revision,
+        (Mutation::Delete, Entry::Tombstone { token, revision }) => {
+            *token == outcome.token && *revision == outcome.revision
+        }
+        _ => false,
+    };
+    if after.high_water_mark != Some(outcome.token) || !entry_ok {
+        return Err(format!(
+            "accepted as {outcome:?}, but reads back as {after:?}"
+        ));
+    }
+    Ok(())
+}
+
+fn unchanged(before: &Snapshot, after: &Snapshot) -> Result<(), String> {
+    if before != after {
+        return Err(format!(
+            "refused or replayed, yet {before:?} became {after:?}"
+        ));
+    }
+    Ok(())
+}
+
+fn same(expected: &Accepted, got: &Accepted) -> bool {
+    expected.token == got.token
+        && expected.revision == got.revision
+        && expected.previous_high_water_mark == got.previous_high_water_mark
+}
+
+/// The same refusal: the same kind, and for the rule's own refusals the same figures.
+fn same_refusal(rule: &FenceError, got: &FenceError) -> bool {
+    match (rule, got) {
+        (
+            FenceError::Fenced {
+                presented: a,
+                current: b,
+                ..
+            },
+            FenceError::Fenced {
+                presented: c,
+                current: d,
+                ..
+            },
+        ) => a == c && b == d,
+        (
+            FenceError::RevisionMismatch {
+                expected: a,
+                actual: b,
+                ..
+            },
+            FenceError::RevisionMismatch {
+                expected: c,
+                actual: d,
+                ..
+            },
+        ) => a == c && b == d,
+        _ => rule.outcome_label() == got.outcome_label(),
+    }
+}
+
+fn token(value: u64) -> FencingToken {
+    crate::services::token(value)
+}
+
+fn op_id(name: &str) -> OperationId {
+    OperationId::new(name).unwrap_or_else(|e| panic!("op id literal {name:?}: {e}"))
+}
