@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use fence_core::pipeline::{self, Current, Decision};
+use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
     Accepted, Capabilities, Domain, Entry, EqualTokenPolicy, FenceError, FencedStore, FencingToken,
     Mutation, OpIdRetention, OpMemory, OpOutcome, OpRecord, OperationId, Revision, Snapshot,
@@ -56,10 +56,12 @@ enum Op {
     ReplayOfSetup,
 }
 
-/// One vector: a state and a write.
+/// One vector: a state and a write, or a claim of `token` (`claim`: the write's fields are
+/// unused).
 #[derive(Clone, Copy, Debug)]
 pub struct Vector {
     setup: Setup,
+    claim: bool,
     token: u64,
     policy: EqualTokenPolicy,
     condition: Condition,
@@ -68,8 +70,8 @@ pub struct Vector {
 }
 
 /// Every vector: exhaustive over marks {none, 2, `u64::MAX`}, the entries they allow, tokens
-/// {1, 2, 3, `u64::MAX`}, both policies, four conditions, put and delete, and three kinds of
-/// operation id.
+/// {1, 2, 3, `u64::MAX`}, and for writes both policies, four conditions, put and delete, and
+/// three kinds of operation id; for claims, the token alone.
 pub fn all() -> Vec<Vector> {
     const MAX: u64 = u64::MAX;
     let mut setups = vec![Setup {
@@ -114,6 +116,15 @@ pub fn all() -> Vec<Vector> {
     let mut vectors = Vec::new();
     for setup in setups {
         for token in [1, 2, 3, MAX] {
+            vectors.push(Vector {
+                setup,
+                claim: true,
+                token,
+                policy: EqualTokenPolicy::SameOwner,
+                condition: Condition::Any,
+                delete: false,
+                op: Op::None,
+            });
             for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
                 for condition in [
                     Condition::Any,
@@ -131,6 +142,7 @@ pub fn all() -> Vec<Vector> {
                             }
                             vectors.push(Vector {
                                 setup,
+                                claim: false,
                                 token,
                                 policy,
                                 condition,
@@ -158,6 +170,7 @@ pub fn applicable(capabilities: &Capabilities) -> Vec<Vector> {
                 || (v.op == Op::None && !v.setup.with_op)
         })
         .filter(|v| capabilities.strict_policy || v.policy == EqualTokenPolicy::SameOwner)
+        .filter(|v| capabilities.claim || !v.claim)
         .filter(|v| {
             capabilities.delete || (!v.delete && !matches!(v.setup.entry, SetupEntry::Tombstone(_)))
         })
@@ -219,6 +232,9 @@ async fn check(store: &dyn FencedStore, domain: &Domain, vector: Vector) -> Resu
         .await
         .map_err(|e| format!("read after the setup: {e}"))?;
     expect_setup(&before, vector.setup)?;
+    if vector.claim {
+        return check_claim(store, domain, token(vector.token), &before).await;
+    }
     let current = current_of(&before)?;
     let request = request(domain, vector, current.revision);
     let ops = match (&first, vector.op) {
@@ -243,6 +259,36 @@ async fn check(store: &dyn FencedStore, domain: &Domain, vector: Vector) -> Resu
         (Err(rule), Err(got)) if same_refusal(rule, got) => unchanged(&before, &after),
         _ => Err(format!(
             "the rule decides {expected:?}, the store answered {actual:?}"
+        )),
+    }
+}
+
+/// A claim on the state `before`: answered as `decide_claim` answers, the mark raised to the
+/// token or left as it was, the entry untouched.
+async fn check_claim(
+    store: &dyn FencedStore,
+    domain: &Domain,
+    token: FencingToken,
+    before: &Snapshot,
+) -> Result<(), String> {
+    let expected = pipeline::decide_claim(domain, before.high_water_mark, token, TokenBounds::OPEN)
+        .map(ClaimDecision::claimed);
+    let actual = store.claim(domain, token).await;
+    let after = store
+        .read(domain)
+        .await
+        .map_err(|e| format!("read after the claim: {e}"))?;
+    match (&expected, &actual) {
+        (Ok(rule), Ok(got)) if rule == got => {
+            let raised = Snapshot::new(Some(token), before.entry.clone());
+            if after != raised {
+                return Err(format!("claimed {got:?}, but {before:?} became {after:?}"));
+            }
+            Ok(())
+        }
+        (Err(rule), Err(got)) if same_refusal(rule, got) => unchanged(before, &after),
+        _ => Err(format!(
+            "the rule decides the claim {expected:?}, the store answered {actual:?}"
         )),
     }
 }

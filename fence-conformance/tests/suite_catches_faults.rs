@@ -484,6 +484,11 @@ catches!(
     store::every_vector_agrees_with_the_rule
 );
 catches!(
+    vectors_catch_a_claim_lowering_the_mark,
+    Fault::ClaimLowersMark,
+    store::every_vector_agrees_with_the_rule
+);
+catches!(
     vectors_catch_an_ignored_claim,
     Fault::ClaimIgnored,
     store::every_vector_agrees_with_the_rule
