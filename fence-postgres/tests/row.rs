@@ -153,3 +153,60 @@ async fn racing_holders_leave_the_newest_tokens_data() {
         "the row holds the newest accepted token's data"
     );
 }
+
+/// The `RowFence` statement is a copy of the rule in SQL: on every combination of the row's
+/// token (none, small, 2^63 − 1, `u64::MAX`), the presented token and the policy, the update
+/// applies exactly when fence-core's rule admits the token, and a refusal names the row's token
+/// and changes nothing.
+#[tokio::test]
+async fn the_statement_agrees_with_the_rule_on_every_vector() {
+    let Some((pool, rows, table)) = accounts("row_vectors", "numeric(20,0)").await else {
+        return;
+    };
+    let marks = [
+        None,
+        Some(1),
+        Some(2),
+        Some(i64::MAX as u64),
+        Some(u64::MAX),
+    ];
+    let presented = [1, 2, 3, i64::MAX as u64, 1u64 << 63, u64::MAX];
+    let mut id = 100;
+    let mut vectors = 0;
+    for mark in marks {
+        for token in presented {
+            for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
+                id += 1;
+                sqlx::query(&format!(
+                    "INSERT INTO {table} VALUES ($1, 100, $2::numeric)"
+                ))
+                .bind(id)
+                .bind(mark.map(|m| m.to_string()))
+                .execute(&pool)
+                .await
+                .unwrap();
+                let fence = rows.clone().with_policy(policy);
+                let rule =
+                    fence_core::rule::check_token(&fence.domain(id), mark.map(t), t(token), policy);
+                let got = set_balance(&pool, &fence, id, t(token), 1).await;
+                let stored = row(&pool, &table, id).await;
+                let what = format!("row token {mark:?}, presented {token}, {policy:?}");
+                match (rule, got) {
+                    (Ok(()), Ok(())) => {
+                        assert_eq!(stored, (1, Some(token.to_string())), "{what}")
+                    }
+                    (
+                        Err(FenceError::Fenced { current: a, .. }),
+                        Err(FenceError::Fenced { current: b, .. }),
+                    ) => {
+                        assert_eq!(a, b, "{what}");
+                        assert_eq!(stored, (100, mark.map(|m| m.to_string())), "{what}");
+                    }
+                    (rule, got) => panic!("{what}: the rule says {rule:?}, the statement {got:?}"),
+                }
+                vectors += 1;
+            }
+        }
+    }
+    assert_eq!(vectors, 60);
+}
