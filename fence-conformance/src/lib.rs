@@ -72,6 +72,7 @@ macro_rules! log_conformance {
             log_claim_fences_before_first_append,
             log_domains_are_independent,
             log_op_id_replay_returns_first_outcome,
+            log_every_vector_agrees_with_the_rule,
             log_batch_is_all_or_nothing,
             log_invalid_input_is_rejected_before_io,
             log_concurrent_appenders_with_mixed_tokens,

@@ -166,6 +166,27 @@ pub async fn log_domains_are_independent(h: &dyn LogHarness, ns: &Namespace) -> 
     Ok(Verdict::Passed)
 }
 
+/// Every log decision vector the log can answer ([`crate::vectors::all_log`]) is answered as
+/// fence-core's rule answers it, a committed batch is readable as sent, and a refusal or a
+/// replay changes neither the records nor the mark: the log's own decision (a ledger, a broker
+/// transaction) agrees with the rule on every one.
+pub async fn log_every_vector_agrees_with_the_rule(
+    h: &dyn LogHarness,
+    ns: &Namespace,
+) -> ScenarioResult {
+    let log = h.log();
+    let vectors = crate::vectors::applicable_log(&log.capabilities());
+    let domains = (0..vectors.len())
+        .map(|n| ns.domain(&format!("v{n}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let count = vectors.len();
+    crate::vectors::run_log(log, vectors, domains, 16)
+        .await
+        .map_err(Failure::new)?;
+    println!("log decision vectors: {count} agree with fence-core's rule");
+    Ok(Verdict::Passed)
+}
+
 /// A retried append with the same (domain, token, op id) commits nothing twice.
 pub async fn log_op_id_replay_returns_first_outcome(
     h: &dyn LogHarness,

@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
-    Accepted, Capabilities, Domain, Entry, EqualTokenPolicy, FenceError, FencedStore, FencingToken,
-    Mutation, OpIdRetention, OpMemory, OpOutcome, OpRecord, OperationId, Revision, Snapshot,
-    TokenBounds, WriteCondition, WriteOutcome, WriteRequest,
+    Accepted, AppendOutcome, AppendRequest, Capabilities, Domain, Entry, EqualTokenPolicy,
+    FenceError, FencedLog, FencedStore, FencingToken, LogEntry, Mutation, OpIdRetention, OpMemory,
+    OpOutcome, OpRecord, OperationId, Record, Revision, Snapshot, TokenBounds, WriteCondition,
+    WriteOutcome, WriteRequest,
 };
 use tokio::task::JoinSet;
 
@@ -209,19 +210,7 @@ pub async fn run(
             None => break,
         }
     }
-    if disagreements.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-        "{} of {count} vectors disagree with fence-core's rule:\n{}",
-        disagreements.len(),
-        disagreements
-            .iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    ))
+    disagreements_to_result(disagreements, count)
 }
 
 /// One vector on a fresh domain: `Err` says how the store disagreed.
@@ -493,4 +482,216 @@ fn token(value: u64) -> FencingToken {
 
 fn op_id(name: &str) -> OperationId {
     OperationId::new(name).unwrap_or_else(|e| panic!("op id literal {name:?}: {e}"))
+}
+
+/// One log vector: a domain's mark (reached by a claim, or by an append that carried the
+/// operation id `setup`) and an append.
+#[derive(Clone, Copy, Debug)]
+pub struct LogVector {
+    mark: Option<u64>,
+    /// Whether the mark came from an append with the operation id `setup`.
+    with_op: bool,
+    token: u64,
+    policy: EqualTokenPolicy,
+    op: Op,
+}
+
+/// Every log vector: marks {none, 2, `u64::MAX`} (each by a claim and by an append with an
+/// operation id), appends of tokens {1, 2, 3, `u64::MAX`}, both policies, and no operation id,
+/// a fresh one, or the setup's own replayed.
+pub fn all_log() -> Vec<LogVector> {
+    let mut vectors = Vec::new();
+    for (mark, with_op) in [
+        (None, false),
+        (Some(2), false),
+        (Some(2), true),
+        (Some(u64::MAX), false),
+        (Some(u64::MAX), true),
+    ] {
+        for token in [1, 2, 3, u64::MAX] {
+            for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
+                for op in [Op::None, Op::Fresh, Op::ReplayOfSetup] {
+                    if op == Op::ReplayOfSetup && !(with_op && token == 1) {
+                        continue;
+                    }
+                    vectors.push(LogVector {
+                        mark,
+                        with_op,
+                        token,
+                        policy,
+                        op,
+                    });
+                }
+            }
+        }
+    }
+    vectors
+}
+
+/// The log vectors a log with `capabilities` can answer (see [`applicable`]).
+pub fn applicable_log(capabilities: &Capabilities) -> Vec<LogVector> {
+    all_log()
+        .into_iter()
+        .filter(|v| {
+            capabilities.op_id_retention != OpIdRetention::None || (v.op == Op::None && !v.with_op)
+        })
+        .filter(|v| capabilities.strict_policy || v.policy == EqualTokenPolicy::SameOwner)
+        .collect()
+}
+
+/// Runs log `vectors` against `log` as [`run`] does for stores.
+pub async fn run_log(
+    log: Arc<dyn FencedLog>,
+    vectors: Vec<LogVector>,
+    domains: Vec<Domain>,
+    parallel: usize,
+) -> Result<(), String> {
+    let count = vectors.len();
+    let mut pending = vectors.into_iter().zip(domains);
+    let mut tasks = JoinSet::new();
+    let mut disagreements = Vec::new();
+    loop {
+        while tasks.len() < parallel.max(1) {
+            let Some((vector, domain)) = pending.next() else {
+                break;
+            };
+            let log = log.clone();
+            tasks.spawn(async move {
+                check_log(log.as_ref(), &domain, vector)
+                    .await
+                    .map_err(|why| format!("{vector:?}: {why}"))
+            });
+        }
+        match tasks.join_next().await {
+            Some(Ok(Ok(()))) => {}
+            Some(Ok(Err(why))) => disagreements.push(why),
+            Some(Err(panicked)) => disagreements.push(format!("a vector panicked: {panicked}")),
+            None => break,
+        }
+    }
+    disagreements_to_result(disagreements, count)
+}
+
+/// One log vector on a fresh domain: `Err` says how the log disagreed.
+async fn check_log(log: &dyn FencedLog, domain: &Domain, vector: LogVector) -> Result<(), String> {
+    let failed = |what: &str, e: FenceError| format!("setup: {what}: {e}");
+    let mut ops = OpMemory::new();
+    match (vector.mark, vector.with_op) {
+        (Some(mark), true) => {
+            let setup = AppendRequest::new(domain.clone(), token(mark), vec![Record::new("setup")])
+                .with_op_id(op_id("setup"));
+            let outcome = log.append(&setup).await.map_err(|e| failed("append", e))?;
+            let first = outcome.appended();
+            ops = OpMemory::from_records([OpRecord::new(
+                first.token,
+                op_id("setup"),
+                first.previous_high_water_mark,
+                OpOutcome::Append {
+                    records: first.records,
+                },
+            )]);
+        }
+        (Some(mark), false) => {
+            log.claim(domain, token(mark))
+                .await
+                .map_err(|e| failed("claim", e))?;
+        }
+        (None, _) => {}
+    }
+    let mark = log
+        .high_water_mark(domain)
+        .await
+        .map_err(|e| format!("mark after the setup: {e}"))?;
+    if mark.map(FencingToken::get) != vector.mark {
+        return Err(format!("the setup reads back the mark {mark:?}"));
+    }
+    let before = log
+        .read_log(domain)
+        .await
+        .map_err(|e| format!("read after the setup: {e}"))?;
+    let presented = match vector.op {
+        Op::ReplayOfSetup => vector.mark.map_or(vector.token, |m| m),
+        _ => vector.token,
+    };
+    let mut request = AppendRequest::new(
+        domain.clone(),
+        token(presented),
+        vec![Record::new(format!("a{presented}")), Record::new("b")],
+    )
+    .with_policy(vector.policy);
+    match vector.op {
+        Op::None => {}
+        Op::Fresh => request = request.with_op_id(op_id("fresh")),
+        Op::ReplayOfSetup => request = request.with_op_id(op_id("setup")),
+    }
+    let expected = pipeline::decide_append(&request, mark, &ops, TokenBounds::OPEN);
+    let actual = log.append(&request).await;
+    let after = log
+        .read_log(domain)
+        .await
+        .map_err(|e| format!("read after the append: {e}"))?;
+    let mark_after = log
+        .high_water_mark(domain)
+        .await
+        .map_err(|e| format!("mark after the append: {e}"))?;
+    match (&expected, &actual) {
+        (Ok(Decision::Apply { outcome, .. }), Ok(AppendOutcome::Appended(got)))
+            if outcome == got =>
+        {
+            let added: Vec<_> = after.iter().skip(before.len()).collect();
+            let as_sent = added.len() == request.records().len()
+                && added
+                    .iter()
+                    .zip(request.records())
+                    .all(|(entry, record)| entry.token == got.token && entry.record == *record);
+            if !as_sent
+                || after.len() != before.len() + added.len()
+                || mark_after != Some(got.token)
+            {
+                return Err(format!(
+                    "appended as {got:?}, but the log went from {before:?} to {after:?}, mark {mark_after:?}"
+                ));
+            }
+            Ok(())
+        }
+        (Ok(Decision::Replay(first)), Ok(AppendOutcome::Duplicate(got))) if first == got => {
+            log_unchanged(&before, &after, mark, mark_after)
+        }
+        (Err(rule), Err(got)) if same_refusal(rule, got) => {
+            log_unchanged(&before, &after, mark, mark_after)
+        }
+        _ => Err(format!(
+            "the rule decides {expected:?}, the log answered {actual:?}"
+        )),
+    }
+}
+
+fn log_unchanged(
+    before: &[LogEntry],
+    after: &[LogEntry],
+    mark: Option<FencingToken>,
+    mark_after: Option<FencingToken>,
+) -> Result<(), String> {
+    if before != after || mark != mark_after {
+        return Err(format!(
+            "refused or replayed, yet the log went from {before:?} (mark {mark:?}) to {after:?} (mark {mark_after:?})"
+        ));
+    }
+    Ok(())
+}
+
+fn disagreements_to_result(disagreements: Vec<String>, count: usize) -> Result<(), String> {
+    if disagreements.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} of {count} vectors disagree with fence-core's rule:\n{}",
+        disagreements.len(),
+        disagreements
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    ))
 }

@@ -496,6 +496,26 @@ catches!(
 
 // Log scenarios.
 catches!(
+    log_vectors_catch_stale_appends,
+    Fault::AcceptsStale,
+    log::log_every_vector_agrees_with_the_rule
+);
+catches!(
+    log_vectors_catch_a_replay_after_the_token_rule,
+    Fault::ReplaysAfterTokenRule,
+    log::log_every_vector_agrees_with_the_rule
+);
+catches!(
+    log_vectors_catch_forgotten_op_ids,
+    Fault::ForgetsOpIds,
+    log::log_every_vector_agrees_with_the_rule
+);
+catches!(
+    log_vectors_catch_a_partial_batch,
+    Fault::PartialBatch,
+    log::log_every_vector_agrees_with_the_rule
+);
+catches!(
     stale_appends_are_caught,
     Fault::AcceptsStale,
     log::log_newer_appended_older_fenced
