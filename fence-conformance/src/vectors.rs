@@ -187,6 +187,26 @@ pub async fn run(
     domains: Vec<Domain>,
     parallel: usize,
 ) -> Result<(), String> {
+    run_each(vectors, domains, parallel, move |vector, domain| {
+        let store = store.clone();
+        async move { check(store.as_ref(), &domain, vector).await }
+    })
+    .await
+}
+
+/// Runs `check` on each vector with its domain, at most `parallel` at a time; `Err` lists the
+/// disagreements (the first twenty).
+async fn run_each<V, F, Fut>(
+    vectors: Vec<V>,
+    domains: Vec<Domain>,
+    parallel: usize,
+    check: F,
+) -> Result<(), String>
+where
+    V: std::fmt::Debug + Copy + Send + 'static,
+    F: Fn(V, Domain) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
     let count = vectors.len();
     let mut pending = vectors.into_iter().zip(domains);
     let mut tasks = JoinSet::new();
@@ -196,12 +216,8 @@ pub async fn run(
             let Some((vector, domain)) = pending.next() else {
                 break;
             };
-            let store = store.clone();
-            tasks.spawn(async move {
-                check(store.as_ref(), &domain, vector)
-                    .await
-                    .map_err(|why| format!("{vector:?}: {why}"))
-            });
+            let checked = check(vector, domain);
+            tasks.spawn(async move { checked.await.map_err(|why| format!("{vector:?}: {why}")) });
         }
         match tasks.join_next().await {
             Some(Ok(Ok(()))) => {}
@@ -210,7 +226,19 @@ pub async fn run(
             None => break,
         }
     }
-    disagreements_to_result(disagreements, count)
+    if disagreements.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} of {count} vectors disagree with fence-core's rule:\n{}",
+        disagreements.len(),
+        disagreements
+            .iter()
+            .take(20)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    ))
 }
 
 /// One vector on a fresh domain: `Err` says how the store disagreed.
@@ -546,30 +574,11 @@ pub async fn run_log(
     domains: Vec<Domain>,
     parallel: usize,
 ) -> Result<(), String> {
-    let count = vectors.len();
-    let mut pending = vectors.into_iter().zip(domains);
-    let mut tasks = JoinSet::new();
-    let mut disagreements = Vec::new();
-    loop {
-        while tasks.len() < parallel.max(1) {
-            let Some((vector, domain)) = pending.next() else {
-                break;
-            };
-            let log = log.clone();
-            tasks.spawn(async move {
-                check_log(log.as_ref(), &domain, vector)
-                    .await
-                    .map_err(|why| format!("{vector:?}: {why}"))
-            });
-        }
-        match tasks.join_next().await {
-            Some(Ok(Ok(()))) => {}
-            Some(Ok(Err(why))) => disagreements.push(why),
-            Some(Err(panicked)) => disagreements.push(format!("a vector panicked: {panicked}")),
-            None => break,
-        }
-    }
-    disagreements_to_result(disagreements, count)
+    run_each(vectors, domains, parallel, move |vector, domain| {
+        let log = log.clone();
+        async move { check_log(log.as_ref(), &domain, vector).await }
+    })
+    .await
 }
 
 /// One log vector on a fresh domain: `Err` says how the log disagreed.
@@ -678,20 +687,4 @@ fn log_unchanged(
         ));
     }
     Ok(())
-}
-
-fn disagreements_to_result(disagreements: Vec<String>, count: usize) -> Result<(), String> {
-    if disagreements.is_empty() {
-        return Ok(());
-    }
-    Err(format!(
-        "{} of {count} vectors disagree with fence-core's rule:\n{}",
-        disagreements.len(),
-        disagreements
-            .iter()
-            .take(20)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    ))
 }
