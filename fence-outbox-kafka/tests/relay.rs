@@ -7,7 +7,10 @@
 //! a dead letter, and the Kafka outbox has no discard (entries are records of a topic: a dead
 //! letter stays in the log, marked by the relay's progress record; `tests/kafka.rs` covers
 //! dead-lettering itself); the purge scenario expects delivered entries removed after a
-//! retention window, and a topic's records go by the topic's own retention, not by the relay.
+//! retention window, and a topic's records go by the topic's own retention, not by the relay;
+//! the relay-mark vectors set a mark per domain, and the Kafka relay keeps one per partition
+//! (its progress domain, appended through fence-kafka: its decision is checked by the log
+//! decision vectors of fence-kafka's conformance suite).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -89,6 +92,10 @@ impl OutboxUnderTest for KafkaUnderTest {
         let leases: Arc<dyn LeaseManager> = Arc::new(self.leases.leases());
         let store = self.outbox.relay_store(RELAY_NAME, config.partition)?;
         Relay::new(Arc::new(store), sink, leases, config)
+    }
+
+    fn store(&self) -> Result<Arc<dyn fence_outbox::OutboxStore>, OutboxError> {
+        Ok(Arc::new(self.outbox.relay_store(RELAY_NAME, 0)?))
     }
 
     async fn expire_relay_lease(&self) {

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::{Domain, FenceError, FencingToken, Operation};
+use fence_core::{rule, Domain, EqualTokenPolicy, FencingToken, Operation};
 use fence_outbox::{Candidate, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement};
 use fence_postgres::extension::{commit, map_error, token_column, BACKEND};
 use sqlx::{Postgres, Transaction};
@@ -68,17 +68,11 @@ impl PostgresOutbox {
         if done < 0 || done > last {
             return Err(corrupt(domain, format!("outbox progress {done} of {last}")));
         }
-        if let Some(newest) = newest {
-            let newest = token_column(domain, &newest, "relay token")?;
-            if relay < newest {
-                return Err(FenceError::Fenced {
-                    domain: domain.clone(),
-                    presented: relay,
-                    current: newest,
-                }
-                .into());
-            }
-        }
+        let newest = newest
+            .map(|newest| token_column(domain, &newest, "relay token"))
+            .transpose()?;
+        // The relay's mark follows fence-core's rule, same-owner policy: a relay retries.
+        rule::check_token(domain, newest, relay, EqualTokenPolicy::SameOwner)?;
         sqlx::query(&format!(
             "UPDATE {} SET relay = $2::numeric WHERE domain = $1",
             self.table("domains")

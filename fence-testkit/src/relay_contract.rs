@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use fence_core::{Domain, FenceError, FencingToken};
 use fence_outbox::{
-    EntryStatus, OutboxEntry, OutboxError, Relay, RelayConfig, RelayHandle, RelayReport, Sink,
+    EntryStatus, OutboxEntry, OutboxError, OutboxStore, Relay, RelayConfig, RelayHandle,
+    RelayReport, Sink,
 };
 use fence_torture::Rng;
 use tokio::sync::{watch, Notify};
@@ -48,6 +49,9 @@ pub trait OutboxUnderTest: Send + Sync {
     /// A relay of the outbox's partition 0 delivering to `sink`, leased from the backend.
     fn relay(&self, sink: Arc<dyn Sink>, config: RelayConfig) -> Result<Relay, OutboxError>;
 
+    /// The store a relay of partition 0 works on (the relay's own fence: its marks).
+    fn store(&self) -> Result<Arc<dyn OutboxStore>, OutboxError>;
+
     /// Ends the lease of the test relay group's partition 0 now, as its TTL would.
     async fn expire_relay_lease(&self);
 
@@ -80,6 +84,7 @@ macro_rules! relay_contract_tests {
             domains_are_served_concurrently_each_in_order,
             delivered_entries_are_purged_after_the_retention_window_dead_letters_stay,
             relays_under_torture_deliver_each_accepted_effect_once_in_order,
+            relay_marks_agree_with_the_rule,
         );
     };
 }
@@ -565,6 +570,85 @@ struct Chaos {
     crashes: usize,
     expiries: usize,
     reports: Vec<RelayReport>,
+}
+
+/// The relay's mark is a copy of the rule too (a relay token below the domain's relay mark is
+/// stale): on every combination of the mark (none, 2, `u64::MAX`) and the relay token
+/// (1, 2, 3, `u64::MAX`), starting an attempt is answered as fence-core's rule (same-owner
+/// policy) answers, a refusal names the mark and leaves it, and an accepted token becomes the
+/// mark.
+pub async fn relay_marks_agree_with_the_rule(o: &dyn OutboxUnderTest) {
+    let store = o.store().expect("the relay's store");
+    let server = WebhookServer::start().await;
+    let mut vectors = 0;
+    for (n, mark) in [None, Some(2), Some(u64::MAX)].into_iter().enumerate() {
+        for presented in [1, 2, 3, u64::MAX] {
+            let (d, head) =
+                head_on_the_relays_partition(o, store.as_ref(), &server, n, presented).await;
+            if let Some(mark) = mark {
+                store
+                    .begin(&d, token(mark), head)
+                    .await
+                    .expect("the setup's relay mark");
+            }
+            let what = format!("relay mark {mark:?}, relay token {presented}");
+            let rule = fence_core::rule::check_token(
+                &d,
+                mark.map(token),
+                token(presented),
+                fence_core::EqualTokenPolicy::SameOwner,
+            );
+            let got = store.begin(&d, token(presented), head).await;
+            // The mark now: the greatest relay token that is still admitted.
+            let now = match (&rule, &got) {
+                (Ok(()), Ok(Some(_))) => presented,
+                (
+                    Err(FenceError::Fenced { current: a, .. }),
+                    Err(OutboxError::Fence(FenceError::Fenced { current: b, .. })),
+                ) if a == b => a.get(),
+                (rule, got) => panic!("{what}: the rule says {rule:?}, the relay store {got:?}"),
+            };
+            store
+                .begin(&d, token(now), head)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: the mark {now} itself is refused: {e}"));
+            if now > 1 {
+                match store.begin(&d, token(now - 1), head).await {
+                    Err(OutboxError::Fence(FenceError::Fenced { current, .. }))
+                        if current.get() == now => {}
+                    other => panic!("{what}: below the mark {now}: {other:?}"),
+                }
+            }
+            vectors += 1;
+        }
+    }
+    assert_eq!(vectors, 12);
+}
+
+/// A fresh domain of the relay's partition with one pending entry, and that entry's place (as
+/// a relay finds it): domains are tried until one lands on partition 0.
+async fn head_on_the_relays_partition(
+    o: &dyn OutboxUnderTest,
+    store: &dyn OutboxStore,
+    server: &WebhookServer,
+    n: usize,
+    presented: u64,
+) -> (Domain, u64) {
+    for attempt in 0..64 {
+        let d = domain(&format!("relay-mark-{n}-{presented}-{attempt}"));
+        o.pay(&d, token(1), "pay", &server.url("/ok"), "p")
+            .await
+            .expect("an entry to relay");
+        // A relay's order: the candidates (which refresh a store's view), then the pending head.
+        let listed = store.candidates(0, true).await.expect("candidates");
+        if !listed.iter().any(|c| c.domain == d) {
+            continue;
+        }
+        if let Some(head) = store.pending(&d, 1).await.expect("pending").first() {
+            return (d, head.seq);
+        }
+    }
+    panic!("no domain of 64 landed on the relay's partition");
 }
 
 /// The outbox relay under torture (DESIGN.md §11): while writers record payments on four

@@ -143,6 +143,10 @@ impl fence_testkit::relay_contract::OutboxUnderTest for PostgresUnderTest {
         relay_result(&self.outbox, sink, config)
     }
 
+    fn store(&self) -> Result<Arc<dyn fence_outbox::OutboxStore>, OutboxError> {
+        Ok(Arc::new(self.outbox.clone()))
+    }
+
     async fn expire_relay_lease(&self) {
         expire_relay_lease(&self.outbox).await;
     }

@@ -142,6 +142,10 @@ impl fence_testkit::relay_contract::OutboxUnderTest for RedisUnderTest {
         relay_result(&self.outbox, sink, config)
     }
 
+    fn store(&self) -> Result<Arc<dyn fence_outbox::OutboxStore>, fence_outbox::OutboxError> {
+        Ok(Arc::new(self.outbox.clone()))
+    }
+
     async fn expire_relay_lease(&self) {
         expire_relay_lease(self.outbox.fence()).await;
     }
