@@ -180,6 +180,11 @@ pub async fn log_every_vector_agrees_with_the_rule(
         .map(|n| ns.domain(&format!("v{n}")))
         .collect::<Result<Vec<_>, _>>()?;
     let count = vectors.len();
+    if count == 0 {
+        return Ok(Verdict::NotApplicable(
+            "a store that accepts only issued tokens: the vectors do not know its issuer".into(),
+        ));
+    }
     crate::vectors::run_log(log, vectors, domains, 16)
         .await
         .map_err(Failure::new)?;

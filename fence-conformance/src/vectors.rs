@@ -1,26 +1,52 @@
-//! Decision vectors: fence-core's rule as an executable specification, run against a store's
-//! own copy of it (Lua on Redis, PL/pgSQL on PostgreSQL, an etcd txn, S3's conditional writes).
+//! Decision vectors: fence-core's rule as an executable specification, run against an
+//! adapter's own copy of it (Lua on Redis, PL/pgSQL on PostgreSQL, an etcd txn, S3's
+//! conditional writes, Kafka's ledger decision).
 //!
-//! Every vector is a domain state reached through the store's public API (a mark, an entry —
-//! absent, a value or a tombstone, written by a token at or below the mark —, and whether that
-//! write carried an operation id) and one write (put or delete; a token below, at, above the
-//! mark or `u64::MAX`; either equal-token policy; no condition, `Absent`, the current revision
-//! or another one; no operation id, a fresh one, or the setup's own replayed). The expected
-//! answer is `fence_core::pipeline::decide_write` on the state the store reports; the store must
-//! give the same answer and, when it refuses, change nothing.
+//! A store vector is a domain state reached through the store's public API — a mark; an entry
+//! (absent, a value or a tombstone) written by a token at or below the mark; whether that write
+//! carried the operation id `setup`, made after a claim when its token allows one (so its first
+//! outcome names a previous mark) — and one request: a claim, or a put or delete with a token
+//! from [`TOKENS`], either equal-token policy, no condition, `Absent` or a revision (the current
+//! one, the next, the one before, `u64::MAX`), and no operation id, a fresh one, the setup's
+//! replayed, or the setup's with another token. A log vector is a mark (by a claim, or by an
+//! append with the operation id `setup`) and an append of the same kinds. The expected answer is
+//! fence-core's `decide_write` / `decide_claim` / `decide_append` on the state the adapter
+//! reports, which must be the state the setup made; an adapter must give the same answer, a
+//! refusal or a replay must change nothing, and an applied request must read back as applied.
 
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::future::Future;
 use std::sync::Arc;
 
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
-    Accepted, AppendOutcome, AppendRequest, Capabilities, Domain, Entry, EqualTokenPolicy,
-    FenceError, FencedLog, FencedStore, FencingToken, LogEntry, Mutation, OpIdRetention, OpMemory,
-    OpOutcome, OpRecord, OperationId, Record, Revision, Snapshot, TokenBounds, WriteCondition,
-    WriteOutcome, WriteRequest,
+    Accepted, AppendOutcome, AppendRequest, Appended, Capabilities, Domain, Entry,
+    EqualTokenPolicy, FenceError, FencedLog, FencedStore, FencingToken, IssuerView, LogEntry,
+    Mutation, OpIdRetention, OpMemory, OpOutcome, OpRecord, OperationId, Record, Revision,
+    Snapshot, TokenBounds, WriteCondition, WriteOutcome, WriteRequest,
 };
 use tokio::task::JoinSet;
 
-/// The entry a vector's setup leaves.
+const MAX: u64 = u64::MAX;
+/// The last integer a double holds exactly: a copy that compares tokens as doubles takes it for
+/// the next one.
+const DOUBLE_EXACT: u64 = 1 << 53;
+
+/// The tokens requests carry: small ones, both sides of the doubles' edge, i64's limit, and
+/// u64's last two.
+pub const TOKENS: [u64; 8] = [
+    1,
+    2,
+    3,
+    DOUBLE_EXACT,
+    DOUBLE_EXACT + 1,
+    1 << 63,
+    MAX - 1,
+    MAX,
+];
+
+/// The entry a store vector's setup leaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum SetupEntry {
     Absent,
@@ -30,13 +56,38 @@ enum SetupEntry {
     Tombstone(u64),
 }
 
+impl SetupEntry {
+    fn writer(self) -> Option<u64> {
+        match self {
+            SetupEntry::Absent => None,
+            SetupEntry::Value(w) | SetupEntry::Tombstone(w) => Some(w),
+        }
+    }
+}
+
 /// A domain state, reached through the public API.
 #[derive(Clone, Copy, Debug)]
 struct Setup {
     mark: Option<u64>,
     entry: SetupEntry,
-    /// Whether the entry's first write carried the operation id `setup`.
+    /// Whether the entry's first write carried the operation id `setup` (after a claim of 1
+    /// when its token is above 1, so that its first outcome names a previous mark).
     with_op: bool,
+}
+
+impl Setup {
+    /// The claim before the setup's write (its first outcome's previous mark).
+    fn claim_first(self) -> Option<u64> {
+        match self.entry.writer() {
+            Some(writer) if self.with_op && writer > 1 => Some(1),
+            _ => None,
+        }
+    }
+
+    /// Whether the setup needs a claim: a mark above its writer, or a claim first.
+    fn claims(self) -> bool {
+        self.claim_first().is_some() || (self.mark.is_some() && self.mark != self.entry.writer())
+    }
 }
 
 /// The write's condition, relative to the state.
@@ -44,37 +95,50 @@ struct Setup {
 enum Condition {
     Any,
     Absent,
-    CurrentRevision,
-    OtherRevision,
+    /// The current revision (1 when nothing was written).
+    Current,
+    /// The one after the current.
+    Next,
+    /// The one before the current (only where it is at least 1).
+    Previous,
+    /// `u64::MAX`.
+    Far,
 }
 
-/// The write's operation id.
+/// The request's operation id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
     None,
     Fresh,
     /// The setup's own operation id, with the setup's token: a retry.
     ReplayOfSetup,
+    /// The setup's operation id with another token: a new operation for the rule.
+    SetupIdOtherToken,
 }
 
-/// One vector: a state and a write, or a claim of `token` (`claim`: the write's fields are
-/// unused).
+/// What a store vector asks.
+#[derive(Clone, Copy, Debug)]
+enum Request {
+    Claim,
+    Write {
+        policy: EqualTokenPolicy,
+        condition: Condition,
+        delete: bool,
+        op: Op,
+    },
+}
+
+/// One store vector: a state, and a claim or a write of `token`.
 #[derive(Clone, Copy, Debug)]
 pub struct Vector {
     setup: Setup,
-    claim: bool,
     token: u64,
-    policy: EqualTokenPolicy,
-    condition: Condition,
-    delete: bool,
-    op: Op,
+    request: Request,
 }
 
-/// Every vector: exhaustive over marks {none, 2, `u64::MAX`}, the entries they allow, tokens
-/// {1, 2, 3, `u64::MAX`}, and for writes both policies, four conditions, put and delete, and
-/// three kinds of operation id; for claims, the token alone.
-pub fn all() -> Vec<Vector> {
-    const MAX: u64 = u64::MAX;
+/// Every store setup: no mark; marks 2, 2^53 and `u64::MAX` with the entries they allow, each
+/// with and without an operation id.
+fn setups() -> Vec<Setup> {
     let mut setups = vec![Setup {
         mark: None,
         entry: SetupEntry::Absent,
@@ -90,6 +154,7 @@ pub fn all() -> Vec<Vector> {
                 SetupEntry::Tombstone(2),
             ][..],
         ),
+        (DOUBLE_EXACT, &[SetupEntry::Value(DOUBLE_EXACT)][..]),
         (
             MAX,
             &[
@@ -114,42 +179,64 @@ pub fn all() -> Vec<Vector> {
             }
         }
     }
+    setups
+}
+
+/// Every store vector (see the module docs).
+pub fn all() -> Vec<Vector> {
     let mut vectors = Vec::new();
-    for setup in setups {
-        for token in [1, 2, 3, MAX] {
+    for setup in setups() {
+        let revision = match setup.entry {
+            SetupEntry::Absent => 0,
+            SetupEntry::Value(_) => 1,
+            SetupEntry::Tombstone(_) => 2,
+        };
+        for (n, token) in TOKENS.into_iter().enumerate() {
             vectors.push(Vector {
                 setup,
-                claim: true,
                 token,
-                policy: EqualTokenPolicy::SameOwner,
-                condition: Condition::Any,
-                delete: false,
-                op: Op::None,
+                request: Request::Claim,
             });
             for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
                 for condition in [
                     Condition::Any,
                     Condition::Absent,
-                    Condition::CurrentRevision,
-                    Condition::OtherRevision,
+                    Condition::Current,
+                    Condition::Next,
+                    Condition::Previous,
+                    Condition::Far,
                 ] {
+                    if matches!(condition, Condition::Previous) && revision < 2 {
+                        continue;
+                    }
                     for delete in [false, true] {
-                        for op in [Op::None, Op::Fresh, Op::ReplayOfSetup] {
-                            let replay_applies = setup.with_op && token == 1;
-                            if op == Op::ReplayOfSetup && !replay_applies {
-                                // One replay per setup and request shape is enough: its token
-                                // is the setup's, whatever `token` says.
-                                continue;
+                        for op in [
+                            Op::None,
+                            Op::Fresh,
+                            Op::ReplayOfSetup,
+                            Op::SetupIdOtherToken,
+                        ] {
+                            let skip = match op {
+                                // One replay per setup and request shape: its token is the
+                                // setup's, whatever `token` says.
+                                Op::ReplayOfSetup => !setup.with_op || n > 0,
+                                Op::SetupIdOtherToken => {
+                                    !setup.with_op || setup.entry.writer() == Some(token)
+                                }
+                                Op::None | Op::Fresh => false,
+                            };
+                            if !skip {
+                                vectors.push(Vector {
+                                    setup,
+                                    token,
+                                    request: Request::Write {
+                                        policy,
+                                        condition,
+                                        delete,
+                                        op,
+                                    },
+                                });
                             }
-                            vectors.push(Vector {
-                                setup,
-                                claim: false,
-                                token,
-                                policy,
-                                condition,
-                                delete,
-                                op,
-                            });
                         }
                     }
                 }
@@ -159,43 +246,62 @@ pub fn all() -> Vec<Vector> {
     vectors
 }
 
-/// The vectors a store with `capabilities` can answer: without revision compare-and-set, only
-/// unconditional writes; without operation-id memory, none that carries an operation id; without
-/// the strict policy, none that asks for it.
+/// The store vectors an adapter with `capabilities` can answer: no claims or setups that need
+/// one without claims, no conditions without revision compare-and-set, no operation ids
+/// without their memory, no strict policy without it, no deletes or tombstones without
+/// deletes. None when the store accepts only issued tokens: the vectors do not know its issuer.
 pub fn applicable(capabilities: &Capabilities) -> Vec<Vector> {
+    if capabilities.issued_only {
+        return Vec::new();
+    }
+    let remembers = capabilities.op_id_retention != OpIdRetention::None;
     all()
         .into_iter()
-        .filter(|v| capabilities.revision_cas || matches!(v.condition, Condition::Any))
         .filter(|v| {
-            capabilities.op_id_retention != OpIdRetention::None
-                || (v.op == Op::None && !v.setup.with_op)
+            capabilities.claim || !(v.setup.claims() || matches!(v.request, Request::Claim))
         })
-        .filter(|v| capabilities.strict_policy || v.policy == EqualTokenPolicy::SameOwner)
-        .filter(|v| capabilities.claim || !v.claim)
-        .filter(|v| {
-            capabilities.delete || (!v.delete && !matches!(v.setup.entry, SetupEntry::Tombstone(_)))
+        .filter(|v| remembers || !v.setup.with_op)
+        .filter(|v| capabilities.delete || !matches!(v.setup.entry, SetupEntry::Tombstone(_)))
+        .filter(|v| match v.request {
+            Request::Claim => true,
+            Request::Write {
+                policy,
+                condition,
+                delete,
+                op,
+            } => {
+                (capabilities.revision_cas || matches!(condition, Condition::Any))
+                    && (remembers || op == Op::None)
+                    && (capabilities.strict_policy || policy == EqualTokenPolicy::SameOwner)
+                    && (capabilities.delete || !delete)
+            }
         })
         .collect()
 }
 
+/// The checks beyond the rule an adapter declares (its step bound).
+fn declared_bounds(capabilities: &Capabilities) -> TokenBounds {
+    TokenBounds::new(capabilities.max_token_step, IssuerView::Unchecked)
+}
+
 /// Runs `vectors` against `store`, the n-th on `domains[n]` (fresh domains), at most
 /// `parallel` at a time. `Err` lists the vectors whose answer or effect differs from the
-/// rule's (the first twenty).
+/// rule's (the first twenty, in the vectors' order).
 pub async fn run(
     store: Arc<dyn FencedStore>,
     vectors: Vec<Vector>,
     domains: Vec<Domain>,
     parallel: usize,
 ) -> Result<(), String> {
+    let bounds = declared_bounds(&store.capabilities());
     run_each(vectors, domains, parallel, move |vector, domain| {
         let store = store.clone();
-        async move { check(store.as_ref(), &domain, vector).await }
+        async move { check(store.as_ref(), &domain, vector, bounds).await }
     })
     .await
 }
 
-/// Runs `check` on each vector with its domain, at most `parallel` at a time; `Err` lists the
-/// disagreements (the first twenty).
+/// Runs `check` on each vector with its domain, at most `parallel` at a time.
 async fn run_each<V, F, Fut>(
     vectors: Vec<V>,
     domains: Vec<Domain>,
@@ -203,62 +309,122 @@ async fn run_each<V, F, Fut>(
     check: F,
 ) -> Result<(), String>
 where
-    V: std::fmt::Debug + Copy + Send + 'static,
+    V: Debug + Copy + Send + 'static,
     F: Fn(V, Domain) -> Fut,
-    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+    Fut: Future<Output = Result<(), String>> + Send + 'static,
 {
+    if vectors.len() != domains.len() {
+        return Err(format!(
+            "{} vectors for {} domains",
+            vectors.len(),
+            domains.len()
+        ));
+    }
     let count = vectors.len();
-    let mut pending = vectors.into_iter().zip(domains);
+    let mut pending = vectors.into_iter().zip(domains).enumerate();
     let mut tasks = JoinSet::new();
+    // Which vector each task runs, to name it when the task panics.
+    let mut running = HashMap::new();
     let mut disagreements = Vec::new();
     loop {
         while tasks.len() < parallel.max(1) {
-            let Some((vector, domain)) = pending.next() else {
+            let Some((n, (vector, domain))) = pending.next() else {
                 break;
             };
             let checked = check(vector, domain);
-            tasks.spawn(async move { checked.await.map_err(|why| format!("{vector:?}: {why}")) });
+            let task = tasks.spawn(async move { (n, checked.await) });
+            running.insert(task.id(), (n, vector));
         }
-        match tasks.join_next().await {
-            Some(Ok(Ok(()))) => {}
-            Some(Ok(Err(why))) => disagreements.push(why),
-            Some(Err(panicked)) => disagreements.push(format!("a vector panicked: {panicked}")),
+        match tasks.join_next_with_id().await {
+            Some(Ok((id, (n, result)))) => {
+                if let (Some((_, vector)), Err(why)) = (running.remove(&id), result) {
+                    disagreements.push((n, format!("{vector:?}: {why}")));
+                }
+            }
+            Some(Err(failed)) => {
+                let (n, vector) = running
+                    .remove(&failed.id())
+                    .map_or((usize::MAX, "?".to_owned()), |(n, v)| (n, format!("{v:?}")));
+                disagreements.push((n, format!("{vector}: panicked: {failed}")));
+            }
             None => break,
         }
     }
     if disagreements.is_empty() {
         return Ok(());
     }
+    disagreements.sort_by_key(|(n, _)| *n);
     Err(format!(
         "{} of {count} vectors disagree with fence-core's rule:\n{}",
         disagreements.len(),
         disagreements
             .iter()
             .take(20)
-            .cloned()
+            .map(|(_, why)| why.as_str())
             .collect::<Vec<_>>()
             .join("\n")
     ))
 }
 
-/// One vector on a fresh domain: `Err` says how the store disagreed.
-async fn check(store: &dyn FencedStore, domain: &Domain, vector: Vector) -> Result<(), String> {
+/// One store vector on a fresh domain: `Err` says how the store disagreed.
+async fn check(
+    store: &dyn FencedStore,
+    domain: &Domain,
+    vector: Vector,
+    bounds: TokenBounds,
+) -> Result<(), String> {
     let first = set_up(store, domain, vector.setup).await?;
     let before = store
         .read(domain)
         .await
         .map_err(|e| format!("read after the setup: {e}"))?;
     expect_setup(&before, vector.setup)?;
-    if vector.claim {
-        return check_claim(store, domain, token(vector.token), &before).await;
-    }
-    let current = current_of(&before)?;
-    let request = request(domain, vector, current.revision);
-    let ops = match (&first, vector.op) {
-        (Some(first), Op::ReplayOfSetup) => OpMemory::from_records([first.clone()]),
-        _ => OpMemory::new(),
+    let Request::Write {
+        policy,
+        condition,
+        delete,
+        op,
+    } = vector.request
+    else {
+        return check_claim(store, domain, token(vector.token), &before, bounds).await;
     };
-    let expected = pipeline::decide_write(&request, current, &ops, TokenBounds::OPEN);
+    let current = current_of(&before)?;
+    let presented = match op {
+        Op::ReplayOfSetup => vector.setup.entry.writer().unwrap_or(vector.token),
+        _ => vector.token,
+    };
+    let mutation = if delete {
+        Mutation::Delete
+    } else {
+        Mutation::Put(format!("w{presented}").into())
+    };
+    let condition = match condition {
+        Condition::Any => WriteCondition::Any,
+        Condition::Absent => WriteCondition::Absent,
+        Condition::Current => {
+            WriteCondition::Revision(current.revision.unwrap_or(Revision::new(1)))
+        }
+        Condition::Next => {
+            WriteCondition::Revision(current.revision.map_or(Revision::new(2), Revision::next))
+        }
+        Condition::Previous => WriteCondition::Revision(Revision::new(
+            current
+                .revision
+                .map_or(1, |r| r.get().saturating_sub(1).max(1)),
+        )),
+        Condition::Far => WriteCondition::Revision(Revision::new(u64::MAX)),
+    };
+    let mut request = WriteRequest::new(domain.clone(), token(presented), mutation)
+        .with_condition(condition)
+        .with_policy(policy);
+    match op {
+        Op::None => {}
+        Op::Fresh => request = request.with_op_id(op_id("fresh")),
+        Op::ReplayOfSetup | Op::SetupIdOtherToken => request = request.with_op_id(op_id("setup")),
+    }
+    // The setup's record is remembered whatever the request carries.
+    let ops = first.map_or_else(OpMemory::new, |first| OpMemory::from_records([first]));
+    let expected = pipeline::decide_write(&request, current, &ops, bounds);
     let actual = store.write(&request).await;
     let after = store
         .read(domain)
@@ -287,8 +453,9 @@ async fn check_claim(
     domain: &Domain,
     token: FencingToken,
     before: &Snapshot,
+    bounds: TokenBounds,
 ) -> Result<(), String> {
-    let expected = pipeline::decide_claim(domain, before.high_water_mark, token, TokenBounds::OPEN)
+    let expected = pipeline::decide_claim(domain, before.high_water_mark, token, bounds)
         .map(ClaimDecision::claimed);
     let actual = store.claim(domain, token).await;
     let after = store
@@ -310,31 +477,43 @@ async fn check_claim(
     }
 }
 
-/// Builds the setup; returns the operation record of the setup's first write when it carried
-/// an operation id.
+/// Builds the setup; returns the record of the setup's first write when it carried an
+/// operation id, after checking that write's answer.
 async fn set_up(
     store: &dyn FencedStore,
     domain: &Domain,
     setup: Setup,
 ) -> Result<Option<OpRecord>, String> {
     let failed = |what: &str, e: FenceError| format!("setup {setup:?}: {what}: {e}");
-    let mut first = None;
-    if let SetupEntry::Value(writer) | SetupEntry::Tombstone(writer) = setup.entry {
+    if let Some(first) = setup.claim_first() {
+        store
+            .claim(domain, token(first))
+            .await
+            .map_err(|e| failed("first claim", e))?;
+    }
+    let mut record = None;
+    if let Some(writer) = setup.entry.writer() {
         let mut request = WriteRequest::put(domain.clone(), token(writer), "setup");
         if setup.with_op {
             request = request.with_op_id(op_id("setup"));
         }
-        let accepted = match store.write(&request).await.map_err(|e| failed("put", e))? {
-            WriteOutcome::Accepted(accepted) => accepted,
-            other => return Err(format!("setup {setup:?}: put answered {other:?}")),
-        };
+        let answer = store.write(&request).await.map_err(|e| failed("put", e))?;
+        let wanted = Accepted::new(
+            token(writer),
+            Revision::new(1),
+            setup.claim_first().map(token),
+        );
+        match answer {
+            WriteOutcome::Accepted(got) if same(&wanted, &got) => {}
+            other => return Err(format!("setup {setup:?}: the put answered {other:?}")),
+        }
         if setup.with_op {
-            first = Some(OpRecord::new(
-                accepted.token,
+            record = Some(OpRecord::new(
+                wanted.token,
                 op_id("setup"),
-                accepted.previous_high_water_mark,
+                wanted.previous_high_water_mark,
                 OpOutcome::Write {
-                    revision: accepted.revision,
+                    revision: wanted.revision,
                 },
             ));
         }
@@ -346,21 +525,17 @@ async fn set_up(
         }
     }
     if let Some(mark) = setup.mark {
-        let written = match setup.entry {
-            SetupEntry::Value(writer) | SetupEntry::Tombstone(writer) => Some(writer),
-            SetupEntry::Absent => None,
-        };
-        if written != Some(mark) {
+        if setup.entry.writer() != Some(mark) {
             store
                 .claim(domain, token(mark))
                 .await
                 .map_err(|e| failed("claim", e))?;
         }
     }
-    Ok(first)
+    Ok(record)
 }
 
-/// The store must report the state the setup made.
+/// The store must report the state the setup made: mark, entry kind, writer and revision.
 fn expect_setup(snapshot: &Snapshot, setup: Setup) -> Result<(), String> {
     let entry_ok = match (setup.entry, &snapshot.entry) {
         (SetupEntry::Absent, Entry::Absent) => true,
@@ -392,41 +567,6 @@ fn current_of(snapshot: &Snapshot) -> Result<Current, String> {
         }
         other => return Err(format!("an entry the vectors do not know: {other:?}")),
     })
-}
-
-fn request(domain: &Domain, vector: Vector, revision: Option<Revision>) -> WriteRequest {
-    let written = match vector.setup.entry {
-        SetupEntry::Value(writer) | SetupEntry::Tombstone(writer) => writer,
-        SetupEntry::Absent => vector.token,
-    };
-    let token = match vector.op {
-        Op::ReplayOfSetup => written,
-        _ => vector.token,
-    };
-    let mutation = if vector.delete {
-        Mutation::Delete
-    } else {
-        Mutation::Put(format!("w{token}").into())
-    };
-    let condition = match vector.condition {
-        Condition::Any => WriteCondition::Any,
-        Condition::Absent => WriteCondition::Absent,
-        Condition::CurrentRevision => {
-            WriteCondition::Revision(revision.unwrap_or(Revision::new(1)))
-        }
-        Condition::OtherRevision => {
-            WriteCondition::Revision(revision.map_or(Revision::new(7), Revision::next))
-        }
-    };
-    let mut request = WriteRequest::new(domain.clone(), self::token(token), mutation)
-        .with_condition(condition)
-        .with_policy(vector.policy);
-    match vector.op {
-        Op::None => {}
-        Op::Fresh => request = request.with_op_id(op_id("fresh")),
-        Op::ReplayOfSetup => request = request.with_op_id(op_id("setup")),
-    }
-    request
 }
 
 /// The store applied the write as the rule said: the mark is the token, the entry holds the
@@ -473,7 +613,7 @@ fn same(expected: &Accepted, got: &Accepted) -> bool {
         && expected.previous_high_water_mark == got.previous_high_water_mark
 }
 
-/// The same refusal: the same kind, and for the rule's own refusals the same figures.
+/// The same refusal, with the same figures: only the refusals the rule itself gives.
 fn same_refusal(rule: &FenceError, got: &FenceError) -> bool {
     match (rule, got) {
         (
@@ -500,20 +640,26 @@ fn same_refusal(rule: &FenceError, got: &FenceError) -> bool {
                 ..
             },
         ) => a == c && b == d,
-        _ => rule.outcome_label() == got.outcome_label(),
+        (
+            FenceError::TokenTooFar {
+                presented: a,
+                current: b,
+                max_step: s,
+                ..
+            },
+            FenceError::TokenTooFar {
+                presented: c,
+                current: d,
+                max_step: t,
+                ..
+            },
+        ) => a == c && b == d && s == t,
+        _ => false,
     }
 }
 
-fn token(value: u64) -> FencingToken {
-    crate::services::token(value)
-}
-
-fn op_id(name: &str) -> OperationId {
-    OperationId::new(name).unwrap_or_else(|e| panic!("op id literal {name:?}: {e}"))
-}
-
-/// One log vector: a domain's mark (reached by a claim, or by an append that carried the
-/// operation id `setup`) and an append.
+/// One log vector: a mark (by a claim, or by an append that carried the operation id `setup`,
+/// after a claim of 1 when its token is above 1) and an append.
 #[derive(Clone, Copy, Debug)]
 pub struct LogVector {
     mark: Option<u64>,
@@ -524,31 +670,42 @@ pub struct LogVector {
     op: Op,
 }
 
-/// Every log vector: marks {none, 2, `u64::MAX`} (each by a claim and by an append with an
-/// operation id), appends of tokens {1, 2, 3, `u64::MAX`}, both policies, and no operation id,
-/// a fresh one, or the setup's own replayed.
+/// Every log vector: marks {none, 2, 2^53, `u64::MAX`} (each by a claim and by an append with an
+/// operation id), appends of every [`TOKENS`] token, both policies, and no operation id, a
+/// fresh one, the setup's replayed, or the setup's with another token.
 pub fn all_log() -> Vec<LogVector> {
     let mut vectors = Vec::new();
     for (mark, with_op) in [
         (None, false),
         (Some(2), false),
         (Some(2), true),
-        (Some(u64::MAX), false),
-        (Some(u64::MAX), true),
+        (Some(DOUBLE_EXACT), false),
+        (Some(DOUBLE_EXACT), true),
+        (Some(MAX), false),
+        (Some(MAX), true),
     ] {
-        for token in [1, 2, 3, u64::MAX] {
+        for (n, token) in TOKENS.into_iter().enumerate() {
             for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
-                for op in [Op::None, Op::Fresh, Op::ReplayOfSetup] {
-                    if op == Op::ReplayOfSetup && !(with_op && token == 1) {
-                        continue;
+                for op in [
+                    Op::None,
+                    Op::Fresh,
+                    Op::ReplayOfSetup,
+                    Op::SetupIdOtherToken,
+                ] {
+                    let skip = match op {
+                        Op::ReplayOfSetup => !with_op || n > 0,
+                        Op::SetupIdOtherToken => !with_op || mark == Some(token),
+                        Op::None | Op::Fresh => false,
+                    };
+                    if !skip {
+                        vectors.push(LogVector {
+                            mark,
+                            with_op,
+                            token,
+                            policy,
+                            op,
+                        });
                     }
-                    vectors.push(LogVector {
-                        mark,
-                        with_op,
-                        token,
-                        policy,
-                        op,
-                    });
                 }
             }
         }
@@ -558,11 +715,14 @@ pub fn all_log() -> Vec<LogVector> {
 
 /// The log vectors a log with `capabilities` can answer (see [`applicable`]).
 pub fn applicable_log(capabilities: &Capabilities) -> Vec<LogVector> {
+    if capabilities.issued_only {
+        return Vec::new();
+    }
+    let remembers = capabilities.op_id_retention != OpIdRetention::None;
     all_log()
         .into_iter()
-        .filter(|v| {
-            capabilities.op_id_retention != OpIdRetention::None || (v.op == Op::None && !v.with_op)
-        })
+        .filter(|v| remembers || (v.op == Op::None && !v.with_op))
+        .filter(|v| capabilities.claim || v.mark.is_none())
         .filter(|v| capabilities.strict_policy || v.policy == EqualTokenPolicy::SameOwner)
         .collect()
 }
@@ -574,29 +734,45 @@ pub async fn run_log(
     domains: Vec<Domain>,
     parallel: usize,
 ) -> Result<(), String> {
+    let bounds = declared_bounds(&log.capabilities());
     run_each(vectors, domains, parallel, move |vector, domain| {
         let log = log.clone();
-        async move { check_log(log.as_ref(), &domain, vector).await }
+        async move { check_log(log.as_ref(), &domain, vector, bounds).await }
     })
     .await
 }
 
 /// One log vector on a fresh domain: `Err` says how the log disagreed.
-async fn check_log(log: &dyn FencedLog, domain: &Domain, vector: LogVector) -> Result<(), String> {
+async fn check_log(
+    log: &dyn FencedLog,
+    domain: &Domain,
+    vector: LogVector,
+    bounds: TokenBounds,
+) -> Result<(), String> {
     let failed = |what: &str, e: FenceError| format!("setup: {what}: {e}");
     let mut ops = OpMemory::new();
     match (vector.mark, vector.with_op) {
         (Some(mark), true) => {
+            let claimed_first = (mark > 1).then_some(1);
+            if let Some(first) = claimed_first {
+                log.claim(domain, token(first))
+                    .await
+                    .map_err(|e| failed("first claim", e))?;
+            }
             let setup = AppendRequest::new(domain.clone(), token(mark), vec![Record::new("setup")])
                 .with_op_id(op_id("setup"));
-            let outcome = log.append(&setup).await.map_err(|e| failed("append", e))?;
-            let first = outcome.appended();
+            let answer = log.append(&setup).await.map_err(|e| failed("append", e))?;
+            let wanted = Appended::new(token(mark), 1, claimed_first.map(token));
+            match answer {
+                AppendOutcome::Appended(got) if got == wanted => {}
+                other => return Err(format!("setup: the append answered {other:?}")),
+            }
             ops = OpMemory::from_records([OpRecord::new(
-                first.token,
+                wanted.token,
                 op_id("setup"),
-                first.previous_high_water_mark,
+                wanted.previous_high_water_mark,
                 OpOutcome::Append {
-                    records: first.records,
+                    records: wanted.records,
                 },
             )]);
         }
@@ -619,7 +795,7 @@ async fn check_log(log: &dyn FencedLog, domain: &Domain, vector: LogVector) -> R
         .await
         .map_err(|e| format!("read after the setup: {e}"))?;
     let presented = match vector.op {
-        Op::ReplayOfSetup => vector.mark.map_or(vector.token, |m| m),
+        Op::ReplayOfSetup => vector.mark.unwrap_or(vector.token),
         _ => vector.token,
     };
     let mut request = AppendRequest::new(
@@ -631,9 +807,9 @@ async fn check_log(log: &dyn FencedLog, domain: &Domain, vector: LogVector) -> R
     match vector.op {
         Op::None => {}
         Op::Fresh => request = request.with_op_id(op_id("fresh")),
-        Op::ReplayOfSetup => request = request.with_op_id(op_id("setup")),
+        Op::ReplayOfSetup | Op::SetupIdOtherToken => request = request.with_op_id(op_id("setup")),
     }
-    let expected = pipeline::decide_append(&request, mark, &ops, TokenBounds::OPEN);
+    let expected = pipeline::decide_append(&request, mark, &ops, bounds);
     let actual = log.append(&request).await;
     let after = log
         .read_log(domain)
@@ -647,16 +823,14 @@ async fn check_log(log: &dyn FencedLog, domain: &Domain, vector: LogVector) -> R
         (Ok(Decision::Apply { outcome, .. }), Ok(AppendOutcome::Appended(got)))
             if outcome == got =>
         {
-            let added: Vec<_> = after.iter().skip(before.len()).collect();
+            let kept = after.len() >= before.len() && after[..before.len()] == before[..];
+            let added = &after[before.len().min(after.len())..];
             let as_sent = added.len() == request.records().len()
                 && added
                     .iter()
                     .zip(request.records())
                     .all(|(entry, record)| entry.token == got.token && entry.record == *record);
-            if !as_sent
-                || after.len() != before.len() + added.len()
-                || mark_after != Some(got.token)
-            {
+            if !kept || !as_sent || mark_after != Some(got.token) {
                 return Err(format!(
                     "appended as {got:?}, but the log went from {before:?} to {after:?}, mark {mark_after:?}"
                 ));
@@ -687,4 +861,12 @@ fn log_unchanged(
         ));
     }
     Ok(())
+}
+
+fn token(value: u64) -> FencingToken {
+    crate::services::token(value)
+}
+
+fn op_id(name: &str) -> OperationId {
+    OperationId::new(name).unwrap_or_else(|e| panic!("op id literal {name:?}: {e}"))
 }

@@ -580,7 +580,6 @@ struct Chaos {
 pub async fn relay_marks_agree_with_the_rule(o: &dyn OutboxUnderTest) {
     let store = o.store().expect("the relay's store");
     let server = WebhookServer::start().await;
-    let mut vectors = 0;
     for (n, mark) in [None, Some(2), Some(u64::MAX)].into_iter().enumerate() {
         for presented in [1, 2, 3, u64::MAX] {
             let (d, head) =
@@ -608,10 +607,7 @@ pub async fn relay_marks_agree_with_the_rule(o: &dyn OutboxUnderTest) {
                 ) if a == b => a.get(),
                 (rule, got) => panic!("{what}: the rule says {rule:?}, the relay store {got:?}"),
             };
-            store
-                .begin(&d, token(now), head)
-                .await
-                .unwrap_or_else(|e| panic!("{what}: the mark {now} itself is refused: {e}"));
+            // Probed below first: an attempt at the mark would raise a lowered one back.
             if now > 1 {
                 match store.begin(&d, token(now - 1), head).await {
                     Err(OutboxError::Fence(FenceError::Fenced { current, .. }))
@@ -619,10 +615,12 @@ pub async fn relay_marks_agree_with_the_rule(o: &dyn OutboxUnderTest) {
                     other => panic!("{what}: below the mark {now}: {other:?}"),
                 }
             }
-            vectors += 1;
+            store
+                .begin(&d, token(now), head)
+                .await
+                .unwrap_or_else(|e| panic!("{what}: the mark {now} itself is refused: {e}"));
         }
     }
-    assert_eq!(vectors, 12);
 }
 
 /// A fresh domain of the relay's partition with one pending entry, and that entry's place (as
