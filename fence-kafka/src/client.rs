@@ -423,5 +423,20 @@ pub(crate) async fn ensure_topic(
             Err((_, code)) => return Err(KafkaError::AdminOp(code).into()),
         }
     }
-    Ok(())
+    // A topic just created (here or by another process) reaches the brokers' metadata a moment
+    // later: wait until this client sees it, so the first read does not take it for missing
+    // (seen under load: `NoSuchTopic` right after the creation succeeded).
+    let (clients, topic) = (clients.clone(), topic.to_owned());
+    blocking(move || {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match partition_count(&clients, &topic, left(deadline)) {
+                Err(KafkaFenceError::NoSuchTopic(_)) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                seen => return seen.map(|_| ()),
+            }
+        }
+    })
+    .await?
 }

@@ -105,7 +105,29 @@ pub async fn try_create_topic(
     for result in results {
         result.map_err(|(topic, code)| format!("creating {topic}: {code}"))?;
     }
-    Ok(())
+    // The brokers' metadata shows a new topic a moment later: wait for it, so a test's first
+    // client does not take it for missing (seen under load).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let seen = admin
+            .inner()
+            .fetch_metadata(Some(topic), Duration::from_secs(5))
+            .map(|m| {
+                m.topics()
+                    .iter()
+                    .any(|t| t.name() == topic && t.error().is_none() && !t.partitions().is_empty())
+            })
+            .unwrap_or(false);
+        if seen {
+            return Ok(());
+        }
+        if std::time::Instant::now() > deadline {
+            return Err(format!(
+                "{topic} created, but not in the metadata after 20 s"
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Creates a data topic with one partition.
