@@ -197,6 +197,10 @@ fn free_ports() -> [u16; 4] {
     }
 }
 
+/// The object a starting `weed mini` is written to before it counts as ready (outside every
+/// test's prefix).
+const READY_PROBE_KEY: &str = "fence-testkit/ready";
+
 /// A `weed mini` owned by the test (its own ports and data dir), stopped when dropped.
 pub struct WeedServer {
     binary: PathBuf,
@@ -298,7 +302,17 @@ impl WeedServer {
             .spawn(&mut command, s3, Duration::from_secs(60));
         let client = client(&self.endpoint());
         loop {
-            let answering = client.head_bucket().bucket(BUCKET).send().await.is_ok();
+            // Writable, not only answering: after a kill -9 SeaweedFS answers HEAD before its
+            // volume server has registered again, and a PUT then fails for a while.
+            let answering = client.head_bucket().bucket(BUCKET).send().await.is_ok()
+                && client
+                    .put_object()
+                    .bucket(BUCKET)
+                    .key(READY_PROBE_KEY)
+                    .body(Vec::<u8>::new().into())
+                    .send()
+                    .await
+                    .is_ok();
             if let Some(ours) = self.process.ready(&mut readiness, answering) {
                 return ours;
             }

@@ -17,8 +17,11 @@ use crate::faults::{FaultKind, Faults};
 use crate::history::{Event, History, LoggedRecord, Op, Outcome, SeenEntry};
 use crate::rng::Rng;
 
-/// How often an ambiguous write is retried with its operation id before it is left unresolved.
-const MAX_RETRIES: u32 = 6;
+/// How often the reads after the run compare the log and the mark before giving up.
+const MAX_FINAL_READS: u32 = 6;
+/// How long an ambiguous write is retried with its operation id before it is left unresolved:
+/// longer than a server's restart under load, so a write is resolved once the server is back.
+const RETRY_DEADLINE: Duration = Duration::from_secs(20);
 /// How long the reads after the run keep trying.
 const FINAL_READ_DEADLINE: Duration = Duration::from_secs(30);
 /// The wait between those retries.
@@ -349,7 +352,7 @@ async fn settled_log(
     domain: &Domain,
 ) -> Result<((Option<u64>, SeenEntry), Vec<LoggedRecord>), String> {
     let mut before = final_log(log, domain).await.map_err(|e| e.to_string())?;
-    for _ in 0..MAX_RETRIES {
+    for _ in 0..MAX_FINAL_READS {
         let mark = final_read(subject, domain)
             .await
             .map_err(|e| e.to_string())?;
@@ -361,7 +364,7 @@ async fn settled_log(
         tokio::time::sleep(RETRY_BACKOFF.delay(0)).await;
     }
     Err(format!(
-        "the log changed between every pair of reads ({MAX_RETRIES} tries)"
+        "the log changed between every pair of reads ({MAX_FINAL_READS} tries)"
     ))
 }
 
@@ -564,13 +567,22 @@ impl Worker {
             .record(target, window, op.clone(), profile.operation_timeout)
             .await;
         let mut attempt = 0;
-        // Resolve an ambiguous write the way a caller should: retry with the same operation id.
-        while outcome == Outcome::Ambiguous
-            && matches!(
-                op,
-                Op::Write { op_id: Some(_), .. } | Op::Append { op_id: Some(_), .. }
-            )
-            && attempt < MAX_RETRIES
+        let first = Instant::now();
+        let resolvable = matches!(
+            op,
+            Op::Write { op_id: Some(_), .. } | Op::Append { op_id: Some(_), .. }
+        );
+        // Resolve an ambiguous write the way a caller should: retry with the same operation id
+        // until an answer settles it.
+        while resolvable
+            && first.elapsed() < RETRY_DEADLINE
+            && match outcome {
+                Outcome::Ambiguous => true,
+                // A retry that failed did not apply, but says nothing of the first attempt
+                // (the server may still be restarting): keep trying.
+                Outcome::Failed(_) => attempt > 0,
+                _ => false,
+            }
         {
             tokio::time::sleep(RETRY_BACKOFF.delay(attempt)).await;
             attempt += 1;
