@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::pipeline::{self, ClaimDecision, Decision};
+use fence_core::pipeline::{self, ClaimDecision};
 use fence_core::{
     AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy, Fence,
     FenceError, FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Operation, Record,
@@ -22,8 +22,8 @@ use crate::error::{
 use crate::holders::{Holder, Holders};
 use crate::ledger::{partition_for, LedgerRecord, LedgerState};
 use crate::partitioning::Partitioning;
-use crate::record::{is_fence_header, CommittedRecord, SEQ_HEADER, TOKEN_HEADER};
-use crate::txn::{pause, Committed, Outgoing};
+use crate::record::{CommittedRecord, SEQ_HEADER, TOKEN_HEADER};
+use crate::txn::{pause, Committed};
 
 pub(crate) struct Inner {
     pub(crate) clients: Clients,
@@ -221,7 +221,7 @@ impl KafkaFence {
     }
 
     /// Reads the domain's committed ledger state.
-    async fn read_ledger(&self, domain: &Domain) -> Result<LedgerState, FenceError> {
+    pub(crate) async fn read_ledger(&self, domain: &Domain) -> Result<LedgerState, FenceError> {
         let partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
         let (config, topic, timeout) = (
             self.inner.clients.clone(),
@@ -249,7 +249,7 @@ impl KafkaFence {
 
     /// A new producer for the domain's transactional id (fencing every older one), with the
     /// ledger state read after its initialisation.
-    async fn open(&self, domain: &Domain) -> Result<Holder, FenceError> {
+    pub(crate) async fn open(&self, domain: &Domain) -> Result<Holder, FenceError> {
         let (config, id, timeout) = (
             self.inner.clients.clone(),
             self.transactional_id(domain),
@@ -271,7 +271,7 @@ impl KafkaFence {
     /// refused only after opening would still disturb the owner. Done with a step bound (a
     /// runaway token must not disturb anyone); without one, a zombie's first attempt costs
     /// the owner one aborted transaction and saves every claim a ledger read.
-    fn decides_before_opening(&self) -> bool {
+    pub(crate) fn decides_before_opening(&self) -> bool {
         self.inner.bounds.max_step.is_some()
     }
 
@@ -352,167 +352,6 @@ impl KafkaFence {
         })
     }
 
-    async fn append_now(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
-        let domain = request.domain();
-        let token = request.token();
-        pipeline::validate_append(request, Some(self.inner.max_batch_bytes))?;
-        check_headers(request)?;
-        self.record_layout().await?;
-        let strict = request.policy() == EqualTokenPolicy::Strict;
-        // Record-key partitioning leaves each record's partition to the producer.
-        let data_partition = match self.inner.partitioning {
-            Partitioning::RecordKey => None,
-            _ => Some(self.data_partition(domain).await?),
-        };
-        let sequenced = matches!(self.inner.partitioning, Partitioning::RecordKey);
-        let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
-        let slot = self.inner.holders.slot(domain, token);
-        let mut guard = slot.lock().await;
-        let mut last = None;
-        for attempt in 0..=self.inner.aborted_retries {
-            // Strict appends need a fresh look at the ledger every time.
-            let fresh = strict || guard.is_none();
-            if fresh {
-                *guard = None;
-                if let Err(stale) = self
-                    .inner
-                    .holders
-                    .check_known(domain, token, request.policy())
-                {
-                    // Known stale: opening a producer would fence the owner. Decide on the
-                    // committed ledger, read without one: a late retry still learns its first
-                    // outcome; anything else is fenced, by the ledger or, if the ledger is
-                    // below a mark already seen (lost or reset), by that mark.
-                    let committed = self.read_ledger(domain).await?;
-                    let refused = match pipeline::decide_append(
-                        request,
-                        committed.hwm,
-                        &committed.ops,
-                        self.inner.bounds,
-                    ) {
-                        Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
-                        // A ledger below the mark already seen (lost, reset) says nothing about
-                        // the step: the mark seen fences the token.
-                        Ok(Decision::Apply { .. })
-                        | Err(FenceError::TokenTooFar { .. } | FenceError::Unissued { .. }) => {
-                            stale
-                        }
-                        Err(refused) => refused,
-                    };
-                    drop(guard);
-                    self.inner.holders.forget(domain, token);
-                    return Err(refused);
-                }
-                if self.decides_before_opening() {
-                    let committed = self.read_ledger(domain).await?;
-                    match pipeline::decide_append(
-                        request,
-                        committed.hwm,
-                        &committed.ops,
-                        self.inner.bounds,
-                    ) {
-                        Ok(Decision::Replay(first)) => return Ok(AppendOutcome::Duplicate(first)),
-                        Ok(Decision::Apply { .. }) => {}
-                        Err(refused) => {
-                            drop(guard);
-                            self.inner.holders.forget(domain, token);
-                            return Err(refused);
-                        }
-                    }
-                }
-                *guard = Some(self.open(domain).await?);
-            }
-            // The holder is out of its slot while its transaction runs: if this future is
-            // dropped meanwhile (a caller's timeout), the transaction runs on and may commit,
-            // and the next attempt must not decide on the state from before it. It finds the
-            // slot empty, opens a new producer (which settles the old one's transaction) and
-            // reads the ledger.
-            let Some(mut holder) = guard.take() else {
-                continue;
-            };
-            let (appended, remember) = match pipeline::decide_append(
-                request,
-                holder.state.hwm,
-                &holder.state.ops,
-                self.inner.bounds,
-            ) {
-                Ok(Decision::Replay(first)) => {
-                    *guard = Some(holder);
-                    return Ok(AppendOutcome::Duplicate(first));
-                }
-                Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
-                Err(refused) => {
-                    drop(guard);
-                    self.inner.holders.forget(domain, token);
-                    return Err(refused);
-                }
-            };
-            let mut next = holder.state.clone();
-            next.hwm = Some(token);
-            if let Some(record) = remember {
-                next.ops.remember(record, self.inner.op_id_retention);
-            }
-            // Under record-key partitioning each record takes the domain's next sequence number.
-            let first_seq = next.seq.max(1);
-            let after = u64::try_from(request.records().len())
-                .ok()
-                .and_then(|n| first_seq.checked_add(n))
-                .ok_or_else(|| {
-                    FenceError::corrupt(
-                        BACKEND,
-                        domain,
-                        "the ledger's record sequence is exhausted",
-                    )
-                })?;
-            let mut records: Vec<Outgoing> = request
-                .records()
-                .iter()
-                .zip(first_seq..)
-                .map(|(record, seq)| {
-                    let seq = sequenced.then_some(seq);
-                    self.data_record(domain, data_partition, token, request.op_id(), seq, record)
-                })
-                .collect();
-            if sequenced {
-                next.seq = after;
-            }
-            // The ledger moves with the data when the mark or the remembered op ids change.
-            if next != holder.state {
-                records.push(self.ledger_record(domain, ledger_partition, &next));
-            }
-            match self.transact(&holder.producer, records).await {
-                Ok(committed) => {
-                    // A fenced producer is not kept: the next append opens another.
-                    if committed == Committed::Kept {
-                        holder.state = next;
-                        *guard = Some(holder);
-                    }
-                    self.inner.holders.note_mark(domain, Some(token));
-                    return Ok(AppendOutcome::Appended(appended));
-                }
-                Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
-                    if !permanent(&error) =>
-                {
-                    // Nothing was written. Claim again with a new producer: a stale holder is
-                    // refused there; the owner retries.
-                    tracing::info!(domain = domain.as_str(), token = token.get(), attempt, %error, "transaction fenced or aborted; re-claiming");
-                    last = Some(error);
-                    pause(self.inner.backoff, attempt).await;
-                }
-                Err(failure) => return Err(self.txn_error(domain, Operation::Append, failure)),
-            }
-        }
-        Err(match last {
-            Some(error) if !fenced_by_another_producer(&error) => backend(Some(domain), error),
-            _ => backend(
-                Some(domain),
-                KafkaFenceError::Aborted {
-                    attempts: self.inner.aborted_retries + 1,
-                },
-            ),
-        })
-    }
-
     async fn read_log_now(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         // A domain's records sit in one partition, or (record-key partitioning) in any.
         let partitions = match self.inner.partitioning {
@@ -557,25 +396,6 @@ impl KafkaFence {
         // sequence is (a stable sort keeps the first case as read).
         entries.sort_by_key(|(seq, _)| *seq);
         Ok(entries.into_iter().map(|(_, entry)| entry).collect())
-    }
-}
-
-/// Refuses user headers that would pose as fence headers: readers trust those to say which
-/// domain and token wrote a record.
-fn check_headers(request: &AppendRequest) -> Result<(), FenceError> {
-    let reserved = request
-        .records()
-        .iter()
-        .flat_map(|record| record.headers.iter())
-        .find(|(name, _)| is_fence_header(name));
-    match reserved {
-        Some((name, _)) => Err(InvalidInput::ReservedName {
-            domain: request.domain().clone(),
-            what: "record header",
-            name: name.clone(),
-        }
-        .into()),
-        None => Ok(()),
     }
 }
 

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod append;
 mod client;
 mod config;
 mod consumer;
