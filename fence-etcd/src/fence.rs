@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
+use fence_core::cas::{self, CasPolicy, CasResource, Committed, Step};
 use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
     BackendErrorKind, Backoff, BoundedCache, BoundsConfig, Capabilities, Claimed, Domain,
@@ -282,82 +283,34 @@ impl EtcdFence {
         Ok(Written::Changed(current))
     }
 
-    /// Decides and writes under the version it decided on, in one txn: on the cached state
-    /// when there is one (a steady-state write is one request), else on a fresh read. A txn that
-    /// finds the domain changed returns its keys, and the operation is decided again, up to the
-    /// attempt limit.
-    async fn decided<T>(
+    /// Decides and writes under the version it decided on, in one txn, through core's
+    /// compare-and-set loop: on the cached state when there is one (a steady-state write is one
+    /// request), else on a fresh read. A cached state can only be older than etcd's, so any
+    /// answer decided on it without a write (even `Fenced`, whose `current` must be etcd's
+    /// mark) is decided again on etcd's state. A txn that finds the domain changed returns its
+    /// keys, and the operation is decided again on them, up to the attempt limit.
+    async fn decided<T: Send>(
         &self,
         domain: &Domain,
         (operation, token): (Operation, FencingToken),
-        mut attempt: impl FnMut(&Stored) -> Result<Step<T>, FenceError>,
+        mut attempt: impl FnMut(&Stored) -> Result<Step<T, TxnChange>, FenceError> + Send,
     ) -> Result<T, FenceError> {
-        let (mut known, mut fresh) = match self.cache.get(domain) {
-            Some(cached) => (cached, false),
-            None => (self.load(domain, operation).await?, true),
+        let resource = DomainTxn {
+            fence: self,
+            domain,
+            operation,
+            token,
         };
-        let backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(50));
-        let mut lost = 0;
-        loop {
-            let step = match attempt(&known) {
-                Ok(step) => step,
-                Err(error) if fresh => return Err(error),
-                // A cached state can only be older than etcd's: a refusal (even `Fenced`,
-                // whose `current` must be etcd's mark) is decided again on etcd's state.
-                Err(_) => Step::Done(None),
-            };
-            let (changes, outcome, next) = match step {
-                Step::Done(Some(outcome)) if fresh => return Ok(outcome),
-                Step::Done(_) => {
-                    known = self.load(domain, operation).await?;
-                    fresh = true;
-                    continue;
-                }
-                Step::Write {
-                    changes,
-                    outcome,
-                    next,
-                } => (changes, outcome, next),
-            };
-            // Give up only when another write is due: a state the last lost race returned may
-            // answer without one (a refusal, a replay).
-            if lost >= self.max_attempts {
-                return Err(FenceError::backend(
-                    BACKEND,
-                    BackendErrorKind::Contention,
-                    Some(domain),
-                    EtcdFenceError::Contention {
-                        attempts: self.max_attempts,
-                    },
-                ));
-            }
-            match self
-                .compare_and_write(domain, operation, (&known, token), changes)
-                .await
-            {
-                Ok(Written::Applied(revision)) => {
-                    let next = Stored {
-                        version: revision,
-                        ..*next
-                    };
-                    self.cache.insert(domain.clone(), next);
-                    return Ok(outcome);
-                }
-                Ok(Written::Changed(current)) => {
-                    known = current;
-                    fresh = true;
-                    lost += 1;
-                    if lost > 2 {
-                        tokio::time::sleep(backoff.delay(lost - 2)).await;
-                    }
-                }
-                Err(error) => {
-                    // The outcome, or etcd's state, is unknown now.
-                    self.cache.remove(domain);
-                    return Err(error);
-                }
-            }
-        }
+        let policy = CasPolicy {
+            max_attempts: self.max_attempts,
+            backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(50)),
+            free_losses: 2,
+        };
+        cas::drive(&resource, policy, |stored, cached| match attempt(stored) {
+            Ok(Step::Done(_)) | Err(_) if cached => Ok(Step::Reload),
+            decided => decided,
+        })
+        .await
     }
 
     fn key(&self, domain: &Domain, key: StoreKey) -> String {
@@ -378,7 +331,7 @@ impl EtcdFence {
             let (outcome, remember) =
                 match pipeline::decide_write(request, stored.current(), &stored.ops, bounds)? {
                     Decision::Replay(first) => {
-                        return Ok(Step::Done(Some(WriteOutcome::Duplicate(first))))
+                        return Ok(Step::Done(WriteOutcome::Duplicate(first)))
                     }
                     Decision::Apply { outcome, remember } => (outcome, remember),
                 };
@@ -430,10 +383,12 @@ impl EtcdFence {
                 live_lease: stored.live_lease,
                 settings: stored.settings,
             };
-            Ok(Step::Write {
-                changes,
+            Ok(Step::Commit {
+                change: TxnChange {
+                    changes,
+                    next: Box::new(next),
+                },
                 outcome: WriteOutcome::Accepted(outcome),
-                next: Box::new(next),
             })
         })
         .await
@@ -444,18 +399,20 @@ impl EtcdFence {
             let bounds = self.bounds(stored);
             Ok(
                 match pipeline::decide_claim(domain, stored.mark, token, bounds)? {
-                    ClaimDecision::Held(claimed) => Step::Done(Some(claimed)),
-                    ClaimDecision::Raise(claimed) => Step::Write {
-                        changes: vec![TxnOp::put(
-                            self.key(domain, StoreKey::Mark),
-                            token.to_string(),
-                            None,
-                        )],
+                    ClaimDecision::Held(claimed) => Step::Done(claimed),
+                    ClaimDecision::Raise(claimed) => Step::Commit {
+                        change: TxnChange {
+                            changes: vec![TxnOp::put(
+                                self.key(domain, StoreKey::Mark),
+                                token.to_string(),
+                                None,
+                            )],
+                            next: Box::new(Stored {
+                                mark: Some(token),
+                                ..stored.without_value()
+                            }),
+                        },
                         outcome: claimed,
-                        next: Box::new(Stored {
-                            mark: Some(token),
-                            ..stored.without_value()
-                        }),
                     },
                 },
             )
@@ -473,17 +430,76 @@ fn unexpected(domain: &Domain, what: &str) -> FenceError {
     )
 }
 
-/// One round of [`EtcdFence::decided`].
-enum Step<T> {
-    /// Nothing to write: the outcome stands if it was decided on etcd's state (`None`: decide
-    /// again on etcd's state).
-    Done(Option<T>),
-    /// Write these changes; the outcome holds if they apply, and `next` is the state then.
-    Write {
-        changes: Vec<TxnOp>,
-        outcome: T,
-        next: Box<Stored>,
-    },
+/// A decided txn: its changes, and the domain's state once they apply.
+struct TxnChange {
+    changes: Vec<TxnOp>,
+    next: Box<Stored>,
+}
+
+/// One domain's keys, for one operation under one token.
+struct DomainTxn<'a> {
+    fence: &'a EtcdFence,
+    domain: &'a Domain,
+    operation: Operation,
+    token: FencingToken,
+}
+
+impl CasResource for DomainTxn<'_> {
+    type State = Stored;
+    type Change = TxnChange;
+    /// A lost txn carries etcd's state; nothing else to tell.
+    type Loss = ();
+
+    fn remembered(&self) -> Option<Stored> {
+        self.fence.cache.get(self.domain)
+    }
+
+    async fn load(&self) -> Result<Stored, FenceError> {
+        self.fence.load(self.domain, self.operation).await
+    }
+
+    async fn commit(
+        &self,
+        known: &Stored,
+        change: TxnChange,
+    ) -> Result<Committed<Stored, ()>, FenceError> {
+        let (domain, fence) = (self.domain, self.fence);
+        let written = fence
+            .compare_and_write(domain, self.operation, (known, self.token), change.changes)
+            .await;
+        match written {
+            Ok(Written::Applied(revision)) => {
+                let next = Stored {
+                    version: revision,
+                    ..*change.next
+                };
+                fence.cache.insert(domain.clone(), next);
+                Ok(Committed::Applied)
+            }
+            Ok(Written::Changed(current)) => Ok(Committed::Lost {
+                loss: (),
+                now: Some(current),
+            }),
+            Err(error) => {
+                // The outcome, or etcd's state, is unknown now.
+                fence.cache.remove(domain);
+                Err(error)
+            }
+        }
+    }
+
+    fn pauses_after(&self, _: &()) -> bool {
+        true
+    }
+
+    fn exhausted(&self, attempts: u32, _: Option<()>) -> FenceError {
+        FenceError::backend(
+            BACKEND,
+            BackendErrorKind::Contention,
+            Some(self.domain),
+            EtcdFenceError::Contention { attempts },
+        )
+    }
 }
 
 /// What a compare-and-write found.

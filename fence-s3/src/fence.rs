@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use fence_core::cas::Step;
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
     Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
@@ -17,10 +18,10 @@ use tokio::sync::OnceCell;
 use crate::cache::{EtagCache, Known};
 use crate::config::S3FenceBuilder;
 use crate::envelope::{fresh_nonce, Head, Header};
-use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
+use crate::error::BACKEND;
 use crate::keys::KeyScheme;
 use crate::options::ObjectOptions;
-use crate::requests::{decode, Expect};
+use crate::requests::decode;
 
 pub(crate) struct Inner {
     pub(crate) client: Client,
@@ -49,15 +50,8 @@ pub struct S3Fence {
 }
 
 /// Between compare-and-set attempts lost to conflicts or throttling: 10 ms doubling to 1 s.
-const BACKOFF: fence_core::Backoff =
+pub(crate) const BACKOFF: fence_core::Backoff =
     fence_core::Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
-
-/// The decided next version of an object.
-/// A conditional write to attempt, and what to answer when it lands.
-struct Plan<T> {
-    header: Header,
-    outcome: T,
-}
 
 impl S3Fence {
     /// A builder.
@@ -92,122 +86,9 @@ impl S3Fence {
         tokio::time::sleep(BACKOFF.delay(attempt)).await;
     }
 
-    /// A write of a domain's object: `new_payload` is the payload and the options to write it
-    /// with, or `None` to keep the object's payload and options (a claim).
-    async fn conditional_update<T>(
-        &self,
-        domain: &Domain,
-        operation: Operation,
-        mut decide: impl FnMut(Option<&Header>, bool) -> Result<Step<T>, FenceError>,
-        new_payload: Option<(Bytes, &ObjectOptions)>,
-    ) -> Result<T, FenceError> {
-        let key = self.object_key(domain)?;
-        self.probe().await?;
-        let mut use_cache = true;
-        // Counts lost compare-and-sets only: a reload after the cache could not decide (at most
-        // one in a row, since it reads fresh) costs no attempt.
-        let mut attempt = 0;
-        // Whether the last attempt was refused for load (503) rather than lost to a writer.
-        let mut throttled = false;
-        while attempt < self.inner.max_attempts {
-            let cached = if use_cache {
-                self.inner.cache.get(&key)
-            } else {
-                None
-            };
-            let from_cache = cached.is_some();
-            let current = match cached {
-                Some(known) => Some((known.etag, known.header)),
-                None => self.load_header(&key, domain, operation).await?,
-            };
-            let plan = match decide(current.as_ref().map(|(_, h)| h), from_cache) {
-                Ok(Step::Write(plan)) => plan,
-                Ok(Step::Done(outcome)) => return Ok(outcome),
-                Ok(Step::Reload) => {
-                    use_cache = false;
-                    continue;
-                }
-                Err(error) => return Err(error),
-            };
-            // A claim on a live value rewrites the value: fetch it at exactly this version.
-            let kept;
-            let (payload, options) = match (&current, &new_payload) {
-                (_, Some((payload, options))) => (payload.clone(), *options),
-                (Some((etag, header)), None) => match self
-                    .payload_at(&key, domain, operation, etag, header)
-                    .await?
-                {
-                    Some((payload, options)) => {
-                        kept = options;
-                        (payload, &kept)
-                    }
-                    None => {
-                        // Another writer moved the object on: a lost race like a 412.
-                        use_cache = false;
-                        attempt += 1;
-                        throttled = false;
-                        continue;
-                    }
-                },
-                (None, None) => (Bytes::new(), &self.inner.object_options),
-            };
-            // One allocation of the final size: the header, then the payload copied once.
-            let header = plan.header.encode();
-            let mut body = BytesMut::with_capacity(header.len() + payload.len());
-            body.extend_from_slice(&header);
-            body.extend_from_slice(&payload);
-            let expect = match &current {
-                Some((etag, _)) => Expect::Etag(etag.clone()),
-                None => Expect::Absent,
-            };
-            match self
-                .put_conditional(&key, body.freeze(), &expect, options)
-                .await
-            {
-                Ok(etag) => {
-                    self.inner.cache.insert(
-                        key.clone(),
-                        Known {
-                            etag,
-                            header: plan.header,
-                        },
-                    );
-                    return Ok(plan.outcome);
-                }
-                Err(Failure::Precondition | Failure::NotFound) => {
-                    self.inner.cache.remove(&key);
-                    use_cache = false;
-                    attempt += 1;
-                    throttled = false;
-                }
-                Err(failure @ (Failure::Conflict | Failure::Throttled)) => {
-                    self.inner.cache.remove(&key);
-                    use_cache = false;
-                    attempt += 1;
-                    throttled = matches!(failure, Failure::Throttled);
-                    self.backoff(attempt).await;
-                }
-                Err(failure) => {
-                    self.inner.cache.remove(&key);
-                    return Err(failure.into_fence_error(domain, operation, true));
-                }
-            }
-        }
-        if throttled {
-            // Still refused for load: the server is overloaded, not the object contended.
-            return Err(Failure::Throttled.into_fence_error(domain, operation, true));
-        }
-        Err(backend_error(
-            Some(domain),
-            S3FenceError::TooManyConflicts {
-                attempts: self.inner.max_attempts,
-            },
-        ))
-    }
-
     /// The payload and options of the version `etag`, or `None` if the object moved on. An
     /// object without a value is rewritten with the builder's options.
-    async fn payload_at(
+    pub(crate) async fn payload_at(
         &self,
         key: &str,
         domain: &Domain,
@@ -312,15 +193,15 @@ impl S3Fence {
                 Some(_) => Head::Value { token, revision },
                 None => Head::Tombstone { token, revision },
             };
-            Ok(Step::Write(Plan {
-                header: Header {
+            Ok(Step::Commit {
+                change: Header {
                     hwm: token,
                     head,
                     nonce: fresh_nonce(),
                     ops,
                 },
                 outcome: WriteOutcome::Accepted(accepted),
-            }))
+            })
         };
         let payload = value.clone().unwrap_or_default();
         self.conditional_update(
@@ -358,10 +239,10 @@ impl S3Fence {
                     ops: OpMemory::new(),
                 },
             };
-            Ok(Step::Write(Plan {
-                header,
+            Ok(Step::Commit {
+                change: header,
                 outcome: decision.claimed(),
-            }))
+            })
         };
         self.conditional_update(domain, Operation::Claim, decide, None)
             .await
@@ -404,13 +285,6 @@ impl S3Fence {
             hwm
         }))
     }
-}
-
-/// What a decision step asks the update loop to do.
-enum Step<T> {
-    Write(Plan<T>),
-    Done(T),
-    Reload,
 }
 
 impl fmt::Debug for S3Fence {

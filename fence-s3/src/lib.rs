@@ -14,6 +14,7 @@ mod pointer;
 mod probe;
 mod requests;
 mod retire;
+mod update;
 
 /// The contract this crate implements, so users need one dependency.
 pub use fence_core;
