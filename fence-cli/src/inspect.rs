@@ -3,9 +3,7 @@
 
 use std::fmt::Write as _;
 
-use fence_core::{
-    Domain, Entry, FenceError, FencedStore, LeaseHolder, LeaseManager, OpKind, OpOutcome,
-};
+use fence_core::{Domain, Entry, FenceError, FencedStore, LeaseHolder, LeaseManager, RememberedOp};
 use fence_s3::Envelope;
 use serde_json::{json, Value};
 
@@ -51,39 +49,15 @@ async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<In
         Backend::Redis => {
             let fence = targets.redis().await?;
             let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
-            let ops = ops
-                .into_iter()
-                .map(|op| Op {
-                    token: op.token.to_string(),
-                    op_id: op.op_id.as_str().to_owned(),
-                    kind: op.kind.as_str().to_owned(),
-                    previous: token_json(op.previous),
-                    outcome: op.outcome,
-                })
-                .collect();
             let mut inspection = generic("redis", &fence, Some(&fence.leases()), domain).await?;
-            inspection.ops = Some(ops);
+            inspection.ops = Some(listed(ops));
             Ok(inspection)
         }
         Backend::Postgres => {
             let fence = targets.postgres().await?;
             let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
-            let ops = ops
-                .into_iter()
-                .map(|op| Op {
-                    token: op.token.to_string(),
-                    op_id: op.op_id.as_str().to_owned(),
-                    // `fence_ops` names a fenced transaction `transaction` (FORMATS.md §6.2).
-                    kind: match op.kind {
-                        OpKind::Script => "transaction".to_owned(),
-                        kind => kind.as_str().to_owned(),
-                    },
-                    previous: token_json(op.previous),
-                    outcome: op.revision.map_or(String::new(), |r| r.to_string()),
-                })
-                .collect();
             let mut inspection = generic("postgres", &fence, Some(&fence.leases()), domain).await?;
-            inspection.ops = Some(ops);
+            inspection.ops = Some(listed(ops));
             Ok(inspection)
         }
         Backend::Etcd => {
@@ -91,7 +65,7 @@ async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<In
             let fence = etcd.fence();
             let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
             let mut inspection = generic("etcd", &fence, Some(&etcd.leases()), domain).await?;
-            inspection.ops = Some(ops_of(&ops));
+            inspection.ops = Some(listed(ops));
             Ok(inspection)
         }
         Backend::S3 => s3(targets, domain).await,
@@ -228,23 +202,20 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
 
 /// The operation ids an envelope or ledger record remembers.
 fn ops_of(ops: &fence_core::OpMemory) -> Vec<Op> {
-    ops.iter()
+    listed(ops.iter().map(RememberedOp::from).collect())
+}
+
+/// Remembered operations as the report lists them.
+fn listed(ops: Vec<RememberedOp>) -> Vec<Op> {
+    ops.into_iter()
         .map(|op| Op {
             token: op.token.to_string(),
             op_id: op.op_id.as_str().to_owned(),
-            kind: op.outcome.kind().as_str().to_owned(),
+            kind: op.kind.as_str().to_owned(),
             previous: token_json(op.previous),
-            outcome: outcome_text(op.outcome),
+            outcome: op.outcome,
         })
         .collect()
-}
-
-fn outcome_text(outcome: OpOutcome) -> String {
-    match outcome {
-        OpOutcome::Write { revision } => revision.to_string(),
-        OpOutcome::Append { records } => records.to_string(),
-        _ => "?".into(),
-    }
 }
 
 impl Inspection {

@@ -17,6 +17,7 @@ mod outcome;
 pub mod permissions;
 pub mod pipeline;
 mod rebase;
+mod remembered_op;
 mod request;
 mod retire;
 pub mod rule;
@@ -42,6 +43,7 @@ pub use outcome::{
     Accepted, AppendOutcome, Appended, Claimed, Entry, LogEntry, Snapshot, WriteOutcome,
 };
 pub use rebase::{Rebase, RebaseRecord, Rebaser, MAX_REBASE_REASON_BYTES};
+pub use remembered_op::RememberedOp;
 pub use request::{
     AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest,
 };

@@ -29,6 +29,8 @@ pub enum OpKind {
     Script,
     /// A fenced operation of a crate built on an adapter (such as an outbox transition).
     Extension,
+    /// A user's fenced transaction (PostgreSQL).
+    Transaction,
 }
 
 impl OpKind {
@@ -39,6 +41,7 @@ impl OpKind {
             OpKind::Append => "append",
             OpKind::Script => "fenced script",
             OpKind::Extension => "extension operation",
+            OpKind::Transaction => "fenced transaction",
         }
     }
 }

@@ -16,7 +16,7 @@ use fence_core::pipeline::{self, ClaimDecision, Decision};
 use fence_core::{
     BackendErrorKind, Backoff, BoundedCache, BoundsConfig, Capabilities, Claimed, Domain,
     EntryHead, Fence, FenceError, FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention,
-    OpMemory, Operation, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
+    Operation, RememberedOp, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
 };
 
 use crate::error::{corrupt, map_error, EtcdFenceError, BACKEND};
@@ -189,8 +189,9 @@ impl EtcdFence {
     }
 
     /// The operation ids `domain` remembers (its `ops` key), oldest first: for operators.
-    pub async fn remembered_ops(&self, domain: &Domain) -> Result<OpMemory, FenceError> {
-        Ok(self.load(domain, Operation::Read).await?.ops)
+    pub async fn remembered_ops(&self, domain: &Domain) -> Result<Vec<RememberedOp>, FenceError> {
+        let stored = self.load(domain, Operation::Read).await?;
+        Ok(stored.ops.iter().map(RememberedOp::from).collect())
     }
 
     /// Reads the domain's keys at one revision, and remembers what it read.

@@ -10,7 +10,7 @@ use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
     BoundsConfig, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
     FencedStore, FencingToken, InvalidInput, IssuerView, Mutation, OpIdRetention, OpMemory,
-    Operation, OperationId, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
+    Operation, OperationId, RememberedOp, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;
@@ -18,7 +18,6 @@ use sqlx::Row;
 use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
 use crate::mark::{
     commit, decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange,
-    RememberedOp,
 };
 use crate::schema::{check_shape, Schema, Shape};
 

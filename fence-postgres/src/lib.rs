@@ -21,7 +21,6 @@ pub use sqlx;
 pub use error::PostgresFenceError;
 pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
 pub use lease::{PostgresIssuer, PostgresLeases};
-pub use mark::RememberedOp;
 pub use row::RowFence;
 pub use schema::{migrate, SCHEMA_SQL};
 pub use transaction::{

@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 
 use fence_core::{
     BoundsConfig, Domain, FenceError, FencingToken, InvalidInput, IssuerView, OpKind, OpMemory,
-    OpOutcome, OpRecord, Operation, OperationId, Revision, TokenBounds,
+    OpOutcome, OpRecord, Operation, OperationId, RememberedOp, Revision, TokenBounds,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row, Transaction};
@@ -42,22 +42,6 @@ pub(crate) struct OpRow {
     previous: Option<FencingToken>,
 }
 
-/// An operation id a domain remembers, as `fence_ops` holds it (for `fence inspect`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RememberedOp {
-    /// The token the operation carried.
-    pub token: FencingToken,
-    /// The operation id.
-    pub op_id: OperationId,
-    /// A store write or delete ([`OpKind::Write`]) or a fenced transaction ([`OpKind::Script`]).
-    pub kind: OpKind,
-    /// The revision a write produced (`None` for a transaction).
-    pub revision: Option<Revision>,
-    /// The domain's mark before it (`None`: the domain had none).
-    pub previous: Option<FencingToken>,
-}
-
 impl OpRow {
     /// As an operator sees it; a (kind, revision) pair Fence never writes is corrupt.
     pub(crate) fn remembered(
@@ -66,20 +50,19 @@ impl OpRow {
         token: FencingToken,
         op_id: OperationId,
     ) -> Result<RememberedOp, FenceError> {
-        let (kind, revision) = match (self.kind.as_str(), self.revision) {
-            ("write", Some(revision)) if revision >= 1 => {
-                (OpKind::Write, Some(Revision::new(revision.unsigned_abs())))
-            }
-            ("transaction", None) => (OpKind::Script, None),
+        let (kind, outcome) = match (self.kind.as_str(), self.revision) {
+            ("write", Some(revision)) if revision >= 1 => (OpKind::Write, revision.to_string()),
+            // A transaction's outcome is the user's: nothing is kept.
+            ("transaction", None) => (OpKind::Transaction, String::new()),
             _ => return Err(self.corrupt(domain)),
         };
-        Ok(RememberedOp {
+        Ok(RememberedOp::new(
             token,
             op_id,
             kind,
-            revision,
-            previous: self.previous,
-        })
+            self.previous,
+            outcome,
+        ))
     }
 
     /// As a write's memory; an op id first used for a transaction is `OpIdReused`.
@@ -92,7 +75,7 @@ impl OpRow {
         let revision = match (self.kind.as_str(), self.revision) {
             ("write", Some(revision)) if revision >= 1 => Revision::new(revision.unsigned_abs()),
             ("transaction", None) => {
-                return Err(reused(domain, op_id, OpKind::Script, OpKind::Write))
+                return Err(reused(domain, op_id, OpKind::Transaction, OpKind::Write))
             }
             _ => return Err(self.corrupt(domain)),
         };
@@ -114,7 +97,7 @@ impl OpRow {
     ) -> Result<Option<FencingToken>, FenceError> {
         match (self.kind.as_str(), self.revision) {
             ("transaction", None) => Ok(self.previous),
-            ("write", Some(_)) => Err(reused(domain, op_id, OpKind::Write, OpKind::Script)),
+            ("write", Some(_)) => Err(reused(domain, op_id, OpKind::Write, OpKind::Transaction)),
             _ => Err(self.corrupt(domain)),
         }
     }

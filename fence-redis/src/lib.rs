@@ -46,7 +46,6 @@ pub(crate) use fence::Inner;
 pub use fence::RedisFence;
 pub use keys::{FENCE_ACL_COMMANDS, MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};
 pub use lease::{RedisIssuer, RedisLeases};
-pub use ops::RememberedOp;
 pub use script::{BodyOutcome, FencedBody, FencedScript, ReplicaAcks, ScriptCall, ScriptOutcome};
 pub use state::{decode_state, StateHashError, STATE_FIELDS};
 pub use value::ScriptValue;

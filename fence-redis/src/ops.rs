@@ -2,29 +2,13 @@
 //! `<prefix>:{<domain>}:op:<token>:<escaped op id>` holding `<kind>|<previous mark>|<outcome>`
 //! until its retention ends.
 
-use fence_core::{Domain, FenceError, FencingToken, OpKind, Operation, OperationId};
+use fence_core::{Domain, FenceError, Operation, OperationId, RememberedOp};
 use redis::Value;
 
 use crate::envelope::kind_of;
 use crate::error::{map_error, BACKEND};
 use crate::fence::RedisFence;
 use crate::reply::parse_token;
-
-/// An operation id a domain remembers, as Redis holds it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RememberedOp {
-    /// The token the operation carried.
-    pub token: FencingToken,
-    /// The operation id.
-    pub op_id: OperationId,
-    /// What kind of operation it was.
-    pub kind: OpKind,
-    /// The domain's mark before it (`None`: the domain had none).
-    pub previous: Option<FencingToken>,
-    /// Its first outcome as stored: a write's revision, a script's or extension's own text.
-    pub outcome: String,
-}
 
 impl RedisFence {
     /// The operation ids `domain` still remembers, oldest token first. Walks the keyspace with
@@ -61,13 +45,13 @@ impl RedisFence {
             else {
                 return Err(corrupt("not `<kind>|<previous>|<outcome>`"));
             };
-            ops.push(RememberedOp {
+            ops.push(RememberedOp::new(
                 token,
                 op_id,
-                kind: kind_of(kind).ok_or_else(|| corrupt("unknown kind"))?,
-                previous: parse_token(domain, previous)?,
-                outcome: outcome.to_owned(),
-            });
+                kind_of(kind).ok_or_else(|| corrupt("unknown kind"))?,
+                parse_token(domain, previous)?,
+                outcome,
+            ));
         }
         ops.sort_by(|a, b| (a.token, a.op_id.as_str()).cmp(&(b.token, b.op_id.as_str())));
         Ok(ops)
