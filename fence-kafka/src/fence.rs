@@ -5,25 +5,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::pipeline::{self, ClaimDecision};
 use fence_core::{
-    AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, EqualTokenPolicy, Fence,
-    FenceError, FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Operation, Record,
-    TokenBounds,
+    AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, Fence, FenceError,
+    FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Record, TokenBounds,
 };
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
 use crate::client::{blocking, partition_count, read_partition, transactional_producer, Clients};
 use crate::config::KafkaFenceBuilder;
-use crate::error::{
-    backend, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure, BACKEND,
-};
+use crate::error::{backend, BACKEND};
 use crate::holders::{Holder, Holders};
 use crate::ledger::{partition_for, LedgerRecord, LedgerState};
 use crate::partitioning::Partitioning;
 use crate::record::{CommittedRecord, SEQ_HEADER, TOKEN_HEADER};
-use crate::txn::{pause, Committed};
 
 pub(crate) struct Inner {
     pub(crate) clients: Clients,
@@ -273,83 +268,6 @@ impl KafkaFence {
     /// the owner one aborted transaction and saves every claim a ledger read.
     pub(crate) fn decides_before_opening(&self) -> bool {
         self.inner.bounds.max_step.is_some()
-    }
-
-    async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        self.inner
-            .holders
-            .check_known(domain, token, EqualTokenPolicy::SameOwner)?;
-        self.record_layout().await?;
-        let slot = self.inner.holders.slot(domain, token);
-        let mut guard = slot.lock().await;
-        let ledger_partition = partition_for(domain.as_str(), self.ledger_partitions().await?);
-        let attempts = self.inner.aborted_retries + 1;
-        let mut last = None;
-        for attempt in 0..attempts {
-            *guard = None;
-            if attempt > 0 || self.decides_before_opening() {
-                // Lost to a concurrent claimer (or bounded): if a higher mark is committed now,
-                // or the token is too far above it, stop without initialising a producer,
-                // which would only fence that claimer in turn.
-                let committed = self.read_ledger(domain).await?;
-                if let Err(fenced) =
-                    pipeline::decide_claim(domain, committed.hwm, token, self.inner.bounds)
-                {
-                    drop(guard);
-                    self.inner.holders.forget(domain, token);
-                    return Err(fenced);
-                }
-            }
-            let mut holder = self.open(domain).await?;
-            let decision =
-                match pipeline::decide_claim(domain, holder.state.hwm, token, self.inner.bounds) {
-                    Ok(decision) => decision,
-                    Err(fenced) => {
-                        drop(guard);
-                        self.inner.holders.forget(domain, token);
-                        return Err(fenced);
-                    }
-                };
-            if let ClaimDecision::Raise(_) = decision {
-                let mut next = holder.state.clone();
-                next.hwm = Some(token);
-                match self
-                    .transact(
-                        &holder.producer,
-                        vec![self.ledger_record(domain, ledger_partition, &next)],
-                    )
-                    .await
-                {
-                    Ok(Committed::Kept) => {
-                        holder.state = next;
-                        self.inner.holders.note_mark(domain, Some(token));
-                    }
-                    Ok(Committed::DespiteRefusal) => {
-                        // Claimed, but by a fenced producer: the next append opens another.
-                        self.inner.holders.note_mark(domain, Some(token));
-                        return Ok(decision.claimed());
-                    }
-                    Err(TxnFailure::Fenced(error) | TxnFailure::Aborted(error))
-                        if !permanent(&error) =>
-                    {
-                        // Most often another claimer initialised in between: start over, after
-                        // a pause.
-                        last = Some(error);
-                        pause(self.inner.backoff, attempt).await;
-                        continue;
-                    }
-                    Err(failure) => return Err(self.txn_error(domain, Operation::Claim, failure)),
-                }
-            }
-            *guard = Some(holder);
-            return Ok(decision.claimed());
-        }
-        drop(guard);
-        self.inner.holders.forget(domain, token);
-        Err(match last {
-            Some(error) if !fenced_by_another_producer(&error) => backend(Some(domain), error),
-            _ => backend(Some(domain), KafkaFenceError::ClaimContended { attempts }),
-        })
     }
 
     async fn read_log_now(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {

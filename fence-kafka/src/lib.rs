@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 mod append;
+mod claim;
 mod client;
 mod config;
 mod consumer;

@@ -9,14 +9,13 @@ use fence_redis::redis;
 use fence_redis::{FencedBody, RedisFence, ScriptCall, ScriptValue};
 
 use crate::codec::pack;
-use crate::reply::{corrupt, parse};
+use crate::reply::{corrupt, parse, BACKEND};
 use crate::scripts;
 use fence_outbox::IdempotencyKey;
 use fence_outbox::OutboxConfig;
 use fence_outbox::OutboxError;
 use fence_outbox::{Effect, EffectKinds};
 
-pub(crate) const BACKEND: &str = "redis";
 pub(crate) const META: &str = "ob:meta";
 pub(crate) const ENTRIES: &str = "ob:entries";
 

@@ -61,9 +61,12 @@ pub(crate) fn with_presented(error: FenceError, presented: FencingToken) -> Fenc
     }
 }
 
+/// The backend name the outbox's errors carry.
+pub(crate) const BACKEND: &str = "redis";
+
 /// A corrupt-state error of `domain`.
 pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
-    FenceError::corrupt(crate::outbox::BACKEND, domain, detail)
+    FenceError::corrupt(BACKEND, domain, detail)
 }
 
 fn text(domain: &Domain, value: &Value) -> Result<String, FenceError> {

@@ -7,7 +7,8 @@ use fence_core::{Domain, FencingToken};
 use fence_redis::redis::{self, Value};
 use fence_redis::unstable::glob_escape;
 
-use crate::outbox::{RedisOutbox, BACKEND, ENTRIES, META};
+use crate::outbox::{RedisOutbox, ENTRIES, META};
+use crate::reply::BACKEND;
 use crate::reply::{corrupt, parse, with_presented};
 use crate::scripts;
 use fence_outbox::OutboxError;

@@ -11,7 +11,7 @@ use tracing::Instrument;
 
 use crate::entry::{EntryStatus, OutboxEntry, Settlement};
 use crate::error::OutboxError;
-use crate::relay::{RelayConfig, RelayReport};
+use crate::relay_config::{RelayConfig, RelayReport};
 use crate::sink::{Sink, SinkError};
 use crate::store::{Candidate, OutboxStore};
 

@@ -7,6 +7,7 @@ mod entry;
 mod error;
 mod key;
 mod relay;
+mod relay_config;
 mod retry;
 mod sink;
 mod store;
@@ -23,7 +24,8 @@ pub use effect::{
 pub use entry::{EntryStatus, OutboxEntry, Settlement};
 pub use error::OutboxError;
 pub use key::IdempotencyKey;
-pub use relay::{Relay, RelayConfig, RelayHandle, RelayReport};
+pub use relay::{Relay, RelayHandle};
+pub use relay_config::{RelayConfig, RelayReport};
 pub use retry::RetryPolicy;
 /// The TLS library of the webhook sink, for [`WebhookSink::with_tls`].
 #[cfg(feature = "webhook")]

@@ -6,6 +6,7 @@ pub mod extension;
 mod fence;
 mod lease;
 mod mark;
+mod mark_rows;
 mod permissions;
 mod rebase;
 mod retire;

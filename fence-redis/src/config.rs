@@ -12,9 +12,8 @@ use redis::cluster_async::ClusterConnection;
 use tokio::sync::OnceCell;
 
 use crate::cluster::Cluster;
-use crate::connection::Connection;
+use crate::connection::{Connection, Connector};
 use crate::error::map_error;
-use crate::fence::Connector;
 use crate::keys::Keys;
 use crate::sentinel::SentinelMaster;
 use crate::{Inner, RedisFence};
@@ -107,6 +106,13 @@ pub struct RedisFenceBuilder {
     durable: bool,
     max_token_step: Option<NonZeroU64>,
     issued_only: bool,
+}
+
+impl RedisFence {
+    /// A builder.
+    pub fn builder() -> RedisFenceBuilder {
+        RedisFenceBuilder::default()
+    }
 }
 
 impl Default for RedisFenceBuilder {

@@ -4,12 +4,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use crate::cluster::Cluster;
-use crate::error::never_sent;
+use crate::error::{never_sent, RESEND_BACKOFF};
 use crate::scripts::LuaScript;
 use crate::sentinel::{refused_as_replica, SentinelMaster};
 
@@ -24,9 +25,28 @@ pub(crate) enum Connection {
 
 /// How often a request that provably never reached the server is sent again.
 const RESENDS: u32 = 3;
-/// The pause before each resend: 50 ms doubling to 200 ms.
-pub(crate) const RESEND_BACKOFF: fence_core::Backoff =
-    fence_core::Backoff::new(Duration::from_millis(50), Duration::from_millis(200));
+
+/// How a connection is opened on first use.
+pub(crate) enum Connector {
+    Standalone(redis::Client, ConnectionManagerConfig),
+    Cluster(ClusterClient),
+}
+
+impl Connector {
+    /// Opens the connection (a standalone one lazily: it connects on its first request).
+    pub(crate) async fn connect(&self) -> RedisResult<Connection> {
+        match self {
+            Connector::Standalone(client, config) => {
+                ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
+                    .map(Connection::Standalone)
+            }
+            Connector::Cluster(client) => client
+                .get_async_connection()
+                .await
+                .map(|conn| Connection::Cluster(Cluster::reopenable(conn, client.clone()))),
+        }
+    }
+}
 
 /// What `WAIT` answered after a script, when the fence waits for replicas (`None`: it does
 /// not wait).

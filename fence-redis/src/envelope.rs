@@ -1,4 +1,4 @@
-//! Running a script in the fenced envelope (`lua/fenced.lua`): the one path every fenced
+//! The fenced envelope (`lua/fenced.lua`), run by `RedisFence::run_fenced`: the one path every fenced
 //! mutation takes, fence-redis's own (write, delete, claim), users' fenced scripts and
 //! extensions' bodies alike.
 
@@ -10,11 +10,8 @@ use fence_core::{
 };
 use redis::Value;
 
-use crate::connection::Waited;
 use crate::error::BACKEND;
-use crate::fence::RedisFence;
 use crate::reply::Reply;
-use crate::scripts::LuaScript;
 
 /// Who runs what in the envelope.
 pub(crate) struct Envelope<'a> {
@@ -63,54 +60,17 @@ pub(crate) fn kind_of(code: &str) -> Option<OpKind> {
     })
 }
 
-impl RedisFence {
-    /// Runs `script` (built with [`LuaScript::fenced`]) for `call`, with the body's `keys`
-    /// (full key names) and `args`.
-    pub(crate) async fn run_fenced(
-        &self,
-        script: &LuaScript,
-        call: &Envelope<'_>,
-        keys: impl IntoIterator<Item = String>,
-        args: &[&[u8]],
-    ) -> Result<(Answer, Waited), FenceError> {
-        let domain = call.domain;
-        let mut all_keys = vec![
-            self.inner.keys.state(domain),
-            self.inner.keys.op(domain, call.token, call.op_id),
-            self.inner.keys.sequence(domain),
-            self.inner.keys.bounds(domain),
-        ];
-        all_keys.extend(keys);
-        let token_text = call.token.to_string();
-        let retention = self.retention_ms();
-        let strict: &[u8] = if call.policy == EqualTokenPolicy::Strict {
-            b"1"
-        } else {
-            b"0"
-        };
-        let max_step = self
-            .inner
-            .max_token_step
-            .map_or_else(String::new, |step| step.to_string());
-        let mut all_args: Vec<&[u8]> = vec![
-            token_text.as_bytes(),
-            strict,
-            if call.op_id.is_some() { b"1" } else { b"0" },
-            retention.as_bytes(),
-            kind_code(call.kind),
-            max_step.as_bytes(),
-            if self.inner.issued_only { b"1" } else { b"0" },
-            if self.inner.wait.is_some() {
-                b"1"
-            } else {
-                b"0"
-            },
-        ];
-        all_args.extend_from_slice(args);
-        let (reply, waited) = self
-            .eval_fenced(script, domain, call.operation, &all_keys, &all_args)
-            .await?;
-        let answer = match reply.tag.as_str() {
+impl Envelope<'_> {
+    /// The letter this call's op-id record carries for its kind.
+    pub(crate) fn kind_code(&self) -> &'static [u8] {
+        kind_code(self.kind)
+    }
+
+    /// The envelope's reply as an answer; the fence's own refusals (stale, unissued, too far,
+    /// an op id of another kind, corrupt state) as errors.
+    pub(crate) fn answer(&self, reply: Reply) -> Result<Answer, FenceError> {
+        let domain = self.domain;
+        Ok(match reply.tag.as_str() {
             "ok" => Answer::Applied {
                 previous: reply.token(0)?,
                 outcome: reply.text(1)?,
@@ -126,14 +86,14 @@ impl RedisFence {
                     .ok_or_else(|| FenceError::corrupt(BACKEND, domain, "fenced without a mark"))?;
                 return Err(FenceError::Fenced {
                     domain: domain.clone(),
-                    presented: call.token,
+                    presented: self.token,
                     current,
                 });
             }
             "unissued" => {
                 return Err(FenceError::Unissued {
                     domain: domain.clone(),
-                    presented: call.token,
+                    presented: self.token,
                     issuer: IssuerView::IssuedUpTo(reply.token(0)?),
                 })
             }
@@ -147,14 +107,14 @@ impl RedisFence {
                     })?;
                 return Err(FenceError::TokenTooFar {
                     domain: domain.clone(),
-                    presented: call.token,
+                    presented: self.token,
                     current: reply.token(0)?,
                     max_step,
                 });
             }
             "op_kind" => {
                 let code = reply.text(0)?;
-                let (Some(first), Some(op_id)) = (kind_of(&code), call.op_id) else {
+                let (Some(first), Some(op_id)) = (kind_of(&code), self.op_id) else {
                     return Err(FenceError::corrupt(
                         BACKEND,
                         domain,
@@ -165,13 +125,12 @@ impl RedisFence {
                     domain: domain.clone(),
                     op_id: op_id.clone(),
                     first,
-                    now: call.kind,
+                    now: self.kind,
                 }
                 .into());
             }
             "corrupt" => return Err(reply.into_error()),
             _ => Answer::Refused(reply),
-        };
-        Ok((answer, waited))
+        })
     }
 }

@@ -2,6 +2,7 @@
 
 use fence_core::{BackendErrorKind, Domain, FenceError, Operation};
 use redis::{ErrorKind, RedisError, ServerErrorKind};
+use std::time::Duration;
 
 use crate::scripts::LuaScript;
 
@@ -160,6 +161,11 @@ pub(crate) fn kind_of(error: &RedisError) -> BackendErrorKind {
         _ => BackendErrorKind::Rejected,
     }
 }
+
+/// The pause before each resend of a request that provably never reached the server: 50 ms
+/// doubling to 200 ms.
+pub(crate) const RESEND_BACKOFF: fence_core::Backoff =
+    fence_core::Backoff::new(Duration::from_millis(50), Duration::from_millis(200));
 
 /// True when the error proves the request never reached the server: the connection was
 /// refused. (A closed connection does not prove it: redis-rs reports a request cut in flight

@@ -11,25 +11,15 @@ use fence_core::{
     FencedStore, FencingToken, Mutation, OpIdRetention, OpKind, Operation, Snapshot,
     WriteCondition, WriteOutcome, WriteRequest,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClient;
 use redis::Value;
 use tokio::sync::OnceCell;
 
-use crate::cluster::Cluster;
-use crate::config::RedisFenceBuilder;
-use crate::connection::{Connection, Waited};
+use crate::connection::{Connection, Connector, Waited};
 use crate::envelope::{Answer, Envelope};
 use crate::error::{self, map_error, unexpected, RedisFenceError, BACKEND};
 use crate::keys::Keys;
 use crate::reply::{parse_revision, Reply};
 use crate::scripts::{LuaScript, CLAIM, READ, WRITE};
-
-/// How a connection is opened on first use.
-pub(crate) enum Connector {
-    Standalone(redis::Client, ConnectionManagerConfig),
-    Cluster(ClusterClient),
-}
 
 /// Shared state of a fence and the leases and issuers made from it.
 pub(crate) struct Inner {
@@ -55,11 +45,6 @@ pub struct RedisFence {
 }
 
 impl RedisFence {
-    /// A builder.
-    pub fn builder() -> RedisFenceBuilder {
-        RedisFenceBuilder::default()
-    }
-
     pub(crate) fn from_inner(inner: Inner) -> Self {
         RedisFence {
             inner: Arc::new(inner),
@@ -76,16 +61,7 @@ impl RedisFence {
             .get_or_try_init(|| async {
                 let backend_error = |e| map_error(e, domain, Operation::Read, false);
                 match &inner.connector {
-                    Some(Connector::Standalone(client, config)) => {
-                        ConnectionManager::new_lazy_with_config(client.clone(), config.clone())
-                            .map(Connection::Standalone)
-                            .map_err(backend_error)
-                    }
-                    Some(Connector::Cluster(client)) => client
-                        .get_async_connection()
-                        .await
-                        .map(|conn| Connection::Cluster(Cluster::reopenable(conn, client.clone())))
-                        .map_err(backend_error),
+                    Some(connector) => connector.connect().await.map_err(backend_error),
                     None => Err(error::backend_error(
                         domain,
                         RedisFenceError::UnexpectedReply {
@@ -138,6 +114,55 @@ impl RedisFence {
             .eval_raw(script, domain, operation, mutating, None, keys, args)
             .await?;
         Reply::parse(script.name, domain, value)
+    }
+
+    /// Runs `script` (built with [`LuaScript::fenced`]) for `call`, with the body's `keys`
+    /// (full key names) and `args`.
+    pub(crate) async fn run_fenced(
+        &self,
+        script: &LuaScript,
+        call: &Envelope<'_>,
+        keys: impl IntoIterator<Item = String>,
+        args: &[&[u8]],
+    ) -> Result<(Answer, Waited), FenceError> {
+        let domain = call.domain;
+        let mut all_keys = vec![
+            self.inner.keys.state(domain),
+            self.inner.keys.op(domain, call.token, call.op_id),
+            self.inner.keys.sequence(domain),
+            self.inner.keys.bounds(domain),
+        ];
+        all_keys.extend(keys);
+        let token_text = call.token.to_string();
+        let retention = self.retention_ms();
+        let strict: &[u8] = if call.policy == EqualTokenPolicy::Strict {
+            b"1"
+        } else {
+            b"0"
+        };
+        let max_step = self
+            .inner
+            .max_token_step
+            .map_or_else(String::new, |step| step.to_string());
+        let mut all_args: Vec<&[u8]> = vec![
+            token_text.as_bytes(),
+            strict,
+            if call.op_id.is_some() { b"1" } else { b"0" },
+            retention.as_bytes(),
+            call.kind_code(),
+            max_step.as_bytes(),
+            if self.inner.issued_only { b"1" } else { b"0" },
+            if self.inner.wait.is_some() {
+                b"1"
+            } else {
+                b"0"
+            },
+        ];
+        all_args.extend_from_slice(args);
+        let (reply, waited) = self
+            .eval_fenced(script, domain, call.operation, &all_keys, &all_args)
+            .await?;
+        Ok((call.answer(reply)?, waited))
     }
 
     /// Runs a fenced change for `domain` followed by the configured `WAIT` on the same

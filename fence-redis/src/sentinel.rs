@@ -17,8 +17,7 @@ use redis::{ErrorKind, RedisError, RedisResult, ServerErrorKind};
 
 use fence_core::BackendErrorKind;
 
-use crate::connection::RESEND_BACKOFF;
-use crate::error::{kind_of, never_sent};
+use crate::error::{kind_of, never_sent, RESEND_BACKOFF};
 
 /// How often a request refused by a moved master is sent again (the sentinels need a few
 /// seconds to promote a replica: past this the caller's own retry policy decides).

@@ -34,6 +34,7 @@ pub mod env;
 pub mod faults;
 pub mod history;
 pub mod linearizable;
+mod resolve;
 mod rng;
 
 pub use checker::{check, Ambiguity, Property, Report, Verdict, Violation};

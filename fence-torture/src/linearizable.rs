@@ -13,8 +13,8 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::checker::Resolved;
 use crate::history::{Event, Op, Outcome, SeenEntry};
+use crate::resolve::Resolved;
 
 /// The most operations one window may hold (the search's bit set).
 pub const MAX_WINDOW_OPERATIONS: usize = 128;
