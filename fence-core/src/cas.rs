@@ -1,8 +1,8 @@
 //! The read → decide → compare-and-set loop of adapters whose resource has a conditional write
 //! but no server-side script (etcd's txn, S3's `If-Match`): for adapter authors.
 //!
-//! [`drive`] decides on the state the adapter remembers from its last write when it has one
-//! (a steady-state write is then one request), else on a fresh read; commits the decision only
+//! [`drive`] decides on the state the adapter last saw of the domain (read or written) when it
+//! has one (a steady-state write is then one request), else on a fresh read; commits the decision only
 //! if the resource is unchanged; and after a lost race decides again on the state now, up to
 //! [`CasPolicy::max_attempts`] lost races, pausing between them as the policy says. The rule
 //! itself is the decision closure's, from [`crate::pipeline`].
@@ -55,7 +55,7 @@ pub trait CasResource: Sync {
     /// Why an attempt was lost.
     type Loss: Send;
 
-    /// The state remembered from this client's last write of the domain, if any.
+    /// The state this client last saw of the domain (read or written), if it remembers one.
     fn remembered(&self) -> Option<Self::State>;
 
     /// The resource's state, read now.
@@ -72,8 +72,9 @@ pub trait CasResource: Sync {
     /// Whether to pause before deciding again after `loss`.
     fn pauses_after(&self, loss: &Self::Loss) -> bool;
 
-    /// The error once `attempts` races are lost and another write is due; `last` is the last
-    /// loss (a resource refusing for load says so, not contention), if a commit lost it.
+    /// The error once `attempts` races are lost and another write is due (or a decision keeps
+    /// asking to read again); `last` is the last loss, if a commit lost one (a resource that
+    /// refused for load says so, not contention).
     fn exhausted(&self, attempts: u32, last: Option<Self::Loss>) -> FenceError;
 }
 
@@ -82,15 +83,17 @@ pub trait CasResource: Sync {
 pub struct CasPolicy {
     /// Lost races before the operation fails (with [`CasResource::exhausted`]).
     pub max_attempts: u32,
-    /// The pause after the n-th lost race that pauses (`delay(n - free_losses)`).
+    /// The pause after a lost race that pauses ([`CasResource::pauses_after`]):
+    /// `delay(n - free_losses)` when it is the n-th lost race, counting every one.
     pub backoff: Backoff,
     /// Lost races taken again at once, before pauses begin.
     pub free_losses: u32,
 }
 
 /// Decides and commits an operation on `resource`; `decide` gets each state and whether it
-/// was remembered (a remembered mark is never above the resource's, so a refusal on it is
-/// true, but it may be behind).
+/// was remembered. A remembered state may be behind the resource's: the closure decides which
+/// answers it may give on one (a replay, or a refusal whose reported mark may lag) and asks
+/// for [`Step::Reload`] for the rest.
 pub async fn drive<R, T>(
     resource: &R,
     policy: CasPolicy,
@@ -112,11 +115,10 @@ where
             Step::Reload => {
                 if !remembered {
                     // Not the contract, but bounded: a fresh state that cannot decide counts as
-                    // a lost race.
+                    // a lost race (without a pause).
                     lost += 1;
-                    last_loss = None;
                     if lost > policy.max_attempts {
-                        return Err(resource.exhausted(policy.max_attempts, None));
+                        return Err(resource.exhausted(policy.max_attempts, last_loss));
                     }
                 }
                 state = resource.load().await?;
@@ -166,6 +168,10 @@ mod tests {
         loads: Mutex<u32>,
         commits: Mutex<u32>,
         carry_state: bool,
+        /// Losses pause (else they are taken again at once).
+        pausing: bool,
+        /// Every commit fails outright.
+        broken: bool,
     }
 
     impl CasResource for Scripted {
@@ -188,6 +194,9 @@ mod tests {
             value: u32,
         ) -> Result<Committed<(u32, u32), &'static str>, FenceError> {
             *self.commits.lock().unwrap() += 1;
+            if self.broken {
+                return Err(FenceError::unsupported("test", "commit failed"));
+            }
             let mut server = self.server.lock().unwrap();
             let mut losses = self.losses.lock().unwrap();
             if *losses > 0 {
@@ -203,7 +212,7 @@ mod tests {
         }
 
         fn pauses_after(&self, _: &&'static str) -> bool {
-            true
+            self.pausing
         }
 
         fn exhausted(&self, attempts: u32, last: Option<&'static str>) -> FenceError {
@@ -272,22 +281,72 @@ mod tests {
 
     #[tokio::test]
     async fn an_answer_without_a_write_stands_after_the_last_lost_race() {
-        // Every commit is lost, and the state moves to the answer: the limit does not refuse
-        // an answer that needs no write.
+        // Three lost commits; the state read after the last one answers without a write. The
+        // answer stands only if that state is read and decided (not the one before it).
         let resource = Scripted {
             losses: Mutex::new(3),
             ..Scripted::default()
         };
-        let mut rounds = 0;
-        let outcome = drive(&resource, POLICY, |state, cached| {
-            rounds += 1;
-            match rounds {
-                4 => Ok(Step::Done("answered")),
-                _ => set_seven(state, cached),
-            }
+        let outcome = drive(&resource, POLICY, |state, cached| match state.0 {
+            3 => Ok(Step::Done("answered")),
+            _ => set_seven(state, cached),
         })
         .await;
         assert_eq!(outcome.unwrap(), "answered");
+        assert_eq!(*resource.commits.lock().unwrap(), 3);
+        assert_eq!(*resource.loads.lock().unwrap(), 4);
+    }
+
+    #[tokio::test]
+    async fn a_state_after_a_loss_is_never_taken_for_a_remembered_one() {
+        let resource = Scripted {
+            remembered: Some((0, 0)),
+            losses: Mutex::new(1),
+            ..Scripted::default()
+        };
+        let mut seen = Vec::new();
+        let outcome = drive(&resource, POLICY, |state, cached| {
+            seen.push(cached);
+            set_seven(state, cached)
+        });
+        assert_eq!(outcome.await.unwrap(), "set");
+        assert_eq!(seen, [true, false]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_ends_the_loop() {
+        let resource = Scripted {
+            broken: true,
+            ..Scripted::default()
+        };
+        let failed = drive(&resource, POLICY, set_seven).await.unwrap_err();
+        assert!(failed.to_string().contains("commit failed"), "{failed}");
+        assert_eq!(*resource.commits.lock().unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn only_losses_past_the_free_ones_pause_and_only_pausing_ones() {
+        // A pause is at least half its 400 ms ceiling (equal jitter); none is well under that.
+        let policy = CasPolicy {
+            backoff: Backoff::new(Duration::from_millis(400), Duration::from_millis(400)),
+            ..POLICY
+        };
+        let half = Duration::from_millis(200);
+        for (losses, pausing, pauses) in [(1, true, false), (2, true, true), (2, false, false)] {
+            let resource = Scripted {
+                losses: Mutex::new(losses),
+                pausing,
+                ..Scripted::default()
+            };
+            let started = std::time::Instant::now();
+            assert_eq!(drive(&resource, policy, set_seven).await.unwrap(), "set");
+            let elapsed = started.elapsed();
+            assert_eq!(
+                elapsed >= half,
+                pauses,
+                "{losses} losses, pausing {pausing}: {elapsed:?}"
+            );
+        }
     }
 
     #[tokio::test]
@@ -314,7 +373,10 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_is_returned_as_decided() {
-        let resource = Scripted::default();
+        let resource = Scripted {
+            losses: Mutex::new(1),
+            ..Scripted::default()
+        };
         let refused = drive(&resource, POLICY, |_, _| {
             Err::<Step<(), u32>, _>(FenceError::unsupported("test", "refused"))
         });

@@ -141,9 +141,11 @@ impl S3FenceBuilder {
         self
     }
 
-    /// How many conditional writes one operation attempts when concurrent writers keep winning
-    /// (default 20), with backoff between them; then it fails with
-    /// [`S3FenceError::TooManyConflicts`] (class `Contention`, not retryable as is).
+    /// How many conditional writes one operation may lose when concurrent writers keep winning
+    /// (default 20). A lost one is read and decided again (after a backoff when S3 answered 409
+    /// or 503; at once after a 412). Past the limit the state read then is still decided, and a
+    /// write still due fails with [`S3FenceError::TooManyConflicts`] (class `Contention`, not
+    /// retryable as is), or as throttled (`Unavailable`) when the last refusal was a 503.
     ///
     /// [`S3FenceError::TooManyConflicts`]: crate::S3FenceError::TooManyConflicts
     pub fn max_attempts(mut self, attempts: usize) -> Self {

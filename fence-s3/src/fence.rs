@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use bytes::Bytes;
 use fence_core::cas::Step;
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
@@ -84,30 +83,6 @@ impl S3Fence {
     pub(crate) async fn backoff(&self, attempt: usize) {
         let attempt = u32::try_from(attempt).unwrap_or(u32::MAX);
         tokio::time::sleep(BACKOFF.delay(attempt)).await;
-    }
-
-    /// The payload and options of the version `etag`, or `None` if the object moved on. An
-    /// object without a value is rewritten with the builder's options.
-    pub(crate) async fn payload_at(
-        &self,
-        key: &str,
-        domain: &Domain,
-        operation: Operation,
-        etag: &str,
-        header: &Header,
-    ) -> Result<Option<(Bytes, ObjectOptions)>, FenceError> {
-        if !matches!(header.head, Head::Value { .. }) {
-            return Ok(Some((Bytes::new(), self.inner.object_options.clone())));
-        }
-        let Some(fetched) = self.fetch(key, domain, operation, None).await? else {
-            return Ok(None);
-        };
-        if fetched.etag != etag {
-            return Ok(None);
-        }
-        let (_, offset) = decode(domain, key, &fetched.bytes)?;
-        let options = self.options_of(key, domain, operation, &fetched).await?;
-        Ok(Some((fetched.bytes.slice(offset..), options)))
     }
 
     /// Writes like [`FencedStore::write`], with this write's own object options instead of

@@ -7,11 +7,11 @@ use fence_core::cas::{self, CasPolicy, CasResource, Committed, Step};
 use fence_core::{Domain, FenceError, Operation};
 
 use crate::cache::Known;
-use crate::envelope::Header;
+use crate::envelope::{Head, Header};
 use crate::error::{backend_error, Failure, S3FenceError};
 use crate::fence::BACKOFF;
 use crate::options::ObjectOptions;
-use crate::requests::Expect;
+use crate::requests::{decode, Expect};
 use crate::S3Fence;
 
 /// An object's version, as a decision sees it: its ETag and header (`None`: no object).
@@ -159,5 +159,29 @@ impl S3Fence {
             decide(version.as_ref().map(|(_, header)| header), remembered)
         })
         .await
+    }
+
+    /// The payload and options of the version `etag`, or `None` if the object moved on. An
+    /// object without a value is rewritten with the builder's options.
+    async fn payload_at(
+        &self,
+        key: &str,
+        domain: &Domain,
+        operation: Operation,
+        etag: &str,
+        header: &Header,
+    ) -> Result<Option<(Bytes, ObjectOptions)>, FenceError> {
+        if !matches!(header.head, Head::Value { .. }) {
+            return Ok(Some((Bytes::new(), self.inner.object_options.clone())));
+        }
+        let Some(fetched) = self.fetch(key, domain, operation, None).await? else {
+            return Ok(None);
+        };
+        if fetched.etag != etag {
+            return Ok(None);
+        }
+        let (_, offset) = decode(domain, key, &fetched.bytes)?;
+        let options = self.options_of(key, domain, operation, &fetched).await?;
+        Ok(Some((fetched.bytes.slice(offset..), options)))
     }
 }

@@ -302,14 +302,22 @@ impl WeedServer {
             .spawn(&mut command, s3, Duration::from_secs(60));
         let client = client(&self.endpoint());
         loop {
-            // Writable, not only answering: after a kill -9 SeaweedFS answers HEAD before its
-            // volume server has registered again, and a PUT then fails for a while.
+            // Writable, not only answering: a restarted SeaweedFS may answer HEAD before its
+            // volume server takes data. The probe carries bytes (an empty object needs no
+            // volume) and is read back.
             let answering = client.head_bucket().bucket(BUCKET).send().await.is_ok()
                 && client
                     .put_object()
                     .bucket(BUCKET)
                     .key(READY_PROBE_KEY)
-                    .body(Vec::<u8>::new().into())
+                    .body(vec![b'r'; 1024].into())
+                    .send()
+                    .await
+                    .is_ok()
+                && client
+                    .get_object()
+                    .bucket(BUCKET)
+                    .key(READY_PROBE_KEY)
                     .send()
                     .await
                     .is_ok();
