@@ -172,4 +172,3 @@ impl RelayReport {
         self.errors += other.errors;
     }
 }
-
