@@ -9,6 +9,7 @@ mod entry_head;
 pub mod env;
 mod error;
 mod fence;
+mod fencing;
 mod issuer;
 mod lease_guard;
 mod memory;
@@ -35,6 +36,7 @@ pub use domain::{percent_encode, Domain, MAX_DOMAIN_BYTES};
 pub use entry_head::EntryHead;
 pub use error::{BackendErrorKind, BoxError, FenceError, InvalidInput, Operation};
 pub use fence::{Fence, FencedLog, FencedStore, FencedStoreExt};
+pub use fencing::{EqualTokenPolicy, Fencing};
 pub use issuer::{Lease, LeaseHolder, LeaseManager, MemoryIssuer, MemoryLeases, TokenIssuer};
 pub use lease_guard::{LeaseGuard, LeaseLoss, LeaseOptions};
 pub use memory::{MemoryFence, DEFAULT_OP_ID_RETENTION, DEFAULT_SHARDS};
@@ -44,9 +46,7 @@ pub use outcome::{
 };
 pub use rebase::{Rebase, RebaseRecord, Rebaser, MAX_REBASE_REASON_BYTES};
 pub use remembered_op::RememberedOp;
-pub use request::{
-    AppendRequest, EqualTokenPolicy, Mutation, Record, WriteCondition, WriteRequest,
-};
+pub use request::{AppendRequest, Mutation, Record, WriteCondition, WriteRequest};
 pub use retire::{Retired, Retirer};
 pub use token::{parse_count, FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
 pub use token_bounds::{BoundsConfig, IssuerView, TokenBounds};

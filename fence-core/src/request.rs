@@ -4,20 +4,8 @@ use std::fmt;
 
 use bytes::Bytes;
 
-use crate::{Domain, FencingToken, OperationId, Revision};
-
-/// What a resource does with a token equal to the domain's high-water mark.
-///
-/// Always chosen explicitly by the request; [`EqualTokenPolicy::SameOwner`] is the default.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum EqualTokenPolicy {
-    /// Accept `token == high-water mark`: the current owner writes many times during its lease.
-    #[default]
-    SameOwner,
-    /// Reject `token == high-water mark` as a replay: every write carries a fresh token.
-    Strict,
-}
+use crate::fencing::Fencing;
+use crate::{Domain, FencingToken, Revision};
 
 /// A compare-and-set condition on the data's own revision, independent of the token.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -75,13 +63,12 @@ impl fmt::Debug for Mutation {
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WriteRequest {
-    domain: Domain,
-    token: FencingToken,
+    fencing: Fencing,
     mutation: Mutation,
-    op_id: Option<OperationId>,
     condition: WriteCondition,
-    policy: EqualTokenPolicy,
 }
+
+crate::fenced_request!(WriteRequest);
 
 impl WriteRequest {
     /// A fenced write of `value`.
@@ -97,41 +84,16 @@ impl WriteRequest {
     /// A fenced request with any mutation.
     pub fn new(domain: Domain, token: FencingToken, mutation: Mutation) -> Self {
         WriteRequest {
-            domain,
-            token,
+            fencing: Fencing::new(domain, token),
             mutation,
-            op_id: None,
             condition: WriteCondition::Any,
-            policy: EqualTokenPolicy::SameOwner,
         }
-    }
-
-    /// Sets the idempotency key of this logical operation.
-    pub fn with_op_id(mut self, op_id: OperationId) -> Self {
-        self.op_id = Some(op_id);
-        self
     }
 
     /// Sets a compare-and-set condition on the data's revision.
     pub fn with_condition(mut self, condition: WriteCondition) -> Self {
         self.condition = condition;
         self
-    }
-
-    /// Sets the equal-token policy.
-    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// The domain.
-    pub fn domain(&self) -> &Domain {
-        &self.domain
-    }
-
-    /// The fencing token.
-    pub fn token(&self) -> FencingToken {
-        self.token
     }
 
     /// The mutation.
@@ -147,19 +109,9 @@ impl WriteRequest {
         }
     }
 
-    /// The operation id, if any.
-    pub fn op_id(&self) -> Option<&OperationId> {
-        self.op_id.as_ref()
-    }
-
     /// The revision condition.
     pub fn condition(&self) -> WriteCondition {
         self.condition
-    }
-
-    /// The equal-token policy.
-    pub fn policy(&self) -> EqualTokenPolicy {
-        self.policy
     }
 
     /// [`crate::Operation::Write`] or [`crate::Operation::Delete`].
@@ -218,59 +170,23 @@ impl fmt::Debug for Record {
 /// A fenced, all-or-nothing append of a batch of records to one domain's log.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AppendRequest {
-    domain: Domain,
-    token: FencingToken,
+    fencing: Fencing,
     records: Vec<Record>,
-    op_id: Option<OperationId>,
-    policy: EqualTokenPolicy,
 }
+
+crate::fenced_request!(AppendRequest);
 
 impl AppendRequest {
     /// A fenced append of `records` (committed together or not at all).
     pub fn new(domain: Domain, token: FencingToken, records: Vec<Record>) -> Self {
         AppendRequest {
-            domain,
-            token,
+            fencing: Fencing::new(domain, token),
             records,
-            op_id: None,
-            policy: EqualTokenPolicy::SameOwner,
         }
-    }
-
-    /// Sets the idempotency key of this logical append.
-    pub fn with_op_id(mut self, op_id: OperationId) -> Self {
-        self.op_id = Some(op_id);
-        self
-    }
-
-    /// Sets the equal-token policy.
-    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// The domain.
-    pub fn domain(&self) -> &Domain {
-        &self.domain
-    }
-
-    /// The fencing token.
-    pub fn token(&self) -> FencingToken {
-        self.token
     }
 
     /// The records.
     pub fn records(&self) -> &[Record] {
         &self.records
-    }
-
-    /// The operation id, if any.
-    pub fn op_id(&self) -> Option<&OperationId> {
-        self.op_id.as_ref()
-    }
-
-    /// The equal-token policy.
-    pub fn policy(&self) -> EqualTokenPolicy {
-        self.policy
     }
 }

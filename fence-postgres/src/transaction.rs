@@ -8,7 +8,7 @@ use std::pin::Pin;
 
 use fence_core::pipeline;
 use fence_core::telemetry::{observe, OutcomeLabel};
-use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId};
+use fence_core::{Domain, FenceError, Fencing, FencingToken, Operation, OperationId};
 use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::error::{map_error, BACKEND};
@@ -18,58 +18,23 @@ use crate::mark::{commit, MarkChange, Remember};
 /// The future your transaction's work returns (`Box::pin(async move { … })`).
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// A fenced transaction's domain, token, op id and equal-token policy.
+/// A fenced transaction's domain, token, op id and equal-token policy. With an op id, the
+/// transaction is remembered under it (in the same transaction): a retry after an ambiguous
+/// commit answers [`Transacted::Duplicate`] and runs nothing again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct TransactionRequest {
-    domain: Domain,
-    token: FencingToken,
-    op_id: Option<OperationId>,
-    policy: EqualTokenPolicy,
+    fencing: Fencing,
 }
+
+fence_core::fenced_request!(TransactionRequest);
 
 impl TransactionRequest {
     /// A transaction on `domain` under `token`, same-owner policy, no op id.
     pub fn new(domain: Domain, token: FencingToken) -> Self {
         TransactionRequest {
-            domain,
-            token,
-            op_id: None,
-            policy: EqualTokenPolicy::SameOwner,
+            fencing: Fencing::new(domain, token),
         }
-    }
-
-    /// Remembers the transaction under `op_id` (in the same transaction): a retry after an
-    /// ambiguous commit answers [`Transacted::Duplicate`] and runs nothing again.
-    pub fn with_op_id(mut self, op_id: OperationId) -> Self {
-        self.op_id = Some(op_id);
-        self
-    }
-
-    /// The equal-token policy (same owner by default: a lease holder runs many transactions).
-    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// The domain.
-    pub fn domain(&self) -> &Domain {
-        &self.domain
-    }
-
-    /// The token.
-    pub fn token(&self) -> FencingToken {
-        self.token
-    }
-
-    /// The op id, if any.
-    pub fn op_id(&self) -> Option<&OperationId> {
-        self.op_id.as_ref()
-    }
-
-    /// The equal-token policy.
-    pub fn policy(&self) -> EqualTokenPolicy {
-        self.policy
     }
 }
 

@@ -3,9 +3,7 @@
 use std::fmt;
 
 use fence_core::telemetry::{observe, OutcomeLabel};
-use fence_core::{
-    pipeline, Domain, EqualTokenPolicy, FenceError, FencingToken, OpKind, Operation, OperationId,
-};
+use fence_core::{pipeline, Domain, FenceError, Fencing, FencingToken, OpKind, Operation};
 
 use crate::connection::Waited;
 use crate::envelope::{Answer, Envelope};
@@ -66,24 +64,21 @@ impl fmt::Debug for FencedScript {
 /// One call of a [`FencedScript`]: domain, token, the domain's keys and the arguments.
 #[derive(Clone)]
 pub struct ScriptCall {
-    domain: Domain,
-    token: FencingToken,
+    fencing: Fencing,
     keys: Vec<String>,
     args: Vec<Vec<u8>>,
-    op_id: Option<OperationId>,
-    policy: EqualTokenPolicy,
 }
 
+fence_core::fenced_request!(ScriptCall);
+
 impl ScriptCall {
-    /// A call under `token` on `domain`.
+    /// A call under `token` on `domain`. With an operation id, a retry returns
+    /// [`ScriptOutcome::duplicate`] without running.
     pub fn new(domain: Domain, token: FencingToken) -> Self {
         ScriptCall {
-            domain,
-            token,
+            fencing: Fencing::new(domain, token),
             keys: Vec::new(),
             args: Vec::new(),
-            op_id: None,
-            policy: EqualTokenPolicy::SameOwner,
         }
     }
 
@@ -99,30 +94,15 @@ impl ScriptCall {
         self.args.push(value.as_ref().to_vec());
         self
     }
-
-    /// Sets the operation id: a retry returns [`ScriptOutcome::duplicate`] without running.
-    pub fn with_op_id(mut self, op_id: OperationId) -> Self {
-        self.op_id = Some(op_id);
-        self
-    }
-
-    /// Sets the equal-token policy.
-    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
 }
 
 impl fmt::Debug for ScriptCall {
     // Arguments may be secret: only their count is shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ScriptCall")
-            .field("domain", &self.domain)
-            .field("token", &self.token)
+            .field("fencing", &self.fencing)
             .field("keys", &self.keys)
             .field("args", &self.args.len())
-            .field("op_id", &self.op_id)
-            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -246,8 +226,8 @@ impl RedisFence {
         observe(
             BACKEND,
             Operation::Write,
-            &call.domain,
-            Some(call.token),
+            call.domain(),
+            Some(call.token()),
             self.run_script_now(script, call),
         )
         .await
@@ -261,7 +241,7 @@ impl RedisFence {
         let run = self
             .run_body_now(&script.script, call, OpKind::Script)
             .await?;
-        let replicas_acknowledged = self.replicas_acknowledged(&call.domain, run.acks)?;
+        let replicas_acknowledged = self.replicas_acknowledged(call.domain(), run.acks)?;
         Ok(ScriptOutcome {
             token: run.token,
             previous_high_water_mark: run.previous_high_water_mark,
@@ -283,8 +263,8 @@ impl RedisFence {
         observe(
             BACKEND,
             Operation::Write,
-            &call.domain,
-            Some(call.token),
+            call.domain(),
+            Some(call.token()),
             self.run_body_now(&body.script, call, OpKind::Extension),
         )
         .await
@@ -307,7 +287,7 @@ impl RedisFence {
         call: &ScriptCall,
         kind: OpKind,
     ) -> Result<BodyOutcome, FenceError> {
-        let domain = &call.domain;
+        let domain = call.domain();
         let size: usize = call.args.iter().map(Vec::len).sum();
         pipeline::check_size(domain, size, Some(self.inner.max_value_bytes))?;
         let keys = call
@@ -318,9 +298,9 @@ impl RedisFence {
         let args: Vec<&[u8]> = call.args.iter().map(Vec::as_slice).collect();
         let envelope = Envelope {
             domain,
-            token: call.token,
-            policy: call.policy,
-            op_id: call.op_id.as_ref(),
+            token: call.token(),
+            policy: call.policy(),
+            op_id: call.op_id(),
             kind,
             operation: Operation::Write,
         };
@@ -339,7 +319,7 @@ impl RedisFence {
             Answer::Refused(reply) => return Err(reply.into_error()),
         };
         Ok(BodyOutcome {
-            token: call.token,
+            token: call.token(),
             previous_high_water_mark: previous,
             outcome,
             result,
