@@ -211,7 +211,7 @@ impl OutcomeLabel for Begun {
 impl PostgresFence {
     /// Begins a fenced transaction: locks the domain's mark row, answers a remembered op id
     /// with [`Begun::Duplicate`], refuses a stale token ([`FenceError::Fenced`]: below the
-    /// mark, or equal under [`EqualTokenPolicy::Strict`]) before any of your SQL runs, and
+    /// mark, or equal under [`EqualTokenPolicy::Strict`](fence_core::EqualTokenPolicy::Strict)) before any of your SQL runs, and
     /// hands you the transaction, which holds the mark row until it ends.
     /// [`FencedTransaction::commit`] raises the mark to the token and remembers the op id in
     /// it, just before `COMMIT`.
