@@ -27,7 +27,7 @@ struct Inspection {
     /// Where the state lives (key, object), when one place holds it.
     location: Option<String>,
     snapshot: fence_core::Snapshot,
-    /// `None`: this backend's operation ids are not listed by the tool yet.
+    /// The remembered operation ids (`None` until the backend's branch lists them).
     ops: Option<Vec<Op>>,
     /// `None`: the backend has no leases; `Some(None)`: no live lease.
     lease: Option<Option<LeaseHolder>>,

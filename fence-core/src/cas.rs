@@ -372,6 +372,28 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn reloads_of_fresh_state_are_bounded_and_keep_the_last_loss() {
+        // One lost commit, then a decision that asks to reload fresh state every time: the
+        // limit ends it, naming the loss a commit had.
+        let resource = Scripted {
+            losses: Mutex::new(1),
+            ..Scripted::default()
+        };
+        let mut rounds = 0;
+        let outcome = drive(&resource, POLICY, |state, cached| {
+            rounds += 1;
+            match rounds {
+                1 => set_seven(state, cached),
+                _ => Ok(Step::Reload),
+            }
+        })
+        .await;
+        let error = outcome.unwrap_err().to_string();
+        assert!(error.contains("last Some(\"raced\")"), "{error}");
+        assert_eq!(*resource.commits.lock().unwrap(), 1);
+    }
+
+    #[tokio::test]
     async fn a_refusal_is_returned_as_decided() {
         let resource = Scripted {
             losses: Mutex::new(1),

@@ -48,8 +48,8 @@ impl Fencing {
         }
     }
 
-    /// Sets the operation id: a retry of the operation learns its first outcome instead of
-    /// applying again, while the resource remembers it.
+    /// Sets the operation id: while the resource remembers it, a retry with the same token and
+    /// op id is answered as a duplicate and applies nothing again.
     pub fn with_op_id(mut self, op_id: OperationId) -> Self {
         self.op_id = Some(op_id);
         self
@@ -84,7 +84,9 @@ impl Fencing {
 
 /// Gives a request type with a field `fencing: Fencing` the methods every fenced request has:
 /// `with_op_id` and `with_policy` (builders), `domain`, `token`, `op_id`, `policy` and
-/// `fencing`. For adapter authors: one definition of them for every request type.
+/// `fencing`. For adapter authors: one definition of them for every request type. An optional
+/// `op_id_doc = "…"` adds a line to `with_op_id`'s docs (what a duplicate reports). The type
+/// must have no generic or lifetime parameters.
 ///
 /// ```
 /// use fence_core::{fenced_request, Domain, Fencing, FencingToken};
@@ -101,10 +103,11 @@ impl Fencing {
 /// ```
 #[macro_export]
 macro_rules! fenced_request {
-    ($request:ty) => {
+    ($request:ty $(, op_id_doc = $op_id_doc:literal)?) => {
         impl $request {
-            /// Sets the operation id: a retry of the operation learns its first outcome
-            /// instead of applying again, while the resource remembers it.
+            /// Sets the operation id: while the resource remembers it, a retry with the same
+            /// token and op id is answered as a duplicate and applies nothing again.
+            $(#[doc = ""] #[doc = $op_id_doc])?
             pub fn with_op_id(mut self, op_id: $crate::OperationId) -> Self {
                 self.fencing = self.fencing.with_op_id(op_id);
                 self
@@ -128,7 +131,7 @@ macro_rules! fenced_request {
             }
 
             /// The operation id, if any.
-            pub fn op_id(&self) -> Option<&$crate::OperationId> {
+            pub fn op_id(&self) -> ::core::option::Option<&$crate::OperationId> {
                 self.fencing.op_id()
             }
 

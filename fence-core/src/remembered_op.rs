@@ -29,8 +29,8 @@ pub struct RememberedOp {
     /// The domain's mark before it (`None`: the domain had none).
     pub previous: Option<FencingToken>,
     /// Its first outcome as the resource keeps it: a write's revision, an append's record
-    /// count, a script's or extension's own text; empty when nothing is kept (a PostgreSQL
-    /// transaction).
+    /// count, an extension body's own text; empty when nothing is kept (a Redis fenced script,
+    /// a PostgreSQL transaction).
     pub outcome: String,
 }
 

@@ -68,7 +68,10 @@ pub struct WriteRequest {
     condition: WriteCondition,
 }
 
-crate::fenced_request!(WriteRequest);
+crate::fenced_request!(
+    WriteRequest,
+    op_id_doc = "The idempotency key of this logical write: a duplicate reports the first outcome."
+);
 
 impl WriteRequest {
     /// A fenced write of `value`.
@@ -174,7 +177,11 @@ pub struct AppendRequest {
     records: Vec<Record>,
 }
 
-crate::fenced_request!(AppendRequest);
+crate::fenced_request!(
+    AppendRequest,
+    op_id_doc =
+        "The idempotency key of this logical append: a duplicate reports the first outcome."
+);
 
 impl AppendRequest {
     /// A fenced append of `records` (committed together or not at all).

@@ -58,6 +58,13 @@ pub struct KafkaFenceBuilder {
     partitioning: Partitioning,
 }
 
+impl KafkaFence {
+    /// A builder from your client configuration.
+    pub fn builder(config: ClientConfig) -> KafkaFenceBuilder {
+        KafkaFenceBuilder::new(config)
+    }
+}
+
 impl KafkaFenceBuilder {
     pub(crate) fn new(config: ClientConfig) -> Self {
         KafkaFenceBuilder {

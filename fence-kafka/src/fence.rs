@@ -9,11 +9,9 @@ use fence_core::{
     AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, Fence, FenceError,
     FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Record, TokenBounds,
 };
-use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
 use crate::client::{blocking, partition_count, read_partition, transactional_producer, Clients};
-use crate::config::KafkaFenceBuilder;
 use crate::error::{backend, BACKEND};
 use crate::holders::{Holder, Holders};
 use crate::ledger::{partition_for, LedgerRecord, LedgerState};
@@ -66,11 +64,6 @@ pub struct KafkaFence {
 }
 
 impl KafkaFence {
-    /// A builder from your client configuration.
-    pub fn builder(config: ClientConfig) -> KafkaFenceBuilder {
-        KafkaFenceBuilder::new(config)
-    }
-
     /// The transactional id of a domain: the prefix, `:`, and the domain's escaped form. An
     /// escaped domain never holds `:`, so the last `:` splits every id one way only: no two
     /// (prefix, domain) pairs share an id (prefix `t1` with domain `2x` is `t1:2x`, prefix `t12`
@@ -371,6 +364,8 @@ impl FencedLog for KafkaFence {
 
 #[cfg(test)]
 mod tests {
+    use rdkafka::config::ClientConfig;
+
     use super::*;
 
     fn fence_with_prefix(prefix: &str) -> KafkaFence {

@@ -1,6 +1,7 @@
-//! A domain's mark row inside a transaction (claims and fenced transactions): locked and read,
-//! the request's remembered operation read after the lock, then changed with the operation
-//! remembered in one statement. (Store writes run the schema's `fence_write` instead.)
+//! A domain's mark row as claims and fenced transactions see it: what the lock read
+//! ([`Locked`]), a remembered operation ([`OpRow`]), the change a transaction makes
+//! ([`MarkChange`], [`Remember`]) and the column decoders. The statements that lock and change
+//! the row are in `mark_rows.rs`. (Store writes run the schema's `fence_write` instead.)
 
 use std::num::NonZeroU64;
 

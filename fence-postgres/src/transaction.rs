@@ -27,7 +27,10 @@ pub struct TransactionRequest {
     fencing: Fencing,
 }
 
-fence_core::fenced_request!(TransactionRequest);
+fence_core::fenced_request!(
+    TransactionRequest,
+    op_id_doc = "The op id is remembered in the same transaction; a duplicate is [`Transacted::Duplicate`] and runs nothing again."
+);
 
 impl TransactionRequest {
     /// A transaction on `domain` under `token`, same-owner policy, no op id.
@@ -211,8 +214,8 @@ impl OutcomeLabel for Begun {
 impl PostgresFence {
     /// Begins a fenced transaction: locks the domain's mark row, answers a remembered op id
     /// with [`Begun::Duplicate`], refuses a stale token ([`FenceError::Fenced`]: below the
-    /// mark, or equal under [`EqualTokenPolicy::Strict`](fence_core::EqualTokenPolicy::Strict)) before any of your SQL runs, and
-    /// hands you the transaction, which holds the mark row until it ends.
+    /// mark, or equal under [`fence_core::EqualTokenPolicy::Strict`]) before any of your SQL
+    /// runs, and hands you the transaction, which holds the mark row until it ends.
     /// [`FencedTransaction::commit`] raises the mark to the token and remembers the op id in
     /// it, just before `COMMIT`.
     ///

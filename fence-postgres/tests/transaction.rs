@@ -12,7 +12,7 @@ use std::time::Duration;
 use fence_conformance::proxy::TcpProxy;
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 use fence_core::{
-    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, InvalidInput, OperationId,
+    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, InvalidInput, OpKind, OperationId,
     WriteRequest,
 };
 use fence_postgres::{PostgresFence, Transacted, TransactionError, TransactionRequest};
@@ -369,12 +369,21 @@ async fn an_op_id_belongs_to_a_write_or_a_transaction_not_both() {
         &TransactionRequest::new(domain.clone(), t(2)).with_op_id(op),
     )
     .await;
+    let reused = fence_error(reused.unwrap_err());
     assert!(
         matches!(
-            fence_error(reused.unwrap_err()),
-            FenceError::InvalidInput(InvalidInput::OpIdReused { .. })
+            &reused,
+            FenceError::InvalidInput(InvalidInput::OpIdReused {
+                first: OpKind::Write,
+                now: OpKind::Transaction,
+                ..
+            })
         ),
-        "a write's op id reused for a transaction"
+        "a write's op id reused for a transaction: {reused:?}"
+    );
+    assert!(
+        reused.to_string().contains("fenced transaction"),
+        "{reused}"
     );
     let op = OperationId::new("pay-2").unwrap();
     log_token(
@@ -390,7 +399,11 @@ async fn an_op_id_belongs_to_a_write_or_a_transaction_not_both() {
     assert!(
         matches!(
             reused,
-            Err(FenceError::InvalidInput(InvalidInput::OpIdReused { .. }))
+            Err(FenceError::InvalidInput(InvalidInput::OpIdReused {
+                first: OpKind::Transaction,
+                now: OpKind::Write,
+                ..
+            }))
         ),
         "{reused:?}"
     );

@@ -46,6 +46,9 @@ fn kind_code(kind: OpKind) -> &'static [u8] {
         OpKind::Write => b"w",
         OpKind::Append => b"a",
         OpKind::Script => b"s",
+        OpKind::Extension => b"x",
+        // Kinds fence-redis never runs in the envelope (a PostgreSQL transaction, and any
+        // kind fence-core adds later) are stored as extensions, the envelope's catch-all.
         _ => b"x",
     }
 }

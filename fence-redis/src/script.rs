@@ -69,11 +69,13 @@ pub struct ScriptCall {
     args: Vec<Vec<u8>>,
 }
 
-fence_core::fenced_request!(ScriptCall);
+fence_core::fenced_request!(
+    ScriptCall,
+    op_id_doc = "A duplicate returns [`ScriptOutcome::duplicate`] without running (the first run's result is not kept)."
+);
 
 impl ScriptCall {
-    /// A call under `token` on `domain`. With an operation id, a retry returns
-    /// [`ScriptOutcome::duplicate`] without running.
+    /// A call under `token` on `domain`.
     pub fn new(domain: Domain, token: FencingToken) -> Self {
         ScriptCall {
             fencing: Fencing::new(domain, token),

@@ -85,6 +85,13 @@ impl Default for S3FenceBuilder {
     }
 }
 
+impl S3Fence {
+    /// A builder.
+    pub fn builder() -> S3FenceBuilder {
+        S3FenceBuilder::default()
+    }
+}
+
 impl S3FenceBuilder {
     /// The S3 client. Its automatic retries are turned off for Fence's requests: a conditional
     /// write resent after a timeout could apply twice, so Fence retries itself, and reports an

@@ -16,7 +16,11 @@
 
 use std::fmt::Write as _;
 
-use fence_core::{EntryHead, FencingToken, OpKind, OpMemory, OpRecord, Revision};
+use fence_core::{
+    Domain, EntryHead, FenceError, FencingToken, OpKind, OpMemory, OpRecord, Revision,
+};
+
+use crate::error::BACKEND;
 
 /// The first line of every envelope.
 pub(crate) const MAGIC: &[u8] = b"FENCE-S3/1\n";
@@ -230,6 +234,22 @@ impl Header {
             end + 2,
         ))
     }
+}
+
+/// Decodes an envelope, mapping foreign or corrupt bytes to `CorruptState`.
+pub(crate) fn decode(
+    domain: &Domain,
+    key: &str,
+    bytes: &[u8],
+) -> Result<(Header, usize), FenceError> {
+    Header::decode(bytes).map_err(|invalid| match invalid {
+        EnvelopeError::Foreign => FenceError::corrupt(
+            BACKEND,
+            domain,
+            format!("object `{key}` has no fence envelope (written by another tool?); adopt it explicitly to fence it"),
+        ),
+        EnvelopeError::Corrupt(why) => FenceError::corrupt(BACKEND, domain, format!("object `{key}`: {why}")),
+    })
 }
 
 #[cfg(test)]

@@ -15,12 +15,11 @@ use fence_core::{
 use tokio::sync::OnceCell;
 
 use crate::cache::{EtagCache, Known};
-use crate::config::S3FenceBuilder;
+use crate::envelope::decode;
 use crate::envelope::{fresh_nonce, Head, Header};
 use crate::error::BACKEND;
 use crate::keys::KeyScheme;
 use crate::options::ObjectOptions;
-use crate::requests::decode;
 
 pub(crate) struct Inner {
     pub(crate) client: Client,
@@ -53,11 +52,6 @@ pub(crate) const BACKOFF: fence_core::Backoff =
     fence_core::Backoff::new(Duration::from_millis(10), Duration::from_secs(1));
 
 impl S3Fence {
-    /// A builder.
-    pub fn builder() -> S3FenceBuilder {
-        S3FenceBuilder::default()
-    }
-
     /// The object key of a domain: the prefix plus the domain's injective escaped form (the
     /// crate docs state the layout), or [`fence_core::InvalidInput::KeyTooLong`] when the endpoint could
     /// not store it.

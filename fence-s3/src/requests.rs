@@ -5,7 +5,7 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
 use fence_core::{Domain, FenceError, Operation};
 
-use crate::envelope::{EnvelopeError, Header, MAX_HEADER_BYTES};
+use crate::envelope::{decode, Header, MAX_HEADER_BYTES};
 use crate::error::{backend_error, classify, Failure, S3FenceError, BACKEND};
 use crate::options::ObjectOptions;
 use crate::S3Fence;
@@ -253,20 +253,4 @@ impl S3Fence {
         }
         result
     }
-}
-
-/// Decodes an envelope, mapping foreign or corrupt bytes to `CorruptState`.
-pub(crate) fn decode(
-    domain: &Domain,
-    key: &str,
-    bytes: &[u8],
-) -> Result<(Header, usize), FenceError> {
-    Header::decode(bytes).map_err(|invalid| match invalid {
-        EnvelopeError::Foreign => FenceError::corrupt(
-            BACKEND,
-            domain,
-            format!("object `{key}` has no fence envelope (written by another tool?); adopt it explicitly to fence it"),
-        ),
-        EnvelopeError::Corrupt(why) => FenceError::corrupt(BACKEND, domain, format!("object `{key}`: {why}")),
-    })
 }

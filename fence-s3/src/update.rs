@@ -7,11 +7,11 @@ use fence_core::cas::{self, CasPolicy, CasResource, Committed, Step};
 use fence_core::{Domain, FenceError, Operation};
 
 use crate::cache::Known;
-use crate::envelope::{Head, Header};
+use crate::envelope::{decode, Head, Header};
 use crate::error::{backend_error, Failure, S3FenceError};
 use crate::fence::BACKOFF;
 use crate::options::ObjectOptions;
-use crate::requests::{decode, Expect};
+use crate::requests::Expect;
 use crate::S3Fence;
 
 /// An object's version, as a decision sees it: its ETag and header (`None`: no object).

@@ -201,6 +201,18 @@ fn free_ports() -> [u16; 4] {
 /// test's prefix).
 const READY_PROBE_KEY: &str = "fence-testkit/ready";
 
+/// The size of the readiness probe as read back, if it can be.
+async fn read_back(client: &aws_sdk_s3::Client) -> Option<usize> {
+    let object = client
+        .get_object()
+        .bucket(BUCKET)
+        .key(READY_PROBE_KEY)
+        .send()
+        .await
+        .ok()?;
+    Some(object.body.collect().await.ok()?.into_bytes().len())
+}
+
 /// A `weed mini` owned by the test (its own ports and data dir), stopped when dropped.
 pub struct WeedServer {
     binary: PathBuf,
@@ -314,13 +326,7 @@ impl WeedServer {
                     .send()
                     .await
                     .is_ok()
-                && client
-                    .get_object()
-                    .bucket(BUCKET)
-                    .key(READY_PROBE_KEY)
-                    .send()
-                    .await
-                    .is_ok();
+                && read_back(&client).await == Some(1024);
             if let Some(ours) = self.process.ready(&mut readiness, answering) {
                 return ours;
             }
