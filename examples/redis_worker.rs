@@ -6,7 +6,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fence_core::{Domain, Fence, FenceError, LeaseManager, OwnerId};
+use fence_core::{Domain, Fence, FenceError, LeaseManager, Observed, OwnerId};
 use fence_examples::{redis_fence, Timeline};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 
@@ -27,7 +27,7 @@ const CREDIT: &str = r#"
 "#;
 
 async fn credit(
-    fence: &RedisFence,
+    fence: &Observed<RedisFence>,
     script: &FencedScript,
     domain: &Domain,
     token: fence_core::FencingToken,

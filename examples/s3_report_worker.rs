@@ -9,7 +9,8 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fence_core::{
-    Domain, Fence, FencedStore, FencingToken, LeaseManager, MemoryLeases, OwnerId, WriteRequest,
+    Domain, Fence, FencedStore, FencingToken, LeaseManager, MemoryLeases, Observed, OwnerId,
+    WriteRequest,
 };
 use fence_examples::{s3_fence, Timeline};
 use fence_s3::S3Fence;
@@ -25,7 +26,7 @@ Usage: cargo run --features servers --example s3_report_worker";
 
 /// Writes the sections as immutable objects, then points the report at them.
 async fn publish(
-    fence: &S3Fence,
+    fence: &Observed<S3Fence>,
     report: &Domain,
     token: FencingToken,
     author: &str,

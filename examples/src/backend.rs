@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fence_core::{Domain, LeaseManager, MemoryFence, MemoryLeases, Retirer};
+use fence_core::{Domain, LeaseManager, MemoryFence, MemoryLeases, Observed, Retirer};
 
 use crate::Resource;
 
@@ -74,12 +74,12 @@ impl Backend {
     pub async fn open(self) -> Result<DemoBackend, Box<dyn std::error::Error>> {
         match self {
             Backend::Memory => {
-                let store = Arc::new(MemoryFence::new());
+                let store = Arc::new(Observed::new(MemoryFence::new()));
                 Ok(DemoBackend {
                 description: "memory (embedded, no servers)".into(),
                 resource: Resource::Store(store.clone()),
                 retirer: Some(store),
-                leases: Arc::new(MemoryLeases::new()),
+                leases: Arc::new(Observed::new(MemoryLeases::new())),
                 #[cfg(feature = "servers")]
                 kafka: None,
             })
@@ -109,7 +109,7 @@ pub struct DemoBackend {
     pub(crate) retirer: Option<Arc<dyn Retirer>>,
     /// The run's Kafka topics, deleted by [`DemoBackend::finish`].
     #[cfg(feature = "servers")]
-    pub(crate) kafka: Option<fence_kafka::KafkaFence>,
+    pub(crate) kafka: Option<Observed<fence_kafka::KafkaFence>>,
 }
 
 impl DemoBackend {

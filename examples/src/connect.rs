@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::env::Env;
-use fence_core::MemoryLeases;
+use fence_core::{MemoryLeases, Observed};
 
 use crate::{Backend, DemoBackend, Resource};
 
@@ -31,7 +31,7 @@ pub(crate) async fn open(backend: Backend) -> Result<DemoBackend, Box<dyn Error>
                 description: format!("s3 bucket `{}` (leases in memory)", fence.bucket()),
                 resource: Resource::Store(fence.clone()),
                 retirer: Some(fence),
-                leases: Arc::new(MemoryLeases::new()),
+                leases: Arc::new(Observed::new(MemoryLeases::new())),
                 kafka: None,
             }
         }
@@ -41,7 +41,7 @@ pub(crate) async fn open(backend: Backend) -> Result<DemoBackend, Box<dyn Error>
                 description: format!("kafka topic `{}` (leases in memory)", fence.data_topic()),
                 resource: Resource::Log(Arc::new(fence.clone())),
                 retirer: None,
-                leases: Arc::new(MemoryLeases::new()),
+                leases: Arc::new(Observed::new(MemoryLeases::new())),
                 kafka: Some(fence),
             }
         }
@@ -138,7 +138,7 @@ fn env_or_local(targets: &[&str], local: &[(&str, &str)]) -> Env {
 
 /// A Redis fence from the `FENCE_REDIS_*` variables (`fence_redis::env`: a URL, a cluster or
 /// sentinels), else the project's Redis.
-pub async fn redis_fence() -> Result<fence_redis::RedisFence, Unreachable> {
+pub async fn redis_fence() -> Result<Observed<fence_redis::RedisFence>, Unreachable> {
     use fence_redis::env::{CLUSTER, SENTINELS, URL};
     let env = env_or_local(&[URL, CLUSTER, SENTINELS], &[(URL, local::REDIS_URL)]);
     let (variable, address) = [URL, CLUSTER, SENTINELS]
@@ -156,7 +156,7 @@ pub async fn redis_fence() -> Result<fence_redis::RedisFence, Unreachable> {
 /// An S3 fence from the `FENCE_S3_*` variables (`fence_s3::env`: an endpoint, a bucket, static
 /// keys or else the default AWS chain — an IAM role works), else the project's SeaweedFS and
 /// its test keys; connected (the capability probe ran).
-pub async fn s3_fence() -> Result<fence_s3::S3Fence, Unreachable> {
+pub async fn s3_fence() -> Result<Observed<fence_s3::S3Fence>, Unreachable> {
     use fence_s3::env::{ACCESS_KEY, BUCKET, ENDPOINT, SECRET_KEY};
     // The project's server only when the user names no endpoint: its test keys then, never the
     // user's AWS credentials.
@@ -186,7 +186,9 @@ pub async fn s3_fence() -> Result<fence_s3::S3Fence, Unreachable> {
 
 /// A Kafka fence on fresh topics (`<name>-<time>` and its ledger) of `FENCE_KAFKA_BOOTSTRAP`,
 /// else the project's broker. [`delete_kafka_topics`] removes them.
-pub async fn kafka_fence_for_run(name: &str) -> Result<fence_kafka::KafkaFence, Unreachable> {
+pub async fn kafka_fence_for_run(
+    name: &str,
+) -> Result<Observed<fence_kafka::KafkaFence>, Unreachable> {
     use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
     use fence_kafka::rdkafka::client::DefaultClientContext;
     let (config, bootstrap) = kafka_config()?;
@@ -243,7 +245,9 @@ fn kafka_config() -> Result<(fence_kafka::rdkafka::config::ClientConfig, String)
 }
 
 /// Deletes the topics [`kafka_fence_for_run`] created for `fence` (its data and ledger topics).
-pub async fn delete_kafka_topics(fence: &fence_kafka::KafkaFence) -> Result<(), Unreachable> {
+pub async fn delete_kafka_topics(
+    fence: &Observed<fence_kafka::KafkaFence>,
+) -> Result<(), Unreachable> {
     use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions};
     use fence_kafka::rdkafka::client::DefaultClientContext;
     let (config, bootstrap) = kafka_config()?;
@@ -273,7 +277,7 @@ pub const POSTGRES_SCHEMA: &str = "fence_demo";
 /// A PostgreSQL fence on `FENCE_POSTGRES_URL` (else the project's PostgreSQL) with its tables
 /// in [`POSTGRES_SCHEMA`], created if missing (an example may; an application runs
 /// `fence_postgres::migrate` from its migrations).
-pub async fn postgres_fence() -> Result<fence_postgres::PostgresFence, Unreachable> {
+pub async fn postgres_fence() -> Result<Observed<fence_postgres::PostgresFence>, Unreachable> {
     use fence_postgres::env::{ACQUIRE_TIMEOUT_MS, MAX_CONNECTIONS, SCHEMA, URL};
     let timeout = CONNECT_TIMEOUT.as_millis().to_string();
     // The examples' own tables live beside the fence's, in their schema.
@@ -286,8 +290,9 @@ pub async fn postgres_fence() -> Result<fence_postgres::PostgresFence, Unreachab
     let url = env.get(URL).unwrap_or_default();
     let unreachable =
         |e: Box<dyn Error + Send + Sync>| Unreachable::new("PostgreSQL", &url, URL, e);
-    let fence = fence_postgres::PostgresFence::from_env_with(&env)
+    let fence = fence_postgres::PostgresFenceBuilder::from_env_with(&env)
         .await
+        .and_then(fence_postgres::PostgresFenceBuilder::build)
         .map_err(|e| unreachable(e.into()))?;
     // An example may create its tables; an application runs `fence_postgres::migrate` from
     // its migrations.

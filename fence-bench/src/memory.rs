@@ -6,7 +6,7 @@ use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use fence_core::{Domain, FencedStore, FencingToken, MemoryFence, WriteRequest};
+use fence_core::{Domain, FencedStore, FencingToken, MemoryFence, Observed, WriteRequest};
 
 use crate::measure::{compare, done, Plan};
 use crate::probe::Probe;
@@ -53,13 +53,14 @@ pub(crate) async fn run() -> Vec<Row> {
     rows
 }
 
-/// `MemoryFence` writes (through `write`, as users call it, or `do_write`, which skips the
-/// telemetry) vs inserts into the sharded map, on `threads` threads over `count` domains.
+/// `MemoryFence` writes (through the [`Observed`] layer, or on the bare adapter, which reports
+/// nothing) vs inserts into the sharded map, on `threads` threads over `count` domains.
 async fn compare_writes(telemetry: bool, threads: usize, count: usize) -> Result<Row, String> {
     let domains = domains(count)?;
     // Leaked, so the fenced side borrows it as the map's side does: an `Arc` cloned per
     // operation would add a contended reference count the baseline does not pay.
-    let fence: &'static MemoryFence = Box::leak(Box::new(MemoryFence::new()));
+    let fence: &'static Observed<MemoryFence> =
+        Box::leak(Box::new(Observed::new(MemoryFence::new())));
     let map = Arc::new(ShardedMap {
         shards: (0..fence_core::DEFAULT_SHARDS)
             .map(|_| Mutex::default())
@@ -85,7 +86,7 @@ async fn compare_writes(telemetry: bool, threads: usize, count: usize) -> Result
                 let outcome = if telemetry {
                     fence.write(&request).await
                 } else {
-                    fence.do_write(&request).await
+                    fence.get_ref().write(&request).await
                 };
                 done(outcome)
             }
@@ -99,7 +100,7 @@ async fn compare_writes(telemetry: bool, threads: usize, count: usize) -> Result
     let case = if telemetry {
         format!("write vs sharded map insert, {count} domain(s)")
     } else {
-        format!("write without telemetry (do_write) vs sharded map insert, {count} domain(s)")
+        format!("write without telemetry (bare adapter) vs sharded map insert, {count} domain(s)")
     };
     Ok(Row::new("memory", case, threads, &fenced, &unfenced))
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fence_core::{Domain, FencedStore, FencingToken, WriteRequest};
+use fence_core::{Domain, FencedStore, FencingToken, Observed, WriteRequest};
 use fence_postgres::{Begun, PostgresFence, TransactionRequest};
 use sqlx::postgres::PgPoolOptions;
 use sqlx::PgPool;
@@ -23,7 +23,7 @@ pub(crate) async fn run() -> Vec<Row> {
 }
 
 /// A fresh schema with the fence's tables and `accounts(id, balance, payload)`, rows 0..64.
-async fn setup() -> Result<(PostgresFence, PgPool, String, Arc<Vec<Domain>>), String> {
+async fn setup() -> Result<(Observed<PostgresFence>, PgPool, String, Arc<Vec<Domain>>), String> {
     let url = std::env::var("FENCE_POSTGRES_URL")
         .unwrap_or_else(|_| "postgres://fence@127.0.0.1:5440/postgres".into());
     let pool = PgPoolOptions::new()
@@ -45,7 +45,9 @@ async fn setup() -> Result<(PostgresFence, PgPool, String, Arc<Vec<Domain>>), St
     .execute(&pool)
     .await
     .map_err(|e| e.to_string())?;
-    let fence = PostgresFence::new(pool.clone(), &schema).map_err(|e| e.to_string())?;
+    let fence = PostgresFence::builder(pool.clone(), &schema)
+        .build()
+        .map_err(|e| e.to_string())?;
     let domains = (0..ROWS)
         .map(|i| Domain::new(format!("account-{i}")))
         .collect::<Result<_, _>>()

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use fence_core::{Domain, FencedStore, FencingToken, WriteRequest};
+use fence_core::{Domain, FencedStore, FencingToken, Observed, WriteRequest};
 use fence_redis::redis::aio::ConnectionManager;
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
@@ -25,7 +25,7 @@ pub(crate) async fn run() -> Vec<Row> {
 /// the same server, a 1 KiB payload and 64 domains named `<stem><i>`.
 pub(crate) struct Setup {
     pub(crate) url: String,
-    pub(crate) fence: RedisFence,
+    pub(crate) fence: Observed<RedisFence>,
     pub(crate) raw: ConnectionManager,
     pub(crate) run: u128,
     pub(crate) payload: Bytes,
@@ -137,7 +137,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
         let waiting = waiting.clone();
         let (f, d, p) = (fence.clone(), domains.clone(), payload.clone());
         let (w, d2, p2) = (waiting.clone(), domains.clone(), payload.clone());
-        let write = |fence: RedisFence, request: WriteRequest| async move {
+        let write = |fence: Observed<RedisFence>, request: WriteRequest| async move {
             done(fence.write(&request).await)
         };
         let (waited, unwaited) = compare(

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use fence_core::{Domain, FencedStore, FencingToken, WriteRequest};
+use fence_core::{Domain, FencedStore, FencingToken, Observed, WriteRequest};
 use fence_s3::aws_sdk_s3::primitives::ByteStream;
 use fence_s3::aws_sdk_s3::Client;
 use fence_s3::S3Fence;
@@ -47,7 +47,7 @@ async fn fence(
     bucket: &str,
     prefix: String,
     cold: bool,
-) -> Result<(S3Fence, RequestCounter), String> {
+) -> Result<(Observed<S3Fence>, RequestCounter), String> {
     let requests = RequestCounter::default();
     let mut builder = S3Fence::builder()
         .client(client(Some(requests.clone())))
@@ -62,7 +62,7 @@ async fn fence(
 
 /// `count` domains, each written once, so no measured write creates an object.
 async fn written_domains(
-    fence: &S3Fence,
+    fence: &Observed<S3Fence>,
     count: usize,
     payload: &Bytes,
 ) -> Result<Arc<Vec<Domain>>, String> {
@@ -118,7 +118,7 @@ fn plain_puts(
 type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = OpResult> + Send>>;
 
 fn fenced_puts(
-    fence: &S3Fence,
+    fence: &Observed<S3Fence>,
     domains: &Arc<Vec<Domain>>,
     payload: &Bytes,
 ) -> impl Fn(usize) -> BoxFuture + Send + Sync + 'static {

@@ -10,8 +10,8 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use fence_core::{
-    Domain, Fence, FencedStore, FencingToken, LeaseManager, OperationId, OwnerId, Retirer,
-    WriteRequest,
+    Domain, Fence, FencedStore, FencingToken, LeaseManager, Observed, OperationId, OwnerId,
+    Retirer, WriteRequest,
 };
 use fence_redis::redis;
 
@@ -281,8 +281,9 @@ async fn postgres_state(domains: usize) -> Result<Vec<StateRow>, String> {
     fence_postgres::migrate(&pool, &schema)
         .await
         .map_err(|e| e.to_string())?;
-    let fence =
-        fence_postgres::PostgresFence::new(pool.clone(), &schema).map_err(|e| e.to_string())?;
+    let fence = fence_postgres::PostgresFence::builder(pool.clone(), &schema)
+        .build()
+        .map_err(|e| e.to_string())?;
     let leases = fence.leases();
     each_domain(domains, |d| {
         let (fence, leases) = (&fence, &leases);
@@ -455,7 +456,10 @@ async fn kafka_state(domains: usize) -> Result<Vec<StateRow>, String> {
 }
 
 /// The log workload: a claim and an append of one record with an op id.
-async fn workload_log(fence: &fence_kafka::KafkaFence, domain: &Domain) -> Result<(), String> {
+async fn workload_log(
+    fence: &Observed<fence_kafka::KafkaFence>,
+    domain: &Domain,
+) -> Result<(), String> {
     use fence_core::{AppendRequest, FencedLog, Record};
     fence
         .claim(domain, FencingToken::MIN)

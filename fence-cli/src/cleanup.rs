@@ -1,6 +1,7 @@
 //! Removing what a `qualify` run created: every key under its Redis prefix, object under its
 //! S3 prefix, its PostgreSQL schema, keys under its etcd prefix, or its Kafka topics.
 
+use fence_core::Observed;
 use fence_etcd::Etcd;
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use fence_kafka::rdkafka::client::DefaultClientContext;
@@ -59,7 +60,7 @@ impl Cleanup {
         })
     }
 
-    pub(crate) fn postgres(fence: &PostgresFence) -> Self {
+    pub(crate) fn postgres(fence: &Observed<PostgresFence>) -> Self {
         Cleanup::Postgres {
             pool: fence.pool().clone(),
             schema: fence.schema().to_owned(),

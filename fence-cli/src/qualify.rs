@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use fence_conformance::proxy::TcpProxy;
 use fence_core::{
     AppendRequest, Domain, FenceError, FencedStore, FencingToken, LeaseManager, MemoryLeases,
-    Record, WriteRequest,
+    Observed, Record, WriteRequest,
 };
 use fence_torture::{
     check, engine, Faults, Profile, ProxyFaults, Report as Checked, Subject, Target,
@@ -264,7 +264,7 @@ async fn clients(
                 subject: Subject::Register(Arc::new(scoped.s3().await?)),
                 fresh: Subject::Register(Arc::new(scoped.s3().await?)),
                 per_worker,
-                leases: Arc::new(MemoryLeases::new()),
+                leases: Arc::new(Observed::new(MemoryLeases::new())),
                 cleanup: Cleanup::s3(scoped).await?,
             }
         }
@@ -303,7 +303,7 @@ async fn clients(
                 subject: Subject::Log(Arc::new(subject)),
                 fresh: Subject::Log(Arc::new(fresh)),
                 per_worker,
-                leases: Arc::new(MemoryLeases::new()),
+                leases: Arc::new(Observed::new(MemoryLeases::new())),
                 // Last: it creates the run's topics.
                 cleanup: Cleanup::kafka(scoped).await?,
             }

@@ -5,6 +5,7 @@ use std::fmt;
 
 use clap::{Args, ValueEnum};
 use fence_core::env::Env;
+use fence_core::Observed;
 use fence_etcd::Etcd;
 use fence_postgres::PostgresFence;
 use fence_redis::{RedisFence, RedisFenceBuilder};
@@ -378,7 +379,7 @@ impl Targets {
     }
 
     /// A connected Redis fence (a URL, a cluster or sentinels: one of them).
-    pub(crate) async fn redis(&self) -> Connect<RedisFence> {
+    pub(crate) async fn redis(&self) -> Connect<Observed<RedisFence>> {
         RedisFenceBuilder::from_env_with(&self.env())
             .map_err(|e| Report::failed(&e))?
             .connect()
@@ -403,7 +404,7 @@ impl Targets {
     }
 
     /// An S3 fence (no request made yet).
-    pub(crate) async fn s3(&self) -> Connect<S3Fence> {
+    pub(crate) async fn s3(&self) -> Connect<Observed<S3Fence>> {
         S3FenceBuilder::from_env_with(&self.env())
             .await
             .and_then(S3FenceBuilder::build)
@@ -411,14 +412,15 @@ impl Targets {
     }
 
     /// A PostgreSQL fence on a small pool.
-    pub(crate) async fn postgres(&self) -> Connect<PostgresFence> {
-        PostgresFence::from_env_with(&self.env())
+    pub(crate) async fn postgres(&self) -> Connect<Observed<PostgresFence>> {
+        fence_postgres::PostgresFenceBuilder::from_env_with(&self.env())
             .await
+            .and_then(fence_postgres::PostgresFenceBuilder::build)
             .map_err(|e| Report::failed(&e))
     }
 
     /// A Kafka fence on the configured topics (no topic is created).
-    pub(crate) fn kafka(&self) -> Connect<fence_kafka::KafkaFence> {
+    pub(crate) fn kafka(&self) -> Connect<Observed<fence_kafka::KafkaFence>> {
         fence_kafka::KafkaFenceBuilder::from_env_with(&self.env())
             .map(|builder| builder.timeout(std::time::Duration::from_secs(10)))
             .and_then(fence_kafka::KafkaFenceBuilder::build)

@@ -502,7 +502,9 @@ async fn postgres_and_etcd_inspect_show_the_lease_and_retire() {
     let schema = fence_testkit::postgres::unique_schema("cli");
     let pool = fence_testkit::postgres::pool(&pg_url).await;
     fence_postgres::migrate(&pool, &schema).await.unwrap();
-    let postgres = fence_postgres::PostgresFence::new(pool, &schema).unwrap();
+    let postgres = fence_postgres::PostgresFence::builder(pool, &schema)
+        .build()
+        .unwrap();
     let etcd_prefix = fence_testkit::etcd::unique_prefix("cli");
     let etcd = fence_etcd::Etcd::connect(&endpoints, None, &etcd_prefix)
         .await
@@ -729,7 +731,9 @@ async fn outbox_list_and_discard_on_redis_and_postgres() {
     let schema = fence_testkit::postgres::unique_schema("cli_outbox");
     let pool = fence_testkit::postgres::pool(&pg_url).await;
     fence_postgres::migrate(&pool, &schema).await.unwrap();
-    let pg_fence = fence_postgres::PostgresFence::new(pool, &schema).unwrap();
+    let pg_fence = fence_postgres::PostgresFence::builder(pool, &schema)
+        .build()
+        .unwrap();
     fence_outbox_postgres::migrate(&pg_fence).await.unwrap();
     let runs = [
         (

@@ -5,7 +5,10 @@
 use std::future::Future;
 use std::time::Duration;
 
-use fence_core::{Domain, FenceError, FencedStore, OperationId, Revision, WriteRequest};
+use fence_core::{
+    Backoff, Domain, FenceError, FencedStore, OperationId, Retry, RetryPolicy, Revision,
+    WriteRequest,
+};
 
 use crate::proxy::TcpProxy;
 use crate::services::{put, token};
@@ -36,7 +39,7 @@ pub async fn cut_connections_are_ambiguous_and_learnable(
         matches!(cut, Err(FenceError::Ambiguous { .. })),
         "a request whose reply was cut must be ambiguous: {cut:?}"
     );
-    let retry = until_answered(|| store.write(&request)).await;
+    let retry = answered("the retry", patient(store).write(&request)).await;
     assert!(
         retry.is_duplicate(),
         "the retry must replay, not apply again: {retry:?}"
@@ -44,13 +47,13 @@ pub async fn cut_connections_are_ambiguous_and_learnable(
     assert_eq!(retry.accepted().revision, Revision::new(2));
 
     // Without one: read back the writer token, revision and value.
-    let before = until_answered(|| store.read(domain)).await;
+    let before = answered("read before", patient(store).read(domain)).await;
     proxy.settle(SETTLE).await;
     proxy.lose_replies();
     let cut = put(store, domain, 3, "third").await;
     proxy.forward();
     assert!(matches!(cut, Err(FenceError::Ambiguous { .. })), "{cut:?}");
-    let applied = until_answered(|| store.read(domain)).await;
+    let applied = answered("read back", patient(store).read(domain)).await;
     assert_eq!(
         applied.written_by(),
         Some(token(3)),
@@ -65,7 +68,7 @@ pub async fn cut_connections_are_ambiguous_and_learnable(
     let cut = put(store, domain, 4, "fourth").await;
     proxy.forward();
     assert!(matches!(cut, Err(FenceError::Ambiguous { .. })), "{cut:?}");
-    let after = until_answered(|| store.read(domain)).await;
+    let after = answered("read after", patient(store).read(domain)).await;
     assert_eq!(
         (after.written_by(), after.revision(), after.high_water_mark),
         (
@@ -77,22 +80,17 @@ pub async fn cut_connections_are_ambiguous_and_learnable(
     );
 }
 
-/// Retries while the client re-establishes its connection; fails after ~5 s.
-async fn until_answered<T, F, Fut>(mut call: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, FenceError>>,
-{
-    let mut last = None;
-    for _ in 0..50 {
-        match call().await {
-            Ok(value) => return value,
-            Err(error) if error.is_retryable() => last = Some(error),
-            Err(error) => panic!("not retryable: {error}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("no answer after 5 s: {last:?}")
+/// `store` behind fence-core's retry layer: the same request again while the client
+/// re-establishes its connection, for up to ~5 s.
+fn patient(store: &dyn FencedStore) -> Retry<&dyn FencedStore> {
+    let pause = Backoff::new(Duration::from_millis(100), Duration::from_millis(100));
+    Retry::new(store, RetryPolicy::new(50, pause, Duration::from_secs(5)))
+}
+
+/// What `call` answered, or a panic with what it failed with.
+async fn answered<T>(what: &str, call: impl Future<Output = Result<T, FenceError>>) -> T {
+    call.await
+        .unwrap_or_else(|e| panic!("{what}: no answer: {e}"))
 }
 
 /// The contract for a request whose reply never comes (the server paused past the client's
@@ -122,17 +120,13 @@ pub async fn paused_write_is_ambiguous_and_a_retry_applies_once(
         Err(e @ FenceError::Ambiguous { .. }) => assert!(e.is_retryable(), "{e}"),
         other => panic!("a write whose reply never came must be ambiguous, got {other:?}"),
     }
-    let deadline = std::time::Instant::now() + patience;
-    let retry = loop {
-        match store.write(&request).await {
-            Ok(outcome) => break outcome,
-            Err(error) if std::time::Instant::now() < deadline => {
-                assert!(error.is_retryable(), "the retry failed for good: {error}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-            Err(error) => panic!("the retry never learned the outcome: {error}"),
-        }
-    };
+    // The retry is fence-core's policy layer: the same request (same op id) until an answer
+    // that is not a curable failure, within `patience`.
+    let pause = Backoff::new(Duration::from_millis(100), Duration::from_millis(100));
+    let retry = Retry::new(store, RetryPolicy::new(u32::MAX, pause, patience))
+        .write(&request)
+        .await
+        .unwrap_or_else(|e| panic!("the retry never learned the outcome: {e}"));
     assert_eq!(
         retry.accepted().revision,
         expected,

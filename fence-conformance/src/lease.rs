@@ -343,22 +343,22 @@ impl LeaseManager for CountingAcquires {
         self.inner.wait_for_release(domain, within).await;
     }
 
-    async fn do_acquire(
+    async fn acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
         self.acquires.fetch_add(1, Ordering::SeqCst);
-        self.inner.do_acquire(domain, owner, ttl).await
+        self.inner.acquire(domain, owner, ttl).await
     }
 
-    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
-        self.inner.do_renew(lease, ttl).await
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        self.inner.renew(lease, ttl).await
     }
 
-    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
-        self.inner.do_release(lease).await
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
+        self.inner.release(lease).await
     }
 }
 
@@ -408,4 +408,39 @@ pub async fn holder_is_reported(leases: &dyn LeaseManager, domain: &Domain) {
         .await
         .unwrap_or_else(|e| panic!("B releases: {e}"));
     assert_eq!(holder("after B released").await, None);
+}
+
+/// A TTL of zero, or above `i64::MAX` ms, is refused with [`FenceError::InvalidInput`] by
+/// `acquire` and by `renew`, before any I/O: no lease is taken and the held one is unchanged.
+pub async fn ttls_out_of_range_are_refused(leases: &dyn LeaseManager, domain: &Domain) {
+    let refused = |what: &str, result: Result<Lease, FenceError>| match result {
+        Err(FenceError::InvalidInput(_)) => {}
+        other => panic!("{what}: expected an invalid-input error, got {other:?}"),
+    };
+    let holder = owner("ttl-bounds");
+    for ttl in [Duration::ZERO, Duration::MAX] {
+        refused(
+            &format!("acquire for {ttl:?}"),
+            leases.acquire(domain, &holder, ttl).await,
+        );
+    }
+    let lease = leases
+        .acquire(domain, &holder, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("acquire for 30 s: {e}"));
+    for ttl in [Duration::ZERO, Duration::MAX] {
+        refused(
+            &format!("renew for {ttl:?}"),
+            leases.renew(&lease, ttl).await,
+        );
+    }
+    // The refused renewals changed nothing: the lease is still held and renewable.
+    leases
+        .renew(&lease, Duration::from_secs(30))
+        .await
+        .unwrap_or_else(|e| panic!("renew after the refused ones: {e}"));
+    leases
+        .release(&lease)
+        .await
+        .unwrap_or_else(|e| panic!("release: {e}"));
 }

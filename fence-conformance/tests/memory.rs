@@ -101,6 +101,11 @@ mod leases {
         lease::holder_is_reported(&MemoryLeases::new(), &domain("held")).await;
     }
 
+    #[tokio::test]
+    async fn ttls_out_of_range_are_refused_on_memory() {
+        lease::ttls_out_of_range_are_refused(&MemoryLeases::new(), &domain("ttl")).await;
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_guard_renews_waits_and_signals_loss_on_memory() {
         lease::guard_renews_waits_and_signals_loss(Arc::new(MemoryLeases::new()), &domain("g"))
@@ -117,21 +122,21 @@ mod leases {
             "memory"
         }
 
-        async fn do_acquire(
+        async fn acquire(
             &self,
             domain: &Domain,
             owner: &OwnerId,
             ttl: Duration,
         ) -> Result<Lease, FenceError> {
-            self.0.do_acquire(domain, owner, ttl).await
+            self.0.acquire(domain, owner, ttl).await
         }
 
-        async fn do_renew(&self, _lease: &Lease, _ttl: Duration) -> Result<Lease, FenceError> {
+        async fn renew(&self, _lease: &Lease, _ttl: Duration) -> Result<Lease, FenceError> {
             std::future::pending().await
         }
 
-        async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
-            self.0.do_release(lease).await
+        async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
+            self.0.release(lease).await
         }
     }
 

@@ -114,7 +114,7 @@ impl Fence for Faulty {
             .with_survives_restart(true)
     }
 
-    async fn do_claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.with(d, |s| {
             if self.fault != Fault::ClaimLowersMark {
                 rule::check_claim(d, s.hwm, token)?;
@@ -127,14 +127,14 @@ impl Fence for Faulty {
         })
     }
 
-    async fn do_high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.with(d, |s| s.hwm))
     }
 }
 
 #[async_trait]
 impl FencedStore for Faulty {
-    async fn do_write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         let d = r.domain();
         if let Mutation::Put(value) = r.mutation() {
             self.check_size(d, value.len())?;
@@ -200,7 +200,7 @@ impl FencedStore for Faulty {
         })
     }
 
-    async fn do_read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
         Ok(self.with(d, |s| {
             let entry = match &s.entry {
                 None => Entry::Absent,
@@ -221,7 +221,7 @@ impl FencedStore for Faulty {
 
 #[async_trait]
 impl FencedLog for Faulty {
-    async fn do_append(&self, r: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+    async fn append(&self, r: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         let d = r.domain();
         if r.records().is_empty() {
             return Err(InvalidInput::EmptyBatch { domain: d.clone() }.into());
@@ -266,7 +266,7 @@ impl FencedLog for Faulty {
         })
     }
 
-    async fn do_read_log(&self, d: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+    async fn read_log(&self, d: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         Ok(self.with(d, |s| s.log.clone()))
     }
 }
@@ -620,14 +620,14 @@ impl Fence for CachingClient {
         self.server.capabilities()
     }
 
-    async fn do_claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, d: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.refuse_known_stale(d, token)?;
         let claimed = self.server.claim(d, token).await?;
         self.note(d, Some(token));
         Ok(claimed)
     }
 
-    async fn do_high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, d: &Domain) -> Result<Option<FencingToken>, FenceError> {
         let mark = self.server.high_water_mark(d).await?;
         self.note(d, mark);
         Ok(mark)
@@ -636,7 +636,7 @@ impl Fence for CachingClient {
 
 #[async_trait]
 impl FencedStore for CachingClient {
-    async fn do_write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, r: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         // A retry with an op id may be a replay of an accepted write: only the server knows.
         if r.op_id().is_none() {
             self.refuse_known_stale(r.domain(), r.token())?;
@@ -646,7 +646,7 @@ impl FencedStore for CachingClient {
         Ok(outcome)
     }
 
-    async fn do_read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, d: &Domain) -> Result<Snapshot, FenceError> {
         let snapshot = self.server.read(d).await?;
         self.note(d, snapshot.high_water_mark);
         Ok(snapshot)

@@ -31,8 +31,14 @@ pub enum Operation {
     Issue,
     /// Acquiring, renewing or releasing a lease.
     Lease,
+    /// Asking who holds a domain's lease.
+    LeaseHolder,
     /// An operator's re-base of a mark (see [`crate::Rebase`]).
     Rebase,
+    /// Listing a domain's re-bases.
+    Rebases,
+    /// Removing a retired domain's state (see [`crate::Retirer`]).
+    Retire,
 }
 
 impl Operation {
@@ -48,7 +54,10 @@ impl Operation {
             Operation::ReadLog => "read_log",
             Operation::Issue => "issue",
             Operation::Lease => "lease",
+            Operation::LeaseHolder => "lease_holder",
             Operation::Rebase => "rebase",
+            Operation::Rebases => "rebases",
+            Operation::Retire => "retire",
         }
     }
 }

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::telemetry::observe;
 use crate::{
     AppendOutcome, AppendRequest, Capabilities, Claimed, Domain, FenceError, FencingToken,
-    LogEntry, Operation, Snapshot, WriteOutcome, WriteRequest,
+    LogEntry, Snapshot, WriteOutcome, WriteRequest,
 };
 
 /// What every fenced resource offers: claims and the high-water mark.
@@ -17,9 +16,9 @@ use crate::{
 /// Implementations hold the high-water mark (HWM) of each domain at the resource, persisted
 /// with the protected data in the same atomic step, and never delete it.
 ///
-/// Adapters implement the `do_*` methods; users call the provided ones (`claim`, `write`, …),
-/// which wrap each call in the same span and counters ([`crate::telemetry`]), so every
-/// backend reports alike without writing any of it.
+/// Adapters implement these traits plainly; telemetry is a layer over them
+/// ([`crate::Observed`], which the adapters' builders apply), so every backend reports alike
+/// without writing any of it.
 #[async_trait]
 pub trait Fence: Send + Sync + fmt::Debug {
     /// The backend's short name (`memory`, `redis`, `s3`, `kafka`), used in errors and metrics.
@@ -39,19 +38,7 @@ pub trait Fence: Send + Sync + fmt::Debug {
     /// - `token` equal to the HWM → accepted (claims are idempotent); nothing changes.
     /// - `token` newer, or no HWM yet → the HWM becomes `token`; stored data and its revision
     ///   are left alone.
-    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        observe(
-            self.backend(),
-            Operation::Claim,
-            domain,
-            Some(token),
-            self.do_claim(domain, token),
-        )
-        .await
-    }
-
-    /// The adapter's `claim`, without telemetry: implement this one, call [`Fence::claim`] (which traces and counts it).
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError>;
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError>;
 
     /// The domain's HWM: the greatest token accepted by a write, delete, append or claim.
     ///
@@ -59,20 +46,7 @@ pub trait Fence: Send + Sync + fmt::Debug {
     /// - `None` for a domain that never accepted anything.
     /// - Never decreases, also across deletes (tombstones keep it) and, where
     ///   [`Capabilities::survives_restart`] holds, across backend restarts.
-    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        observe(
-            self.backend(),
-            Operation::HighWaterMark,
-            domain,
-            None,
-            self.do_high_water_mark(domain),
-        )
-        .await
-    }
-
-    /// The adapter's `high_water_mark`, without telemetry: implement this one, call [`Fence::high_water_mark`] (which traces and counts it).
-    async fn do_high_water_mark(&self, domain: &Domain)
-        -> Result<Option<FencingToken>, FenceError>;
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError>;
 }
 
 /// A key-value or object resource: one value per domain, written and deleted under a token.
@@ -95,12 +69,7 @@ pub trait FencedStore: Fence {
     ///
     /// A delete of an absent value is accepted and leaves a tombstone. A failure after the
     /// request was sent whose outcome is unknown is [`FenceError::Ambiguous`], never a guess.
-    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        crate::telemetry::observe_write(self.backend(), request, self.do_write(request)).await
-    }
-
-    /// The adapter's `write`, without telemetry: implement this one, call [`FencedStore::write`] (which traces and counts it).
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError>;
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError>;
 
     /// Reads the domain's entry (value or tombstone, with the token that wrote it and its
     /// revision) and its HWM.
@@ -108,19 +77,7 @@ pub trait FencedStore: Fence {
     /// # Behavior
     /// - A domain never written reads as [`crate::Entry::Absent`] (its HWM may be set by a claim).
     /// - Foreign or corrupt state at the resource is [`FenceError::CorruptState`], never a value.
-    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-        observe(
-            self.backend(),
-            Operation::Read,
-            domain,
-            None,
-            self.do_read(domain),
-        )
-        .await
-    }
-
-    /// The adapter's `read`, without telemetry: implement this one, call [`FencedStore::read`] (which traces and counts it).
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError>;
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError>;
 }
 
 /// A log resource: batches of records appended under a token, committed all-or-nothing.
@@ -135,19 +92,7 @@ pub trait FencedLog: Fence {
     /// - The token rule as for [`FencedStore::write`]; a fenced batch leaves no record visible
     ///   to read_committed consumers.
     /// - Otherwise every record is committed, in order, and the HWM becomes the token.
-    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
-        observe(
-            self.backend(),
-            Operation::Append,
-            request.domain(),
-            Some(request.token()),
-            self.do_append(request),
-        )
-        .await
-    }
-
-    /// The adapter's `append`, without telemetry: implement this one, call [`FencedLog::append`] (which traces and counts it).
-    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError>;
+    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError>;
 
     /// Reads the domain's committed records in log order, as a read_committed consumer sees
     /// them.
@@ -155,19 +100,7 @@ pub trait FencedLog: Fence {
     /// # Behavior
     /// - Records of fenced or aborted batches never appear.
     /// - Tokens never decrease along the returned sequence.
-    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
-        observe(
-            self.backend(),
-            Operation::ReadLog,
-            domain,
-            None,
-            self.do_read_log(domain),
-        )
-        .await
-    }
-
-    /// The adapter's `read_log`, without telemetry: implement this one, call [`FencedLog::read_log`] (which traces and counts it).
-    async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError>;
+    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError>;
 }
 
 /// Conveniences over [`FencedStore`], implemented for every store. Do not implement it yourself.
@@ -210,12 +143,13 @@ pub trait FencedStoreExt: FencedStore {
 
 impl<T: FencedStore + ?Sized> FencedStoreExt for T {}
 
-/// Forwards every method to the shared or boxed adapter, so `Arc<MemoryFence>`,
-/// `Arc<dyn FencedStore>` and `Box<dyn FencedLog>` can be passed wherever an adapter is expected.
+/// Forwards every method to the shared, boxed or borrowed adapter, so `Arc<MemoryFence>`,
+/// `Arc<dyn FencedStore>`, `Box<dyn FencedLog>` and `&dyn FencedStore` can be passed wherever
+/// an adapter is expected (and wrapped in a layer).
 macro_rules! forward_through {
-    ($($pointer:ident),*) => {$(
+    ($($pointer:ty),*) => {$(
         #[async_trait]
-        impl<T: Fence + ?Sized> Fence for $pointer<T> {
+        impl<T: Fence + ?Sized> Fence for $pointer {
             fn backend(&self) -> &'static str {
                 (**self).backend()
             }
@@ -224,45 +158,40 @@ macro_rules! forward_through {
                 (**self).capabilities()
             }
 
-            async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-                (**self).do_claim(domain, token).await
+            async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+                (**self).claim(domain, token).await
             }
 
-            async fn do_high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-                (**self).do_high_water_mark(domain).await
+            async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
+                (**self).high_water_mark(domain).await
             }
         }
 
         #[async_trait]
-        impl<T: FencedStore + ?Sized> FencedStore for $pointer<T> {
-            // The pointee's own `write` (its telemetry, and its override if it has one).
+        impl<T: FencedStore + ?Sized> FencedStore for $pointer {
             async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
                 (**self).write(request).await
             }
 
-            async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-                (**self).do_write(request).await
-            }
-
-            async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-                (**self).do_read(domain).await
+            async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+                (**self).read(domain).await
             }
         }
 
         #[async_trait]
-        impl<T: FencedLog + ?Sized> FencedLog for $pointer<T> {
-            async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
-                (**self).do_append(request).await
+        impl<T: FencedLog + ?Sized> FencedLog for $pointer {
+            async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+                (**self).append(request).await
             }
 
-            async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
-                (**self).do_read_log(domain).await
+            async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+                (**self).read_log(domain).await
             }
         }
     )*};
 }
 
-forward_through!(Arc, Box);
+forward_through!(Arc<T>, Box<T>, &T);
 
 #[cfg(test)]
 mod tests {

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::shards::Shards;
-use crate::telemetry::observe;
-use crate::{Domain, FenceError, FencingToken, InvalidInput, Operation, OwnerId};
+use crate::{Domain, FenceError, FencingToken, InvalidInput, OwnerId};
 
 /// Issues fencing tokens: strictly increasing per domain, never reused, never wrapped.
 ///
@@ -24,20 +23,8 @@ pub trait TokenIssuer: Send + Sync + fmt::Debug {
     /// The backend's short name, used in errors, spans and metrics.
     fn backend(&self) -> &'static str;
 
-    /// Issues the domain's next token (traced and counted).
-    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
-        observe(
-            self.backend(),
-            Operation::Issue,
-            domain,
-            None,
-            self.do_issue(domain),
-        )
-        .await
-    }
-
-    /// The issuer's `issue`, without telemetry: implement this one, call [`TokenIssuer::issue`].
-    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError>;
+    /// Issues the domain's next token.
+    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError>;
 }
 
 /// The in-memory issuer: per-domain counters, for tests and the demo. Not durable.
@@ -108,7 +95,7 @@ impl TokenIssuer for MemoryIssuer {
         "memory"
     }
 
-    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         self.issue_now(domain)
     }
 }
@@ -184,46 +171,21 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
     /// The backend's short name, used in errors, spans and metrics.
     fn backend(&self) -> &'static str;
 
-    /// Acquires the domain's lease for `ttl` and issues a fresh token (traced and counted).
+    /// Acquires the domain's lease for `ttl` and issues a fresh token. A `ttl` outside 1 ms
+    /// ..= `i64::MAX` ms is refused before any I/O ([`check_lease_ttl`]).
     async fn acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
-    ) -> Result<Lease, FenceError> {
-        observe(self.backend(), Operation::Lease, domain, None, async {
-            check_ttl(domain, ttl)?;
-            self.do_acquire(domain, owner, ttl).await
-        })
-        .await
-    }
+    ) -> Result<Lease, FenceError>;
 
-    /// Extends a held lease by `ttl` from now, keeping its token (traced and counted).
-    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
-        observe(
-            self.backend(),
-            Operation::Lease,
-            &lease.domain,
-            Some(lease.token),
-            async {
-                check_ttl(&lease.domain, ttl)?;
-                self.do_renew(lease, ttl).await
-            },
-        )
-        .await
-    }
+    /// Extends a held lease by `ttl` from now, keeping its token; `ttl` checked as for
+    /// `acquire`.
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError>;
 
-    /// Releases a held lease (traced and counted).
-    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
-        observe(
-            self.backend(),
-            Operation::Lease,
-            &lease.domain,
-            Some(lease.token),
-            self.do_release(lease),
-        )
-        .await
-    }
+    /// Releases a held lease.
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError>;
 
     /// Waits, after `acquire` found `domain`'s lease held, until it may be free or `within`
     /// has passed ([`crate::LeaseGuard::acquire`] then tries again). The default sleeps a
@@ -242,21 +204,6 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
         let _ = domain;
         Err(FenceError::unsupported(self.backend(), "lease inspection"))
     }
-
-    /// The backend's `acquire`, without telemetry, with `ttl` already checked (1 ms ..=
-    /// `i64::MAX` ms): implement this one.
-    async fn do_acquire(
-        &self,
-        domain: &Domain,
-        owner: &OwnerId,
-        ttl: Duration,
-    ) -> Result<Lease, FenceError>;
-
-    /// The backend's `renew`, without telemetry, with `ttl` already checked: implement this one.
-    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError>;
-
-    /// The backend's `release`, without telemetry: implement this one.
-    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError>;
 }
 
 struct Held {
@@ -301,8 +248,8 @@ impl fmt::Debug for MemoryLeases {
 }
 
 /// Refuses a lease TTL outside 1 ms ..= `i64::MAX` ms (what every backend can express), before
-/// any I/O: the one check every lease backend shares.
-fn check_ttl(domain: &Domain, ttl: Duration) -> Result<(), FenceError> {
+/// any I/O: the one check every [`LeaseManager`]'s `acquire` and `renew` run first.
+pub fn check_lease_ttl(domain: &Domain, ttl: Duration) -> Result<(), FenceError> {
     let ms = ttl.as_millis();
     if ms == 0 || ms > i64::MAX as u128 {
         return Err(InvalidInput::Configuration(format!(
@@ -320,12 +267,13 @@ impl LeaseManager for MemoryLeases {
         "memory"
     }
 
-    async fn do_acquire(
+    async fn acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
+        check_lease_ttl(domain, ttl)?;
         let now = Instant::now();
         let mut held = self.held();
         if let Some(current) = held.get(domain) {
@@ -361,7 +309,8 @@ impl LeaseManager for MemoryLeases {
         }))
     }
 
-    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        check_lease_ttl(&lease.domain, ttl)?;
         let now = Instant::now();
         let mut held = self.held();
         match held.get_mut(&lease.domain) {
@@ -385,7 +334,7 @@ impl LeaseManager for MemoryLeases {
         }
     }
 
-    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
         let mut held = self.held();
         match held.get(&lease.domain) {
             Some(current) if current.token == lease.token && current.owner == lease.owner => {

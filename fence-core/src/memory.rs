@@ -283,7 +283,7 @@ impl Fence for MemoryFence {
             .with_issued_only(self.issuer.is_some())
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.with_state(domain, |state| {
             let bounds = self.bounds(domain);
             let claimed = pipeline::decide_claim(domain, state.hwm, token, bounds)?.claimed();
@@ -292,27 +292,18 @@ impl Fence for MemoryFence {
         })
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.peek_state(domain, |state| state.and_then(|s| s.hwm)))
     }
 }
 
 #[async_trait]
 impl FencedStore for MemoryFence {
-    /// The trait's `write` (the same telemetry) without a second boxed future around
-    /// [`FencedStore::do_write`]: the embedded default's hot path.
     async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        crate::telemetry::observe_write(BACKEND, request, async { self.write_now(request) }).await
-    }
-
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         self.write_now(request)
     }
 
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         Ok(self.peek_state(domain, |state| match state {
             Some(state) => Snapshot::new(state.hwm, state.entry.clone()),
             None => Snapshot::new(None, Entry::Absent),
@@ -334,11 +325,11 @@ impl crate::Retirer for MemoryFence {
 
 #[async_trait]
 impl FencedLog for MemoryFence {
-    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         self.append_now(request)
     }
 
-    async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         Ok(self.peek_state(domain, |state| {
             state
                 .and_then(|s| s.extras.as_ref())

@@ -51,6 +51,10 @@ accepted_label!(
     Vec<crate::LogEntry>,
     FencingToken,
     crate::Lease,
+    Option<crate::LeaseHolder>,
+    crate::RebaseRecord,
+    Vec<crate::RebaseRecord>,
+    crate::Retired,
     ()
 );
 
@@ -103,27 +107,6 @@ where
     };
     record(backend, operation, domain, token, &result, &span, started);
     result
-}
-
-/// [`observe`] for a write or delete: what [`crate::FencedStore::write`] runs around the
-/// adapter's `do_write`, for adapters that override `write` to save a boxed future.
-pub async fn observe_write<F>(
-    backend: &'static str,
-    request: &crate::WriteRequest,
-    future: F,
-) -> Result<crate::WriteOutcome, FenceError>
-where
-    F: Future<Output = Result<crate::WriteOutcome, FenceError>>,
-{
-    let token = Some(request.token());
-    observe(
-        backend,
-        request.operation(),
-        request.domain(),
-        token,
-        future,
-    )
-    .await
 }
 
 fn record<T: OutcomeLabel>(

@@ -4,7 +4,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use fence_core::{Domain, Fence, FenceError, FencedStore, FencingToken, MemoryFence, WriteRequest};
+use std::time::Duration;
+
+use fence_core::{
+    Domain, Fence, FenceError, FencedStore, FencingToken, LeaseManager, MemoryFence, MemoryIssuer,
+    MemoryLeases, Observed, OwnerId, Rebase, Rebaser, Retirer, TokenIssuer, WriteRequest,
+};
 use metrics::{
     Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit,
 };
@@ -90,8 +95,12 @@ fn operations_are_counted_by_outcome() -> Result<(), FenceError> {
         })?;
     metrics::with_local_recorder(&recorder, || {
         runtime.block_on(async {
-            let store = MemoryFence::new();
+            let store = Observed::new(MemoryFence::new());
             let d = Domain::new("metrics")?;
+            // The bare adapter reports nothing: telemetry is the layer's job alone.
+            let bare = MemoryFence::new();
+            bare.write(&WriteRequest::put(d.clone(), FencingToken::new(9)?, "x"))
+                .await?;
             let (t1, t2) = (FencingToken::new(1)?, FencingToken::new(2)?);
             store
                 .write(&WriteRequest::put(d.clone(), t2, "new"))
@@ -100,6 +109,22 @@ fn operations_are_counted_by_outcome() -> Result<(), FenceError> {
             assert!(stale.is_err_and(|e| e.is_fenced()));
             store.write(&WriteRequest::delete(d.clone(), t2)).await?;
             store.claim(&d, t2).await?;
+            let operator = OwnerId::new("ops")?;
+            store
+                .rebase(&d, &Rebase::new(t1, t2, operator.clone(), "INC-1")?)
+                .await?;
+            store.rebases(&d).await?;
+            store.retire(&d).await?;
+            Observed::new(MemoryIssuer::new()).issue(&d).await?;
+            let leases = Observed::new(MemoryLeases::new());
+            let lease = leases
+                .acquire(&d, &operator, Duration::from_secs(5))
+                .await?;
+            leases.holder(&d).await?;
+            leases.renew(&lease, Duration::from_secs(5)).await?;
+            leases.release(&lease).await?;
+            let zero_ttl = leases.acquire(&d, &operator, Duration::ZERO).await;
+            assert!(matches!(zero_ttl, Err(FenceError::InvalidInput(_))));
             Ok::<_, FenceError>(())
         })
     })?;
@@ -118,6 +143,23 @@ fn operations_are_counted_by_outcome() -> Result<(), FenceError> {
     );
     assert_eq!(
         count("fence_operations_total{backend=memory,operation=claim,outcome=accepted}"),
+        1
+    );
+    for (operation, times) in [
+        ("rebase", 1),
+        ("rebases", 1),
+        ("retire", 1),
+        ("issue", 1),
+        ("lease", 3),
+        ("lease_holder", 1),
+    ] {
+        let key = format!(
+            "fence_operations_total{{backend=memory,operation={operation},outcome=accepted}}"
+        );
+        assert_eq!(count(&key), times, "{key}");
+    }
+    assert_eq!(
+        count("fence_operations_total{backend=memory,operation=lease,outcome=invalid_input}"),
         1
     );
     // One increment per operation: writes are not counted twice.

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use fence_core::env::Env;
 use fence_core::{
-    Domain, Fence, FenceError, FencedStore, FencedStoreExt, LeaseGuard, LeaseOptions, OwnerId,
-    Retirer,
+    Domain, Fence, FenceError, FencedStore, FencedStoreExt, LeaseGuard, LeaseOptions, Observed,
+    OwnerId, Retirer,
 };
 use fence_etcd::Etcd;
 use fence_redis::{RedisFence, RedisFenceBuilder};
@@ -88,7 +88,7 @@ async fn etcd(run: &str) -> Result<Etcd, Error> {
 }
 
 /// Redis under the run's own prefix.
-async fn redis(run: &str) -> Result<RedisFence, Error> {
+async fn redis(run: &str) -> Result<Observed<RedisFence>, Error> {
     let env = Env::from_pairs([(fence_redis::env::PREFIX, format!("fence-demo:{run}"))])
         .or_else(settings());
     RedisFenceBuilder::from_env_with(&env)
@@ -217,7 +217,7 @@ async fn supervise() -> Result<(), Error> {
     outcome
 }
 
-async fn story(run: &str, check: &RedisFence) -> Result<(), Error> {
+async fn story(run: &str, check: &Observed<RedisFence>) -> Result<(), Error> {
     let mut a = Worker::start("a", run)?;
     let a_token: u64 = a.until("LEADER", Duration::from_secs(30)).await?[0].parse()?;
     a.until("WROTE", Duration::from_secs(10)).await?;

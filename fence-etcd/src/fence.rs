@@ -4,7 +4,6 @@
 //! changes nothing.
 
 use std::fmt;
-use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,80 +49,38 @@ pub const DEFAULT_MAX_ATTEMPTS: u32 = 64;
 /// ```
 #[derive(Clone)]
 pub struct EtcdFence {
-    etcd: Etcd,
-    max_value_bytes: usize,
-    op_id_retention: usize,
-    max_attempts: u32,
+    pub(crate) etcd: Etcd,
+    pub(crate) max_value_bytes: usize,
+    pub(crate) op_id_retention: usize,
+    pub(crate) max_attempts: u32,
     /// This fence's own admission settings (the prefix's settings key adds to them).
-    bounds: BoundsConfig,
+    pub(crate) bounds: BoundsConfig,
     /// Whether the prefix's settings asked for issued-only at the last read (shared by
     /// clones): a hint that saves a second read, never a decision.
     prefix_issued_only: Arc<AtomicBool>,
     /// The last state seen per domain (shared by clones).
-    cache: Arc<BoundedCache<Domain, Stored>>,
+    pub(crate) cache: Arc<BoundedCache<Domain, Stored>>,
 }
 
 impl EtcdFence {
-    pub(crate) fn new(etcd: Etcd, bounds: BoundsConfig) -> Self {
+    /// A fence made by [`crate::EtcdFenceBuilder::build`].
+    pub(crate) fn from_parts(
+        etcd: Etcd,
+        max_value_bytes: usize,
+        op_id_retention: usize,
+        max_attempts: u32,
+        bounds: BoundsConfig,
+        cache_capacity: usize,
+    ) -> Self {
         EtcdFence {
             etcd,
-            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
-            op_id_retention: DEFAULT_OP_ID_RETENTION,
-            max_attempts: DEFAULT_MAX_ATTEMPTS,
+            max_value_bytes,
+            op_id_retention,
+            max_attempts,
             bounds,
             prefix_issued_only: Arc::default(),
-            cache: Arc::new(BoundedCache::new(DEFAULT_CACHE_CAPACITY)),
+            cache: Arc::new(BoundedCache::new(cache_capacity)),
         }
-    }
-
-    /// Remembers the last state seen of at most `domains` domains (0: read before every
-    /// write). A remembered state makes a write one txn; etcd's compare decides regardless.
-    pub fn with_cache_capacity(mut self, domains: usize) -> Self {
-        self.cache = Arc::new(BoundedCache::new(domains));
-        self
-    }
-
-    /// Refuses values larger than `max` bytes, before any I/O.
-    pub fn with_max_value_bytes(mut self, max: usize) -> Self {
-        self.max_value_bytes = max;
-        self
-    }
-
-    /// Remembers the newest `count` operation ids per domain (0 turns replay detection off).
-    pub fn with_op_id_retention(mut self, count: usize) -> Self {
-        self.op_id_retention = count;
-        self
-    }
-
-    /// Gives up after `attempts` compare-and-writes that found the domain changed by
-    /// concurrent writers (at least 1).
-    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
-        self
-    }
-
-    /// Accepts only the token of the domain's live lease from [`crate::EtcdLeases`] under the
-    /// same prefix (the lock key's `create_revision`), refusing any other with
-    /// [`FenceError::Unissued`]: etcd's canonical guard. Every write's txn compares the lock
-    /// key's `create_revision` with the token, so a forged token, and the token of a lease
-    /// that expired or was revoked, change nothing, even when above the mark. Tokens of
-    /// [`crate::EtcdIssuer`] or another issuer are refused under it: use it only for domains
-    /// whose holders take [`crate::EtcdLeases`]. This fence's setting: to make every fence
-    /// under the prefix obey it, store it with [`EtcdFence::set_resource_bounds`].
-    pub fn issued_only(mut self) -> Self {
-        self.bounds.issued_only = true;
-        self
-    }
-
-    /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
-    /// without one) with [`FenceError::TokenTooFar`]: see [`fence_core::TokenBounds`]. etcd
-    /// tokens are revisions, which grow with every write in the cluster: choose a step above
-    /// the number of writes the cluster takes between two acquisitions of a domain (and above
-    /// the cluster's revision, for a domain's first token). This fence's setting: to make
-    /// every fence under the prefix obey it, store it with [`EtcdFence::set_resource_bounds`].
-    pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
-        self.bounds.max_step = Some(max_step);
-        self
     }
 
     pub(crate) fn etcd(&self) -> &Etcd {
@@ -539,25 +496,22 @@ impl Fence for EtcdFence {
             .with_issued_only(self.bounds.issued_only)
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.claim_now(domain, token).await
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.load(domain, Operation::HighWaterMark).await?.mark)
     }
 }
 
 #[async_trait]
 impl FencedStore for EtcdFence {
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         self.write_now(request).await
     }
 
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         Ok(self.load(domain, Operation::Read).await?.snapshot())
     }
 }

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
-use fence_core::{BoundsConfig, FenceError, InvalidInput};
+use fence_core::{BoundsConfig, FenceError, InvalidInput, Observed};
 
 use crate::error::{kind_of, EtcdFenceError, BACKEND};
 use crate::keys::Keys;
-use crate::{EtcdFence, EtcdIssuer, EtcdLeases};
+use crate::{EtcdIssuer, EtcdLeases};
 
 /// A connection to etcd and the key prefix under which Fence keeps its state.
 ///
@@ -27,7 +27,7 @@ use crate::{EtcdFence, EtcdIssuer, EtcdLeases};
 pub struct Etcd {
     client: Client,
     keys: Arc<Keys>,
-    /// Bounds every fence made by [`Etcd::fence`] starts with (set by [`Etcd::from_env`]).
+    /// Bounds every fence made by [`Etcd::fence_builder`] starts with (set by [`Etcd::from_env`]).
     pub(crate) fence_bounds: BoundsConfig,
 }
 
@@ -82,19 +82,14 @@ impl Etcd {
         })
     }
 
-    /// The fenced store on etcd's KV.
-    pub fn fence(&self) -> EtcdFence {
-        EtcdFence::new(self.clone(), self.fence_bounds)
+    /// Leases whose token is the lock key's `create_revision`, inside the telemetry layer.
+    pub fn leases(&self) -> Observed<EtcdLeases> {
+        Observed::new(EtcdLeases::new(self.clone()))
     }
 
-    /// Leases whose token is the lock key's `create_revision`.
-    pub fn leases(&self) -> EtcdLeases {
-        EtcdLeases::new(self.clone())
-    }
-
-    /// A token issuer on the cluster's revision.
-    pub fn issuer(&self) -> EtcdIssuer {
-        EtcdIssuer::new(self.clone())
+    /// A token issuer on the cluster's revision, inside the telemetry layer.
+    pub fn issuer(&self) -> Observed<EtcdIssuer> {
+        Observed::new(EtcdIssuer::new(self.clone()))
     }
 
     /// The client (clone it to make your own requests).

@@ -30,7 +30,7 @@ impl TokenIssuer for EtcdIssuer {
         BACKEND
     }
 
-    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         let response = self
             .etcd
             .client()

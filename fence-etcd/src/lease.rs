@@ -11,7 +11,8 @@ use etcd_client::{
     TxnOpResponse, WatchFilterType, WatchOptions,
 };
 use fence_core::{
-    Domain, FenceError, InvalidInput, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
+    check_lease_ttl, Domain, FenceError, InvalidInput, Lease, LeaseHolder, LeaseManager, Operation,
+    OwnerId,
 };
 
 use crate::error::{corrupt, map_error, EtcdFenceError, BACKEND};
@@ -440,20 +441,22 @@ impl LeaseManager for EtcdLeases {
         }
     }
 
-    async fn do_acquire(
+    async fn acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
+        check_lease_ttl(domain, ttl)?;
         self.acquire_now(domain, owner, ttl).await
     }
 
-    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        check_lease_ttl(&lease.domain, ttl)?;
         self.renew_now(lease, ttl).await
     }
 
-    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
         self.release_now(lease).await
     }
 }

@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod config;
 pub mod env;
 mod error;
 mod fence;
@@ -14,6 +15,7 @@ mod retire;
 mod settings;
 mod state;
 
+pub use config::EtcdFenceBuilder;
 pub use error::{EtcdFenceError, BACKEND};
 pub use etcd_client;
 pub use fence::{

@@ -73,8 +73,8 @@ fn parse(text: &str) -> Option<BoundsConfig> {
 impl EtcdFence {
     /// Stores `bounds` under the prefix, replacing what was stored: from then on every write
     /// and claim of every fence under the prefix — including one built without
-    /// [`EtcdFence::with_max_token_step`] or [`EtcdFence::issued_only`] — refuses what they
-    /// refuse. Each write's txn compares the settings key, so none lands decided on settings
+    /// [`crate::EtcdFenceBuilder::max_token_step`] or [`crate::EtcdFenceBuilder::issued_only`] —
+    /// refuses what they refuse. Each write's txn compares the settings key, so none lands decided on settings
     /// that changed meanwhile. A fence's own settings still apply: the tighter of the two wins.
     /// [`BoundsConfig::NONE`] removes the key.
     pub async fn set_resource_bounds(&self, bounds: BoundsConfig) -> Result<(), FenceError> {

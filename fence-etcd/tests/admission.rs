@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use fence_conformance::admission;
 use fence_conformance::services::{domain as d, put};
 use fence_core::{
-    BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Lease, LeaseManager, OwnerId,
-    TokenIssuer,
+    BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Lease, LeaseManager, Observed,
+    OwnerId, TokenIssuer,
 };
 use fence_etcd::EtcdLeases;
 use fence_testkit::etcd::shared_endpoints;
@@ -24,7 +24,7 @@ use tokio::sync::Mutex;
 /// acquires the domain's lease again, so the newest token is the live lease's.
 #[derive(Debug)]
 struct LeaseTokens {
-    leases: EtcdLeases,
+    leases: Observed<EtcdLeases>,
     held: Mutex<Option<Lease>>,
 }
 
@@ -34,7 +34,7 @@ impl TokenIssuer for LeaseTokens {
         "etcd leases"
     }
 
-    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         let mut held = self.held.lock().await;
         if let Some(previous) = held.take() {
             self.leases.release(&previous).await?;
@@ -64,8 +64,9 @@ async fn runaway_tokens_are_refused() {
     };
     let step = 1_000_000;
     let fence = etcd
-        .fence()
-        .with_max_token_step(NonZeroU64::new(step).unwrap());
+        .fence_builder()
+        .max_token_step(NonZeroU64::new(step).unwrap())
+        .build();
     admission::runaway_tokens_are_refused(&fence, &d("step"), step).await;
 }
 
@@ -157,7 +158,7 @@ async fn only_the_live_lease_token_writes() {
     let Some(etcd) = support::shared("adm_issued").await else {
         return;
     };
-    let fence = etcd.fence().issued_only();
+    let fence = etcd.fence_builder().issued_only().build();
     admission::unissued_tokens_are_refused(&fence, &lease_tokens(&etcd), &d("issued")).await;
 }
 
@@ -167,7 +168,7 @@ async fn forged_tokens_never_land_under_concurrency() {
         return;
     };
     let issuer = lease_tokens(&etcd);
-    let fence = etcd.fence().issued_only();
+    let fence = etcd.fence_builder().issued_only().build();
     admission::forged_tokens_never_land_under_concurrency(Arc::new(fence), &issuer, &d("r")).await;
 }
 
@@ -177,7 +178,10 @@ async fn a_holder_whose_lease_ended_is_refused_even_at_the_mark() {
         return;
     };
     // Two fences: the second's cached state still holds the lease when it ends.
-    let (fence, cached) = (etcd.fence().issued_only(), etcd.fence().issued_only());
+    let (fence, cached) = (
+        etcd.fence_builder().issued_only().build(),
+        etcd.fence_builder().issued_only().build(),
+    );
     let leases = etcd.leases();
     let domain = d("ended");
     let owner = OwnerId::new("worker-a").unwrap();

@@ -65,7 +65,7 @@ async fn a_stale_cache_is_corrected_by_the_compare() {
     fence_conformance::services::assert_fenced(stale, 3, 5);
     let newer = put(&a, &domain, 6, "a6").await.unwrap();
     assert_eq!(newer.accepted().revision.get(), 3);
-    let uncached = etcd.fence().with_cache_capacity(0);
+    let uncached = etcd.fence_builder().cache_capacity(0).build();
     put(&uncached, &domain, 7, "u7").await.unwrap();
     assert_eq!(
         fence_conformance::services::value_of(&b, &domain)
@@ -106,7 +106,7 @@ async fn cached_answers_are_confirmed_without_using_up_attempts() {
     let Some(etcd) = support::shared("cached_answers").await else {
         return;
     };
-    let fence = etcd.fence().with_max_attempts(1);
+    let fence = etcd.fence_builder().max_attempts(1).build();
     let domain = d("one-attempt");
     let op = OperationId::new("op-1").unwrap();
     let request = WriteRequest::put(domain.clone(), token(3), "v").with_op_id(op);

@@ -8,21 +8,21 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fence_conformance::StoreHarness;
-use fence_core::{BoxError, FencedStore};
+use fence_core::{BoxError, FencedStore, Observed};
 use fence_etcd::{Etcd, EtcdFence};
 use fence_testkit::etcd::EtcdServer;
 
 const PREFIX: &str = "/conformance";
 
-fn fence(etcd: &Etcd) -> EtcdFence {
-    etcd.fence().with_max_value_bytes(64 * 1024)
+fn fence(etcd: &Etcd) -> Observed<EtcdFence> {
+    etcd.fence_builder().max_value_bytes(64 * 1024).build()
 }
 
 struct Dedicated {
     server: EtcdServer,
     etcd: Mutex<Etcd>,
-    store: Mutex<EtcdFence>,
-    unreachable: EtcdFence,
+    store: Mutex<Observed<EtcdFence>>,
+    unreachable: Observed<EtcdFence>,
 }
 
 #[async_trait]

@@ -63,6 +63,14 @@ async fn the_holder_is_reported() {
     lease::holder_is_reported(&etcd.leases(), &d("held")).await;
 }
 
+#[tokio::test]
+async fn ttls_out_of_range_are_refused() {
+    let Some(etcd) = support::shared("lease_ttl").await else {
+        return;
+    };
+    lease::ttls_out_of_range_are_refused(&etcd.leases(), &d("ttl")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_acquires_have_exactly_one_winner() {
     let Some(etcd) = support::shared("lease_race").await else {

@@ -5,7 +5,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{Backoff, FenceError, InvalidInput, IssuerView, TokenBounds};
+use fence_core::{Backoff, FenceError, InvalidInput, IssuerView, Observed, TokenBounds};
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
@@ -201,8 +201,9 @@ impl KafkaFenceBuilder {
         self
     }
 
-    /// Validates and builds with no I/O.
-    pub fn build(self) -> Result<KafkaFence, FenceError> {
+    /// Validates and builds with no I/O. The fence comes inside the telemetry layer
+    /// ([`Observed`]).
+    pub fn build(self) -> Result<Observed<KafkaFence>, FenceError> {
         let invalid = |why: String| -> FenceError { InvalidInput::Configuration(why).into() };
         let data_topic = self
             .data_topic
@@ -262,7 +263,7 @@ impl KafkaFenceBuilder {
                 "the transactional id prefix holds a control character".into(),
             ));
         }
-        Ok(KafkaFence {
+        Ok(Observed::new(KafkaFence {
             inner: Arc::new(Inner {
                 clients: Clients::new(self.config, self.context),
                 data_topic,
@@ -282,11 +283,11 @@ impl KafkaFenceBuilder {
                 backoff: self.backoff,
                 holders: crate::holders::Holders::new(self.max_holders),
             }),
-        })
+        }))
     }
 
     /// Builds, creates the ledger topic if missing, and checks that both topics exist.
-    pub async fn connect(self) -> Result<KafkaFence, FenceError> {
+    pub async fn connect(self) -> Result<Observed<KafkaFence>, FenceError> {
         let fence = self.build()?;
         let inner = &fence.inner;
         ensure_topic(

@@ -339,25 +339,22 @@ impl Fence for KafkaFence {
             .with_max_token_step(self.inner.bounds.max_step)
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.claim_now(domain, token).await
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.read_ledger(domain).await?.hwm)
     }
 }
 
 #[async_trait]
 impl FencedLog for KafkaFence {
-    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         self.append_now(request).await
     }
 
-    async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         self.read_log_now(domain).await
     }
 }
@@ -376,6 +373,7 @@ mod tests {
             .transactional_id_prefix(prefix)
             .build()
             .unwrap_or_else(|e| unreachable!("{e}"))
+            .into_inner()
     }
 
     #[test]

@@ -9,7 +9,9 @@
 use std::time::{Duration, Instant};
 
 use fence_conformance::services::token as t;
-use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, OperationId, Record};
+use fence_core::{
+    AppendRequest, Domain, Fence, FenceError, FencedLog, Observed, OperationId, Record,
+};
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use fence_kafka::rdkafka::producer::{
@@ -96,21 +98,21 @@ where
 }
 
 /// Appends `request` (which carries an operation id) until it is applied or replayed.
-async fn append_until_done(fence: &KafkaFence, request: &AppendRequest) {
+async fn append_until_done(fence: &Observed<KafkaFence>, request: &AppendRequest) {
     if let Err(error) = retried(|| fence.append(request)).await {
         panic!("the owner's append failed for good: {error}");
     }
 }
 
 /// Claims until claimed.
-async fn claim_until_done(fence: &KafkaFence, domain: &Domain, token: u64) {
+async fn claim_until_done(fence: &Observed<KafkaFence>, domain: &Domain, token: u64) {
     if let Err(error) = retried(|| fence.claim(domain, t(token))).await {
         panic!("the claim of {token} failed for good: {error}");
     }
 }
 
 /// A stale process (its own producers, nothing cached) is fenced by `current`.
-async fn assert_fenced(fence: &KafkaFence, domain: &Domain, token: u64, current: u64) {
+async fn assert_fenced(fence: &Observed<KafkaFence>, domain: &Domain, token: u64, current: u64) {
     let zombie = batch(domain, token, "zombie");
     match retried(|| fence.append(&zombie)).await {
         Err(FenceError::Fenced { current: seen, .. }) => assert_eq!(seen, t(current)),
@@ -119,7 +121,7 @@ async fn assert_fenced(fence: &KafkaFence, domain: &Domain, token: u64, current:
 }
 
 /// The values of `domain`'s committed log with their tokens (read_committed).
-async fn log_of(fence: &KafkaFence, domain: &Domain) -> Vec<(String, u64)> {
+async fn log_of(fence: &Observed<KafkaFence>, domain: &Domain) -> Vec<(String, u64)> {
     match retried(|| fence.read_log(domain)).await {
         Ok(entries) => entries
             .iter()
@@ -136,7 +138,7 @@ async fn log_of(fence: &KafkaFence, domain: &Domain) -> Vec<(String, u64)> {
 /// produced a record with token `token` into an open transaction, not yet committed.
 fn zombie_with_open_transaction(
     config: &ClientConfig,
-    fence: &KafkaFence,
+    fence: &Observed<KafkaFence>,
     domain: &Domain,
     partition: i32,
     token: u64,
@@ -165,7 +167,7 @@ fn zombie_with_open_transaction(
 }
 
 /// A fence on `topic` of the cluster, as a separate process would open it.
-fn process(config: &ClientConfig, topic: &str) -> KafkaFence {
+fn process(config: &ClientConfig, topic: &str) -> Observed<KafkaFence> {
     support::fence_builder(config, topic).build().unwrap()
 }
 

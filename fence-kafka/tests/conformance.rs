@@ -8,14 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fence_conformance::{LogHarness, NotApplicable};
-use fence_core::{BoxError, FencedLog};
+use fence_core::{BoxError, FencedLog, Observed};
 use fence_kafka::KafkaFence;
 use fence_testkit::kafka_broker::KafkaServer;
 
 struct Kafka {
     server: Option<KafkaServer>,
     bootstrap: String,
-    fence: Mutex<KafkaFence>,
+    fence: Mutex<Observed<KafkaFence>>,
 }
 
 #[async_trait]

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use fence_core::{
-    AppendRequest, BackendErrorKind, Domain, Fence, FenceError, FencedLog, FencingToken, Record,
+    AppendRequest, BackendErrorKind, Domain, Fence, FenceError, FencedLog, FencingToken, Observed,
+    Record,
 };
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::mocking::MockCluster;
@@ -15,14 +16,14 @@ use fence_testkit::kafka::mock_fence;
 
 async fn fence_on(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
-) -> KafkaFence {
+) -> Observed<KafkaFence> {
     mock_fence(mock, |b| b.timeout(Duration::from_secs(10))).await
 }
 
 /// A fence on `mock` that retries an aborted transaction twice, quickly.
 async fn fence_with_two_retries(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
-) -> KafkaFence {
+) -> Observed<KafkaFence> {
     mock_fence(mock, |b| {
         b.timeout(Duration::from_secs(10))
             .aborted_retries(2)
@@ -98,7 +99,7 @@ async fn a_refused_claim_that_committed_reports_the_mark_it_raised() {
 }
 
 /// The values of the domain's committed records, in order.
-async fn values(fence: &KafkaFence, domain: &Domain) -> Vec<String> {
+async fn values(fence: &Observed<KafkaFence>, domain: &Domain) -> Vec<String> {
     fence
         .read_log(domain)
         .await

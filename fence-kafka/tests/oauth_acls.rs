@@ -13,7 +13,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_conformance::services::token as t;
-use fence_core::{AppendRequest, BackendErrorKind, Domain, Fence, FenceError, FencedLog, Record};
+use fence_core::{
+    AppendRequest, BackendErrorKind, Domain, Fence, FenceError, FencedLog, Observed, Record,
+};
 use fence_kafka::rdkafka::client::OAuthToken;
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::{FencedConsumer, KafkaContext, KafkaFence};
@@ -47,7 +49,7 @@ fn fence_as(
     server: &KafkaServer,
     topic: &str,
     principal: &'static str,
-) -> (KafkaFence, Arc<AtomicUsize>) {
+) -> (Observed<KafkaFence>, Arc<AtomicUsize>) {
     let calls = Arc::new(AtomicUsize::new(0));
     let fence = KafkaFence::builder(oauth_config(server))
         .data_topic(topic)

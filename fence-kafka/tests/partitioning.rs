@@ -6,7 +6,8 @@
 use std::collections::BTreeSet;
 
 use fence_core::{
-    AppendRequest, BackendErrorKind, Domain, Fence, FenceError, FencedLog, FencingToken, Record,
+    AppendRequest, BackendErrorKind, Domain, Fence, FenceError, FencedLog, FencingToken, Observed,
+    Record,
 };
 use fence_kafka::{KafkaFence, KafkaFenceError, Partitioning, SEQ_HEADER};
 use fence_testkit::kafka as support;
@@ -30,7 +31,11 @@ async fn fence_with(
     test: &str,
     partitions: i32,
     partitioning: Partitioning,
-) -> Option<(KafkaFence, fence_kafka::rdkafka::ClientConfig, String)> {
+) -> Option<(
+    Observed<KafkaFence>,
+    fence_kafka::rdkafka::ClientConfig,
+    String,
+)> {
     let (config, topic) = support::fresh_topic(test, partitions).await?;
     let fence = KafkaFence::builder(config.clone())
         .data_topic(&topic)

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use fence_core::permissions::{Access, PermissionReport};
+use fence_core::Observed;
 use fence_kafka::rdkafka::mocking::MockCluster;
 use fence_kafka::rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use fence_kafka::KafkaFence;
@@ -36,7 +37,7 @@ async fn on_the_broker_everything_is_granted_and_nothing_is_left_visible() {
 
 async fn mock_fence(
     mock: &MockCluster<'_, fence_kafka::rdkafka::producer::DefaultProducerContext>,
-) -> KafkaFence {
+) -> Observed<KafkaFence> {
     support::mock_fence(mock, |b| {
         b.timeout(Duration::from_secs(5))
             .transaction_timeout(Duration::from_secs(5))

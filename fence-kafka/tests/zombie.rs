@@ -9,7 +9,7 @@ use fence_conformance::services::token as t;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, Record};
+use fence_core::{AppendRequest, Domain, Fence, FenceError, FencedLog, Observed, Record};
 use fence_kafka::rdkafka::config::ClientConfig;
 use fence_kafka::rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use fence_kafka::{Admission, FencedConsumer, KafkaFence, TokenFilter};
@@ -23,7 +23,7 @@ fn batch(domain: &Domain, token: u64, values: &[&str]) -> AppendRequest {
 }
 
 /// A second process's view of the same topics: its own producers, nothing shared.
-async fn other_process(fence: &KafkaFence, bootstrap: &str) -> KafkaFence {
+async fn other_process(fence: &Observed<KafkaFence>, bootstrap: &str) -> Observed<KafkaFence> {
     KafkaFence::builder(support::client_config(bootstrap))
         .data_topic(fence.data_topic())
         .ledger_topic(format!("{}-ledger", fence.data_topic()))
@@ -33,7 +33,7 @@ async fn other_process(fence: &KafkaFence, bootstrap: &str) -> KafkaFence {
         .unwrap()
 }
 
-async fn values(fence: &KafkaFence, domain: &Domain) -> Vec<(String, u64)> {
+async fn values(fence: &Observed<KafkaFence>, domain: &Domain) -> Vec<(String, u64)> {
     fence
         .read_log(domain)
         .await

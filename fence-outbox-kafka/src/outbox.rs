@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use fence_core::{
-    AppendOutcome, AppendRequest, Domain, EqualTokenPolicy, FencedLog, FencingToken, OperationId,
-    Record,
+    AppendOutcome, AppendRequest, Domain, EqualTokenPolicy, FencedLog, FencingToken, Observed,
+    OperationId, Record,
 };
 use fence_kafka::KafkaFence;
 
@@ -20,7 +20,7 @@ use fence_outbox::{Effect, EffectKinds};
 /// effect records in one producer transaction under the domain's fencing token.
 #[derive(Clone)]
 pub struct KafkaOutbox {
-    pub(crate) fence: KafkaFence,
+    pub(crate) fence: Observed<KafkaFence>,
     pub(crate) config: Arc<OutboxConfig>,
 }
 
@@ -102,12 +102,12 @@ pub struct KafkaRecorded {
 
 impl KafkaOutbox {
     /// An outbox on `fence` accepting `kinds`, with default limits.
-    pub fn new(fence: KafkaFence, kinds: EffectKinds) -> Self {
+    pub fn new(fence: Observed<KafkaFence>, kinds: EffectKinds) -> Self {
         Self::with_config(fence, OutboxConfig::new(kinds))
     }
 
     /// An outbox with explicit limits and partitioning.
-    pub fn with_config(fence: KafkaFence, config: OutboxConfig) -> Self {
+    pub fn with_config(fence: Observed<KafkaFence>, config: OutboxConfig) -> Self {
         KafkaOutbox {
             fence,
             config: Arc::new(config),
@@ -115,7 +115,7 @@ impl KafkaOutbox {
     }
 
     /// The fence underneath.
-    pub fn fence(&self) -> &KafkaFence {
+    pub fn fence(&self) -> &Observed<KafkaFence> {
         &self.fence
     }
 

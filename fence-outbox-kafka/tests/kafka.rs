@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_conformance::services::{domain, token};
-use fence_core::{Domain, FenceError, FencedLog, LeaseManager, Record};
+use fence_core::{Domain, FenceError, FencedLog, LeaseManager, Observed, Record};
 use fence_outbox::{
     Effect, EntryStatus, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink,
     SinkError,
@@ -33,7 +33,7 @@ fn pay(d: &Domain, t: u64, op_id: &str, url: &str, payload: &str) -> KafkaTransi
 
 fn relay_on(
     store: KafkaRelayStore,
-    leases: &RedisFence,
+    leases: &Observed<RedisFence>,
     sink: Arc<dyn Sink>,
     config: RelayConfig,
 ) -> Relay {

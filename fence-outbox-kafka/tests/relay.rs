@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fence_core::{Domain, FencingToken, LeaseManager, OperationId, Record};
+use fence_core::{Domain, FencingToken, LeaseManager, Observed, OperationId, Record};
 use fence_outbox::{Effect, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink};
 use fence_outbox_kafka::{KafkaOutbox, KafkaTransition};
 use fence_redis::RedisFence;
@@ -29,7 +29,7 @@ const RELAY_NAME: &str = "test";
 
 struct KafkaUnderTest {
     outbox: KafkaOutbox,
-    leases: RedisFence,
+    leases: Observed<RedisFence>,
 }
 
 async fn under_test(test: &str) -> Option<KafkaUnderTest> {

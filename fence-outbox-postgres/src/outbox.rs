@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{Domain, FencingToken, Operation};
+use fence_core::{Domain, FencingToken, Observed, Operation};
 use fence_outbox::{
     Effect, EffectKinds, EntryStatus, IdempotencyKey, OutboxConfig, OutboxEntry, OutboxError,
 };
@@ -42,7 +42,7 @@ pub async fn migrate(fence: &PostgresFence) -> Result<(), OutboxError> {
 /// frozen inside one cannot hold a domain's row from its successor. Cheap to clone.
 #[derive(Clone)]
 pub struct PostgresOutbox {
-    pub(crate) fence: PostgresFence,
+    pub(crate) fence: Observed<PostgresFence>,
     pub(crate) config: Arc<OutboxConfig>,
     pub(crate) wakeups: Arc<Wakeups>,
     pub(crate) step_timeout: Duration,
@@ -67,12 +67,12 @@ pub struct PostgresRecorded {
 impl PostgresOutbox {
     /// An outbox on `fence`'s pool and schema accepting `kinds`, with the default limits and
     /// one partition (create its tables with [`migrate`]).
-    pub fn new(fence: PostgresFence, kinds: EffectKinds) -> Self {
+    pub fn new(fence: Observed<PostgresFence>, kinds: EffectKinds) -> Self {
         Self::with_config(fence, OutboxConfig::new(kinds))
     }
 
     /// An outbox with explicit limits and partitioning.
-    pub fn with_config(fence: PostgresFence, config: OutboxConfig) -> Self {
+    pub fn with_config(fence: Observed<PostgresFence>, config: OutboxConfig) -> Self {
         let channel = crate::notify::channel(fence.schema());
         PostgresOutbox {
             fence,
@@ -94,7 +94,7 @@ impl PostgresOutbox {
     }
 
     /// The fence the outbox records under.
-    pub fn fence(&self) -> &PostgresFence {
+    pub fn fence(&self) -> &Observed<PostgresFence> {
         &self.fence
     }
 

@@ -272,7 +272,9 @@ async fn a_relay_frozen_mid_step_does_not_stall_its_successor() {
     let proxied = url.replace(&upstream, &proxy.address().to_string());
     let schema = direct.fence().schema().to_owned();
     let frozen_outbox = PostgresOutbox::new(
-        PostgresFence::new(fence_testkit::postgres::pool(&proxied).await, &schema).unwrap(),
+        PostgresFence::builder(fence_testkit::postgres::pool(&proxied).await, &schema)
+            .build()
+            .unwrap(),
         support::kinds(),
     )
     .with_step_timeout(step_timeout);

@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use fence_core::telemetry::observe;
-use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, OperationId};
+use fence_core::{
+    Domain, EqualTokenPolicy, FenceError, FencingToken, Observed, Operation, OperationId,
+};
 use fence_redis::redis;
 use fence_redis::{FencedBody, RedisFence, ScriptCall, ScriptValue};
 
@@ -26,7 +28,7 @@ pub(crate) const ENTRIES: &str = "ob:entries";
 /// Cheap to clone. Key names `ob:*` of the domain are reserved for the outbox.
 #[derive(Clone)]
 pub struct RedisOutbox {
-    pub(crate) fence: RedisFence,
+    pub(crate) fence: Observed<RedisFence>,
     pub(crate) config: Arc<OutboxConfig>,
 }
 
@@ -187,12 +189,12 @@ impl fence_core::telemetry::OutcomeLabel for RedisRecorded {
 
 impl RedisOutbox {
     /// An outbox on `fence` accepting the effect kinds in `kinds`, with default limits.
-    pub fn new(fence: RedisFence, kinds: EffectKinds) -> Self {
+    pub fn new(fence: Observed<RedisFence>, kinds: EffectKinds) -> Self {
         Self::with_config(fence, OutboxConfig::new(kinds))
     }
 
     /// An outbox with explicit limits and partitioning.
-    pub fn with_config(fence: RedisFence, config: OutboxConfig) -> Self {
+    pub fn with_config(fence: Observed<RedisFence>, config: OutboxConfig) -> Self {
         RedisOutbox {
             fence,
             config: Arc::new(config),
@@ -200,7 +202,7 @@ impl RedisOutbox {
     }
 
     /// The fence underneath (for leases, claims and reads).
-    pub fn fence(&self) -> &RedisFence {
+    pub fn fence(&self) -> &Observed<RedisFence> {
         &self.fence
     }
 

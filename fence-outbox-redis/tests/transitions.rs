@@ -6,14 +6,14 @@ mod support;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use fence_core::{Fence, FenceError};
+use fence_core::{Fence, FenceError, Observed};
 use fence_outbox::{EntryStatus, IdempotencyKey, OutboxError};
 use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_redis::redis;
 use fence_redis::RedisFence;
 use support::{domain, op, outbox, pay, token};
 
-async fn order_status(fence: &RedisFence, d: &fence_core::Domain) -> Option<String> {
+async fn order_status(fence: &Observed<RedisFence>, d: &fence_core::Domain) -> Option<String> {
     let key = fence.user_key(d, "order").unwrap();
     let value = fence
         .query(redis::cmd("HGET").arg(key).arg("status"))
@@ -22,7 +22,7 @@ async fn order_status(fence: &RedisFence, d: &fence_core::Domain) -> Option<Stri
     redis::from_redis_value(value).unwrap()
 }
 
-async fn stale_transition_records_nothing(fence: RedisFence) {
+async fn stale_transition_records_nothing(fence: Observed<RedisFence>) {
     let outbox = outbox(&fence);
     let d = domain("order-1");
     let first = pay(
@@ -178,7 +178,7 @@ async fn a_failing_state_change_records_no_entry_and_can_be_retried() {
     assert_eq!(outbox.entries(&d).await.unwrap().len(), 1);
 }
 
-async fn racing_writers_never_record_behind_a_newer_token(fence: RedisFence) {
+async fn racing_writers_never_record_behind_a_newer_token(fence: Observed<RedisFence>) {
     let outbox = Arc::new(outbox(&fence));
     let d = domain("hot-order");
     let start = Arc::new(tokio::sync::Barrier::new(8));

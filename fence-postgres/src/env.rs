@@ -1,4 +1,4 @@
-//! The environment variables [`PostgresFence::from_env`] reads: one set, documented here.
+//! The environment variables [`PostgresFenceBuilder::from_env`] reads: one set, documented here.
 //!
 //! | variable | meaning |
 //! |---|---|
@@ -21,7 +21,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
 use crate::error::{kind_of, BACKEND};
 use crate::schema::Schema;
-use crate::PostgresFence;
+use crate::{PostgresFence, PostgresFenceBuilder};
 
 /// The database URL.
 pub const URL: &str = "FENCE_POSTGRES_URL";
@@ -35,8 +35,8 @@ pub const ACQUIRE_TIMEOUT_MS: &str = "FENCE_POSTGRES_ACQUIRE_TIMEOUT_MS";
 /// The schema when [`SCHEMA`] is unset.
 pub const DEFAULT_SCHEMA: &str = "fence";
 
-impl PostgresFence {
-    /// A fence on a pool opened from the process environment (see [`crate::env`]); the
+impl PostgresFenceBuilder {
+    /// A builder on a pool opened from the process environment (see [`crate::env`]); the
     /// connection is tried here, so an unreachable server fails now, as a backend error of
     /// class `Unavailable`. The tables must exist ([`crate::migrate`]).
     pub async fn from_env() -> Result<Self, FenceError> {
@@ -73,14 +73,14 @@ impl PostgresFence {
             .connect_with(options)
             .await
             .map_err(|e| FenceError::backend(BACKEND, kind_of(&e), None, e))?;
-        let mut fence = PostgresFence::new(pool, schema.name())?;
+        let mut builder = PostgresFence::builder(pool, schema.name());
         if let Some(step) = max_token_step {
-            fence = fence.with_max_token_step(step);
+            builder = builder.max_token_step(step);
         }
         if issued_only {
-            fence = fence.issued_only();
+            builder = builder.issued_only();
         }
-        Ok(fence)
+        Ok(builder)
     }
 }
 
@@ -91,7 +91,7 @@ mod tests {
     use fence_core::InvalidInput;
 
     async fn refused(pairs: &[(&str, &str)]) -> String {
-        match PostgresFence::from_env_with(&Env::from_pairs(pairs.iter().copied())).await {
+        match PostgresFenceBuilder::from_env_with(&Env::from_pairs(pairs.iter().copied())).await {
             Err(FenceError::InvalidInput(InvalidInput::Configuration(why))) => why,
             other => panic!("expected a configuration error, got {other:?}"),
         }

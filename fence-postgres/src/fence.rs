@@ -1,7 +1,6 @@
 //! `PostgresFence`: the fenced store on PostgreSQL.
 
 use std::fmt;
-use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -9,8 +8,8 @@ use async_trait::async_trait;
 use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::{
     BoundsConfig, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
-    FencedStore, FencingToken, InvalidInput, IssuerView, Mutation, OpIdRetention, OpMemory,
-    Operation, OperationId, RememberedOp, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
+    FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, OpMemory, Operation,
+    OperationId, RememberedOp, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;
@@ -37,7 +36,7 @@ pub const DEFAULT_OP_ID_RETENTION: usize = 1024;
 /// use fence_core::{Domain, FencedStoreExt, FencingToken};
 /// let pool = sqlx::PgPool::connect("postgres://fence@127.0.0.1:5440/postgres").await?;
 /// fence_postgres::migrate(&pool, "fence").await?;
-/// let fence = fence_postgres::PostgresFence::new(pool, "fence")?;
+/// let fence = fence_postgres::PostgresFence::builder(pool, "fence").build()?;
 /// fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
 /// # Ok(()) }
 /// ```
@@ -54,51 +53,22 @@ pub struct PostgresFence {
 }
 
 impl PostgresFence {
-    /// A fence on `pool`, with its tables in `schema` (created by [`crate::migrate`]).
-    pub fn new(pool: PgPool, schema: &str) -> Result<Self, InvalidInput> {
-        Ok(PostgresFence {
+    /// A fence made by [`crate::PostgresFenceBuilder::build`].
+    pub(crate) fn from_parts(
+        pool: PgPool,
+        schema: Schema,
+        max_value_bytes: usize,
+        op_id_retention: usize,
+        bounds: BoundsConfig,
+    ) -> Self {
+        PostgresFence {
             pool,
-            schema: Schema::new(schema)?,
-            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
-            op_id_retention: DEFAULT_OP_ID_RETENTION,
-            bounds: BoundsConfig::NONE,
+            schema,
+            max_value_bytes,
+            op_id_retention,
+            bounds,
             shape_checked: Arc::new(AtomicBool::new(false)),
-        })
-    }
-
-    /// Refuses values larger than `max` bytes, before any I/O.
-    pub fn with_max_value_bytes(mut self, max: usize) -> Self {
-        self.max_value_bytes = max;
-        self
-    }
-
-    /// Remembers the newest `count` operation ids per domain (0 turns replay detection off).
-    pub fn with_op_id_retention(mut self, count: usize) -> Self {
-        self.op_id_retention = count;
-        self
-    }
-
-    /// Accepts only tokens the schema's own counter issued for the domain ([`crate::PostgresIssuer`]
-    /// and [`crate::PostgresLeases`] on the same schema: up to the `fence_counters` row's last
-    /// token), refusing others with [`FenceError::Unissued`]. The counter row is read in the
-    /// write's own transaction, after the mark row's lock. Use it only for domains whose
-    /// tokens come from this schema's issuer or leases. This client's setting: to make every
-    /// client of the schema obey it, store it in the schema with
-    /// [`PostgresFence::set_resource_bounds`].
-    pub fn issued_only(mut self) -> Self {
-        self.bounds.issued_only = true;
-        self
-    }
-
-    /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
-    /// without one) with [`FenceError::TokenTooFar`], in the same transaction: see
-    /// [`fence_core::TokenBounds`]. The schema's own counter grows by one per acquisition; a
-    /// step of a few thousand leaves room for acquisitions that never wrote. This client's
-    /// setting: to make every client of the schema obey it, store it in the schema with
-    /// [`PostgresFence::set_resource_bounds`].
-    pub fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
-        self.bounds.max_step = Some(max_step);
-        self
+        }
     }
 
     /// This client's own admission settings, as built.
@@ -118,6 +88,10 @@ impl PostgresFence {
 
     pub(crate) fn tables(&self) -> &Schema {
         &self.schema
+    }
+
+    pub(crate) fn max_value_bytes(&self) -> usize {
+        self.max_value_bytes
     }
 
     pub(crate) fn op_id_retention(&self) -> usize {
@@ -355,25 +329,22 @@ impl Fence for PostgresFence {
             .with_issued_only(self.bounds.issued_only)
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.claim_now(domain, token).await
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.read_now(domain).await?.high_water_mark)
     }
 }
 
 #[async_trait]
 impl FencedStore for PostgresFence {
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         self.write_now(request).await
     }
 
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         self.read_now(domain).await
     }
 }

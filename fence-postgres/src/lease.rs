@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fence_core::{
-    Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
-    TokenIssuer,
+    check_lease_ttl, Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Observed,
+    Operation, OwnerId, TokenIssuer,
 };
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::{PgConnection, Postgres, Transaction};
@@ -37,18 +37,18 @@ pub struct PostgresLeases {
 }
 
 impl PostgresFence {
-    /// A token issuer on this fence's pool and schema.
-    pub fn issuer(&self) -> PostgresIssuer {
-        PostgresIssuer {
+    /// A token issuer on this fence's pool and schema, inside the telemetry layer.
+    pub fn issuer(&self) -> Observed<PostgresIssuer> {
+        Observed::new(PostgresIssuer {
             fence: self.clone(),
-        }
+        })
     }
 
-    /// Leases on this fence's pool and schema.
-    pub fn leases(&self) -> PostgresLeases {
-        PostgresLeases {
+    /// Leases on this fence's pool and schema, inside the telemetry layer.
+    pub fn leases(&self) -> Observed<PostgresLeases> {
+        Observed::new(PostgresLeases {
             fence: self.clone(),
-        }
+        })
     }
 
     /// Issues the domain's next token inside `tx`: the counter row is locked (created at 0 if
@@ -128,7 +128,7 @@ impl TokenIssuer for PostgresIssuer {
         BACKEND
     }
 
-    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         let mut tx = self.fence.begin_plain(domain, Operation::Issue).await?;
         let token = self
             .fence
@@ -142,7 +142,7 @@ impl TokenIssuer for PostgresIssuer {
 /// The channel releases are notified on; the payload is `<schema>\n<domain>`.
 const RELEASE_CHANNEL: &str = "fence_lease_released";
 
-/// A TTL in whole milliseconds (checked to be 1 ..= `i64::MAX` by fence-core's provided methods).
+/// A TTL in whole milliseconds (checked to be 1 ..= `i64::MAX` by [`check_lease_ttl`] first).
 fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)
 }
@@ -337,20 +337,22 @@ impl LeaseManager for PostgresLeases {
         Ok(Some(LeaseHolder::new(owner, token, remaining)))
     }
 
-    async fn do_acquire(
+    async fn acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
+        check_lease_ttl(domain, ttl)?;
         self.acquire_now(domain, owner, ttl).await
     }
 
-    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        check_lease_ttl(&lease.domain, ttl)?;
         self.renew_now(lease, ttl).await
     }
 
-    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
         self.release_now(lease).await
     }
 

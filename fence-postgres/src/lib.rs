@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 
+mod config;
 pub mod env;
 mod error;
 pub mod extension;
@@ -19,6 +20,7 @@ mod transaction;
 pub use fence_core;
 pub use sqlx;
 
+pub use config::PostgresFenceBuilder;
 pub use error::PostgresFenceError;
 pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
 pub use lease::{PostgresIssuer, PostgresLeases};

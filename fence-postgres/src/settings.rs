@@ -15,9 +15,9 @@ const BARRIER_TIMEOUT: Duration = Duration::from_secs(10);
 impl PostgresFence {
     /// Stores `bounds` in the schema, replacing what was stored: from the next statement on,
     /// every write, claim and fenced transaction of every client of the schema — including
-    /// one built without [`PostgresFence::with_max_token_step`] or
-    /// [`PostgresFence::issued_only`] — refuses what they refuse, in the same statement or
-    /// transaction that locks the domain's mark row. A client's own settings still apply: the
+    /// one built without [`crate::PostgresFenceBuilder::max_token_step`] or
+    /// [`crate::PostgresFenceBuilder::issued_only`] — refuses what they refuse, in the same
+    /// statement or transaction that locks the domain's mark row. A client's own settings still apply: the
     /// tighter of the two wins. [`BoundsConfig::NONE`] removes the schema's setting.
     ///
     /// It waits for the fenced operations in flight (up to 10 s, then a retryable error):

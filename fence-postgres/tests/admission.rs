@@ -21,7 +21,11 @@ async fn runaway_tokens_are_refused() {
     let Some((fence, _)) = shared("adm_step").await else {
         return;
     };
-    let fence = fence.with_max_token_step(NonZeroU64::new(STEP).unwrap());
+    let fence = fence
+        .to_builder()
+        .max_token_step(NonZeroU64::new(STEP).unwrap())
+        .build()
+        .unwrap();
     admission::runaway_tokens_are_refused(&fence, &d("step"), STEP).await;
 }
 
@@ -30,7 +34,7 @@ async fn unissued_tokens_are_refused() {
     let Some((fence, _)) = shared("adm_issued").await else {
         return;
     };
-    let fence = fence.issued_only();
+    let fence = fence.to_builder().issued_only().build().unwrap();
     admission::unissued_tokens_are_refused(&fence, &fence.issuer(), &d("issued")).await;
 }
 
@@ -39,7 +43,7 @@ async fn forged_tokens_never_land_under_concurrency() {
     let Some((fence, _)) = shared("adm_forged").await else {
         return;
     };
-    let fence = fence.issued_only();
+    let fence = fence.to_builder().issued_only().build().unwrap();
     let issuer = fence.issuer();
     admission::forged_tokens_never_land_under_concurrency(Arc::new(fence), &issuer, &d("r")).await;
 }
@@ -50,8 +54,11 @@ async fn fenced_transactions_are_admitted_like_writes() {
         return;
     };
     let fence = fence
+        .to_builder()
         .issued_only()
-        .with_max_token_step(NonZeroU64::new(STEP).unwrap());
+        .max_token_step(NonZeroU64::new(STEP).unwrap())
+        .build()
+        .unwrap();
     let domain = d("account");
     let issued = fence.issuer().issue(&domain).await.unwrap();
     let forged = TransactionRequest::new(domain.clone(), t(issued.get() + 1));
@@ -75,9 +82,10 @@ async fn fenced_transactions_are_admitted_like_writes() {
         .unwrap();
     assert_eq!(mark, Some(issued), "the refused transaction moved the mark");
     // The step, and a stale token that stays `Fenced` (the rule comes before the bounds).
-    let plain = fence_postgres::PostgresFence::new(fence.pool().clone(), fence.schema())
-        .unwrap()
-        .with_max_token_step(NonZeroU64::new(STEP).unwrap());
+    let plain = fence_postgres::PostgresFence::builder(fence.pool().clone(), fence.schema())
+        .max_token_step(NonZeroU64::new(STEP).unwrap())
+        .build()
+        .unwrap();
     let far = TransactionRequest::new(domain.clone(), t(issued.get() + STEP + 1));
     match plain.begin(&far).await {
         Err(FenceError::TokenTooFar { current, .. }) => assert_eq!(current, Some(issued)),
@@ -98,7 +106,9 @@ async fn schema_settings_bind_a_client_built_without_them() {
     let Some((operator, pool)) = shared("adm_schema").await else {
         return;
     };
-    let plain = fence_postgres::PostgresFence::new(pool, operator.schema()).unwrap();
+    let plain = fence_postgres::PostgresFence::builder(pool, operator.schema())
+        .build()
+        .unwrap();
     let step = NonZeroU64::new(STEP);
     assert_eq!(plain.resource_bounds().await.unwrap(), BoundsConfig::NONE);
 
@@ -148,7 +158,9 @@ async fn storing_settings_waits_for_fenced_transactions_in_flight() {
     let Some((operator, pool)) = shared("adm_barrier").await else {
         return;
     };
-    let plain = fence_postgres::PostgresFence::new(pool, operator.schema()).unwrap();
+    let plain = fence_postgres::PostgresFence::builder(pool, operator.schema())
+        .build()
+        .unwrap();
     // Admitted with no setting in force: u64::MAX.
     let Ok(Begun::Admitted(tx)) = plain
         .begin(&TransactionRequest::new(d("barrier"), t(u64::MAX)))
@@ -228,7 +240,9 @@ async fn must_be_migrated_again(name: &str, old_function: &str) {
     .execute(&pool)
     .await
     .unwrap();
-    let stale = fence_postgres::PostgresFence::new(pool.clone(), &schema).unwrap();
+    let stale = fence_postgres::PostgresFence::builder(pool.clone(), &schema)
+        .build()
+        .unwrap();
     let refused = fence_conformance::services::put(&stale, &d("x"), 1, "v").await;
     match &refused {
         Err(error) => {
@@ -242,7 +256,9 @@ async fn must_be_migrated_again(name: &str, old_function: &str) {
         Ok(outcome) => panic!("a write on the old schema: {outcome:?}"),
     }
     fence_postgres::migrate(&pool, &schema).await.unwrap();
-    let fresh = fence_postgres::PostgresFence::new(pool, &schema).unwrap();
+    let fresh = fence_postgres::PostgresFence::builder(pool, &schema)
+        .build()
+        .unwrap();
     fence_conformance::services::put(&fresh, &d("x"), 1, "v")
         .await
         .unwrap();
@@ -271,7 +287,7 @@ async fn a_lost_counter_refuses_tokens_until_the_issuer_reconciles() {
     let Some((fence, pool)) = shared("adm_lost").await else {
         return;
     };
-    let fence = fence.issued_only();
+    let fence = fence.to_builder().issued_only().build().unwrap();
     let domain = d("lost");
     let lose = lose_counter(&pool, fence.schema(), &domain);
     admission::lost_issuer_state_refuses_tokens_until_reconciled(

@@ -98,10 +98,11 @@ async fn the_op_id_memory_keeps_the_newest_ids() {
     let Some((fence, pool)) = shared("retention").await else {
         return;
     };
-    let fence = fence.with_op_id_retention(4);
-    let other = PostgresFence::new(pool, fence.schema())
-        .unwrap()
-        .with_op_id_retention(4);
+    let fence = fence.to_builder().op_id_retention(4).build().unwrap();
+    let other = PostgresFence::builder(pool, fence.schema())
+        .op_id_retention(4)
+        .build()
+        .unwrap();
     fence_conformance::retention::store_keeps_the_last_op_ids(&fence, &other, &d("retention"))
         .await;
 }
@@ -112,7 +113,9 @@ async fn a_missing_schema_and_a_bad_schema_name_are_typed_errors() {
         return;
     };
     let pool = pool(&url).await;
-    let never_migrated = PostgresFence::new(pool.clone(), &unique_schema("missing")).unwrap();
+    let never_migrated = PostgresFence::builder(pool.clone(), &unique_schema("missing"))
+        .build()
+        .unwrap();
     let error = put(&never_migrated, &d("x"), 1, "v").await.unwrap_err();
     assert_eq!(
         error.backend_kind(),
@@ -128,7 +131,10 @@ async fn a_missing_schema_and_a_bad_schema_name_are_typed_errors() {
         "fence;drop",
         &"x".repeat(64),
     ] {
-        assert!(PostgresFence::new(pool.clone(), bad).is_err(), "{bad:?}");
+        assert!(
+            PostgresFence::builder(pool.clone(), bad).build().is_err(),
+            "{bad:?}"
+        );
         assert!(
             fence_postgres::migrate(&pool, bad).await.is_err(),
             "{bad:?}"
@@ -187,7 +193,9 @@ async fn a_cut_connection_is_ambiguous_and_learnable() {
         .connect(&proxied)
         .await
         .unwrap();
-    let through = PostgresFence::new(pool, fence.schema()).unwrap();
+    let through = PostgresFence::builder(pool, fence.schema())
+        .build()
+        .unwrap();
     fence_conformance::ambiguity::cut_connections_are_ambiguous_and_learnable(
         &through,
         &proxy,

@@ -6,25 +6,26 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fence_conformance::StoreHarness;
-use fence_core::{BoxError, FencedStore};
+use fence_core::{BoxError, FencedStore, Observed};
 use fence_postgres::PostgresFence;
 use fence_testkit::postgres::{pool, PostgresServer};
 
 const SCHEMA: &str = "fence";
 
-async fn fence(url: &str) -> PostgresFence {
+async fn fence(url: &str) -> Observed<PostgresFence> {
     let pool = pool(url).await;
     fence_postgres::migrate(&pool, SCHEMA)
         .await
         .expect("migrate");
-    PostgresFence::new(pool, SCHEMA)
+    PostgresFence::builder(pool, SCHEMA)
+        .max_value_bytes(64 * 1024)
+        .build()
         .expect("valid schema")
-        .with_max_value_bytes(64 * 1024)
 }
 
 struct Dedicated {
     server: PostgresServer,
-    fence: Mutex<PostgresFence>,
+    fence: Mutex<Observed<PostgresFence>>,
 }
 
 #[async_trait]
@@ -46,9 +47,10 @@ impl StoreHarness for Dedicated {
             .connect_lazy("postgres://fence@127.0.0.1:1/postgres")
             .expect("a valid URL");
         Some(Arc::new(
-            PostgresFence::new(pool, SCHEMA)
-                .expect("valid schema")
-                .with_max_value_bytes(64 * 1024),
+            PostgresFence::builder(pool, SCHEMA)
+                .max_value_bytes(64 * 1024)
+                .build()
+                .expect("valid schema"),
         ))
     }
 }
@@ -67,9 +69,10 @@ async fn declared_capabilities_are_pinned() {
     let pool = sqlx::postgres::PgPoolOptions::new()
         .connect_lazy("postgres://fence@127.0.0.1:1/postgres")
         .expect("a valid URL");
-    let caps = PostgresFence::new(pool, SCHEMA)
+    let caps = PostgresFence::builder(pool, SCHEMA)
+        .max_value_bytes(64 * 1024)
+        .build()
         .expect("valid schema")
-        .with_max_value_bytes(64 * 1024)
         .capabilities();
     assert_eq!(
         caps,

@@ -9,7 +9,9 @@ use std::time::Duration;
 use fence_conformance::services::{
     domain as d, oversized_value_is_refused_before_io, put, value_of,
 };
-use fence_core::{BackendErrorKind, Domain, Fence, FenceError, FencedStore, MAX_DOMAIN_BYTES};
+use fence_core::{
+    BackendErrorKind, Domain, Fence, FenceError, FencedStore, Observed, MAX_DOMAIN_BYTES,
+};
 use fence_postgres::{PostgresFence, TransactionRequest};
 use fence_testkit::postgres::{pool, shared_url, unique_schema};
 use sqlx::postgres::PgPoolOptions;
@@ -17,15 +19,21 @@ use sqlx::PgPool;
 use support::shared;
 
 /// A migrated schema on the shared server, a fence on the test pool, and the server's URL.
-async fn migrated(test: &str) -> Option<(PostgresFence, PgPool, String)> {
+async fn migrated(test: &str) -> Option<(Observed<PostgresFence>, PgPool, String)> {
     let (fence, pool) = shared(test).await?;
     Some((fence, pool, shared_url()?))
 }
 
 /// A fence on the same schema through a pool of its own options.
-async fn through(options: PgPoolOptions, url: &str, fence: &PostgresFence) -> PostgresFence {
+async fn through(
+    options: PgPoolOptions,
+    url: &str,
+    fence: &Observed<PostgresFence>,
+) -> Observed<PostgresFence> {
     let pool = options.connect_lazy(url).unwrap();
-    PostgresFence::new(pool, fence.schema()).unwrap()
+    PostgresFence::builder(pool, fence.schema())
+        .build()
+        .unwrap()
 }
 
 /// Pool options that run `set` on every new connection.
@@ -61,7 +69,9 @@ async fn a_table_of_another_shape_fails_closed() {
     let migrated = fence_postgres::migrate(&pool, &schema).await.unwrap_err();
     assert!(migrated.to_string().contains("hwm text"), "{migrated}");
     assert!(!migrated.is_retryable());
-    let fence = PostgresFence::new(pool.clone(), &schema).unwrap();
+    let fence = PostgresFence::builder(pool.clone(), &schema)
+        .build()
+        .unwrap();
     for (what, result) in [
         ("write", put(&fence, &d("d"), 9, "x").await.map(|_| ())),
         ("read", fence.read(&d("d")).await.map(|_| ())),
@@ -92,7 +102,7 @@ async fn oversized_values_and_long_domains() {
     let Some((fence, _, _)) = migrated("sizes").await else {
         return;
     };
-    let fence = fence.with_max_value_bytes(1024);
+    let fence = fence.to_builder().max_value_bytes(1024).build().unwrap();
     oversized_value_is_refused_before_io(&fence, &d("big"), 1024, None).await;
     let longest = Domain::new("d".repeat(MAX_DOMAIN_BYTES)).unwrap();
     put(&fence, &longest, 1, "v").await.unwrap();
@@ -211,13 +221,17 @@ async fn a_schema_without_the_write_function_is_not_migrated_until_migrate_runs(
         .execute(&pool)
         .await
         .unwrap();
-    let fresh = PostgresFence::new(pool.clone(), fence.schema()).unwrap();
+    let fresh = PostgresFence::builder(pool.clone(), fence.schema())
+        .build()
+        .unwrap();
     let error = put(&fresh, &d("old"), 1, "v").await.unwrap_err();
     assert_kind(&error, BackendErrorKind::NotFound, false);
     assert!(error.to_string().contains("fence_write"), "{error}");
     fence_postgres::migrate(&pool, fence.schema())
         .await
         .unwrap();
-    let again = PostgresFence::new(pool, fence.schema()).unwrap();
+    let again = PostgresFence::builder(pool, fence.schema())
+        .build()
+        .unwrap();
     put(&again, &d("old"), 1, "v").await.unwrap();
 }

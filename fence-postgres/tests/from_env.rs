@@ -1,10 +1,10 @@
-//! `PostgresFence::from_env` against the shared PostgreSQL.
+//! `PostgresFenceBuilder::from_env` against the shared PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use fence_conformance::services::{domain as d, put, token as t, value_of};
 use fence_core::env::Env;
 use fence_core::{BackendErrorKind, Fence, FenceError};
-use fence_postgres::PostgresFence;
+use fence_postgres::PostgresFenceBuilder;
 use fence_testkit::postgres as support;
 
 #[tokio::test]
@@ -22,7 +22,10 @@ async fn a_fence_from_the_postgres_variables_writes() {
         (fence_postgres::env::MAX_CONNECTIONS, "2"),
         ("FENCE_MAX_TOKEN_STEP", "10"),
     ]);
-    let fence = PostgresFence::from_env_with(&env).await.unwrap();
+    let fence = PostgresFenceBuilder::from_env_with(&env)
+        .await
+        .and_then(PostgresFenceBuilder::build)
+        .unwrap();
     assert_eq!(fence.schema(), schema);
     let domain = d("configured");
     put(&fence, &domain, 3, "from the environment")
@@ -48,7 +51,7 @@ async fn an_unreachable_server_is_unavailable_and_its_password_is_not_shown() {
         ),
         (fence_postgres::env::ACQUIRE_TIMEOUT_MS, "500"),
     ]);
-    match PostgresFence::from_env_with(&env).await {
+    match PostgresFenceBuilder::from_env_with(&env).await {
         Err(
             error @ FenceError::Backend {
                 kind: BackendErrorKind::Unavailable,

@@ -38,6 +38,14 @@ async fn the_holder_is_reported() {
     lease::holder_is_reported(&fence.leases(), &d("held")).await;
 }
 
+#[tokio::test]
+async fn ttls_out_of_range_are_refused() {
+    let Some((fence, _)) = shared("lease_ttl").await else {
+        return;
+    };
+    lease::ttls_out_of_range_are_refused(&fence.leases(), &d("ttl")).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_acquires_have_exactly_one_winner() {
     let Some((fence, _)) = shared("lease_race").await else {
@@ -156,7 +164,7 @@ async fn the_issuer_is_monotonic_across_a_crash_of_the_server() {
     let connect = |url: String| async move {
         let pool = pool(&url).await;
         fence_postgres::migrate(&pool, "fence").await.unwrap();
-        PostgresFence::new(pool, "fence").unwrap()
+        PostgresFence::builder(pool, "fence").build().unwrap()
     };
     let fence = connect(server.url()).await;
     let domain = d("durable");

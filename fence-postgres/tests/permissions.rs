@@ -30,7 +30,9 @@ async fn the_check_names_each_missing_privilege() {
         sqlx::query(&statement).execute(&admin).await.unwrap();
     }
     let url = shared_url().unwrap().replace("fence@", &format!("{role}@"));
-    let limited = PostgresFence::new(pool(&url).await, &schema).unwrap();
+    let limited = PostgresFence::builder(pool(&url).await, &schema)
+        .build()
+        .unwrap();
     let report = limited.check_permissions().await;
     let cleanup = format!("DROP OWNED BY {role}; DROP ROLE {role}");
     limited.pool().close().await;
@@ -76,7 +78,9 @@ async fn a_schema_not_migrated_is_unknown_not_granted() {
     let Some(url) = shared_url() else {
         return;
     };
-    let fence = PostgresFence::new(pool(&url).await, &unique_schema("unmigrated")).unwrap();
+    let fence = PostgresFence::builder(pool(&url).await, &unique_schema("unmigrated"))
+        .build()
+        .unwrap();
     let report = fence.check_permissions().await.unwrap();
     println!("{report}");
     assert!(!report.all_granted());

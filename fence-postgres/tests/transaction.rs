@@ -12,8 +12,8 @@ use std::time::Duration;
 use fence_conformance::proxy::TcpProxy;
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 use fence_core::{
-    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, InvalidInput, OpKind, OperationId,
-    WriteRequest,
+    Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, InvalidInput, Observed, OpKind,
+    OperationId, WriteRequest,
 };
 use fence_postgres::{PostgresFence, Transacted, TransactionError, TransactionRequest};
 use fence_testkit::postgres::{pool, shared_url};
@@ -21,7 +21,7 @@ use sqlx::PgPool;
 
 /// A migrated fence in a fresh schema, and a user table `<schema>.ledger` that logs, in commit
 /// order, the token of every transaction that committed.
-async fn with_ledger(test: &str) -> Option<(PostgresFence, PgPool, String)> {
+async fn with_ledger(test: &str) -> Option<(Observed<PostgresFence>, PgPool, String)> {
     let (fence, pool) = support::shared(test).await?;
     let ledger = format!("{}.ledger", fence.schema());
     sqlx::query(&format!(
@@ -35,7 +35,7 @@ async fn with_ledger(test: &str) -> Option<(PostgresFence, PgPool, String)> {
 
 /// Runs a fenced transaction that logs its token in `ledger`.
 async fn log_token(
-    fence: &PostgresFence,
+    fence: &Observed<PostgresFence>,
     ledger: &str,
     request: &TransactionRequest,
 ) -> Result<Transacted<()>, TransactionError<sqlx::Error>> {
@@ -185,7 +185,9 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
     let proxy = TcpProxy::start(upstream).await.unwrap();
     let proxied = url.replace(&upstream.to_string(), &proxy.address().to_string());
     let schema = ledger.trim_end_matches(".ledger");
-    let fence = PostgresFence::new(pool(&proxied).await, schema).unwrap();
+    let fence = PostgresFence::builder(pool(&proxied).await, schema)
+        .build()
+        .unwrap();
     let domain = d("account");
     let insert = format!("INSERT INTO {ledger} (domain, token) VALUES ('account', $1::numeric)");
 
@@ -268,7 +270,9 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
     .execute(&direct)
     .await
     .unwrap();
-    let fence = PostgresFence::new(direct.clone(), schema).unwrap();
+    let fence = PostgresFence::builder(direct.clone(), schema)
+        .build()
+        .unwrap();
     let third = TransactionRequest::new(domain.clone(), t(5))
         .with_op_id(OperationId::new("statement-3").unwrap());
     let mut tx = support::admitted(&fence, &third).await;

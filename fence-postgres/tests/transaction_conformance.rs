@@ -9,11 +9,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_conformance::entry::{Call, EntryHarness, Ran};
-use fence_core::{Domain, Fence, FenceError};
+use fence_core::{Domain, Fence, FenceError, Observed};
 use fence_postgres::{PostgresFence, TransactionError, TransactionRequest};
 
 struct TransactionHarness {
-    fence: PostgresFence,
+    fence: Observed<PostgresFence>,
     pool: sqlx::PgPool,
     counters: String,
 }

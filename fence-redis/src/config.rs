@@ -5,7 +5,7 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{FenceError, InvalidInput, Operation};
+use fence_core::{FenceError, InvalidInput, Observed, Operation};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClientBuilder;
 use redis::cluster_async::ClusterConnection;
@@ -273,8 +273,8 @@ impl RedisFenceBuilder {
     }
 
     /// Validates the configuration and builds the fence without any I/O; the connection opens
-    /// on first use.
-    pub fn build(self) -> Result<RedisFence, FenceError> {
+    /// on first use. The fence comes inside the telemetry layer ([`Observed`]).
+    pub fn build(self) -> Result<Observed<RedisFence>, FenceError> {
         let keys = Keys::new(&self.prefix)?;
         if self.max_value_bytes == 0 || self.max_value_bytes > REDIS_MAX_VALUE_BYTES {
             return Err(InvalidInput::Configuration(format!(
@@ -396,7 +396,7 @@ impl RedisFenceBuilder {
                 None,
             ),
         };
-        Ok(RedisFence::from_inner(Inner {
+        Ok(Observed::new(RedisFence::from_inner(Inner {
             description: description.unwrap_or_default(),
             connection,
             connector: source,
@@ -407,11 +407,11 @@ impl RedisFenceBuilder {
             durable: self.durable,
             max_token_step: self.max_token_step,
             issued_only: self.issued_only,
-        }))
+        })))
     }
 
     /// Builds the fence and opens its connection, so that an unreachable server fails here.
-    pub async fn connect(self) -> Result<RedisFence, FenceError> {
+    pub async fn connect(self) -> Result<Observed<RedisFence>, FenceError> {
         let fence = self.build()?;
         fence.ping().await?;
         Ok(fence)

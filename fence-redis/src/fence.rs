@@ -373,25 +373,22 @@ impl Fence for RedisFence {
             .with_issued_only(self.inner.issued_only)
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.claim_now(domain, token).await
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.read_now(domain, false).await?.high_water_mark)
     }
 }
 
 #[async_trait]
 impl FencedStore for RedisFence {
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         self.write_now(request).await
     }
 
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         self.read_now(domain, true).await
     }
 }

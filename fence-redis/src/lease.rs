@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use fence_core::{
-    Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
-    TokenIssuer,
+    check_lease_ttl, Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Observed,
+    Operation, OwnerId, TokenIssuer,
 };
 
 use crate::error::{unexpected, BACKEND};
@@ -32,22 +32,23 @@ pub struct RedisIssuer {
 }
 
 impl RedisFence {
-    /// Leases sharing this fence's connection and key prefix.
-    pub fn leases(&self) -> RedisLeases {
-        RedisLeases {
+    /// Leases sharing this fence's connection and key prefix, inside the telemetry layer.
+    pub fn leases(&self) -> Observed<RedisLeases> {
+        Observed::new(RedisLeases {
             fence: self.clone(),
-        }
+        })
     }
 
-    /// A token issuer sharing this fence's connection and key prefix.
-    pub fn issuer(&self) -> RedisIssuer {
-        RedisIssuer {
+    /// A token issuer sharing this fence's connection and key prefix, inside the telemetry
+    /// layer.
+    pub fn issuer(&self) -> Observed<RedisIssuer> {
+        Observed::new(RedisIssuer {
             fence: self.clone(),
-        }
+        })
     }
 }
 
-/// A TTL in whole milliseconds (checked to be at least 1 by fence-core's provided methods).
+/// A TTL in whole milliseconds (checked to be at least 1 by [`check_lease_ttl`] first).
 fn ttl_ms(ttl: Duration) -> String {
     ttl.as_millis().to_string()
 }
@@ -150,12 +151,13 @@ impl LeaseManager for RedisLeases {
         BACKEND
     }
 
-    async fn do_acquire(
+    async fn acquire(
         &self,
         domain: &Domain,
         owner: &OwnerId,
         ttl: Duration,
     ) -> Result<Lease, FenceError> {
+        check_lease_ttl(domain, ttl)?;
         self.acquire_now(domain, owner, ttl).await
     }
 
@@ -192,13 +194,14 @@ impl LeaseManager for RedisLeases {
         }
     }
 
-    async fn do_renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
+        check_lease_ttl(&lease.domain, ttl)?;
         self.renew_or_release(lease, Some(ttl))
             .await?
             .ok_or_else(|| unexpected("lease_renew", &lease.domain, "renew returned no lease"))
     }
 
-    async fn do_release(&self, lease: &Lease) -> Result<(), FenceError> {
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
         self.renew_or_release(lease, None).await.map(|_| ())
     }
 }
@@ -209,7 +212,7 @@ impl TokenIssuer for RedisIssuer {
         BACKEND
     }
 
-    async fn do_issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
+    async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         let reply = self
             .fence
             .eval(

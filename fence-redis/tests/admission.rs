@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use fence_conformance::admission;
 use fence_conformance::services::{domain, unavailable};
-use fence_core::{BoundsConfig, Fence, FenceError, FencingToken};
+use fence_core::{BoundsConfig, Fence, FenceError, FencingToken, Observed};
 use fence_redis::{FencedScript, RedisFence, RedisFenceBuilder, ScriptCall};
 use fence_testkit::redis::{shared_cluster, shared_url, unique_prefix};
 
@@ -16,7 +16,7 @@ const STEP: u64 = 1000;
 async fn on_servers(
     test: &str,
     configure: fn(RedisFenceBuilder) -> RedisFenceBuilder,
-) -> Vec<RedisFence> {
+) -> Vec<Observed<RedisFence>> {
     let (Some(url), Some(nodes)) = (shared_url(), shared_cluster()) else {
         unavailable("Redis (standalone and Cluster)");
         return Vec::new();
@@ -35,7 +35,7 @@ async fn on_servers(
 }
 
 /// A fence on the shared standalone Redis under a fresh prefix, and the server's URL.
-async fn standalone(test: &str) -> Option<(RedisFence, String)> {
+async fn standalone(test: &str) -> Option<(Observed<RedisFence>, String)> {
     let url = shared_url()?;
     let fence = RedisFence::builder()
         .url(url.clone())
@@ -261,7 +261,7 @@ async fn a_rebase_without_the_sequence_needs_a_declaration() {
 }
 
 /// Deletes the domain's token sequence, as a restore from an older snapshot would lose it.
-async fn lose_sequence(url: &str, fence: &RedisFence, d: &fence_core::Domain) {
+async fn lose_sequence(url: &str, fence: &Observed<RedisFence>, d: &fence_core::Domain) {
     use fence_redis::redis::AsyncCommands;
     let seq = format!("{}:{{{}}}:seq", fence.prefix(), d.escaped());
     let mut raw = fence_testkit::redis::raw(url).await;

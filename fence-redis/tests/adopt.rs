@@ -3,12 +3,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t, unavailable};
-use fence_core::{Domain, Fence, FenceError, FencedStore, InvalidInput};
+use fence_core::{Domain, Fence, FenceError, FencedStore, InvalidInput, Observed};
 use fence_redis::redis::{self, Value};
 use fence_redis::{FencedScript, RedisFence, RedisFenceError, ScriptCall, ScriptValue};
 use fence_testkit::redis::{shared_cluster, shared_url, unique_prefix, RawRedis};
 
-async fn fences(test: &str) -> Vec<(RedisFence, RawRedis)> {
+async fn fences(test: &str) -> Vec<(Observed<RedisFence>, RawRedis)> {
     let (Some(url), Some(nodes)) = (shared_url(), shared_cluster()) else {
         unavailable("Redis (standalone and Cluster)");
         return Vec::new();
@@ -30,7 +30,7 @@ async fn fences(test: &str) -> Vec<(RedisFence, RawRedis)> {
 }
 
 /// A key another tool would write, in the domain's hash slot (Cluster needs it).
-fn foreign_key(fence: &RedisFence, domain: &Domain, what: &str) -> String {
+fn foreign_key(fence: &Observed<RedisFence>, domain: &Domain, what: &str) -> String {
     format!("legacy-{}:{what}:{{{}}}", fence.prefix(), domain.escaped())
 }
 

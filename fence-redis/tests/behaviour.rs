@@ -9,8 +9,8 @@ use fence_conformance::services::{assert_fenced, domain as d, put, token as t};
 use std::time::Duration;
 
 use fence_core::{
-    EqualTokenPolicy, Fence, FenceError, FencedStore, FencingToken, OperationId, Revision,
-    WriteRequest,
+    EqualTokenPolicy, Fence, FenceError, FencedStore, FencingToken, Observed, OperationId,
+    Revision, WriteRequest,
 };
 use fence_redis::redis::{self, AsyncCommands};
 use fence_redis::{FencedScript, RedisFence, ScriptCall, ScriptValue};
@@ -27,7 +27,7 @@ async fn flush_scripts(urls: &[String]) {
     }
 }
 
-async fn script_flush_case(fence: RedisFence, urls: Vec<String>) {
+async fn script_flush_case(fence: Observed<RedisFence>, urls: Vec<String>) {
     let domain = d("flush");
     put(&fence, &domain, 1, "one").await.unwrap();
     flush_scripts(&urls).await;
@@ -71,7 +71,7 @@ async fn script_flush_on_every_cluster_node_still_works() {
     script_flush_case(fence, shared_cluster().unwrap()).await;
 }
 
-async fn exact_tokens_case(fence: RedisFence) {
+async fn exact_tokens_case(fence: Observed<RedisFence>) {
     let domain = d("exact");
     let p53 = 1u64 << 53;
     for token in [p53 - 1, p53, p53 + 1] {
@@ -123,7 +123,7 @@ const ADD_ITEM: &str = r#"
     return redis.call('INCRBY', KEYS[2], ARGV[3])
 "#;
 
-async fn user_script_case(fence: RedisFence, raw_url: Option<String>) {
+async fn user_script_case(fence: Observed<RedisFence>, raw_url: Option<String>) {
     let domain = d("cart-42");
     let script = FencedScript::new(ADD_ITEM);
     let call = |token: u64, sku: &str, cents: &str| {

@@ -9,14 +9,14 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fence_conformance::StoreHarness;
-use fence_core::{BoxError, Fence, FencedStore};
+use fence_core::{BoxError, Fence, FencedStore, Observed};
 use fence_redis::RedisFence;
 use support::{RedisCluster, RedisServer};
 
 /// Races of 10 workers × 200 operations on every backend shape.
 const RACE_ROUNDS: usize = 200;
 
-fn fence(build: fence_redis::RedisFenceBuilder) -> RedisFence {
+fn fence(build: fence_redis::RedisFenceBuilder) -> Observed<RedisFence> {
     build
         .prefix("conformance")
         .durable(true)
@@ -32,7 +32,7 @@ fn unreachable() -> Arc<dyn FencedStore> {
 
 struct Standalone {
     server: RedisServer,
-    fence: Mutex<RedisFence>,
+    fence: Mutex<Observed<RedisFence>>,
 }
 
 #[async_trait]
@@ -64,7 +64,7 @@ async fn standalone() -> Option<Standalone> {
 
 struct Cluster {
     cluster: RedisCluster,
-    fence: RedisFence,
+    fence: Observed<RedisFence>,
 }
 
 #[async_trait]

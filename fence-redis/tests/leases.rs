@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_conformance::lease;
-use fence_core::{Domain, Fence, FenceError, LeaseManager, OwnerId, TokenIssuer};
+use fence_core::{Domain, Fence, FenceError, LeaseManager, Observed, OwnerId, TokenIssuer};
 use fence_redis::redis::AsyncCommands;
 use fence_redis::RedisFence;
 use support::{shared_cluster_fence, shared_fence};
@@ -16,7 +16,7 @@ fn owner(name: &str) -> OwnerId {
     OwnerId::new(name).unwrap()
 }
 
-async fn lease_story(fence: RedisFence) {
+async fn lease_story(fence: Observed<RedisFence>) {
     let (leases, issuer) = (fence.leases(), fence.issuer());
     let domain = Domain::new("shard-7").unwrap();
     lease::expired_holder_is_fenced_by_the_next_owner(&fence, &leases, Some(&issuer), &domain)
@@ -66,6 +66,14 @@ async fn the_holder_is_reported() {
 }
 
 #[tokio::test]
+async fn ttls_out_of_range_are_refused() {
+    let Some(fence) = shared_fence("ttl").await else {
+        return;
+    };
+    lease::ttls_out_of_range_are_refused(&fence.leases(), &Domain::new("ttl").unwrap()).await;
+}
+
+#[tokio::test]
 async fn issuer_is_strictly_increasing_and_refuses_to_wrap_or_read_garbage() {
     let Some(fence) = shared_fence("issuer").await else {
         return;
@@ -98,7 +106,7 @@ async fn issuer_is_strictly_increasing_and_refuses_to_wrap_or_read_garbage() {
 }
 
 /// The prefix a fence was built with, read back from a key it names.
-fn fence_redis_prefix(fence: &RedisFence) -> String {
+fn fence_redis_prefix(fence: &Observed<RedisFence>) -> String {
     let key = fence.user_key(&Domain::new("x").unwrap(), "k").unwrap();
     key.split(":{").next().unwrap().to_owned()
 }

@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_conformance::entry::{Call, EntryHarness, Ran};
-use fence_core::{Domain, Fence, FenceError};
+use fence_core::{Domain, Fence, FenceError, Observed};
 use fence_redis::redis;
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 use fence_testkit::redis as support;
 
 struct ScriptHarness {
-    fence: RedisFence,
+    fence: Observed<RedisFence>,
     script: FencedScript,
     url: String,
 }

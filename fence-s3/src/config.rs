@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::Client;
-use fence_core::{FenceError, InvalidInput, IssuerView, TokenBounds};
+use fence_core::{FenceError, InvalidInput, IssuerView, Observed, TokenBounds};
 use tokio::sync::OnceCell;
 
 use crate::cache::EtagCache;
@@ -203,7 +203,9 @@ impl S3FenceBuilder {
 
     /// Validates the configuration and builds the fence with no I/O. The capability probe runs
     /// before the first write (or in [`S3FenceBuilder::connect`]).
-    pub fn build(self) -> Result<S3Fence, FenceError> {
+    ///
+    /// The fence comes inside the telemetry layer ([`Observed`]).
+    pub fn build(self) -> Result<Observed<S3Fence>, FenceError> {
         let invalid = |why: String| -> FenceError { InvalidInput::Configuration(why).into() };
         let client = self
             .client
@@ -251,7 +253,7 @@ impl S3FenceBuilder {
                 .retry_config(RetryConfig::disabled())
                 .build(),
         );
-        Ok(S3Fence {
+        Ok(Observed::new(S3Fence {
             inner: Arc::new(Inner {
                 client,
                 bucket,
@@ -266,12 +268,12 @@ impl S3FenceBuilder {
                 cache: EtagCache::new(self.cache_capacity),
                 probed: OnceCell::new(),
             }),
-        })
+        }))
     }
 
     /// Builds the fence and runs the capability probe, so that an endpoint that ignores
     /// conditional writes, a missing bucket or bad credentials fail here.
-    pub async fn connect(self) -> Result<S3Fence, FenceError> {
+    pub async fn connect(self) -> Result<Observed<S3Fence>, FenceError> {
         let fence = self.build()?;
         fence.probe().await?;
         Ok(fence)

@@ -282,25 +282,22 @@ impl Fence for S3Fence {
             .with_max_token_step(self.inner.bounds.max_step)
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.claim_now(domain, token).await
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         self.hwm_now(domain).await
     }
 }
 
 #[async_trait]
 impl FencedStore for S3Fence {
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         self.write_now(request, &self.inner.object_options).await
     }
 
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         self.read_now(domain).await
     }
 }

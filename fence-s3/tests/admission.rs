@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 
 use fence_conformance::admission;
 use fence_conformance::services::{domain, put, unavailable};
-use fence_core::FencedStore;
+use fence_core::{FencedStore, Observed};
 use fence_s3::S3Fence;
 use fence_testkit::s3::{counted_client, shared_endpoint, unique_prefix, RequestCounter, BUCKET};
 
@@ -14,7 +14,7 @@ const STEP: u64 = 1000;
 
 /// A fence on the shared server under `prefix` (each call: a client of its own, with its own
 /// cache), and its request counter.
-async fn counted_fence_under(prefix: &str) -> Option<(S3Fence, RequestCounter)> {
+async fn counted_fence_under(prefix: &str) -> Option<(Observed<S3Fence>, RequestCounter)> {
     let Some(endpoint) = shared_endpoint() else {
         unavailable("SeaweedFS")?;
         return None;
@@ -32,11 +32,11 @@ async fn counted_fence_under(prefix: &str) -> Option<(S3Fence, RequestCounter)> 
     Some((fence, counter))
 }
 
-async fn fence_under(prefix: &str) -> Option<S3Fence> {
+async fn fence_under(prefix: &str) -> Option<Observed<S3Fence>> {
     counted_fence_under(prefix).await.map(|(fence, _)| fence)
 }
 
-async fn fence(test: &str) -> Option<S3Fence> {
+async fn fence(test: &str) -> Option<Observed<S3Fence>> {
     fence_under(&unique_prefix(test)).await
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::config::timeout::TimeoutConfig;
 use fence_conformance::race;
-use fence_core::{Domain, EqualTokenPolicy, Fence, FencedStore, Revision, WriteRequest};
+use fence_core::{Domain, EqualTokenPolicy, Fence, FencedStore, Observed, Revision, WriteRequest};
 use fence_s3::{Immutable, S3Fence};
 use support::{shared_fence, WeedServer};
 
@@ -103,7 +103,7 @@ async fn identical_payloads_never_share_an_etag_so_a_stale_cas_fails() {
     );
 }
 
-async fn head_etag(fence: &S3Fence, domain: &Domain) -> String {
+async fn head_etag(fence: &Observed<S3Fence>, domain: &Domain) -> String {
     let client = support::client(&support::shared_endpoint().unwrap());
     let head = client
         .head_object()
@@ -349,7 +349,7 @@ async fn a_timeout_after_send_is_ambiguous_and_a_retry_never_applies_twice() {
 }
 
 /// Another process's fence: its own client and its own cache, on the same objects.
-fn second_instance(fence: &S3Fence) -> S3Fence {
+fn second_instance(fence: &Observed<S3Fence>) -> Observed<S3Fence> {
     S3Fence::builder()
         .client(support::client(&support::shared_endpoint().unwrap()))
         .bucket(support::BUCKET)

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use fence_conformance::services::{domain as d, put};
-use fence_core::{BackendErrorKind, FenceError};
+use fence_core::{BackendErrorKind, FenceError, Observed};
 use fence_s3::{S3Fence, S3FenceError};
 use support::scripted::{endpoint, Reply, Request};
 
@@ -43,7 +43,7 @@ fn honest_probe(request: &Request, created: &AtomicBool) -> Option<Reply> {
 /// answers every write of it with `put(request, n)` (`n` counts the writes from 0).
 async fn fence_answering(
     put_reply: impl Fn(&Request, usize) -> Reply + Send + Sync + 'static,
-) -> S3Fence {
+) -> Observed<S3Fence> {
     let created = AtomicBool::new(false);
     let puts = Arc::new(AtomicUsize::new(0));
     let url = endpoint(move |request| {
@@ -91,7 +91,8 @@ async fn every_status_code_is_classified_as_documented() {
         );
         error
     };
-    let write = |fence: S3Fence| async move { put(&fence, &d("d"), 1, "v").await.map(|_| ()) };
+    let write =
+        |fence: Observed<S3Fence>| async move { put(&fence, &d("d"), 1, "v").await.map(|_| ()) };
 
     // A 5xx after the request was sent: it may have been applied.
     let fence = fence_answering(|_, _| Reply::error(500, "InternalError")).await;

@@ -8,11 +8,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fence_conformance::StoreHarness;
-use fence_core::{BoxError, FencedStore};
+use fence_core::{BoxError, FencedStore, Observed};
 use fence_s3::S3Fence;
 use support::WeedServer;
 
-fn fence(endpoint: &str) -> S3Fence {
+fn fence(endpoint: &str) -> Observed<S3Fence> {
     S3Fence::builder()
         .client(support::client(endpoint))
         .bucket(support::BUCKET)
@@ -24,7 +24,7 @@ fn fence(endpoint: &str) -> S3Fence {
 
 struct Seaweed {
     server: WeedServer,
-    fence: Mutex<S3Fence>,
+    fence: Mutex<Observed<S3Fence>>,
 }
 
 #[async_trait]

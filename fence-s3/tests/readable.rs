@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::Client;
 use fence_conformance::services::{assert_fenced, domain as d, put, token as t, value_of};
-use fence_core::{Fence, FenceError, FencedStore, InvalidInput, WriteRequest};
+use fence_core::{Fence, FenceError, FencedStore, InvalidInput, Observed, WriteRequest};
 use fence_s3::{Encryption, Immutable, KeyLayout, Manifest, ObjectOptions, S3Fence};
 use fence_testkit::s3::{self as support, RequestCounter};
 
@@ -19,7 +19,7 @@ use fence_testkit::s3::{self as support, RequestCounter};
 async fn fence_with(
     test: &str,
     configure: impl FnOnce(fence_s3::S3FenceBuilder) -> fence_s3::S3FenceBuilder,
-) -> Option<(S3Fence, Client, RequestCounter)> {
+) -> Option<(Observed<S3Fence>, Client, RequestCounter)> {
     let endpoint = support::shared_endpoint()?;
     let (client, counter) = support::counted_client(&endpoint);
     let builder = S3Fence::builder()

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use fence_core::Observed;
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use fence_kafka::rdkafka::client::DefaultClientContext;
 use fence_kafka::rdkafka::config::ClientConfig;
@@ -160,7 +161,7 @@ pub fn fence_builder(config: &ClientConfig, topic: &str) -> fence_kafka::KafkaFe
 }
 
 /// A fence on `topic`, connected (see [`fence_builder`]).
-pub async fn fence_on_topic(config: &ClientConfig, topic: &str) -> KafkaFence {
+pub async fn fence_on_topic(config: &ClientConfig, topic: &str) -> Observed<KafkaFence> {
     fence_builder(config, topic)
         .connect()
         .await
@@ -168,7 +169,7 @@ pub async fn fence_on_topic(config: &ClientConfig, topic: &str) -> KafkaFence {
 }
 
 /// A fence on fresh topics of `bootstrap`.
-pub async fn fence_on(bootstrap: &str, name: &str) -> KafkaFence {
+pub async fn fence_on(bootstrap: &str, name: &str) -> Observed<KafkaFence> {
     let config = client_config(bootstrap);
     let data = unique(name);
     create_topic(&config, &data).await;
@@ -176,7 +177,7 @@ pub async fn fence_on(bootstrap: &str, name: &str) -> KafkaFence {
 }
 
 /// A fence on fresh topics of the shared broker; `None` (loud skip) when it is absent.
-pub async fn shared_fence(name: &str) -> Option<KafkaFence> {
+pub async fn shared_fence(name: &str) -> Option<Observed<KafkaFence>> {
     let bootstrap = shared_bootstrap()?;
     Some(fence_on(&bootstrap, name).await)
 }
@@ -202,7 +203,7 @@ pub async fn mock_fence(
         fence_kafka::rdkafka::producer::DefaultProducerContext,
     >,
     customize: impl FnOnce(fence_kafka::KafkaFenceBuilder) -> fence_kafka::KafkaFenceBuilder,
-) -> KafkaFence {
+) -> Observed<KafkaFence> {
     use fence_core::Fence;
     let fence = customize(mock_fence_builder(mock))
         .build()

@@ -6,6 +6,7 @@ use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use fence_core::Observed;
 use fence_redis::RedisFence;
 
 use crate::process::ManagedProcess;
@@ -272,7 +273,7 @@ impl RedisCluster {
 }
 
 /// A fence on the shared standalone server with a unique prefix.
-pub async fn shared_fence(test: &str) -> Option<RedisFence> {
+pub async fn shared_fence(test: &str) -> Option<Observed<RedisFence>> {
     let url = shared_url()?;
     Some(
         RedisFence::builder()
@@ -285,7 +286,7 @@ pub async fn shared_fence(test: &str) -> Option<RedisFence> {
 }
 
 /// A fence on the shared cluster with a unique prefix.
-pub async fn shared_cluster_fence(test: &str) -> Option<RedisFence> {
+pub async fn shared_cluster_fence(test: &str) -> Option<Observed<RedisFence>> {
     let nodes = shared_cluster()?;
     Some(
         RedisFence::builder()
@@ -343,7 +344,7 @@ impl RawRedis {
 
 /// Deletes `domain`'s lease on the shared standalone server (where `fence` lives), as its TTL
 /// would.
-pub async fn expire_lease(fence: &RedisFence, domain: &fence_core::Domain) {
+pub async fn expire_lease(fence: &Observed<RedisFence>, domain: &fence_core::Domain) {
     // fence-redis keeps a lease at `<prefix>:{<domain>}:lease`.
     let key = fence
         .user_key(domain, "x")

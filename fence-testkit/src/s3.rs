@@ -13,6 +13,7 @@ use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
 use aws_sdk_s3::config::{
     BehaviorVersion, ConfigBag, Credentials, Intercept, Region, RuntimeComponents,
 };
+use fence_core::Observed;
 use fence_s3::S3Fence;
 
 use crate::process::ManagedProcess;
@@ -142,7 +143,7 @@ pub async fn write_and_read_back(builder: fence_s3::S3FenceBuilder) {
 }
 
 /// A fence on the shared server with a unique prefix, counting requests.
-pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
+pub async fn shared_fence(test: &str) -> Option<(Observed<S3Fence>, RequestCounter)> {
     let endpoint = shared_endpoint()?;
     let (client, counter) = counted_client(&endpoint);
     let fence = S3Fence::builder()
@@ -160,7 +161,7 @@ pub async fn shared_fence(test: &str) -> Option<(S3Fence, RequestCounter)> {
 /// (counting its requests) and nothing cached, so a refusal it gets is decided on what
 /// SeaweedFS holds (its read of the object, or a conditional PUT answered 412), never on what
 /// `fence` saw.
-pub fn another_process(fence: &S3Fence) -> (S3Fence, RequestCounter) {
+pub fn another_process(fence: &Observed<S3Fence>) -> (Observed<S3Fence>, RequestCounter) {
     let endpoint = shared_endpoint().expect("the shared SeaweedFS this fence runs on");
     let (client, counter) = counted_client(&endpoint);
     let fresh = S3Fence::builder()

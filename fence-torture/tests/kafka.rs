@@ -16,7 +16,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::Domain;
+use fence_core::{Domain, Observed};
 use fence_kafka::KafkaFence;
 use fence_testkit::kafka as kafka_support;
 use fence_testkit::kafka_broker::{BrokerOptions, KafkaServer};
@@ -36,7 +36,7 @@ impl ServerProcess for Broker {
 
 /// A client of the broker on the run's topics, with a deadline short enough that a paused
 /// broker makes operations ambiguous inside the run's own deadline.
-async fn client(bootstrap: &str, topic: &str) -> KafkaFence {
+async fn client(bootstrap: &str, topic: &str) -> Observed<KafkaFence> {
     KafkaFence::builder(kafka_support::client_config(bootstrap))
         .data_topic(topic)
         .ledger_topic(format!("{topic}-ledger"))

@@ -162,7 +162,7 @@ impl Fence for Broken {
         Capabilities::store()
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.call();
         let mut state = self.state.lock().unwrap();
         let snapshot = state
@@ -176,17 +176,14 @@ impl Fence for Broken {
         Ok(Claimed::new(token, previous))
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.snapshot(domain).high_water_mark)
     }
 }
 
 #[async_trait]
 impl FencedStore for Broken {
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         let n = self.call();
         let (domain, token) = (request.domain(), request.token());
         let before = self.snapshot(domain);
@@ -204,7 +201,7 @@ impl FencedStore for Broken {
         Ok(WriteOutcome::Accepted(accepted))
     }
 
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         self.call();
         if self.defect == Defect::StaleReads {
             if let Some(lagging) = self.lagging.lock().unwrap().get(domain) {
@@ -382,7 +379,7 @@ impl Fence for BrokenLog {
         Capabilities::log()
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         let mut state = self.state.lock().unwrap();
         let previous = state.0;
         if let Some(current) = previous.filter(|&m| token < m) {
@@ -392,17 +389,14 @@ impl Fence for BrokenLog {
         Ok(Claimed::new(token, previous))
     }
 
-    async fn do_high_water_mark(
-        &self,
-        _domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, _domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         Ok(self.state.lock().unwrap().0)
     }
 }
 
 #[async_trait]
 impl FencedLog for BrokenLog {
-    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         let n = self.appends.fetch_add(1, Ordering::Relaxed) + 1;
         let (domain, token) = (request.domain(), request.token());
         let seen = self.state.lock().unwrap().0;
@@ -446,7 +440,7 @@ impl FencedLog for BrokenLog {
         Ok(AppendOutcome::Appended(appended))
     }
 
-    async fn do_read_log(&self, _domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+    async fn read_log(&self, _domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         Ok(self.state.lock().unwrap().1.clone())
     }
 }
@@ -543,40 +537,37 @@ impl Fence for Flaky {
         self.inner.capabilities()
     }
 
-    async fn do_claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         self.inner.claim(domain, token).await
     }
 
-    async fn do_high_water_mark(
-        &self,
-        domain: &Domain,
-    ) -> Result<Option<FencingToken>, FenceError> {
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         self.inner.high_water_mark(domain).await
     }
 }
 
 #[async_trait]
 impl FencedStore for Flaky {
-    async fn do_write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         let write = self.inner.write(request);
         self.through(request.domain(), fence_core::Operation::Write, write)
             .await
     }
 
-    async fn do_read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         self.inner.read(domain).await
     }
 }
 
 #[async_trait]
 impl FencedLog for Flaky {
-    async fn do_append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
+    async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
         let append = self.inner.append(request);
         self.through(request.domain(), fence_core::Operation::Append, append)
             .await
     }
 
-    async fn do_read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
+    async fn read_log(&self, domain: &Domain) -> Result<Vec<LogEntry>, FenceError> {
         self.inner.read_log(domain).await
     }
 }

@@ -44,7 +44,7 @@ async fn postgres_holds_under_torture() {
         .acquire_timeout(Duration::from_secs(2))
         .connect_lazy(&proxied)
         .unwrap();
-    let fence = PostgresFence::new(pool, schema).unwrap();
+    let fence = PostgresFence::builder(pool, schema).build().unwrap();
     let faults = ProxyFaults::new(proxy).with_server(Arc::new(Postgres(server)));
     let target = Target::new(
         Arc::new(fence.clone()),

@@ -32,7 +32,9 @@ pub async fn outbox(test: &str) -> Option<PostgresOutbox> {
     let pool = pool(&url).await;
     let schema = unique_schema(test);
     fence_postgres::migrate(&pool, &schema).await.unwrap();
-    let fence = PostgresFence::new(pool.clone(), &schema).unwrap();
+    let fence = PostgresFence::builder(pool.clone(), &schema)
+        .build()
+        .unwrap();
     fence_outbox_postgres::migrate(&fence).await.unwrap();
     sqlx::query(&format!(
         "CREATE TABLE {schema}.orders (domain text PRIMARY KEY, status text NOT NULL)"

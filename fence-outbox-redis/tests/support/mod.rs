@@ -21,12 +21,12 @@ pub use fence_testkit::webhook::WebhookServer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fence_core::{Domain, FencingToken, LeaseManager};
+use fence_core::{Domain, FencingToken, LeaseManager, Observed};
 use fence_outbox::{Effect, OutboxConfig, OutboxEntry, Relay, RelayConfig, Sink};
 use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
 use fence_redis::RedisFence;
 
-pub fn outbox(fence: &RedisFence) -> RedisOutbox {
+pub fn outbox(fence: &Observed<RedisFence>) -> RedisOutbox {
     RedisOutbox::with_config(fence.clone(), OutboxConfig::new(kinds()))
 }
 
@@ -75,7 +75,7 @@ pub fn relay_result(
 }
 
 /// Deletes the test relay group's partition-0 lease, as its TTL would.
-pub async fn expire_relay_lease(fence: &RedisFence) {
+pub async fn expire_relay_lease(fence: &Observed<RedisFence>) {
     let lease_domain = fast_relay("x").lease_domain().unwrap();
     fence_testkit::redis::expire_lease(fence, &lease_domain).await;
 }
