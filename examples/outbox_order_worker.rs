@@ -140,14 +140,7 @@ impl Orders {
                 .bind(format!("paid by {worker}"))
                 .execute(&mut *tx)
                 .await
-                .map_err(|e| {
-                    fence_postgres::extension::map_error(
-                        e,
-                        order,
-                        fence_core::Operation::Write,
-                        false,
-                    )
-                })?;
+                .map_err(|e| tx.sql_error(e))?;
                 let keys = outbox.record(&mut tx, &[receipt]).await?;
                 tx.commit().await?;
                 Ok(format!("key {}", keys[0]))

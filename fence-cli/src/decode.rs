@@ -4,7 +4,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use fence_core::{EntryHead, OpMemory, OpOutcome, Snapshot};
+use fence_core::raw::{EntryHead, OpMemory};
+use fence_core::{OpOutcome, Snapshot};
 use fence_kafka::{CommittedRecord, LedgerRecord, DOMAIN_HEADER, OP_HEADER, TOKEN_HEADER};
 use fence_outbox_kafka::Progress;
 use fence_outbox_redis::PackedRecord;

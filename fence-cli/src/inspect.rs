@@ -175,12 +175,12 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
     let payload = bytes.slice(envelope.payload_offset()..);
     let entry = match envelope.entry() {
         None => Entry::Absent,
-        Some(fence_core::EntryHead::Value { token, revision }) => Entry::Value {
+        Some(fence_core::raw::EntryHead::Value { token, revision }) => Entry::Value {
             value: payload,
             token,
             revision,
         },
-        Some(fence_core::EntryHead::Tombstone { token, revision }) => {
+        Some(fence_core::raw::EntryHead::Tombstone { token, revision }) => {
             Entry::Tombstone { token, revision }
         }
     };
@@ -201,7 +201,7 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
 }
 
 /// The operation ids an envelope or ledger record remembers.
-fn ops_of(ops: &fence_core::OpMemory) -> Vec<Op> {
+fn ops_of(ops: &fence_core::raw::OpMemory) -> Vec<Op> {
     listed(ops.iter().map(RememberedOp::from).collect())
 }
 

@@ -9,9 +9,8 @@ mod support;
 use std::collections::BTreeMap;
 
 use fence_conformance::services::unavailable;
-use fence_core::{
-    percent_encode, Domain, EntryHead, OpKind, OpOutcome, OpRecord, OperationId, RebaseRecord,
-};
+use fence_core::raw::{percent_encode, EntryHead, OpRecord};
+use fence_core::{Domain, OpKind, OpOutcome, OperationId, RebaseRecord};
 use fence_redis::redis::AsyncCommands;
 use serde_json::Value;
 use support::fence;

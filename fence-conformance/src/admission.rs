@@ -1,4 +1,4 @@
-//! The contract of the bounds policies (see [`fence_core::TokenBounds`]), run by every adapter
+//! The contract of the bounds policies (see [`fence_core::raw::TokenBounds`]), run by every adapter
 //! that declares them against its real server: a token too far above the mark, or one the
 //! domain's issuer never issued, is refused with its own error, changes nothing, and never
 //! hides a stale token's `Fenced`; a forged token racing a legitimate owner never lands. Each

@@ -63,7 +63,7 @@ fn call(
 ) -> Result<Call, Failure> {
     let op_id = if h.requires_op_id() || !op.is_empty() {
         let name = if op.is_empty() {
-            format!("auto-{}", fence_core::random_u64())
+            format!("auto-{}", fence_core::raw::random_u64())
         } else {
             op.to_owned()
         };

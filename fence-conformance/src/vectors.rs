@@ -19,12 +19,13 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 
-use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::{OpMemory, OpRecord, TokenBounds};
 use fence_core::{
     Accepted, AppendOutcome, AppendRequest, Appended, Capabilities, Domain, Entry,
     EqualTokenPolicy, FenceError, FencedLog, FencedStore, FencingToken, IssuerView, LogEntry,
-    Mutation, OpIdRetention, OpMemory, OpOutcome, OpRecord, OperationId, Record, Revision,
-    Snapshot, TokenBounds, WriteCondition, WriteOutcome, WriteRequest,
+    Mutation, OpIdRetention, OpOutcome, OperationId, Record, Revision, Snapshot, WriteCondition,
+    WriteOutcome, WriteRequest,
 };
 use tokio::task::JoinSet;
 

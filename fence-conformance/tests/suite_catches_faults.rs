@@ -10,11 +10,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use fence_conformance::{log, store, LogHarness, Namespace, ScenarioResult, StoreHarness, Verdict};
+use fence_core::raw::rule;
 use fence_core::{
-    rule, Accepted, AppendOutcome, AppendRequest, Appended, BoxError, Capabilities, Claimed,
-    Domain, Entry, EqualTokenPolicy, Fence, FenceError, FencedLog, FencedStore, FencingToken,
-    InvalidInput, LogEntry, Mutation, OpIdRetention, Revision, Snapshot, WriteOutcome,
-    WriteRequest,
+    Accepted, AppendOutcome, AppendRequest, Appended, BoxError, Capabilities, Claimed, Domain,
+    Entry, EqualTokenPolicy, Fence, FenceError, FencedLog, FencedStore, FencingToken, InvalidInput,
+    LogEntry, Mutation, OpIdRetention, Revision, Snapshot, WriteOutcome, WriteRequest,
 };
 
 /// The value limit both the honest and the faulty resource declare.

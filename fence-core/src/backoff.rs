@@ -61,8 +61,8 @@ pub fn random_u64() -> u64 {
 /// replays the same numbers from the same seed (fence-torture's runs).
 ///
 /// ```
-/// assert_eq!(fence_core::splitmix64(1), fence_core::splitmix64(1));
-/// assert_ne!(fence_core::splitmix64(1), fence_core::splitmix64(2));
+/// assert_eq!(fence_core::raw::splitmix64(1), fence_core::raw::splitmix64(1));
+/// assert_ne!(fence_core::raw::splitmix64(1), fence_core::raw::splitmix64(2));
 /// ```
 pub fn splitmix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

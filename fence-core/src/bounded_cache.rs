@@ -14,7 +14,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 /// At most `capacity` entries, the oldest insertion evicted first (0: caches nothing).
 ///
 /// ```
-/// use fence_core::BoundedCache;
+/// use fence_core::raw::BoundedCache;
 /// let cache = BoundedCache::new(2);
 /// for key in ["a", "b", "c"] {
 ///     cache.insert(key.to_owned(), 1);

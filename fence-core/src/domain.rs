@@ -82,7 +82,7 @@ impl Domain {
 /// safe in keys, object names, identifiers of every backend and URL components.
 ///
 /// ```
-/// assert_eq!(fence_core::percent_encode("a b/ç"), "a%20b%2F%C3%A7");
+/// assert_eq!(fence_core::raw::percent_encode("a b/ç"), "a%20b%2F%C3%A7");
 /// ```
 pub fn percent_encode(text: &str) -> String {
     const HEX: &[u8; 16] = b"0123456789ABCDEF";

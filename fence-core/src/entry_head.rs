@@ -71,7 +71,7 @@ impl EntryHead {
     /// Parses the text form; the error says what is wrong.
     ///
     /// ```
-    /// use fence_core::EntryHead;
+    /// use fence_core::raw::EntryHead;
     /// let head = EntryHead::parse("tombstone 42 7")?;
     /// assert_eq!((head.token().get(), head.revision().get(), head.is_live()), (42, 7, false));
     /// assert_eq!(head.to_string(), "tombstone 42 7");
@@ -85,7 +85,7 @@ impl EntryHead {
                 .map_err(|e| format!("entry token `{s}`: {e}"))
         };
         let revision = |s: &str| {
-            crate::parse_count(s)
+            crate::token::parse_count(s)
                 .map(Revision::new)
                 .ok_or_else(|| format!("entry revision `{s}` is not canonical"))
         };

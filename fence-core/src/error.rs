@@ -188,7 +188,9 @@ pub enum InvalidInput {
     },
     /// An operation id the resource remembers for another kind of operation with the same token.
     #[error(
-        "operation id `{op_id}` on domain `{domain}` was first used for a {first}, not a {now}"
+        "operation id `{op_id}` on domain `{domain}` was first used for {}, not {}",
+        first.with_article(),
+        now.with_article()
     )]
     OpIdReused {
         /// The domain.
@@ -267,7 +269,7 @@ pub enum FenceError {
     },
     /// The resource sees the domain's issuer and it does not vouch for the presented token
     /// (above its last issued token, or not the live lease's): a forged or runaway token.
-    /// Terminal like [`FenceError::Fenced`]; see [`crate::TokenBounds`].
+    /// Terminal like [`FenceError::Fenced`]; see [`crate::token_bounds::TokenBounds`].
     #[error("token {presented} for domain `{domain}` was not issued by its issuer ({issuer})")]
     Unissued {
         /// The domain.
@@ -278,7 +280,7 @@ pub enum FenceError {
         issuer: IssuerView,
     },
     /// The presented token is further above the mark than the resource's configured step:
-    /// a runaway token. Terminal like [`FenceError::Fenced`]; see [`crate::TokenBounds`].
+    /// a runaway token. Terminal like [`FenceError::Fenced`]; see [`crate::token_bounds::TokenBounds`].
     #[error("token {presented} for domain `{domain}` is more than {max_step} above the mark ({})", DisplayMark(*current))]
     TokenTooFar {
         /// The domain.
@@ -522,6 +524,27 @@ mod tests {
 
     fn domain() -> Domain {
         Domain::new("d").unwrap_or_else(|_| unreachable!())
+    }
+
+    #[test]
+    fn a_reused_op_id_names_both_kinds_in_english() {
+        let reused = |first, now| {
+            InvalidInput::OpIdReused {
+                domain: domain(),
+                op_id: crate::OperationId::new("op").unwrap_or_else(|_| unreachable!()),
+                first,
+                now,
+            }
+            .to_string()
+        };
+        assert_eq!(
+            reused(crate::OpKind::Append, crate::OpKind::Extension),
+            "operation id `op` on domain `d` was first used for an append, not an extension operation"
+        );
+        assert_eq!(
+            reused(crate::OpKind::Write, crate::OpKind::Transaction),
+            "operation id `op` on domain `d` was first used for a write, not a fenced transaction"
+        );
     }
 
     #[test]

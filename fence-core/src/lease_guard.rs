@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::{random_u64, Backoff, Domain, FenceError, FencingToken, Lease, LeaseManager, OwnerId};
+use crate::backoff::random_u64;
+use crate::{Backoff, Domain, FenceError, FencingToken, Lease, LeaseManager, OwnerId};
 
 /// Why a held lease was lost.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -8,13 +8,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use crate::capabilities::OpIdRetention;
-use crate::pipeline::{self, Current, Decision};
+use crate::op_memory::{OpMemory, OpRecord};
+use crate::raw::pipeline::{self, Current, Decision};
 use crate::shards::Shards;
+use crate::token_bounds::TokenBounds;
 use crate::{
     AppendOutcome, AppendRequest, Capabilities, Claimed, Domain, Entry, Fence, FenceError,
-    FencedLog, FencedStore, FencingToken, IssuerView, LogEntry, MemoryIssuer, Mutation, OpMemory,
-    OpRecord, Rebase, RebaseRecord, Rebaser, Revision, Snapshot, TokenBounds, WriteOutcome,
-    WriteRequest,
+    FencedLog, FencedStore, FencingToken, IssuerView, LogEntry, MemoryIssuer, Mutation, Rebase,
+    RebaseRecord, Rebaser, Revision, Snapshot, WriteOutcome, WriteRequest,
 };
 
 const BACKEND: &str = "memory";

@@ -17,13 +17,28 @@ use crate::{
 };
 
 /// An adapter (or issuer, or lease manager) whose every trait operation runs inside a `fence`
-/// span and is counted and timed ([`crate::telemetry`]): claims, marks, writes, deletes,
+/// span and is counted and timed (below): claims, marks, writes, deletes,
 /// reads, appends, log reads, issues, leases, re-bases and retirements alike.
 ///
 /// The adapters' builders and constructors return their adapter wrapped in it; wrap one
 /// yourself with [`Observed::new`] (the in-memory adapter comes bare). The adapter's own
 /// methods stay reachable through `Deref`; the trait methods called on an `Observed` are the
 /// observed ones.
+///
+/// # Metrics and spans
+/// Through the `metrics` facade (install any recorder to collect them), per operation:
+/// - `fence_writes_total{backend, operation, outcome}` for writes, deletes and appends;
+/// - `fence_operations_total{backend, operation, outcome}` for every other operation;
+/// - `fence_operation_duration_seconds{backend, operation, outcome}`, a histogram of every
+///   operation's latency as the caller saw it (retries inside the adapter included).
+///
+/// Spans carry backend, operation, domain, token and outcome; never payloads or secrets.
+/// Fenced outcomes are logged at `warn`: a rejection is evidence of two overlapping owners.
+/// Metric handles are registered once per (backend, operation, outcome) and thread, then
+/// reused (registered again when the thread sees another recorder, or after a second unused,
+/// for recorders that drop idle metrics): **install the recorder before the first fenced
+/// operation**, as the `metrics` crate advises. A span is created only when a `tracing`
+/// subscriber wants `debug` spans of this crate.
 ///
 /// ```
 /// use fence_core::{Domain, FencedStoreExt, FencingToken, MemoryFence, Observed};

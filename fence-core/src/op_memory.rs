@@ -44,6 +44,17 @@ impl OpKind {
             OpKind::Transaction => "fenced transaction",
         }
     }
+
+    /// The name with its indefinite article, for messages: "a write", "an append".
+    pub const fn with_article(self) -> &'static str {
+        match self {
+            OpKind::Write => "a write",
+            OpKind::Append => "an append",
+            OpKind::Script => "a fenced script",
+            OpKind::Extension => "an extension operation",
+            OpKind::Transaction => "a fenced transaction",
+        }
+    }
 }
 
 impl fmt::Display for OpKind {
@@ -139,7 +150,7 @@ impl OpRecord {
             s.parse::<FencingToken>()
                 .map_err(|e| format!("operation token `{s}`: {e}"))
         };
-        let count = crate::parse_count(count)
+        let count = crate::token::parse_count(count)
             .ok_or_else(|| format!("operation count `{count}` is not canonical"))?;
         let op_id = unescape(op)
             .and_then(|raw| OperationId::new(raw).ok())

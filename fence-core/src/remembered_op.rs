@@ -1,7 +1,8 @@
 //! An operation id a domain remembers, as an operator lists it: one shape for every adapter
 //! (`fence inspect`), whatever the adapter stores.
 
-use crate::{FencingToken, OpKind, OpOutcome, OpRecord, OperationId};
+use crate::op_memory::OpRecord;
+use crate::{FencingToken, OpKind, OpOutcome, OperationId};
 
 /// An operation id a domain remembers, with what its first attempt did.
 ///

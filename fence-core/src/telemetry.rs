@@ -1,14 +1,6 @@
-//! Spans and counters shared by every adapter, so all backends report alike.
-//!
-//! Metrics (through the `metrics` facade; install any recorder to collect them), per operation:
-//! - `fence_writes_total{backend, operation, outcome}` for writes, deletes and appends;
-//! - `fence_operations_total{backend, operation, outcome}` for every other operation (claims,
-//!   reads, mark queries, issues, leases);
-//! - `fence_operation_duration_seconds{backend, operation, outcome}`, a histogram of every
-//!   operation's latency as the caller saw it (retries inside the adapter included).
-//!
-//! Spans carry backend, operation, domain, token and outcome; never payloads or secrets.
-//! Fenced outcomes are logged at `warn`: a rejection is evidence of two overlapping owners.
+//! Spans and counters shared by every adapter, so all backends report alike: what
+//! [`crate::Observed`] runs around each operation (its docs name the metrics), and what an
+//! adapter's own extensions run through [`observe`].
 //!
 //! Metric handles are registered once per (backend, operation, outcome) and thread, then
 //! reused, so an operation allocates nothing for its telemetry. A handle is registered again

@@ -240,9 +240,9 @@ impl fmt::Display for Revision {
 /// zero): the one reader of the counts and revisions in Fence's text formats.
 ///
 /// ```
-/// assert_eq!(fence_core::parse_count("42"), Some(42));
+/// assert_eq!(fence_core::raw::parse_count("42"), Some(42));
 /// for bad in ["0", "042", "+4", " 4", "4x", "", "18446744073709551616"] {
-///     assert_eq!(fence_core::parse_count(bad), None, "{bad:?}");
+///     assert_eq!(fence_core::raw::parse_count(bad), None, "{bad:?}");
 /// }
 /// ```
 pub fn parse_count(text: &str) -> Option<u64> {

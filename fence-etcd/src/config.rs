@@ -106,7 +106,7 @@ impl EtcdFenceBuilder {
     }
 
     /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
-    /// without one) with [`fence_core::FenceError::TokenTooFar`]: see [`fence_core::TokenBounds`]. etcd
+    /// without one) with [`fence_core::FenceError::TokenTooFar`]: see [`fence_core::raw::TokenBounds`]. etcd
     /// tokens are revisions, which grow with every write in the cluster: choose a step above
     /// the number of writes the cluster takes between two acquisitions of a domain (and above
     /// the cluster's revision, for a domain's first token). This fence's setting: to make

@@ -10,12 +10,13 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp, TxnOpResponse};
-use fence_core::cas::{self, CasPolicy, CasResource, Committed, Step};
-use fence_core::pipeline::{self, ClaimDecision, Decision};
+use fence_core::raw::cas::{self, CasPolicy, CasResource, Committed, Step};
+use fence_core::raw::pipeline::{self, ClaimDecision, Decision};
+use fence_core::raw::{BoundedCache, EntryHead, TokenBounds};
 use fence_core::{
-    BackendErrorKind, Backoff, BoundedCache, BoundsConfig, Capabilities, Claimed, Domain,
-    EntryHead, Fence, FenceError, FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention,
-    Operation, RememberedOp, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
+    BackendErrorKind, Backoff, BoundsConfig, Capabilities, Claimed, Domain, Fence, FenceError,
+    FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, Operation, RememberedOp,
+    Snapshot, WriteOutcome, WriteRequest,
 };
 
 use crate::error::{corrupt, map_error, EtcdFenceError, BACKEND};
@@ -159,7 +160,7 @@ impl EtcdFence {
         loop {
             let response = self
                 .etcd
-                .client()
+                .etcd_client()
                 .kv_client()
                 .txn(Txn::new().and_then(self.reads(domain, lock)))
                 .await
@@ -218,7 +219,7 @@ impl EtcdFence {
             .or_else(self.reads(domain, lock));
         let response = self
             .etcd
-            .client()
+            .etcd_client()
             .kv_client()
             .txn(txn)
             .await

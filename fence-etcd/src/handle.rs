@@ -92,8 +92,15 @@ impl Etcd {
         Observed::new(EtcdIssuer::new(self.clone()))
     }
 
-    /// The client (clone it to make your own requests).
+    /// The client underneath (clone it to make requests of your own, which nothing fences).
+    /// Unstable, behind the `unstable-raw` feature.
+    #[cfg(feature = "unstable-raw")]
     pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The client underneath, for this crate's own requests.
+    pub(crate) fn etcd_client(&self) -> &Client {
         &self.client
     }
 

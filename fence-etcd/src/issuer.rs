@@ -33,7 +33,7 @@ impl TokenIssuer for EtcdIssuer {
     async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         let response = self
             .etcd
-            .client()
+            .etcd_client()
             .kv_client()
             .put(self.etcd.keys().issued(domain), "", None)
             // A put whose answer was lost at most skips a revision: a retry can help.

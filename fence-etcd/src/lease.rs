@@ -10,9 +10,9 @@ use etcd_client::{
     Compare, CompareOp, EventType, KeyValue, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp,
     TxnOpResponse, WatchFilterType, WatchOptions,
 };
+use fence_core::raw::check_lease_ttl;
 use fence_core::{
-    check_lease_ttl, Domain, FenceError, InvalidInput, Lease, LeaseHolder, LeaseManager, Operation,
-    OwnerId,
+    Domain, FenceError, InvalidInput, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
 };
 
 use crate::error::{corrupt, map_error, EtcdFenceError, BACKEND};
@@ -87,7 +87,7 @@ impl EtcdLeases {
     async fn lock_key(&self, domain: &Domain) -> Result<(Option<KeyValue>, i64), FenceError> {
         let response = self
             .etcd
-            .client()
+            .etcd_client()
             .kv_client()
             .get(self.etcd.keys().lock(domain), None)
             .await
@@ -113,7 +113,12 @@ impl EtcdLeases {
 
     /// Revokes an etcd lease, ignoring every failure (it expires by itself anyway).
     async fn revoke_quietly(&self, id: i64) -> bool {
-        self.etcd.client().lease_client().revoke(id).await.is_ok()
+        self.etcd
+            .etcd_client()
+            .lease_client()
+            .revoke(id)
+            .await
+            .is_ok()
     }
 
     async fn acquire_now(
@@ -148,7 +153,7 @@ impl EtcdLeases {
                     TxnOp::get(key.clone(), None),
                 ])
                 .or_else([TxnOp::get(key.clone(), None)]);
-            let response = match self.etcd.client().kv_client().txn(txn).await {
+            let response = match self.etcd.etcd_client().kv_client().txn(txn).await {
                 Ok(response) => response,
                 Err(etcd_client::Error::GRpcStatus(status))
                     if status.code() == tonic::Code::NotFound =>
@@ -216,13 +221,13 @@ impl EtcdLeases {
     async fn grant(&self, domain: &Domain, seconds: u64) -> Result<Granted, FenceError> {
         let grant = self
             .etcd
-            .client()
+            .etcd_client()
             .lease_client()
             .grant(i64::try_from(seconds).unwrap_or(i64::MAX), None)
             .await
             .map_err(|e| map_error(e, domain, Operation::Lease, false))?;
         let granted = Granted {
-            client: self.etcd.client().clone(),
+            client: self.etcd.etcd_client().clone(),
             id: grant.id(),
             armed: true,
         };
@@ -247,7 +252,7 @@ impl EtcdLeases {
     ) -> Result<(), FenceError> {
         let attached = self
             .etcd
-            .client()
+            .etcd_client()
             .lease_client()
             .time_to_live(
                 holder.lease,
@@ -275,7 +280,7 @@ impl EtcdLeases {
     async fn renew_now(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
         let started = Instant::now();
         let holder = self.still_held(lease).await?;
-        let mut client = self.etcd.client().lease_client();
+        let mut client = self.etcd.etcd_client().lease_client();
         let kept = async {
             // The stream answers a first keep-alive before it is returned; a second one reports
             // the TTL etcd renews to (the one granted at acquisition).
@@ -311,7 +316,13 @@ impl EtcdLeases {
 
     async fn release_now(&self, lease: &Lease) -> Result<(), FenceError> {
         let holder = self.still_held(lease).await?;
-        match self.etcd.client().lease_client().revoke(holder.lease).await {
+        match self
+            .etcd
+            .etcd_client()
+            .lease_client()
+            .revoke(holder.lease)
+            .await
+        {
             Ok(_) => Ok(()),
             Err(etcd_client::Error::GRpcStatus(status))
                 if status.code() == tonic::Code::NotFound =>
@@ -333,7 +344,7 @@ impl EtcdLeases {
             .with_filters([WatchFilterType::NoPut]);
         let mut stream = self
             .etcd
-            .client()
+            .etcd_client()
             .watch_client()
             .watch(self.etcd.keys().lock(domain), Some(options))
             .await
@@ -423,7 +434,7 @@ impl LeaseManager for EtcdLeases {
         let token = revision_token(domain, holder.create_revision)?;
         let remaining = self
             .etcd
-            .client()
+            .etcd_client()
             .lease_client()
             .time_to_live(holder.lease, None)
             .await

@@ -20,7 +20,7 @@ impl Etcd {
     pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
         let prefix = self.keys().prefix().to_owned();
         let mut report = PermissionReport::new(BACKEND, format!("prefix `{prefix}`"));
-        let client = self.client().clone();
+        let client = self.etcd_client().clone();
         for (key, name, needed_for) in [
             (
                 format!("{prefix}/store/{PROBE_SEGMENT}/mark"),

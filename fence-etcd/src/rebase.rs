@@ -32,7 +32,7 @@ impl Rebaser for EtcdFence {
         let keys = self.etcd().keys();
         let dir = keys.store_dir(domain);
         self.forget(domain);
-        let mut kv = self.etcd().client().kv_client();
+        let mut kv = self.etcd().etcd_client().kv_client();
         let read = kv
             .get(dir.as_bytes(), Some(GetOptions::new().with_prefix()))
             .await
@@ -92,7 +92,7 @@ impl Rebaser for EtcdFence {
         let dir = self.etcd().keys().rebases_dir(domain);
         let response = self
             .etcd()
-            .client()
+            .etcd_client()
             .kv_client()
             .get(dir.as_bytes(), Some(GetOptions::new().with_prefix()))
             .await

@@ -26,7 +26,7 @@ impl Retirer for EtcdFence {
             ]);
         let answer = self
             .etcd()
-            .client()
+            .etcd_client()
             .kv_client()
             .txn(retire)
             .await

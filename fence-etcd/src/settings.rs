@@ -79,7 +79,7 @@ impl EtcdFence {
     /// [`BoundsConfig::NONE`] removes the key.
     pub async fn set_resource_bounds(&self, bounds: BoundsConfig) -> Result<(), FenceError> {
         let key = self.etcd().keys().settings();
-        let mut kv = self.etcd().client().kv_client();
+        let mut kv = self.etcd().etcd_client().kv_client();
         let done = if bounds == BoundsConfig::NONE {
             kv.delete(key, None).await.map(|_| ())
         } else {
@@ -92,7 +92,7 @@ impl EtcdFence {
     pub async fn resource_bounds(&self) -> Result<BoundsConfig, FenceError> {
         let response = self
             .etcd()
-            .client()
+            .etcd_client()
             .kv_client()
             .get(self.etcd().keys().settings(), None)
             .await

@@ -1,10 +1,9 @@
 //! A domain's store keys as read in one range request, and their text encodings.
 
 use etcd_client::KeyValue;
-use fence_core::pipeline::Current;
-use fence_core::{
-    Domain, Entry, EntryHead, FenceError, FencingToken, OpKind, OpMemory, OpRecord, Snapshot,
-};
+use fence_core::raw::pipeline::Current;
+use fence_core::raw::{EntryHead, OpMemory, OpRecord};
+use fence_core::{Domain, Entry, FenceError, FencingToken, OpKind, Snapshot};
 
 use crate::error::corrupt;
 use crate::keys::StoreKey;

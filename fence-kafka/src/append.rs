@@ -1,10 +1,10 @@
 //! An append: decided on the committed ledger before a producer is opened when that is due,
 //! decided again under the domain's producer, and committed with the ledger in one transaction.
 
-use fence_core::pipeline::{self, Decision};
+use fence_core::raw::pipeline::{self, Decision};
+use fence_core::raw::OpRecord;
 use fence_core::{
-    AppendOutcome, AppendRequest, Appended, EqualTokenPolicy, FenceError, InvalidInput, OpRecord,
-    Operation,
+    AppendOutcome, AppendRequest, Appended, EqualTokenPolicy, FenceError, InvalidInput, Operation,
 };
 
 use crate::error::{

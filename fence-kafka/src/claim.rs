@@ -1,7 +1,7 @@
 //! A claim: the domain's producer is opened (which fences the producers of older tokens),
 //! decided on the ledger it read, and the raised mark committed in a transaction of its own.
 
-use fence_core::pipeline::{self, ClaimDecision};
+use fence_core::raw::pipeline::{self, ClaimDecision};
 use fence_core::{Claimed, Domain, EqualTokenPolicy, FenceError, FencingToken, Operation};
 
 use crate::error::{backend, fenced_by_another_producer, permanent, KafkaFenceError, TxnFailure};

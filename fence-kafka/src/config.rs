@@ -5,7 +5,8 @@ use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{Backoff, FenceError, InvalidInput, IssuerView, Observed, TokenBounds};
+use fence_core::raw::TokenBounds;
+use fence_core::{Backoff, FenceError, InvalidInput, IssuerView, Observed};
 use rdkafka::config::ClientConfig;
 use tokio::sync::OnceCell;
 
@@ -155,7 +156,7 @@ impl KafkaFenceBuilder {
 
     /// Refuses claims and appends whose token is more than `max_step` above the domain's
     /// ledger mark, with [`fence_core::FenceError::TokenTooFar`] (see
-    /// [`fence_core::TokenBounds`]): a runaway token cannot burn the domain's token space in the
+    /// [`fence_core::raw::TokenBounds`]): a runaway token cannot burn the domain's token space in the
     /// ledger. Only the cluster's ACLs stop a producer that writes the topics directly (see the
     /// crate docs on forged tokens).
     pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {

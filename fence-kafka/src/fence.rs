@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fence_core::raw::TokenBounds;
 use fence_core::{
     AppendOutcome, AppendRequest, Backoff, Capabilities, Claimed, Domain, Fence, FenceError,
-    FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Record, TokenBounds,
+    FencedLog, FencingToken, InvalidInput, LogEntry, OpIdRetention, Record,
 };
 use tokio::sync::OnceCell;
 

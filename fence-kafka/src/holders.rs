@@ -4,7 +4,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use fence_core::{rule, Domain, EqualTokenPolicy, FenceError, FencingToken};
+use fence_core::raw::rule;
+use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken};
 
 use crate::client::TxnProducer;
 use crate::ledger::LedgerState;

@@ -53,7 +53,7 @@ impl Layout {
             return Err(format!("layout record has no {MAGIC} header"));
         }
         let count = |n: &str| {
-            fence_core::parse_count(n)
+            fence_core::raw::parse_count(n)
                 .and_then(|n| i32::try_from(n).ok())
                 .ok_or_else(|| format!("layout partition count `{n}` is not canonical"))
         };

@@ -13,7 +13,8 @@
 
 use std::fmt::Write as _;
 
-use fence_core::{FencingToken, OpKind, OpMemory, OpRecord};
+use fence_core::raw::{OpMemory, OpRecord};
+use fence_core::{FencingToken, OpKind};
 
 const MAGIC: &str = "FENCE-KAFKA/1";
 
@@ -61,7 +62,7 @@ impl LedgerState {
                     state.hwm = Some(token(t)?);
                 }
                 ["seq", n] if state.seq == 0 && ops.is_empty() => {
-                    state.seq = fence_core::parse_count(n)
+                    state.seq = fence_core::raw::parse_count(n)
                         .ok_or_else(|| format!("ledger sequence `{n}` is not canonical"))?;
                 }
                 ["op", ..] => ops.push(

@@ -129,7 +129,7 @@ impl CommittedRecord {
                 .and_then(|op| OperationId::new(op).ok()),
             seq: self
                 .header_text(SEQ_HEADER)
-                .and_then(fence_core::parse_count),
+                .and_then(fence_core::raw::parse_count),
         })
     }
 

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::{rule, Domain, EqualTokenPolicy, FencingToken, Operation};
+use fence_core::raw::rule;
+use fence_core::{Domain, EqualTokenPolicy, FencingToken, Operation};
 use fence_outbox::{Candidate, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement};
 use fence_postgres::extension::{commit, map_error, token_column, BACKEND};
 use sqlx::{Postgres, Transaction};

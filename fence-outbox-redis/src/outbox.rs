@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use fence_core::telemetry::observe;
+use fence_core::raw::observe;
 use fence_core::{
     Domain, EqualTokenPolicy, FenceError, FencingToken, Observed, Operation, OperationId,
 };
@@ -175,15 +175,15 @@ struct Ran {
     acks: fence_redis::ReplicaAcks,
 }
 
-impl fence_core::telemetry::OutcomeLabel for Ran {
+impl fence_core::raw::OutcomeLabel for Ran {
     fn outcome_label(&self) -> &'static str {
         self.recorded.outcome_label()
     }
 }
 
-impl fence_core::telemetry::OutcomeLabel for RedisRecorded {
+impl fence_core::raw::OutcomeLabel for RedisRecorded {
     fn outcome_label(&self) -> &'static str {
-        fence_core::telemetry::replay_label(self.duplicate)
+        fence_core::raw::replay_label(self.duplicate)
     }
 }
 

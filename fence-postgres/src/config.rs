@@ -87,7 +87,7 @@ impl PostgresFenceBuilder {
 
     /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
     /// without one) with [`FenceError::TokenTooFar`], in the same transaction: see
-    /// [`fence_core::TokenBounds`]. The schema's own counter grows by one per acquisition; a
+    /// [`fence_core::raw::TokenBounds`]. The schema's own counter grows by one per acquisition; a
     /// step of a few thousand leaves room for acquisitions that never wrote. This client's
     /// setting: to make every client of the schema obey it, store it in the schema with
     /// [`PostgresFence::set_resource_bounds`].

@@ -3,6 +3,7 @@
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
 
 /// The backend's name in errors and metrics.
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
 pub const BACKEND: &str = "postgres";
 
 /// What went wrong at PostgreSQL.
@@ -70,6 +71,7 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
 /// the one mapping of this backend (crates built on fence-postgres use it too). `after_send`: the request may have
 /// taken effect (a `COMMIT` whose answer was lost), so a lost connection is `Ambiguous`, never
 /// a guess.
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
 pub fn map_error(
     error: sqlx::Error,
     domain: &Domain,
@@ -131,12 +133,14 @@ fn shape_error(error: &sqlx::Error, domain: &Domain) -> Option<FenceError> {
 }
 
 /// A token read from a column (`what` names it), or `CorruptState` when it is not a u64 above 0.
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
 pub fn token_column(domain: &Domain, text: &str, what: &str) -> Result<FencingToken, FenceError> {
     text.parse::<FencingToken>()
         .map_err(|e| corrupt(domain, format!("{what} `{text}`: {e}")))
 }
 
 /// State at the resource that is not Fence's, or is damaged.
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
 pub fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
     FenceError::corrupt(BACKEND, domain, detail)
 }

@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::OpMemory;
 use fence_core::{
     BoundsConfig, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
-    FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, OpMemory, Operation,
-    OperationId, RememberedOp, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
+    FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, Operation, OperationId,
+    RememberedOp, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::postgres::PgPool;
 use sqlx::Row;

@@ -4,9 +4,10 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use fence_core::raw::check_lease_ttl;
 use fence_core::{
-    check_lease_ttl, Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Observed,
-    Operation, OwnerId, TokenIssuer,
+    Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Observed, Operation,
+    OwnerId, TokenIssuer,
 };
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::{PgConnection, Postgres, Transaction};

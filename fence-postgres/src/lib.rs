@@ -3,6 +3,7 @@
 mod config;
 pub mod env;
 mod error;
+#[cfg(feature = "unstable-raw")]
 pub mod extension;
 mod fence;
 mod lease;

@@ -5,9 +5,10 @@
 
 use std::num::NonZeroU64;
 
+use fence_core::raw::{OpMemory, OpRecord, TokenBounds};
 use fence_core::{
-    BoundsConfig, Domain, FenceError, FencingToken, InvalidInput, IssuerView, OpKind, OpMemory,
-    OpOutcome, OpRecord, Operation, OperationId, RememberedOp, Revision, TokenBounds,
+    BoundsConfig, Domain, FenceError, FencingToken, InvalidInput, IssuerView, OpKind, OpOutcome,
+    Operation, OperationId, RememberedOp, Revision,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
@@ -234,6 +235,7 @@ pub(crate) fn decode_op(
 
 /// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent
 /// leaves the outcome unknown (`Ambiguous`).
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
 pub async fn commit(
     tx: Transaction<'static, Postgres>,
     domain: &Domain,

@@ -6,12 +6,12 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
 
-use fence_core::pipeline;
-use fence_core::telemetry::{observe, OutcomeLabel};
+use fence_core::raw::pipeline;
+use fence_core::raw::{observe, OutcomeLabel};
 use fence_core::{Domain, FenceError, Fencing, FencingToken, Operation, OperationId};
 use sqlx::{PgConnection, Postgres, Transaction};
 
-use crate::error::{map_error, BACKEND};
+use crate::error::{map_error, user_sql_error, BACKEND};
 use crate::fence::PostgresFence;
 use crate::mark::{commit, MarkChange, Remember};
 
@@ -122,9 +122,8 @@ pub enum Begun {
 pub struct FencedTransaction {
     tx: Transaction<'static, Postgres>,
     fence: PostgresFence,
-    domain: Domain,
-    token: FencingToken,
-    op_id: Option<OperationId>,
+    /// The request's domain, token, op id and policy, as admitted.
+    fencing: Fencing,
     previous_high_water_mark: Option<FencingToken>,
     /// The mark change and op record, written by `commit` just before `COMMIT`: the statement
     /// also tells an aborted transaction (whose `COMMIT` answers `ROLLBACK`, not an error).
@@ -134,17 +133,29 @@ pub struct FencedTransaction {
 impl FencedTransaction {
     /// The domain.
     pub fn domain(&self) -> &Domain {
-        &self.domain
+        self.fencing.domain()
     }
 
     /// The admitted token (the mark once committed).
     pub fn token(&self) -> FencingToken {
-        self.token
+        self.fencing.token()
     }
 
     /// The op id the transaction is remembered under, if any.
     pub fn op_id(&self) -> Option<&OperationId> {
-        self.op_id.as_ref()
+        self.fencing.op_id()
+    }
+
+    /// The request's fencing header (domain, token, op id, equal-token policy), as admitted.
+    pub fn fencing(&self) -> &Fencing {
+        &self.fencing
+    }
+
+    /// A failure of your own statements in this transaction as this backend's error on its
+    /// domain, classified as the fence's own are (a lost connection is `Unavailable`, never
+    /// `Ambiguous`: nothing commits before [`FencedTransaction::commit`]).
+    pub fn sql_error(&self, error: sqlx::Error) -> FenceError {
+        user_sql_error(error, self.domain(), Operation::Write, false)
     }
 
     /// The mark before this transaction.
@@ -161,14 +172,14 @@ impl FencedTransaction {
         self.fence
             .apply(
                 &mut self.tx,
-                &self.domain,
+                self.fencing.domain(),
                 Operation::Write,
                 change,
                 remember,
                 true,
             )
             .await?;
-        commit(self.tx, &self.domain, Operation::Write).await
+        commit(self.tx, self.fencing.domain(), Operation::Write).await
     }
 
     /// Rolls everything back, the mark included.
@@ -176,7 +187,7 @@ impl FencedTransaction {
         self.tx
             .rollback()
             .await
-            .map_err(|e| map_error(e, &self.domain, Operation::Write, false))
+            .map_err(|e| map_error(e, self.fencing.domain(), Operation::Write, false))
     }
 }
 
@@ -197,9 +208,7 @@ impl DerefMut for FencedTransaction {
 impl fmt::Debug for FencedTransaction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FencedTransaction")
-            .field("domain", &self.domain)
-            .field("token", &self.token)
-            .field("op_id", &self.op_id)
+            .field("fencing", &self.fencing)
             .field("previous_high_water_mark", &self.previous_high_water_mark)
             .finish_non_exhaustive()
     }
@@ -207,7 +216,7 @@ impl fmt::Debug for FencedTransaction {
 
 impl OutcomeLabel for Begun {
     fn outcome_label(&self) -> &'static str {
-        fence_core::telemetry::replay_label(matches!(self, Begun::Duplicate { .. }))
+        fence_core::raw::replay_label(matches!(self, Begun::Duplicate { .. }))
     }
 }
 
@@ -333,9 +342,7 @@ impl PostgresFence {
             tx,
             fence: self.clone(),
             pending: Some((change, remember)),
-            domain: domain.clone(),
-            token,
-            op_id: request.op_id().cloned(),
+            fencing: request.fencing().clone(),
             previous_high_water_mark: locked.hwm,
         }))
     }

@@ -185,8 +185,12 @@ async fn the_statement_agrees_with_the_rule_on_every_vector() {
                 .await
                 .unwrap();
                 let fence = rows.clone().with_policy(policy);
-                let rule =
-                    fence_core::rule::check_token(&fence.domain(id), mark.map(t), t(token), policy);
+                let rule = fence_core::raw::rule::check_token(
+                    &fence.domain(id),
+                    mark.map(t),
+                    t(token),
+                    policy,
+                );
                 let got = set_balance(&pool, &fence, id, t(token), 1).await;
                 let stored = row(&pool, &table, id).await;
                 let what = format!("row token {mark:?}, presented {token}, {policy:?}");

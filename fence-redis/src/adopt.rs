@@ -2,7 +2,7 @@
 //! objects: one fenced script (the token rule and admission first, like any write) checks the
 //! key and moves it into the domain, so no write to it can slip in between.
 
-use fence_core::telemetry::observe;
+use fence_core::raw::observe;
 use fence_core::{
     Accepted, Claimed, Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, OpKind,
     Operation, Revision,

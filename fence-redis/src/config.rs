@@ -2,20 +2,14 @@
 
 use std::fmt;
 use std::num::NonZeroU64;
-use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{FenceError, InvalidInput, Observed, Operation};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
+use fence_core::{FenceError, InvalidInput, Observed};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use tokio::sync::OnceCell;
 
-use crate::cluster::Cluster;
-use crate::connection::{Connection, Connector};
-use crate::error::map_error;
 use crate::keys::Keys;
-use crate::sentinel::SentinelMaster;
+use crate::target::{MasterAuth, Target, Timeouts};
 use crate::{Inner, RedisFence};
 
 /// Default key prefix.
@@ -25,8 +19,8 @@ pub const DEFAULT_PREFIX: &str = "fence";
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 /// Redis's own limit on a bulk string.
 pub const REDIS_MAX_VALUE_BYTES: usize = 512 * 1024 * 1024;
-/// Default retention of operation ids.
-pub const DEFAULT_OP_ID_RETENTION: Duration = Duration::from_secs(24 * 60 * 60);
+/// How long operation ids are remembered by default.
+pub const DEFAULT_OP_ID_WINDOW: Duration = Duration::from_secs(24 * 60 * 60);
 /// Default response timeout; a write that times out is reported as ambiguous.
 pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a change waits for a replica's acknowledgement by default where the fence knows
@@ -34,51 +28,11 @@ pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`RedisFenceBuilder::wait_for_replicas`].
 pub const DEFAULT_REPLICA_WAIT: Duration = Duration::from_millis(500);
 
-enum Target {
-    Url(String),
-    Cluster(Vec<String>),
-    Sentinel {
-        sentinels: Vec<String>,
-        service: String,
-    },
-    Manager(ConnectionManager),
-    ClusterConnection(ClusterConnection),
-}
-
-impl Target {
-    /// Where it points, with every password redacted: for `Debug`, logs and errors.
-    fn describe(&self) -> String {
-        let redacted = |nodes: &[String]| {
-            nodes
-                .iter()
-                .map(|n| redact(n))
-                .collect::<Vec<_>>()
-                .join(",")
-        };
-        match self {
-            Target::Url(url) => redact(url),
-            Target::Cluster(nodes) => format!("cluster {}", redacted(nodes)),
-            Target::Sentinel { sentinels, service } => {
-                format!("sentinel {} service {service}", redacted(sentinels))
-            }
-            Target::Manager(_) => "existing connection".to_owned(),
-            Target::ClusterConnection(_) => "existing cluster connection".to_owned(),
-        }
-    }
-}
-
 /// The replica acknowledgement a change waits for: chosen, or the target's default.
 #[derive(Clone, Copy, Debug)]
 enum ReplicaWait {
     Default,
     Chosen(Option<(u32, Duration)>),
-}
-
-/// Credentials for the master a sentinel names (the sentinels' own are in their URLs).
-#[derive(Clone, Default)]
-struct MasterAuth {
-    username: Option<String>,
-    password: Option<String>,
 }
 
 /// Builds a [`RedisFence`]. `build` does no I/O; `connect` also opens the connection.
@@ -98,7 +52,7 @@ pub struct RedisFenceBuilder {
     target: Option<Target>,
     prefix: String,
     max_value_bytes: usize,
-    op_id_retention: Duration,
+    op_id_window: Duration,
     response_timeout: Duration,
     connection_timeout: Duration,
     wait: ReplicaWait,
@@ -121,7 +75,7 @@ impl Default for RedisFenceBuilder {
             target: None,
             prefix: DEFAULT_PREFIX.to_owned(),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
-            op_id_retention: DEFAULT_OP_ID_RETENTION,
+            op_id_window: DEFAULT_OP_ID_WINDOW,
             response_timeout: DEFAULT_RESPONSE_TIMEOUT,
             connection_timeout: Duration::from_secs(2),
             wait: ReplicaWait::Default,
@@ -219,7 +173,7 @@ impl RedisFenceBuilder {
 
     /// Refuses tokens more than `max_step` above a domain's mark (above zero for a domain
     /// without one) with [`FenceError::TokenTooFar`], in the same script: see
-    /// [`fence_core::TokenBounds`]. Redis's own issuer grows by one per acquisition; for tokens
+    /// [`fence_core::raw::TokenBounds`]. Redis's own issuer grows by one per acquisition; for tokens
     /// from elsewhere choose a step above the largest legitimate gap between two owners'
     /// tokens (an etcd revision grows with every write in its cluster).
     pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {
@@ -227,9 +181,11 @@ impl RedisFenceBuilder {
         self
     }
 
-    /// How long an operation id's first outcome is kept for replays (default one day).
-    pub fn op_id_retention(mut self, retention: Duration) -> Self {
-        self.op_id_retention = retention;
+    /// How long an operation id's first outcome is kept for replays (default one day): a
+    /// window of time, where the other adapters keep a count of ids per domain
+    /// ([`fence_core::OpIdRetention`]).
+    pub fn op_id_window(mut self, window: Duration) -> Self {
+        self.op_id_window = window;
         self
     }
 
@@ -283,11 +239,10 @@ impl RedisFenceBuilder {
             ))
             .into());
         }
-        if self.op_id_retention < Duration::from_millis(1) {
-            return Err(InvalidInput::Configuration(
-                "op_id_retention must be at least 1 ms".into(),
-            )
-            .into());
+        if self.op_id_window < Duration::from_millis(1) {
+            return Err(
+                InvalidInput::Configuration("op_id_window must be at least 1 ms".into()).into(),
+            );
         }
         if self.response_timeout.is_zero() || self.connection_timeout.is_zero() {
             return Err(
@@ -312,97 +267,24 @@ impl RedisFenceBuilder {
                 .into());
             }
         }
-        let description = self.target.as_ref().map(Target::describe);
-        let (connection, source) = match self.target {
-            None => {
-                return Err(InvalidInput::Configuration(
-                    "no Redis target: call url(), cluster(), sentinel(), connection_manager() or cluster_connection()".into(),
-                )
-                .into())
-            }
-            Some(Target::Url(url)) => {
-                // RESP3, so that the connection reports its own loss: the manager then replaces
-                // a dropped connection (a server restart) before the next request is written to
-                // it, instead of that request failing in a way that cannot tell whether it left.
-                let info = redis::IntoConnectionInfo::into_connection_info(url.as_str())
-                    .map_err(config_error)?;
-                let settings = info
-                    .redis_settings()
-                    .clone()
-                    .set_protocol(redis::ProtocolVersion::RESP3);
-                let client = redis::Client::open(info.set_redis_settings(settings))
-                    .map_err(config_error)?;
-                let config = manager_config(self.response_timeout, self.connection_timeout);
-                // The manager spawns a task, so it is made on first use, inside the runtime.
-                (OnceCell::new(), Some(Connector::Standalone(client, config)))
-            }
-            Some(Target::Sentinel { sentinels, service }) => {
-                if sentinels.is_empty() || service.is_empty() {
-                    return Err(InvalidInput::Configuration(
-                        "sentinel needs at least one sentinel address and the service name".into(),
-                    )
-                    .into());
-                }
-                let mut master = redis::RedisConnectionInfo::default()
-                    .set_protocol(redis::ProtocolVersion::RESP3);
-                if let Some(username) = &self.master_auth.username {
-                    master = master.set_username(username);
-                }
-                if let Some(password) = &self.master_auth.password {
-                    master = master.set_password(password);
-                }
-                let mut node = redis::sentinel::SentinelNodeConnectionInfo::default()
-                    .set_redis_connection_info(master);
-                // TLS to the sentinels means TLS to the master too.
-                if sentinels.iter().any(|n| n.starts_with("rediss://")) {
-                    node = node.set_tls_mode(redis::TlsMode::Secure);
-                }
-                let client = redis::sentinel::SentinelClient::build(
-                    sentinels,
-                    service.clone(),
-                    Some(node),
-                    redis::sentinel::SentinelServerType::Master,
-                )
-                .map_err(config_error)?;
-                let master = SentinelMaster::new(
-                    client,
-                    service,
-                    manager_config(self.response_timeout, self.connection_timeout),
-                    self.connection_timeout + self.response_timeout,
-                );
-                (
-                    OnceCell::new_with(Some(Connection::Sentinel(Arc::new(master)))),
-                    None,
-                )
-            }
-            Some(Target::Cluster(nodes)) => {
-                if nodes.is_empty() {
-                    return Err(InvalidInput::Configuration("cluster needs at least one seed node".into()).into());
-                }
-                let client = ClusterClientBuilder::new(nodes)
-                    .use_protocol(redis::ProtocolVersion::RESP3)
-                    .response_timeout(self.response_timeout)
-                    .connection_timeout(self.connection_timeout)
-                    .build()
-                    .map_err(config_error)?;
-                (OnceCell::new(), Some(Connector::Cluster(client)))
-            }
-            Some(Target::Manager(manager)) => (
-                OnceCell::new_with(Some(Connection::Standalone(manager))),
-                None,
-            ),
-            Some(Target::ClusterConnection(connection)) => (
-                OnceCell::new_with(Some(Connection::Cluster(Cluster::fixed(connection)))),
-                None,
-            ),
+        let target = self.target.ok_or_else(|| {
+            InvalidInput::Configuration(
+                "no Redis target: call url(), cluster(), sentinel(), connection_manager() or cluster_connection()".into(),
+            )
+        })?;
+        let timeouts = Timeouts {
+            response: self.response_timeout,
+            connection: self.connection_timeout,
         };
+        let description = target.describe();
+        let (connection, source) = target.open(&self.master_auth, timeouts)?;
         Ok(Observed::new(RedisFence::from_inner(Inner {
-            description: description.unwrap_or_default(),
+            description,
             connection,
             connector: source,
             keys,
             max_value_bytes: self.max_value_bytes,
-            op_id_retention: self.op_id_retention,
+            op_id_window: self.op_id_window,
             wait,
             durable: self.durable,
             max_token_step: self.max_token_step,
@@ -428,7 +310,7 @@ impl fmt::Debug for RedisFenceBuilder {
             .field("target", &target)
             .field("prefix", &self.prefix)
             .field("max_value_bytes", &self.max_value_bytes)
-            .field("op_id_retention", &self.op_id_retention)
+            .field("op_id_window", &self.op_id_window)
             .field("wait", &self.wait)
             .field("durable", &self.durable)
             .field("max_token_step", &self.max_token_step)
@@ -437,35 +319,12 @@ impl fmt::Debug for RedisFenceBuilder {
     }
 }
 
-/// The connection manager's settings: the fence's timeouts, and two reconnection attempts.
-fn manager_config(response: Duration, connection: Duration) -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_response_timeout(Some(response))
-        .set_connection_timeout(Some(connection))
-        .set_number_of_retries(2)
-}
-
-fn config_error(error: redis::RedisError) -> FenceError {
-    map_error(error, None, Operation::Read, false)
-}
-
-/// A URL with any password replaced by `***`, for Debug and logs.
-pub(crate) fn redact(url: &str) -> String {
-    fence_core::env::redact_url(url)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn passwords_never_reach_debug() {
-        assert_eq!(
-            redact("redis://:s3cret@host:6379/0"),
-            "redis://:***@host:6379/0"
-        );
-        assert_eq!(redact("rediss://app:s3cret@host"), "rediss://app:***@host");
-        assert_eq!(redact("redis://host:6379"), "redis://host:6379");
         let builder = RedisFence::builder().url("redis://app:s3cret@127.0.0.1:1");
         assert!(!format!("{builder:?}").contains("s3cret"));
         let fence = builder.build();
@@ -499,7 +358,7 @@ mod tests {
         assert!(refused(
             RedisFence::builder()
                 .url("redis://127.0.0.1:1")
-                .op_id_retention(Duration::ZERO)
+                .op_id_window(Duration::ZERO)
         ));
         assert!(refused(RedisFence::builder().cluster(Vec::<String>::new())));
         assert!(matches!(

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fence_core::raw::pipeline;
 use fence_core::{
-    pipeline, Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
+    Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
     FencedStore, FencingToken, Mutation, OpIdRetention, OpKind, Operation, Snapshot,
     WriteCondition, WriteOutcome, WriteRequest,
 };
@@ -28,7 +29,7 @@ pub(crate) struct Inner {
     pub(crate) connector: Option<Connector>,
     pub(crate) keys: Keys,
     pub(crate) max_value_bytes: usize,
-    pub(crate) op_id_retention: Duration,
+    pub(crate) op_id_window: Duration,
     pub(crate) wait: Option<(u32, Duration)>,
     pub(crate) durable: bool,
     pub(crate) max_token_step: Option<NonZeroU64>,
@@ -81,8 +82,8 @@ impl RedisFence {
     }
 
     /// How long an operation id is remembered after its operation.
-    pub fn op_id_retention(&self) -> Duration {
-        self.inner.op_id_retention
+    pub fn op_id_window(&self) -> Duration {
+        self.inner.op_id_window
     }
 
     /// Where this fence connects, with any password redacted.
@@ -228,7 +229,7 @@ impl RedisFence {
     }
 
     pub(crate) fn retention_ms(&self) -> String {
-        self.inner.op_id_retention.as_millis().max(1).to_string()
+        self.inner.op_id_window.as_millis().max(1).to_string()
     }
 
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
@@ -366,7 +367,7 @@ impl Fence for RedisFence {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities::store()
-            .with_op_id_retention(OpIdRetention::Window(self.inner.op_id_retention))
+            .with_op_id_retention(OpIdRetention::Window(self.inner.op_id_window))
             .with_max_value_bytes(Some(self.inner.max_value_bytes))
             .with_survives_restart(self.inner.durable)
             .with_max_token_step(self.inner.max_token_step)

@@ -23,6 +23,7 @@ mod script;
 mod scripts;
 mod sentinel;
 mod state;
+mod target;
 mod value;
 
 /// The contract this crate implements, so users need one dependency.
@@ -31,7 +32,7 @@ pub use fence_core;
 pub use redis;
 
 pub use config::{
-    RedisFenceBuilder, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX,
+    RedisFenceBuilder, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_WINDOW, DEFAULT_PREFIX,
     DEFAULT_REPLICA_WAIT, DEFAULT_RESPONSE_TIMEOUT, REDIS_MAX_VALUE_BYTES,
 };
 pub use error::RedisFenceError;

@@ -2,8 +2,9 @@
 
 use std::fmt;
 
-use fence_core::telemetry::{observe, OutcomeLabel};
-use fence_core::{pipeline, Domain, FenceError, Fencing, FencingToken, OpKind, Operation};
+use fence_core::raw::pipeline;
+use fence_core::raw::{observe, OutcomeLabel};
+use fence_core::{Domain, FenceError, Fencing, FencingToken, OpKind, Operation};
 
 use crate::connection::Waited;
 use crate::envelope::{Answer, Envelope};
@@ -127,7 +128,7 @@ pub struct ScriptOutcome {
 
 impl OutcomeLabel for ScriptOutcome {
     fn outcome_label(&self) -> &'static str {
-        fence_core::telemetry::replay_label(self.duplicate)
+        fence_core::raw::replay_label(self.duplicate)
     }
 }
 
@@ -180,7 +181,6 @@ impl fmt::Debug for FencedBody {
 }
 
 /// What a [`FencedBody`] run did.
-#[derive(Debug)]
 #[non_exhaustive]
 pub struct BodyOutcome {
     /// The token of the call (now the domain's high-water mark).
@@ -197,9 +197,23 @@ pub struct BodyOutcome {
     pub acks: ReplicaAcks,
 }
 
+/// The remembered outcome's length, not its text: it is the user's data.
+impl fmt::Debug for BodyOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyOutcome")
+            .field("token", &self.token)
+            .field("previous_high_water_mark", &self.previous_high_water_mark)
+            .field("outcome_bytes", &self.outcome.len())
+            .field("result", &self.result)
+            .field("duplicate", &self.duplicate)
+            .field("acks", &self.acks)
+            .finish()
+    }
+}
+
 impl OutcomeLabel for BodyOutcome {
     fn outcome_label(&self) -> &'static str {
-        fence_core::telemetry::replay_label(self.duplicate)
+        fence_core::raw::replay_label(self.duplicate)
     }
 }
 

@@ -1,6 +1,8 @@
 //! `ScriptValue`: what a fenced script returned, in fence-redis's own type, so that the public
 //! API does not tie users to the redis client's version.
 
+use std::fmt;
+
 use fence_core::Bytes;
 use redis::Value;
 
@@ -8,7 +10,7 @@ use redis::Value;
 /// `nil`/`false` → [`ScriptValue::Nil`], numbers → [`ScriptValue::Integer`] (truncated),
 /// strings → [`ScriptValue::Data`], tables → [`ScriptValue::Array`] (up to the first `nil`),
 /// `{ok = ...}` → [`ScriptValue::Status`].
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub enum ScriptValue {
     /// No value.
@@ -24,6 +26,21 @@ pub enum ScriptValue {
     Double(f64),
     /// An array.
     Array(Vec<ScriptValue>),
+}
+
+/// The shape of the value, never its content: a script's result is the user's data, which
+/// `Debug` (and so logs and panics) must not show, as [`fence_core::Entry`]'s does not.
+impl fmt::Debug for ScriptValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ScriptValue::Nil => f.write_str("Nil"),
+            ScriptValue::Integer(_) => f.write_str("Integer(..)"),
+            ScriptValue::Double(_) => f.write_str("Double(..)"),
+            ScriptValue::Data(bytes) => write!(f, "Data({} bytes)", bytes.len()),
+            ScriptValue::Status(text) => write!(f, "Status({} bytes)", text.len()),
+            ScriptValue::Array(items) => f.debug_list().entries(items).finish(),
+        }
+    }
 }
 
 impl ScriptValue {
@@ -77,5 +94,24 @@ impl ScriptValue {
 impl From<&str> for ScriptValue {
     fn from(text: &str) -> Self {
         ScriptValue::Data(Bytes::copy_from_slice(text.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_the_shape_never_the_content() {
+        let value = ScriptValue::Array(vec![
+            ScriptValue::Data(Bytes::from_static(b"card 4111")),
+            ScriptValue::Status("s3cret".into()),
+            ScriptValue::Integer(42),
+            ScriptValue::Nil,
+        ]);
+        assert_eq!(
+            format!("{value:?}"),
+            "[Data(9 bytes), Status(6 bytes), Integer(..), Nil]"
+        );
     }
 }

@@ -465,7 +465,7 @@ async fn an_op_id_is_replayed_within_its_window_and_new_again_after_it() {
         RedisFence::builder()
             .url(&url)
             .prefix(support::unique_prefix("window"))
-            .op_id_retention(window)
+            .op_id_window(window)
     };
     let fence = connect().connect().await.unwrap();
     let other = RedisFence::builder()

@@ -5,7 +5,7 @@
 //! token the cache already shows as stale is stale for certain and is refused with no request.
 //! Everything else the cache suggests is checked by S3 itself through `If-Match`.
 
-use fence_core::BoundedCache;
+use fence_core::raw::BoundedCache;
 
 use crate::envelope::Header;
 

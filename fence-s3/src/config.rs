@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::Client;
-use fence_core::{FenceError, InvalidInput, IssuerView, Observed, TokenBounds};
+use fence_core::raw::TokenBounds;
+use fence_core::{FenceError, InvalidInput, IssuerView, Observed};
 use tokio::sync::OnceCell;
 
 use crate::cache::EtagCache;
@@ -161,7 +162,7 @@ impl S3FenceBuilder {
     }
 
     /// Refuses tokens more than `max_step` above a domain's mark with
-    /// [`fence_core::FenceError::TokenTooFar`] (see [`fence_core::TokenBounds`]). The check runs
+    /// [`fence_core::FenceError::TokenTooFar`] (see [`fence_core::raw::TokenBounds`]). The check runs
     /// in this client between the read and the conditional write: it stops runaway tokens of
     /// callers that go through Fence, while only the bucket's IAM policy stops a caller that
     /// writes the object directly (see the crate docs on forged tokens).

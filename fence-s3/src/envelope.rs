@@ -16,9 +16,8 @@
 
 use std::fmt::Write as _;
 
-use fence_core::{
-    Domain, EntryHead, FenceError, FencingToken, OpKind, OpMemory, OpRecord, Revision,
-};
+use fence_core::raw::{EntryHead, OpMemory, OpRecord};
+use fence_core::{Domain, FenceError, FencingToken, OpKind, Revision};
 
 use crate::error::BACKEND;
 
@@ -145,7 +144,7 @@ impl Envelope {
 
 /// A nonce that differs between any two writes of any process.
 pub(crate) fn fresh_nonce() -> u64 {
-    fence_core::random_u64()
+    fence_core::raw::random_u64()
 }
 
 impl Header {

@@ -6,11 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use fence_core::cas::Step;
-use fence_core::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::cas::Step;
+use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::{OpMemory, TokenBounds};
 use fence_core::{
     Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
-    OpIdRetention, OpMemory, Operation, Snapshot, TokenBounds, WriteOutcome, WriteRequest,
+    OpIdRetention, Operation, Snapshot, WriteOutcome, WriteRequest,
 };
 use tokio::sync::OnceCell;
 
@@ -97,7 +98,7 @@ impl S3Fence {
         request: &WriteRequest,
         options: &ObjectOptions,
     ) -> Result<WriteOutcome, FenceError> {
-        fence_core::telemetry::observe(
+        fence_core::raw::observe(
             BACKEND,
             request.operation(),
             request.domain(),

@@ -276,8 +276,8 @@ impl ObjectOptions {
             .map(|(k, v)| {
                 format!(
                     "{}={}",
-                    fence_core::percent_encode(k),
-                    fence_core::percent_encode(v)
+                    fence_core::raw::percent_encode(k),
+                    fence_core::raw::percent_encode(v)
                 )
             })
             .collect();

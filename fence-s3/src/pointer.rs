@@ -8,7 +8,7 @@
 //! so plain readers (Athena, Spark, a CDN) read them as they are.
 
 use bytes::{Bytes, BytesMut};
-use fence_core::telemetry::observe;
+use fence_core::raw::observe;
 use fence_core::{Accepted, Domain, FenceError, FencedStore, FencingToken, Operation, Revision};
 
 use crate::cache::Known;
@@ -29,7 +29,7 @@ pub enum Immutable {
     AlreadyExists(String),
 }
 
-impl fence_core::telemetry::OutcomeLabel for Immutable {
+impl fence_core::raw::OutcomeLabel for Immutable {
     fn outcome_label(&self) -> &'static str {
         match self {
             Immutable::Created(_) => "accepted",
@@ -67,7 +67,7 @@ impl S3Fence {
     ) -> Result<Immutable, FenceError> {
         observe(BACKEND, Operation::Write, domain, None, async {
             let key = self.immutable_key(domain, name)?;
-            fence_core::pipeline::check_size(
+            fence_core::raw::pipeline::check_size(
                 domain,
                 bytes.len(),
                 Some(self.inner.max_value_bytes),
@@ -98,7 +98,7 @@ impl S3Fence {
                 ))
                 .into());
             }
-            fence_core::pipeline::check_size(
+            fence_core::raw::pipeline::check_size(
                 domain,
                 bytes.len(),
                 Some(self.inner.max_value_bytes),

@@ -1,9 +1,9 @@
-//! A write of a domain's object through core's compare-and-set loop ([`fence_core::cas`]): the
+//! A write of a domain's object through core's compare-and-set loop ([`fence_core::raw::cas`]): the
 //! state is the object's ETag and envelope header, a commit is a PUT conditioned on that ETag
 //! (or on the key's absence).
 
 use bytes::{Bytes, BytesMut};
-use fence_core::cas::{self, CasPolicy, CasResource, Committed, Step};
+use fence_core::raw::cas::{self, CasPolicy, CasResource, Committed, Step};
 use fence_core::{Domain, FenceError, Operation};
 
 use crate::cache::Known;

@@ -591,7 +591,7 @@ pub async fn relay_marks_agree_with_the_rule(o: &dyn OutboxUnderTest) {
                     .expect("the setup's relay mark");
             }
             let what = format!("relay mark {mark:?}, relay token {presented}");
-            let rule = fence_core::rule::check_token(
+            let rule = fence_core::raw::rule::check_token(
                 &d,
                 mark.map(token),
                 token(presented),

@@ -14,7 +14,7 @@ impl Rng {
     /// The next number.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        fence_core::splitmix64(self.0)
+        fence_core::raw::splitmix64(self.0)
     }
 
     /// A number below `n` (0 when `n` is 0).

@@ -17,7 +17,7 @@
 //! suite pins it for every adapter.
 //!
 //! ```
-//! use fence_core::pipeline::{decide_write, Current, Decision};
+//! use fence_core::raw::pipeline::{decide_write, Current, Decision};
 //! use fence_core::{TokenBounds, Domain, FencingToken, OpMemory, OperationId, WriteRequest};
 //! let d = Domain::new("orders")?;
 //! let op = OperationId::new("pay-7")?;
@@ -36,9 +36,11 @@
 //! ```
 
 use crate::op_memory::{OpMemory, OpOutcome, OpRecord};
+use crate::raw::rule;
+use crate::token_bounds::TokenBounds;
 use crate::{
-    rule, Accepted, AppendRequest, Appended, Claimed, Domain, EqualTokenPolicy, FenceError,
-    FencingToken, InvalidInput, Revision, TokenBounds, WriteRequest,
+    Accepted, AppendRequest, Appended, Claimed, Domain, EqualTokenPolicy, FenceError, FencingToken,
+    InvalidInput, Revision, WriteRequest,
 };
 
 /// What a resource holds for a domain, as far as a decision needs it.

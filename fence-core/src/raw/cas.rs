@@ -5,7 +5,7 @@
 //! has one (a steady-state write is then one request), else on a fresh read; commits the decision only
 //! if the resource is unchanged; and after a lost race decides again on the state now, up to
 //! [`CasPolicy::max_attempts`] lost races, pausing between them as the policy says. The rule
-//! itself is the decision closure's, from [`crate::pipeline`].
+//! itself is the decision closure's, from [`crate::raw::pipeline`].
 
 use std::future::Future;
 

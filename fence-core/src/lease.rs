@@ -1,0 +1,129 @@
+//! Leases that come with a fencing token: the held lease, its holder, the trait every lease
+//! backend implements and the TTL check they share.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+
+use crate::{Domain, FenceError, FencingToken, InvalidInput, OwnerId};
+
+/// A held lease: the domain, its owner, the fencing token issued with it and its local expiry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Lease {
+    /// The leased domain.
+    pub domain: Domain,
+    /// The owner.
+    pub owner: OwnerId,
+    /// The token issued with this acquisition: carry it on every protected write.
+    pub token: FencingToken,
+    /// When the lease ends by the holder's clock, measured from before the request was sent
+    /// (so it errs early). A holder past this instant must assume another owner took over.
+    pub valid_until: Instant,
+}
+
+impl Lease {
+    /// A lease record.
+    pub fn new(domain: Domain, owner: OwnerId, token: FencingToken, valid_until: Instant) -> Self {
+        Lease {
+            domain,
+            owner,
+            token,
+            valid_until,
+        }
+    }
+
+    /// True while the holder's clock says the lease still runs.
+    pub fn is_valid(&self) -> bool {
+        Instant::now() < self.valid_until
+    }
+}
+
+/// Who holds a domain's lease now, as the backend sees it (for operators: `fence inspect`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LeaseHolder {
+    /// The holder.
+    pub owner: OwnerId,
+    /// The token issued with its acquisition.
+    pub token: FencingToken,
+    /// How long the lease still runs by the backend's clock, when the backend says.
+    pub remaining: Option<Duration>,
+}
+
+impl LeaseHolder {
+    /// A holder record.
+    pub fn new(owner: OwnerId, token: FencingToken, remaining: Option<Duration>) -> Self {
+        LeaseHolder {
+            owner,
+            token,
+            remaining,
+        }
+    }
+}
+
+/// Leases that come with a fencing token.
+///
+/// A lease alone cannot stop a paused holder from writing after it expired: the token it
+/// carries, checked at the resource, does.
+///
+/// # Behavior
+/// - `acquire` succeeds when the domain has no live lease (or the live lease is the same
+///   owner's, which re-acquires); every success issues a new, greater token.
+/// - `acquire` while another owner's lease runs → [`FenceError::LeaseHeld`].
+/// - `renew` and `release` act only for the current owner with the current token; otherwise
+///   [`FenceError::LeaseLost`]. The token counter is never reset by release or expiry.
+#[async_trait]
+pub trait LeaseManager: Send + Sync + fmt::Debug {
+    /// The backend's short name, used in errors, spans and metrics.
+    fn backend(&self) -> &'static str;
+
+    /// Acquires the domain's lease for `ttl` and issues a fresh token. A `ttl` outside 1 ms
+    /// ..= `i64::MAX` ms is refused before any I/O ([`check_lease_ttl`]).
+    async fn acquire(
+        &self,
+        domain: &Domain,
+        owner: &OwnerId,
+        ttl: Duration,
+    ) -> Result<Lease, FenceError>;
+
+    /// Extends a held lease by `ttl` from now, keeping its token; `ttl` checked as for
+    /// `acquire`.
+    async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError>;
+
+    /// Releases a held lease.
+    async fn release(&self, lease: &Lease) -> Result<(), FenceError>;
+
+    /// Waits, after `acquire` found `domain`'s lease held, until it may be free or `within`
+    /// has passed ([`crate::LeaseGuard::acquire`] then tries again). The default sleeps a
+    /// jittered 25 to 50 ms (bounded polling); a backend that can be notified of a release
+    /// overrides it.
+    async fn wait_for_release(&self, domain: &Domain, within: Duration) {
+        let _ = domain;
+        crate::lease_guard::poll_for_release(within).await;
+    }
+
+    /// The live lease of `domain`, if any: who holds it, with which token, for how long. For
+    /// inspection only: by the time it answers the lease may have changed hands, so never
+    /// decide a write on it (the token at the resource decides). The default answers
+    /// [`FenceError::Unsupported`].
+    async fn holder(&self, domain: &Domain) -> Result<Option<LeaseHolder>, FenceError> {
+        let _ = domain;
+        Err(FenceError::unsupported(self.backend(), "lease inspection"))
+    }
+}
+
+/// Refuses a lease TTL outside 1 ms ..= `i64::MAX` ms (what every backend can express), before
+/// any I/O: the one check every [`LeaseManager`]'s `acquire` and `renew` run first.
+pub fn check_lease_ttl(domain: &Domain, ttl: Duration) -> Result<(), FenceError> {
+    let ms = ttl.as_millis();
+    if ms == 0 || ms > i64::MAX as u128 {
+        return Err(InvalidInput::Configuration(format!(
+            "lease ttl on domain `{domain}` must be between 1 ms and {} ms, got {ttl:?}",
+            i64::MAX
+        ))
+        .into());
+    }
+    Ok(())
+}

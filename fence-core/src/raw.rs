@@ -1,0 +1,18 @@
+//! What only adapter authors need, in one place (as OpenDAL's `raw`): the decision pipeline
+//! and the rule it applies, the compare-and-swap driver, the operation-id memory, the
+//! telemetry helper for an adapter's own extensions, and small utilities. Applications use the
+//! crate root; this module may change faster than it.
+
+pub mod cas;
+pub mod pipeline;
+pub mod rule;
+
+pub use crate::backoff::{random_u64, splitmix64};
+pub use crate::bounded_cache::BoundedCache;
+pub use crate::domain::percent_encode;
+pub use crate::entry_head::EntryHead;
+pub use crate::lease::check_lease_ttl;
+pub use crate::op_memory::{OpMemory, OpRecord};
+pub use crate::telemetry::{observe, replay_label, OutcomeLabel};
+pub use crate::token::parse_count;
+pub use crate::token_bounds::TokenBounds;
