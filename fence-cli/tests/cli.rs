@@ -663,7 +663,7 @@ impl TestOutbox {
     async fn record(&self, domain: &fence_core::Domain, token: u64, op: &str, payload: &str) {
         use fence_outbox::Effect;
         let effect = Effect::new("enqueue", "orders-out", payload.to_owned());
-        let op = fence_testkit::outbox::op(op);
+        let op = fence_conformance::relay_kit::op(op);
         match self {
             TestOutbox::Redis(outbox) => {
                 let transition =
@@ -690,8 +690,8 @@ impl TestOutbox {
     /// A relay delivering this outbox with the webhook sink, leasing from the same backend.
     fn relay(&self) -> fence_outbox::RelayHandle {
         use std::sync::Arc;
-        let config = fence_testkit::outbox::fast_relay("cli-relay");
-        let sink = fence_testkit::outbox::webhook();
+        let config = fence_conformance::relay_kit::fast_relay("cli-relay");
+        let sink = fence_conformance::relay_kit::webhook();
         let relay = match self {
             TestOutbox::Redis(outbox) => fence_outbox::Relay::new(
                 Arc::new(outbox.clone()),
@@ -712,9 +712,9 @@ impl TestOutbox {
 
 #[tokio::test]
 async fn outbox_list_and_discard_on_redis_and_postgres() {
+    use fence_conformance::relay_kit::kinds;
     use fence_conformance::wait::until_async;
     use fence_outbox::EntryStatus;
-    use fence_testkit::outbox::kinds;
 
     let (Some(redis_url), Some(pg_url)) = (shared_url(), fence_testkit::postgres::shared_url())
     else {

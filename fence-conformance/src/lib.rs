@@ -11,13 +11,20 @@ pub mod log;
 mod namespace;
 pub mod proxy;
 pub mod race;
+#[cfg(feature = "relay")]
+pub mod relay;
+#[cfg(feature = "relay")]
+pub mod relay_kit;
 pub mod retention;
 pub mod retirement;
 mod scenario;
+pub mod seeded;
 pub mod services;
 pub mod store;
 pub mod vectors;
 pub mod wait;
+#[cfg(feature = "relay")]
+pub mod webhook;
 
 pub use harness::{LogHarness, NotApplicable, StoreHarness};
 pub use namespace::Namespace;

@@ -2,13 +2,14 @@
 //! the state records, and the relay's fenced progress marks. Leases come from the real Redis.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use fence_testkit::outbox as support;
+use fence_conformance::relay_kit as support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_conformance::services::{domain, token};
+use fence_conformance::webhook::WebhookServer;
 use fence_core::{Domain, FenceError, FencedLog, LeaseManager, Observed, Record};
 use fence_outbox::{
     Effect, EntryStatus, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink,
@@ -19,7 +20,6 @@ use fence_outbox_kafka::{
 };
 use fence_redis::RedisFence;
 use fence_testkit::kafka::{fence_on_topic as fence, fresh_topic as fresh_topics};
-use fence_testkit::webhook::WebhookServer;
 use support::{fast_relay, op, webhook};
 use tokio::sync::{watch, Notify};
 

@@ -16,13 +16,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use fence_conformance::relay::OutboxUnderTest;
+use fence_conformance::relay_kit::{fast_relay, kinds};
 use fence_core::{Domain, FencingToken, LeaseManager, Observed, OperationId, Record};
 use fence_outbox::{Effect, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink};
 use fence_outbox_kafka::{KafkaOutbox, KafkaTransition};
 use fence_redis::RedisFence;
 use fence_testkit::kafka::{fence_on_topic, fresh_topic};
-use fence_testkit::outbox::{fast_relay, kinds};
-use fence_testkit::relay_contract::OutboxUnderTest;
 
 /// The relays' name: the relay contract's configurations all use it.
 const RELAY_NAME: &str = "test";
@@ -104,7 +104,7 @@ impl OutboxUnderTest for KafkaUnderTest {
     }
 }
 
-fence_testkit::relay_contract_tests!(under_test;
+fence_conformance::relay_contract_tests!(under_test;
     exactly_once_despite_failures_and_a_relay_crash,
     a_failing_head_holds_back_its_domain_only,
     a_stuck_sink_times_out_and_the_retry_lands_once,

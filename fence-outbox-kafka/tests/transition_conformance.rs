@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_conformance::entry::{Call, EntryHarness, Ran};
+use fence_conformance::relay_kit::fence_error;
 use fence_core::{Domain, Fence, FenceError, FencedLog, Record};
 use fence_outbox::{Effect, OutboxConfig};
 use fence_outbox_kafka::{KafkaOutbox, KafkaTransition, KEY_HEADER};
 use fence_testkit::kafka::{fence_on_topic, fresh_topic};
-use fence_testkit::outbox::fence_error;
 
 struct TransitionHarness {
     outbox: KafkaOutbox,
@@ -61,7 +61,10 @@ async fn harness() -> Option<&'static TransitionHarness> {
     let (config, topic) = fresh_topic("transition-entry", 1).await?;
     let fence = fence_on_topic(&config, &topic).await;
     Some(Box::leak(Box::new(TransitionHarness {
-        outbox: KafkaOutbox::with_config(fence, OutboxConfig::new(fence_testkit::outbox::kinds())),
+        outbox: KafkaOutbox::with_config(
+            fence,
+            OutboxConfig::new(fence_conformance::relay_kit::kinds()),
+        ),
     })))
 }
 

@@ -19,7 +19,7 @@ use support::{
     WebhookServer,
 };
 
-fence_testkit::relay_contract_tests!(support::under_test);
+fence_conformance::relay_contract_tests!(support::under_test);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_idle_relay_is_woken_by_notify_not_by_polling() {

@@ -8,11 +8,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_conformance::entry::{Call, EntryHarness, Ran};
+use fence_conformance::relay_kit::fence_error;
 use fence_core::{Domain, Fence, FenceError};
 use fence_outbox::Effect;
 use fence_outbox_postgres::PostgresOutbox;
 use fence_postgres::TransactionRequest;
-use fence_testkit::outbox::fence_error;
 
 struct TransitionHarness {
     outbox: PostgresOutbox,

@@ -7,15 +7,15 @@ mod support;
 
 use std::time::Duration;
 
+use fence_conformance::relay as relay_contract;
 use fence_core::Domain;
 use fence_outbox::OutboxStore;
 use fence_redis::redis;
-use fence_testkit::relay_contract;
 use support::{
     all_settled, domain, fast_relay, outbox, pay, relay, token, wait_for, webhook, WebhookServer,
 };
 
-fence_testkit::relay_contract_tests!(|test| support::under_test(test, false));
+fence_conformance::relay_contract_tests!(|test| support::under_test(test, false));
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_exactly_once_despite_failures_and_a_relay_crash() {

@@ -8,10 +8,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_conformance::entry::{Call, EntryHarness, Ran};
+use fence_conformance::relay_kit::fence_error;
 use fence_core::{Domain, Fence, FenceError};
 use fence_outbox::Effect;
 use fence_outbox_redis::{OutboxScript, RedisOutbox, RedisTransition};
-use fence_testkit::outbox::fence_error;
 
 struct TransitionHarness {
     outbox: RedisOutbox,

@@ -17,19 +17,13 @@ pub mod kafka;
 pub mod kafka_broker;
 #[cfg(feature = "kafka")]
 pub mod kafka_sasl;
-#[cfg(feature = "outbox")]
-pub mod outbox;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod process;
 #[cfg(feature = "redis")]
 pub mod redis;
-#[cfg(feature = "outbox")]
-pub mod relay_contract;
 #[cfg(feature = "s3")]
 pub mod s3;
-#[cfg(feature = "webhook")]
-pub mod webhook;
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

@@ -15,7 +15,7 @@ use tokio::sync::{watch, Barrier};
 
 use crate::faults::{FaultKind, Faults};
 use crate::history::{Event, History, LoggedRecord, Op, Outcome, SeenEntry};
-use crate::rng::Rng;
+use fence_conformance::seeded::Rng;
 
 /// How often the reads after the run compare the log and the mark before giving up.
 const MAX_FINAL_READS: u32 = 6;

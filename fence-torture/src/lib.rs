@@ -35,10 +35,9 @@ pub mod faults;
 pub mod history;
 pub mod linearizable;
 mod resolve;
-mod rng;
 
 pub use checker::{check, Ambiguity, Property, Report, Verdict, Violation};
 pub use engine::{Injected, Profile, Run, Subject, Target};
 pub use faults::{FaultKind, Faults, ProxyFaults, ServerFaults, ServerProcess};
+pub use fence_conformance::seeded::Rng;
 pub use history::{Event, History, LoggedRecord, Op, Outcome, SeenEntry};
-pub use rng::Rng;

@@ -10,9 +10,9 @@
     unused_imports
 )]
 
+pub use fence_conformance::relay_kit::*;
 pub use fence_conformance::services::{domain, token};
-pub use fence_testkit::outbox::*;
-pub use fence_testkit::webhook::WebhookServer;
+pub use fence_conformance::webhook::WebhookServer;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -99,7 +99,7 @@ pub async fn wait_for(
     let o = PostgresUnderTest {
         outbox: outbox.clone(),
     };
-    fence_testkit::relay_contract::wait_for(&o, domains, limit, check).await
+    fence_conformance::relay::wait_for(&o, domains, limit, check).await
 }
 
 /// The PostgreSQL outbox as fence-testkit's relay contract drives it.
@@ -115,7 +115,7 @@ pub async fn under_test(test: &str) -> Option<PostgresUnderTest> {
 }
 
 #[async_trait::async_trait]
-impl fence_testkit::relay_contract::OutboxUnderTest for PostgresUnderTest {
+impl fence_conformance::relay::OutboxUnderTest for PostgresUnderTest {
     async fn pay(
         &self,
         domain: &Domain,

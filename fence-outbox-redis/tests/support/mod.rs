@@ -10,13 +10,13 @@
     unused_imports
 )]
 
+pub use fence_conformance::relay_kit::*;
 pub use fence_conformance::services::{domain, token, unavailable};
-pub use fence_testkit::outbox::*;
+pub use fence_conformance::webhook::WebhookServer;
 pub use fence_testkit::redis::{
     self as redis_support, shared_cluster_fence as cluster, shared_fence as standalone,
     unique_prefix,
 };
-pub use fence_testkit::webhook::WebhookServer;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,7 +62,7 @@ pub async fn wait_for(
     let o = RedisUnderTest {
         outbox: outbox.clone(),
     };
-    fence_testkit::relay_contract::wait_for(&o, domains, limit, check).await
+    fence_conformance::relay::wait_for(&o, domains, limit, check).await
 }
 
 pub fn relay_result(
@@ -99,7 +99,7 @@ pub async fn under_test(test: &str, cluster: bool) -> Option<RedisUnderTest> {
 }
 
 #[async_trait::async_trait]
-impl fence_testkit::relay_contract::OutboxUnderTest for RedisUnderTest {
+impl fence_conformance::relay::OutboxUnderTest for RedisUnderTest {
     async fn pay(
         &self,
         domain: &Domain,

@@ -2,6 +2,8 @@
 //! observed delivery in order across a relay crash, a failing head holding back its domain
 //! only, dead letters, stuck sinks, a paused relay fenced by its successor, and concurrency
 //! within limits. Each scenario panics (failing the calling test) on a breach.
+// A broken set-up or a breached contract fails the calling test: panicking is the job here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,15 +14,15 @@ use fence_outbox::{
     EntryStatus, OutboxEntry, OutboxError, OutboxStore, Relay, RelayConfig, RelayHandle,
     RelayReport, Sink,
 };
-use fence_torture::Rng;
 use tokio::sync::{watch, Notify};
 
-use crate::outbox::{
+use crate::relay_kit::{
     all_settled, assert_exactly_once_in_order, delivered, fast_relay, webhook,
     CrashAfterDeliveries, PausingSink,
 };
+use crate::seeded::{self, Rng};
+use crate::services::{domain, token};
 use crate::webhook::WebhookServer;
-use fence_conformance::services::{domain, token};
 
 /// An outbox backend as the relay scenarios drive it.
 #[async_trait]
@@ -70,7 +72,7 @@ macro_rules! relay_contract_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
         async fn $scenario() {
             if let Some(o) = ($make)(stringify!($scenario)).await {
-                $crate::relay_contract::$scenario(&o).await;
+                $crate::relay::$scenario(&o).await;
             }
         }
     )*};
@@ -659,14 +661,10 @@ async fn head_on_the_relays_partition(
 pub async fn relays_under_torture_deliver_each_accepted_effect_once_in_order(
     o: &dyn OutboxUnderTest,
 ) {
-    let seed = fence_torture::env::seed(71);
+    let seed = seeded::seed(71);
     // The full profile is bounded too: every relay pass reads the domains' kept entries, so a
     // run's cost grows with the square of its payments (2,000 took over 10 minutes).
-    let steps = if fence_torture::env::full_profile() {
-        500
-    } else {
-        120
-    };
+    let steps = if seeded::full_profile() { 500 } else { 120 };
     let server = WebhookServer::start().await;
     let domains: Vec<Domain> = (0..4).map(|i| domain(&format!("order-t{i}"))).collect();
     let (done, finished) = watch::channel(false);
@@ -765,7 +763,7 @@ pub async fn relays_under_torture_deliver_each_accepted_effect_once_in_order(
         server.total_requests(),
         server.applied().len(),
     );
-    fence_torture::env::report(&line);
+    seeded::report(&line);
     assert_eq!(
         delivered(&entries),
         accepted.len(),

@@ -5,6 +5,8 @@
 //! Paths steer failures per request: `/ok`, `/fail/<n>` (the first n requests of each key get
 //! 503), `/lost/<n>` (the first n are applied but answered 503, like a lost response),
 //! `/always-500`, `/reject` (422), `/hang/<n>` (the first n requests of each key never answer).
+// A broken set-up or a breached contract fails the calling test: panicking is the job here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
 use std::convert::Infallible;

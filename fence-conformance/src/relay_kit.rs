@@ -1,5 +1,7 @@
 //! Outbox relays: test-sized relay settings, the effect kinds the tests register, the webhook
 //! sink aimed at [`crate::webhook::WebhookServer`], and sinks that crash or pause mid-delivery.
+// A broken set-up or a breached contract fails the calling test: panicking is the job here.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
