@@ -3,11 +3,12 @@
 
 use std::fmt::Write as _;
 
-use fence_core::{Domain, Entry, FenceError, FencedStore, LeaseHolder, LeaseManager, RememberedOp};
+use fence_core::{Domain, Entry, FenceError, FencedStore, LeaseHolder, RememberedOp};
 use fence_s3::Envelope;
 use serde_json::{json, Value};
 
 use crate::report::{entry_json, entry_text, token_json, Report};
+use crate::target::Target;
 use crate::targets::Targets;
 use crate::Backend;
 
@@ -27,7 +28,7 @@ struct Inspection {
     /// Where the state lives (key, object), when one place holds it.
     location: Option<String>,
     snapshot: fence_core::Snapshot,
-    /// The remembered operation ids (`None` until the backend's branch lists them).
+    /// The remembered operation ids (`None`: the backend lists none).
     ops: Option<Vec<Op>>,
     /// `None`: the backend has no leases; `Some(None)`: no live lease.
     lease: Option<Option<LeaseHolder>>,
@@ -44,32 +45,11 @@ pub(crate) async fn run(targets: &Targets, backend: Backend, domain: &str) -> Re
 
 async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<Inspection, Report> {
     let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
-    let failed = |e: FenceError| Report::failed(&e);
     match backend {
-        Backend::Redis => {
-            let fence = targets.redis().await?;
-            let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
-            let mut inspection = generic("redis", &fence, Some(&fence.leases()), domain).await?;
-            inspection.ops = Some(listed(ops));
-            Ok(inspection)
-        }
-        Backend::Postgres => {
-            let fence = targets.postgres().await?;
-            let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
-            let mut inspection = generic("postgres", &fence, Some(&fence.leases()), domain).await?;
-            inspection.ops = Some(listed(ops));
-            Ok(inspection)
-        }
-        Backend::Etcd => {
-            let etcd = targets.etcd().await?;
-            let fence = etcd.fence();
-            let ops = fence.remembered_ops(&domain).await.map_err(failed)?;
-            let mut inspection = generic("etcd", &fence, Some(&etcd.leases()), domain).await?;
-            inspection.ops = Some(listed(ops));
-            Ok(inspection)
-        }
+        // Their op ids live in formats of their own, decoded here.
         Backend::S3 => s3(targets, domain).await,
         Backend::Kafka => kafka(targets, domain).await,
+        _ => generic(&*targets.open(backend).await?, domain).await,
     }
 }
 
@@ -95,29 +75,30 @@ async fn kafka(targets: &Targets, domain: Domain) -> Result<Inspection, Report> 
     })
 }
 
-/// Through the fence's own read and the lease backend's `holder`.
-async fn generic(
-    backend: &'static str,
-    store: &dyn FencedStore,
-    leases: Option<&dyn LeaseManager>,
-    domain: Domain,
-) -> Result<Inspection, Report> {
-    let snapshot = store.read(&domain).await.map_err(|e| Report::failed(&e))?;
-    let lease = match leases {
-        Some(leases) => Some(
-            leases
-                .holder(&domain)
-                .await
-                .map_err(|e| Report::failed(&e))?,
-        ),
+/// Through the fence's own read, the remembered op ids and the lease backend's `holder`.
+async fn generic(target: &dyn Target, domain: Domain) -> Result<Inspection, Report> {
+    let failed = |e: FenceError| Report::failed(&e);
+    let store = target.store().ok_or_else(|| {
+        Report::usage(format!(
+            "{} keeps no entry to inspect",
+            target.fence().backend()
+        ))
+    })?;
+    let snapshot = store.read(&domain).await.map_err(failed)?;
+    let ops = match target.remembered_ops(&domain).await {
+        Some(ops) => Some(listed(ops.map_err(failed)?)),
+        None => None,
+    };
+    let lease = match target.leases() {
+        Some(leases) => Some(leases.holder(&domain).await.map_err(failed)?),
         None => None,
     };
     Ok(Inspection {
-        backend,
+        backend: target.fence().backend(),
         domain,
         location: None,
         snapshot,
-        ops: None,
+        ops,
         lease,
         extra: Value::Null,
     })

@@ -12,6 +12,7 @@ mod outbox;
 mod permissions;
 mod qualify;
 mod report;
+mod target;
 mod targets;
 
 use std::path::PathBuf;
@@ -201,6 +202,17 @@ enum RetireBackend {
     Postgres,
     /// etcd.
     Etcd,
+}
+
+impl From<RetireBackend> for Backend {
+    fn from(backend: RetireBackend) -> Self {
+        match backend {
+            RetireBackend::Redis => Backend::Redis,
+            RetireBackend::S3 => Backend::S3,
+            RetireBackend::Postgres => Backend::Postgres,
+            RetireBackend::Etcd => Backend::Etcd,
+        }
+    }
 }
 
 /// A backend that can adopt data another tool wrote.

@@ -1,6 +1,6 @@
 //! `fence claim`, `fence adopt` and `fence retire`: an operator's explicit changes.
 
-use fence_core::{Domain, Fence, FenceError, FencingToken, Retirer};
+use fence_core::{Domain, FenceError, FencingToken};
 use serde_json::json;
 
 use crate::report::{token_json, Report};
@@ -23,17 +23,12 @@ pub(crate) async fn claim(
 ) -> Report {
     let claimed = async {
         let (domain, token) = parse(domain, token)?;
-        let claimed = match backend {
-            Backend::Redis => targets.redis().await?.claim(&domain, token).await,
-            Backend::S3 => targets.s3().await?.claim(&domain, token).await,
-            Backend::Postgres => targets.postgres().await?.claim(&domain, token).await,
-            Backend::Etcd => {
-                let etcd = targets.etcd().await?;
-                etcd.fence().claim(&domain, token).await
-            }
-            Backend::Kafka => targets.kafka()?.claim(&domain, token).await,
-        };
-        let claimed = claimed.map_err(|e: FenceError| Report::failed(&e))?;
+        let target = targets.open(backend).await?;
+        let claimed = target
+            .fence()
+            .claim(&domain, token)
+            .await
+            .map_err(|e| Report::failed(&e))?;
         Ok::<_, Report>((domain, claimed))
     };
     match claimed.await {
@@ -139,13 +134,14 @@ pub(crate) async fn retire(
     }
     let retired = async {
         let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
-        let retired = match backend {
-            RetireBackend::Redis => targets.redis().await?.retire(&domain).await,
-            RetireBackend::S3 => targets.s3().await?.retire(&domain).await,
-            RetireBackend::Postgres => targets.postgres().await?.retire(&domain).await,
-            RetireBackend::Etcd => targets.etcd().await?.fence().retire(&domain).await,
-        };
-        let retired = retired.map_err(|e| Report::failed(&e))?;
+        let target = targets.open(backend.into()).await?;
+        let retirer = target
+            .retirer()
+            .ok_or_else(|| Report::usage(format!("{backend:?} keeps a retired domain's state")))?;
+        let retired = retirer
+            .retire(&domain)
+            .await
+            .map_err(|e| Report::failed(&e))?;
         Ok::<_, Report>((domain, retired))
     };
     match retired.await {

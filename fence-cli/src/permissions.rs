@@ -17,14 +17,11 @@ pub(crate) async fn run(targets: &Targets, backend: Backend) -> Report {
 }
 
 async fn check(targets: &Targets, backend: Backend) -> Result<PermissionReport, Report> {
-    let checked = match backend {
-        Backend::Redis => targets.redis().await?.check_permissions().await,
-        Backend::S3 => targets.s3().await?.check_permissions().await,
-        Backend::Postgres => targets.postgres().await?.check_permissions().await,
-        Backend::Etcd => targets.etcd().await?.check_permissions().await,
-        Backend::Kafka => targets.kafka()?.check_permissions().await,
-    };
-    checked.map_err(|e| Report::failed(&e))
+    let target = targets.open(backend).await?;
+    target
+        .check_permissions()
+        .await
+        .map_err(|e| Report::failed(&e))
 }
 
 fn render(report: &PermissionReport) -> Report {

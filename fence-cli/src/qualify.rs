@@ -198,7 +198,7 @@ async fn prepare(
         None
     };
     let domain = |name: &str| Domain::new(name).map_err(|e| Report::usage(e.to_string()));
-    let domain = if backend == Backend::Kafka {
+    let domain = if backend.is_log() {
         domain("qualify/log")?
     } else {
         domain("qualify/register")?
@@ -210,7 +210,7 @@ async fn prepare(
         _ => return Err(Report::usage("qualify cannot drive this kind of target")),
     };
     target = target.with_clients_per_worker(clients.per_worker);
-    if matches!(backend, Backend::S3 | Backend::Kafka) {
+    if backend.refuses_from_cache() {
         // fence-s3 and fence-kafka refuse a token below a mark they saw accepted without a
         // request (DESIGN.md §8): such a refusal names that mark, maybe not the latest.
         target = target.with_refusals_from_cache();
@@ -436,7 +436,7 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
     let exercised = checked.fenced > 0
         && checked.accepted > 0
         && run.history.final_state.is_some()
-        && (backend != Backend::Kafka || run.history.final_log.is_some());
+        && (!backend.is_log() || run.history.final_log.is_some());
     let verdict = match (checked.verdict(), exercised) {
         (fence_torture::Verdict::Holds, true) => "qualified",
         (fence_torture::Verdict::Holds | fence_torture::Verdict::Inconclusive, _) => "inconclusive",
@@ -476,7 +476,7 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
 /// The properties a backend's run can show: the log ones on Kafka only.
 fn applies(backend: Backend, property: fence_torture::Property) -> bool {
     use fence_torture::Property::{FencedVisible, LogOrder};
-    backend == Backend::Kafka || !matches!(property, LogOrder | FencedVisible)
+    backend.is_log() || !matches!(property, LogOrder | FencedVisible)
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Where the fenced state lives: one flag per setting, each also read from the environment
-//! variable the library builders and examples use.
+//! variable the library builders and examples use (named by the adapter's own `env` module:
+//! every variable name is defined once).
 
 use std::fmt;
 
@@ -33,39 +34,39 @@ pub(crate) struct Targets {
     /// Refuse claims and adopts whose token is more than this above the domain's mark (above
     /// zero for a domain without one), at the resource where it can check (Redis, PostgreSQL,
     /// etcd; S3 and Kafka between the read and the write); 0 for no bound.
-    #[arg(long, env = "FENCE_MAX_TOKEN_STEP", global = true, default_value_t = DEFAULT_MAX_TOKEN_STEP)]
+    #[arg(long, env = fence_core::env::MAX_TOKEN_STEP, global = true, default_value_t = DEFAULT_MAX_TOKEN_STEP)]
     max_token_step: u64,
     /// Redis, PostgreSQL, etcd: refuse tokens the resource's own issuer never issued.
-    #[arg(long, env = "FENCE_ISSUED_ONLY", global = true)]
+    #[arg(long, env = fence_core::env::ISSUED_ONLY, global = true)]
     issued_only: bool,
     /// Redis URL.
-    #[arg(long, env = "FENCE_REDIS_URL", global = true, hide_env_values = true)]
+    #[arg(long, env = fence_redis::env::URL, global = true, hide_env_values = true)]
     redis_url: Option<String>,
     /// Redis Cluster nodes, comma-separated.
     #[arg(
         long,
-        env = "FENCE_REDIS_CLUSTER",
+        env = fence_redis::env::CLUSTER,
         global = true,
         value_delimiter = ',',
         hide_env_values = true
     )]
     redis_cluster: Vec<String>,
     /// Key prefix of the fence on Redis.
-    #[arg(long, env = "FENCE_REDIS_PREFIX", global = true, default_value = fence_redis::DEFAULT_PREFIX)]
+    #[arg(long, env = fence_redis::env::PREFIX, global = true, default_value = fence_redis::DEFAULT_PREFIX)]
     redis_prefix: String,
     /// S3 endpoint of an S3-compatible server (path-style); unset for AWS.
-    #[arg(long, env = "FENCE_S3_ENDPOINT", global = true)]
+    #[arg(long, env = fence_s3::env::ENDPOINT, global = true)]
     s3_endpoint: Option<String>,
     /// S3 bucket.
-    #[arg(long, env = "FENCE_S3_BUCKET", global = true)]
+    #[arg(long, env = fence_s3::env::BUCKET, global = true)]
     s3_bucket: Option<String>,
     /// S3 region (else the AWS chain's; `us-east-1` with an endpoint).
-    #[arg(long, env = "FENCE_S3_REGION", global = true)]
+    #[arg(long, env = fence_s3::env::REGION, global = true)]
     s3_region: Option<String>,
     /// S3 access key id.
     #[arg(
         long,
-        env = "FENCE_S3_ACCESS_KEY",
+        env = fence_s3::env::ACCESS_KEY,
         global = true,
         hide_env_values = true
     )]
@@ -73,18 +74,18 @@ pub(crate) struct Targets {
     /// S3 secret access key.
     #[arg(
         long,
-        env = "FENCE_S3_SECRET_KEY",
+        env = fence_s3::env::SECRET_KEY,
         global = true,
         hide_env_values = true
     )]
     s3_secret_key: Option<String>,
     /// Key prefix of the fence's objects (empty or ending in `/`).
-    #[arg(long, env = "FENCE_S3_PREFIX", global = true, default_value = fence_s3::DEFAULT_PREFIX)]
+    #[arg(long, env = fence_s3::env::PREFIX, global = true, default_value = fence_s3::DEFAULT_PREFIX)]
     s3_prefix: String,
     /// How domains map to object keys.
     #[arg(
         long,
-        env = "FENCE_S3_KEY_LAYOUT",
+        env = fence_s3::env::KEY_LAYOUT,
         global = true,
         value_enum,
         default_value = "escaped"
@@ -93,7 +94,7 @@ pub(crate) struct Targets {
     /// PostgreSQL URL.
     #[arg(
         long,
-        env = "FENCE_POSTGRES_URL",
+        env = fence_postgres::env::URL,
         global = true,
         hide_env_values = true
     )]
@@ -101,53 +102,53 @@ pub(crate) struct Targets {
     /// Schema of the fence's tables.
     #[arg(
         long,
-        env = "FENCE_POSTGRES_SCHEMA",
+        env = fence_postgres::env::SCHEMA,
         global = true,
-        default_value = "fence"
+        default_value = fence_postgres::env::DEFAULT_SCHEMA
     )]
     postgres_schema: String,
     /// Kafka bootstrap servers.
-    #[arg(long, env = "FENCE_KAFKA_BOOTSTRAP", global = true)]
+    #[arg(long, env = fence_kafka::env::BOOTSTRAP, global = true)]
     kafka_bootstrap: Option<String>,
     /// Extra Kafka client properties, `key=value;key=value` (security settings).
     #[arg(
         long,
-        env = "FENCE_KAFKA_PROPERTIES",
+        env = fence_kafka::env::PROPERTIES,
         global = true,
         hide_env_values = true
     )]
     kafka_properties: Option<String>,
     /// The fenced data topic.
-    #[arg(long, env = "FENCE_KAFKA_TOPIC", global = true)]
+    #[arg(long, env = fence_kafka::env::TOPIC, global = true)]
     kafka_topic: Option<String>,
     /// The fence-ledger topic.
-    #[arg(long, env = "FENCE_KAFKA_LEDGER_TOPIC", global = true, default_value = fence_kafka::DEFAULT_LEDGER_TOPIC)]
+    #[arg(long, env = fence_kafka::env::LEDGER_TOPIC, global = true, default_value = fence_kafka::DEFAULT_LEDGER_TOPIC)]
     kafka_ledger_topic: String,
     /// The transactional id prefix of the domains' producers.
-    #[arg(long, env = "FENCE_KAFKA_TRANSACTIONAL_ID_PREFIX", global = true, default_value = fence_kafka::DEFAULT_TRANSACTIONAL_ID_PREFIX)]
+    #[arg(long, env = fence_kafka::env::TRANSACTIONAL_ID_PREFIX, global = true, default_value = fence_kafka::DEFAULT_TRANSACTIONAL_ID_PREFIX)]
     kafka_transactional_id_prefix: String,
     /// etcd endpoints, comma-separated.
     #[arg(
         long,
-        env = "FENCE_ETCD_ENDPOINTS",
+        env = fence_etcd::env::ENDPOINTS,
         global = true,
         value_delimiter = ','
     )]
     etcd_endpoints: Vec<String>,
     /// etcd user, for a cluster with authentication (with `--etcd-password`).
-    #[arg(long, env = "FENCE_ETCD_USER", global = true)]
+    #[arg(long, env = fence_etcd::env::USER, global = true)]
     etcd_user: Option<String>,
     /// etcd password of `--etcd-user`.
     #[arg(
         long,
-        env = "FENCE_ETCD_PASSWORD",
+        env = fence_etcd::env::PASSWORD,
         global = true,
         hide_env_values = true
     )]
     etcd_password: Option<String>,
     /// Key prefix of the fence on etcd (no default: the library has none, and a wrong one
     /// would show every domain as unseen).
-    #[arg(long, env = "FENCE_ETCD_PREFIX", global = true)]
+    #[arg(long, env = fence_etcd::env::PREFIX, global = true)]
     etcd_prefix: Option<String>,
 }
 

@@ -1,0 +1,229 @@
+//! One backend as the commands use it, opened from the configured settings ([`Targets::open`]):
+//! its fence and what each command asks of it. Each backend says here what it offers, once;
+//! the commands ask the target instead of matching on the backend.
+
+use async_trait::async_trait;
+use fence_core::permissions::PermissionReport;
+use fence_core::{
+    Domain, Fence, FenceError, FencedStore, LeaseManager, Observed, RememberedOp, Retirer,
+};
+use fence_etcd::{Etcd, EtcdFence};
+use fence_kafka::KafkaFence;
+use fence_postgres::PostgresFence;
+use fence_redis::RedisFence;
+use fence_s3::S3Fence;
+
+use crate::report::Report;
+use crate::targets::Targets;
+use crate::Backend;
+
+/// What a command may ask of an opened backend.
+#[async_trait]
+pub(crate) trait Target: Send + Sync {
+    /// Claims and marks.
+    fn fence(&self) -> &dyn Fence;
+
+    /// Reads of the domain's entry (`None`: a log, which has no entry).
+    fn store(&self) -> Option<&dyn FencedStore>;
+
+    /// Retirement of a domain's state (`None`: the backend keeps it).
+    fn retirer(&self) -> Option<&dyn Retirer>;
+
+    /// The backend's leases (`None`: it has none).
+    fn leases(&self) -> Option<Box<dyn LeaseManager>>;
+
+    /// The operation ids the resource remembers for `domain` (`None`: they live in a format of
+    /// the backend's own, which `fence inspect` decodes).
+    async fn remembered_ops(
+        &self,
+        domain: &Domain,
+    ) -> Option<Result<Vec<RememberedOp>, FenceError>>;
+
+    /// Which permissions the configured credentials have.
+    async fn check_permissions(&self) -> Result<PermissionReport, FenceError>;
+}
+
+impl Backend {
+    /// A log (batches appended under a token, read back in order), not a store.
+    pub(crate) fn is_log(self) -> bool {
+        self == Backend::Kafka
+    }
+
+    /// Refuses a token below a mark it saw accepted without asking the resource (fence-s3's
+    /// and fence-kafka's caches): such a refusal names that mark, maybe not the latest.
+    pub(crate) fn refuses_from_cache(self) -> bool {
+        matches!(self, Backend::S3 | Backend::Kafka)
+    }
+}
+
+impl Targets {
+    /// The backend's fence, connected as its command line and environment say.
+    pub(crate) async fn open(&self, backend: Backend) -> Result<Box<dyn Target>, Report> {
+        Ok(match backend {
+            Backend::Redis => Box::new(self.redis().await?),
+            Backend::S3 => Box::new(self.s3().await?),
+            Backend::Postgres => Box::new(self.postgres().await?),
+            Backend::Etcd => {
+                let etcd = self.etcd().await?;
+                Box::new(EtcdTarget {
+                    fence: etcd.fence(),
+                    etcd,
+                })
+            }
+            Backend::Kafka => Box::new(self.kafka()?),
+        })
+    }
+}
+
+#[async_trait]
+impl Target for Observed<RedisFence> {
+    fn fence(&self) -> &dyn Fence {
+        self
+    }
+
+    fn store(&self) -> Option<&dyn FencedStore> {
+        Some(self)
+    }
+
+    fn retirer(&self) -> Option<&dyn Retirer> {
+        Some(self)
+    }
+
+    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
+        Some(Box::new(RedisFence::leases(self)))
+    }
+
+    async fn remembered_ops(
+        &self,
+        domain: &Domain,
+    ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
+        Some(RedisFence::remembered_ops(self, domain).await)
+    }
+
+    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+        RedisFence::check_permissions(self).await
+    }
+}
+
+#[async_trait]
+impl Target for Observed<PostgresFence> {
+    fn fence(&self) -> &dyn Fence {
+        self
+    }
+
+    fn store(&self) -> Option<&dyn FencedStore> {
+        Some(self)
+    }
+
+    fn retirer(&self) -> Option<&dyn Retirer> {
+        Some(self)
+    }
+
+    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
+        Some(Box::new(PostgresFence::leases(self)))
+    }
+
+    async fn remembered_ops(
+        &self,
+        domain: &Domain,
+    ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
+        Some(PostgresFence::remembered_ops(self, domain).await)
+    }
+
+    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+        PostgresFence::check_permissions(self).await
+    }
+}
+
+/// S3 has no leases; its op ids live in the object's envelope.
+#[async_trait]
+impl Target for Observed<S3Fence> {
+    fn fence(&self) -> &dyn Fence {
+        self
+    }
+
+    fn store(&self) -> Option<&dyn FencedStore> {
+        Some(self)
+    }
+
+    fn retirer(&self) -> Option<&dyn Retirer> {
+        Some(self)
+    }
+
+    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
+        None
+    }
+
+    async fn remembered_ops(&self, _: &Domain) -> Option<Result<Vec<RememberedOp>, FenceError>> {
+        None
+    }
+
+    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+        S3Fence::check_permissions(self).await
+    }
+}
+
+/// Kafka is a log: no entry, no retirement (records stay in the topics), no leases; its op ids
+/// live in the fence-ledger record.
+#[async_trait]
+impl Target for Observed<KafkaFence> {
+    fn fence(&self) -> &dyn Fence {
+        self
+    }
+
+    fn store(&self) -> Option<&dyn FencedStore> {
+        None
+    }
+
+    fn retirer(&self) -> Option<&dyn Retirer> {
+        None
+    }
+
+    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
+        None
+    }
+
+    async fn remembered_ops(&self, _: &Domain) -> Option<Result<Vec<RememberedOp>, FenceError>> {
+        None
+    }
+
+    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+        KafkaFence::check_permissions(self).await
+    }
+}
+
+/// etcd's fence and leases come from one handle, which also checks the permissions.
+struct EtcdTarget {
+    etcd: Etcd,
+    fence: Observed<EtcdFence>,
+}
+
+#[async_trait]
+impl Target for EtcdTarget {
+    fn fence(&self) -> &dyn Fence {
+        &self.fence
+    }
+
+    fn store(&self) -> Option<&dyn FencedStore> {
+        Some(&self.fence)
+    }
+
+    fn retirer(&self) -> Option<&dyn Retirer> {
+        Some(&self.fence)
+    }
+
+    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
+        Some(Box::new(self.etcd.leases()))
+    }
+
+    async fn remembered_ops(
+        &self,
+        domain: &Domain,
+    ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
+        Some(self.fence.remembered_ops(domain).await)
+    }
+
+    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+        self.etcd.check_permissions().await
+    }
+}
