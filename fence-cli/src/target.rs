@@ -75,65 +75,42 @@ impl Targets {
     }
 }
 
-#[async_trait]
-impl Target for Observed<RedisFence> {
-    fn fence(&self) -> &dyn Fence {
-        self
-    }
+/// A store whose leases, op ids and permissions the adapter reports itself (Redis, PostgreSQL).
+macro_rules! store_with_leases {
+    ($($adapter:ident),*) => {$(
+        #[async_trait]
+        impl Target for Observed<$adapter> {
+            fn fence(&self) -> &dyn Fence {
+                self
+            }
 
-    fn store(&self) -> Option<&dyn FencedStore> {
-        Some(self)
-    }
+            fn store(&self) -> Option<&dyn FencedStore> {
+                Some(self)
+            }
 
-    fn retirer(&self) -> Option<&dyn Retirer> {
-        Some(self)
-    }
+            fn retirer(&self) -> Option<&dyn Retirer> {
+                Some(self)
+            }
 
-    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
-        Some(Box::new(RedisFence::leases(self)))
-    }
+            fn leases(&self) -> Option<Box<dyn LeaseManager>> {
+                Some(Box::new($adapter::leases(self)))
+            }
 
-    async fn remembered_ops(
-        &self,
-        domain: &Domain,
-    ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
-        Some(RedisFence::remembered_ops(self, domain).await)
-    }
+            async fn remembered_ops(
+                &self,
+                domain: &Domain,
+            ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
+                Some($adapter::remembered_ops(self, domain).await)
+            }
 
-    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
-        RedisFence::check_permissions(self).await
-    }
+            async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+                $adapter::check_permissions(self).await
+            }
+        }
+    )*};
 }
 
-#[async_trait]
-impl Target for Observed<PostgresFence> {
-    fn fence(&self) -> &dyn Fence {
-        self
-    }
-
-    fn store(&self) -> Option<&dyn FencedStore> {
-        Some(self)
-    }
-
-    fn retirer(&self) -> Option<&dyn Retirer> {
-        Some(self)
-    }
-
-    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
-        Some(Box::new(PostgresFence::leases(self)))
-    }
-
-    async fn remembered_ops(
-        &self,
-        domain: &Domain,
-    ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
-        Some(PostgresFence::remembered_ops(self, domain).await)
-    }
-
-    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
-        PostgresFence::check_permissions(self).await
-    }
-}
+store_with_leases!(RedisFence, PostgresFence);
 
 /// S3 has no leases; its op ids live in the object's envelope.
 #[async_trait]

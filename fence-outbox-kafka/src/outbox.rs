@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use fence_core::{
-    AppendOutcome, AppendRequest, Domain, EqualTokenPolicy, FencedLog, FencingToken, Observed,
-    OperationId, Record,
+    AppendOutcome, AppendRequest, Domain, FenceError, FencedLog, Fencing, FencingToken,
+    InvalidInput, Observed, OperationId, Record,
 };
 use fence_kafka::KafkaFence;
 
@@ -27,10 +27,7 @@ pub struct KafkaOutbox {
 /// One transition: state records plus effects, under a token and a required op id.
 #[derive(Clone)]
 pub struct KafkaTransition {
-    domain: Domain,
-    token: FencingToken,
-    op_id: OperationId,
-    policy: EqualTokenPolicy,
+    fencing: Fencing,
     records: Vec<Record>,
     effects: Vec<Effect>,
 }
@@ -39,10 +36,7 @@ impl KafkaTransition {
     /// A transition of `domain` under `token`, identified by `op_id`.
     pub fn new(domain: Domain, token: FencingToken, op_id: OperationId) -> Self {
         KafkaTransition {
-            domain,
-            token,
-            op_id,
-            policy: EqualTokenPolicy::SameOwner,
+            fencing: Fencing::new(domain, token).with_op_id(op_id),
             records: Vec::new(),
             effects: Vec::new(),
         }
@@ -60,26 +54,21 @@ impl KafkaTransition {
         self
     }
 
-    /// Sets the equal-token policy.
-    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
     /// The idempotency keys its effects get, in order.
-    pub fn keys_of_effects(&self) -> Vec<IdempotencyKey> {
-        (0..self.effects.len())
-            .map(|i| IdempotencyKey::new(&self.domain, self.token, &self.op_id, i))
-            .collect()
+    pub fn keys_of_effects(&self) -> Result<Vec<IdempotencyKey>, InvalidInput> {
+        IdempotencyKey::of_transition(&self.fencing, self.effects.len())
     }
 }
+
+fence_core::fenced_request!(
+    KafkaTransition,
+    op_id_doc = "A transition always carries one: `new` takes it, and a retry with it appends nothing again."
+);
 
 impl fmt::Debug for KafkaTransition {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KafkaTransition")
-            .field("domain", &self.domain)
-            .field("token", &self.token)
-            .field("op_id", &self.op_id)
+            .field("fencing", &self.fencing)
             .field("records", &self.records.len())
             .field("effects", &self.effects)
             .finish()
@@ -141,7 +130,7 @@ impl KafkaOutbox {
             ))
             .into());
         }
-        self.config.check_effects(&t.domain, &t.effects)?;
+        self.config.check_effects(t.domain(), &t.effects)?;
         // A state record posing as an effect (or a progress mark) would be delivered.
         let reserved = [KEY_HEADER, KIND_HEADER, DESTINATION_HEADER, PROGRESS_HEADER];
         if let Some((name, _)) = t
@@ -156,7 +145,7 @@ impl KafkaOutbox {
                 reason: "names of the outbox's own headers are reserved",
             });
         }
-        let keys = t.keys_of_effects();
+        let keys = t.keys_of_effects().map_err(FenceError::from)?;
         let mut records = t.records.clone();
         for (effect, key) in t.effects.iter().zip(&keys) {
             records.push(
@@ -173,21 +162,23 @@ impl KafkaOutbox {
                     ),
             );
         }
-        let request = AppendRequest::new(t.domain.clone(), t.token, records)
-            .with_op_id(t.op_id.clone())
-            .with_policy(t.policy);
+        let mut request =
+            AppendRequest::new(t.domain().clone(), t.token(), records).with_policy(t.policy());
+        if let Some(op_id) = t.op_id() {
+            request = request.with_op_id(op_id.clone());
+        }
         let (appended, duplicate) = match self.fence.append(&request).await? {
             AppendOutcome::Appended(a) => (a, false),
             AppendOutcome::Duplicate(a) => (a, true),
             _ => {
-                return Err(OutboxError::Fence(fence_core::FenceError::unsupported(
+                return Err(OutboxError::Fence(FenceError::unsupported(
                     "kafka",
                     "an append outcome this version of fence-outbox does not know",
                 )))
             }
         };
         Ok(KafkaRecorded {
-            token: t.token,
+            token: t.token(),
             previous_high_water_mark: appended.previous_high_water_mark,
             keys,
             duplicate,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use fence_core::raw::observe;
 use fence_core::{
-    Domain, EqualTokenPolicy, FenceError, FencingToken, Observed, Operation, OperationId,
+    Domain, FenceError, Fencing, FencingToken, InvalidInput, Observed, Operation, OperationId,
 };
 use fence_redis::redis;
 use fence_redis::{FencedBody, RedisFence, ScriptCall, ScriptValue};
@@ -72,10 +72,7 @@ impl fmt::Debug for OutboxScript {
 /// entries) and it is part of every effect's [`IdempotencyKey`].
 #[derive(Clone)]
 pub struct RedisTransition {
-    domain: Domain,
-    token: FencingToken,
-    op_id: OperationId,
-    policy: EqualTokenPolicy,
+    fencing: Fencing,
     keys: Vec<String>,
     args: Vec<Vec<u8>>,
     effects: Vec<Effect>,
@@ -85,10 +82,7 @@ impl RedisTransition {
     /// A transition of `domain` under `token`, identified by `op_id`.
     pub fn new(domain: Domain, token: FencingToken, op_id: OperationId) -> Self {
         RedisTransition {
-            domain,
-            token,
-            op_id,
-            policy: EqualTokenPolicy::SameOwner,
+            fencing: Fencing::new(domain, token).with_op_id(op_id),
             keys: Vec::new(),
             args: Vec::new(),
             effects: Vec::new(),
@@ -113,32 +107,22 @@ impl RedisTransition {
         self
     }
 
-    /// Sets the equal-token policy.
-    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// The domain.
-    pub fn domain(&self) -> &Domain {
-        &self.domain
-    }
-
     /// The idempotency keys its effects get, in order.
-    pub fn keys_of_effects(&self) -> Vec<IdempotencyKey> {
-        (0..self.effects.len())
-            .map(|i| IdempotencyKey::new(&self.domain, self.token, &self.op_id, i))
-            .collect()
+    pub fn keys_of_effects(&self) -> Result<Vec<IdempotencyKey>, InvalidInput> {
+        IdempotencyKey::of_transition(&self.fencing, self.effects.len())
     }
 }
+
+fence_core::fenced_request!(
+    RedisTransition,
+    op_id_doc = "A transition always carries one: `new` takes it, and a retry with it records nothing again."
+);
 
 impl fmt::Debug for RedisTransition {
     // Arguments and payloads may be secret: only their counts are shown.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisTransition")
-            .field("domain", &self.domain)
-            .field("token", &self.token)
-            .field("op_id", &self.op_id)
+            .field("fencing", &self.fencing)
             .field("keys", &self.keys)
             .field("args", &self.args.len())
             .field("effects", &self.effects)
@@ -227,8 +211,8 @@ impl RedisOutbox {
         let recorded = observe(
             BACKEND,
             Operation::Write,
-            &transition.domain,
-            Some(transition.token),
+            transition.domain(),
+            Some(transition.token()),
             self.run(script, transition),
         )
         .await?;
@@ -238,13 +222,13 @@ impl RedisOutbox {
             acks,
         } = recorded;
         if !recorded.duplicate && !recorded.seqs.is_empty() && !had_pending {
-            self.index(&transition.domain).await;
+            self.index(transition.domain()).await;
         }
         // After the hint: an unreplicated transition is applied on the primary, and its retry
         // (a duplicate) would not write the hint again.
         recorded.replicas_acknowledged = self
             .fence
-            .replicas_acknowledged(&transition.domain, acks)
+            .replicas_acknowledged(transition.domain(), acks)
             .map_err(OutboxError::from)?;
         Ok(recorded)
     }
@@ -257,18 +241,20 @@ impl RedisOutbox {
                 reason: "names starting with `ob:` are reserved for the outbox",
             });
         }
-        self.config.check_effects(&t.domain, &t.effects)
+        self.config.check_effects(t.domain(), &t.effects)
     }
 
     /// Runs the script; also says whether the domain already had pending entries.
     async fn run(&self, script: &OutboxScript, t: &RedisTransition) -> Result<Ran, FenceError> {
-        let domain = &t.domain;
-        let effect_keys = t.keys_of_effects();
-        let token_text = t.token.to_string();
+        let domain = t.domain();
+        let effect_keys = t.keys_of_effects()?;
+        let token_text = t.token().to_string();
         // The outbox's keys, then the user's; the fence adds its own in front.
-        let mut call = ScriptCall::new(domain.clone(), t.token)
-            .with_op_id(t.op_id.clone())
-            .with_policy(t.policy)
+        let mut call = ScriptCall::new(domain.clone(), t.token()).with_policy(t.policy());
+        if let Some(op_id) = t.op_id() {
+            call = call.with_op_id(op_id.clone());
+        }
+        let mut call = call
             .key(META)
             .key(ENTRIES)
             .arg(self.config.partition_of(domain).to_string())
@@ -310,7 +296,7 @@ impl RedisOutbox {
             })?;
         Ok(Ran {
             recorded: RedisRecorded {
-                token: t.token,
+                token: t.token(),
                 previous_high_water_mark: run.previous_high_water_mark,
                 seqs: first..=last,
                 keys: effect_keys,

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use fence_core::{Domain, FencingToken, OperationId};
+use fence_core::{Domain, Fencing, FencingToken, InvalidInput, OperationId};
 
 /// The idempotency key of an effect: `<domain>:<token>:<op id>:<effect index>`, with domain and
 /// op id in their escaped form (`[A-Za-z0-9._-]` and `%XX`), so distinct effects never share a
@@ -38,6 +38,21 @@ impl IdempotencyKey {
         ))
     }
 
+    /// The keys of a transition's `count` effects, in order, from its fencing header, which must
+    /// carry an operation id (every outbox transition's constructor sets one): without one the
+    /// transition is refused, before any I/O.
+    pub fn of_transition(fencing: &Fencing, count: usize) -> Result<Vec<Self>, InvalidInput> {
+        let op_id = fencing.op_id().ok_or_else(|| {
+            InvalidInput::Configuration(format!(
+                "an outbox transition on domain `{}` needs an operation id",
+                fencing.domain()
+            ))
+        })?;
+        Ok((0..count)
+            .map(|i| Self::new(fencing.domain(), fencing.token(), op_id, i))
+            .collect())
+    }
+
     /// A key read back from storage, as it was recorded (for [`OutboxStore`] implementations).
     ///
     /// [`OutboxStore`]: crate::OutboxStore
@@ -60,5 +75,24 @@ impl fmt::Display for IdempotencyKey {
 impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "IdempotencyKey({})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod transition_keys {
+    use super::*;
+
+    #[test]
+    fn a_transition_without_an_op_id_gets_no_keys_but_an_error() -> Result<(), InvalidInput> {
+        let fencing = Fencing::new(Domain::new("order/42")?, FencingToken::new(7)?);
+        let refused = IdempotencyKey::of_transition(&fencing, 2);
+        assert!(
+            matches!(&refused, Err(InvalidInput::Configuration(why)) if why.contains("order/42")),
+            "{refused:?}"
+        );
+        let keys = IdempotencyKey::of_transition(&fencing.with_op_id(OperationId::new("pay")?), 2)?;
+        let keys: Vec<&str> = keys.iter().map(IdempotencyKey::as_str).collect();
+        assert_eq!(keys, ["order%2F42:7:pay:0", "order%2F42:7:pay:1"]);
+        Ok(())
     }
 }
