@@ -8,8 +8,8 @@
 use std::time::Duration;
 
 use fence_core::{
-    AppendRequest, Domain, Fence, FencedLog, LeaseManager, MemoryLeases, OperationId, OwnerId,
-    Record,
+    AppendRequest, Domain, Fence, FencedLog, LeaseManager, MemoryLeases, Observed, OperationId,
+    OwnerId, Record,
 };
 use fence_examples::{kafka_fence_for_run, Timeline};
 
@@ -33,7 +33,7 @@ fn events(owner: &str, from: usize, count: usize) -> Vec<Record> {
 
 async fn story() -> Result<(), Error> {
     let fence = kafka_fence_for_run("orders").await?;
-    let leases = MemoryLeases::new(); // any lease service: the broker enforces the token
+    let leases = Observed::new(MemoryLeases::new()); // any lease service: the broker enforces the token
     let partition = Domain::new("orders/partition-7")?;
     let clock = Timeline::start();
 

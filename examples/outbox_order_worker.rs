@@ -12,7 +12,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fence_core::{
-    Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, MemoryLeases, OwnerId, Record,
+    Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, MemoryLeases, Observed, OwnerId,
+    Record,
 };
 use fence_examples::{
     kafka_fence_for_run, postgres_fence, redis_fence, run_example, settled_entries, ReceiptWebhook,
@@ -66,7 +67,7 @@ impl Orders {
                 let store = Arc::new(outbox.relay_store("receipts", 0)?);
                 // One process: in-memory leases are enough for the story; use a durable
                 // lease store (RedisLeases) across processes.
-                let leases: Arc<dyn LeaseManager> = Arc::new(MemoryLeases::new());
+                let leases: Arc<dyn LeaseManager> = Arc::new(Observed::new(MemoryLeases::new()));
                 Ok((Orders::Kafka(outbox, store), leases, description))
             }
             "postgres" => {

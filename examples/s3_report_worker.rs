@@ -47,7 +47,7 @@ async fn publish(
 
 async fn story() -> Result<(), Error> {
     let fence = s3_fence().await?;
-    let leases = MemoryLeases::new(); // any lease service: the object enforces the token itself
+    let leases = Observed::new(MemoryLeases::new()); // any lease service: the object enforces the token
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let report = Domain::new(format!("reports/2026-q3/run-{run}"))?;
     let clock = Timeline::start();

@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use crate::{FenceError, InvalidInput};
 
-/// The variable every adapter reads for [`crate::token_bounds::TokenBounds`]' step: refuse tokens more than
+/// The variable every adapter reads for [`crate::raw::TokenBounds`]' step: refuse tokens more than
 /// this above a domain's mark (unset or `0`: no bound).
 pub const MAX_TOKEN_STEP: &str = "FENCE_MAX_TOKEN_STEP";
 /// The variable every adapter that can see its issuer reads to accept only tokens that issuer

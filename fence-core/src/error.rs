@@ -188,9 +188,9 @@ pub enum InvalidInput {
     },
     /// An operation id the resource remembers for another kind of operation with the same token.
     #[error(
-        "operation id `{op_id}` on domain `{domain}` was first used for {}, not {}",
-        first.with_article(),
-        now.with_article()
+        "operation id `{op_id}` on domain `{domain}` was first used for {} {first}, not {} {now}",
+        first.article(),
+        now.article()
     )]
     OpIdReused {
         /// The domain.
@@ -269,7 +269,7 @@ pub enum FenceError {
     },
     /// The resource sees the domain's issuer and it does not vouch for the presented token
     /// (above its last issued token, or not the live lease's): a forged or runaway token.
-    /// Terminal like [`FenceError::Fenced`]; see [`crate::token_bounds::TokenBounds`].
+    /// Terminal like [`FenceError::Fenced`]; see [`crate::raw::TokenBounds`].
     #[error("token {presented} for domain `{domain}` was not issued by its issuer ({issuer})")]
     Unissued {
         /// The domain.
@@ -280,7 +280,7 @@ pub enum FenceError {
         issuer: IssuerView,
     },
     /// The presented token is further above the mark than the resource's configured step:
-    /// a runaway token. Terminal like [`FenceError::Fenced`]; see [`crate::token_bounds::TokenBounds`].
+    /// a runaway token. Terminal like [`FenceError::Fenced`]; see [`crate::raw::TokenBounds`].
     #[error("token {presented} for domain `{domain}` is more than {max_step} above the mark ({})", DisplayMark(*current))]
     TokenTooFar {
         /// The domain.

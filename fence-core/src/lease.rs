@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::{Domain, FenceError, FencingToken, InvalidInput, OwnerId};
+use crate::{Backoff, Domain, FenceError, FencingToken, InvalidInput, OwnerId};
 
 /// A held lease: the domain, its owner, the fencing token issued with it and its local expiry.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,7 +101,7 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
     /// overrides it.
     async fn wait_for_release(&self, domain: &Domain, within: Duration) {
         let _ = domain;
-        crate::lease_guard::poll_for_release(within).await;
+        poll_for_release(within).await;
     }
 
     /// The live lease of `domain`, if any: who holds it, with which token, for how long. For
@@ -126,4 +126,11 @@ pub fn check_lease_ttl(domain: &Domain, ttl: Duration) -> Result<(), FenceError>
         .into());
     }
     Ok(())
+}
+
+/// The default wait of [`LeaseManager::wait_for_release`]: 25 to 50 ms (jittered), bounded by
+/// `within`.
+async fn poll_for_release(within: Duration) {
+    let interval = Backoff::new(Duration::from_millis(50), Duration::from_millis(50)).delay(0);
+    tokio::time::sleep(interval.min(within)).await;
 }

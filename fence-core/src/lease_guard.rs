@@ -276,10 +276,3 @@ fn jittered(duration: Duration) -> Duration {
     let span = (tenth * 2).as_nanos().min(u128::from(u64::MAX)) as u64;
     duration - tenth + Duration::from_nanos(random_u64() % span.saturating_add(1))
 }
-
-/// The default wait of [`LeaseManager::wait_for_release`]: 25 to 50 ms (jittered), bounded by
-/// `within`.
-pub(crate) async fn poll_for_release(within: Duration) {
-    let interval = Backoff::new(Duration::from_millis(50), Duration::from_millis(50)).delay(0);
-    tokio::time::sleep(interval.min(within)).await;
-}

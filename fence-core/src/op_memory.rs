@@ -45,14 +45,11 @@ impl OpKind {
         }
     }
 
-    /// The name with its indefinite article, for messages: "a write", "an append".
-    pub const fn with_article(self) -> &'static str {
+    /// The indefinite article of its name, for messages: "an" append, "a" write.
+    pub const fn article(self) -> &'static str {
         match self {
-            OpKind::Write => "a write",
-            OpKind::Append => "an append",
-            OpKind::Script => "a fenced script",
-            OpKind::Extension => "an extension operation",
-            OpKind::Transaction => "a fenced transaction",
+            OpKind::Append | OpKind::Extension => "an",
+            OpKind::Write | OpKind::Script | OpKind::Transaction => "a",
         }
     }
 }

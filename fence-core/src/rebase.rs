@@ -25,7 +25,7 @@ pub const MAX_REBASE_REASON_BYTES: usize = 512;
 
 /// A reviewed re-base of one domain's mark.
 ///
-/// A forged or runaway token accepted before [`crate::token_bounds::TokenBounds`] guarded the domain leaves a
+/// A forged or runaway token accepted before [`crate::raw::TokenBounds`] guarded the domain leaves a
 /// mark its issuer cannot reach (`u64::MAX` exhausts it): every future owner is fenced out. A
 /// re-base lowers the mark to a token the operator chose after review, in one atomic step at
 /// the resource that also records who did it and why:
@@ -38,7 +38,7 @@ pub const MAX_REBASE_REASON_BYTES: usize = 512;
 ///   issue above the new mark; others (memory, etcd revisions) must reach it, so re-base to
 ///   their last token. Where the resource sees no issuer state for the domain, the operator
 ///   checks the new mark against the issuer and says so ([`Rebase::issuer_elsewhere`]);
-/// - turn on [`crate::token_bounds::TokenBounds`] for the domain before re-basing, or the caller that forged
+/// - turn on [`crate::raw::TokenBounds`] for the domain before re-basing, or the caller that forged
 ///   the mark can forge it again;
 /// - an entry written with a token above the new mark keeps its value; its writer token is
 ///   lowered to the new mark (the audit record keeps the mark it replaced).

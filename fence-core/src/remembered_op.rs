@@ -7,7 +7,8 @@ use crate::{FencingToken, OpKind, OpOutcome, OperationId};
 /// An operation id a domain remembers, with what its first attempt did.
 ///
 /// ```
-/// use fence_core::{FencingToken, OpKind, OpOutcome, OpRecord, OperationId, RememberedOp, Revision};
+/// use fence_core::raw::OpRecord;
+/// use fence_core::{FencingToken, OpKind, OpOutcome, OperationId, RememberedOp, Revision};
 /// let record = OpRecord::new(
 ///     FencingToken::new(7)?,
 ///     OperationId::new("order-1")?,

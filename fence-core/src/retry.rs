@@ -84,12 +84,15 @@ impl Safety {
 /// - reads, mark queries, claims, issues, acquisitions and renewals: after any retryable
 ///   failure;
 /// - writes and appends: after any retryable failure when the request carries an operation id
-///   (the retry then reports the first attempt's outcome as [`WriteOutcome::Duplicate`]);
-///   without one, only after a failure that proves nothing was applied;
+///   and the resource remembers op ids (the retry then reports the first attempt's outcome as
+///   [`WriteOutcome::Duplicate`]); otherwise only after a failure that proves nothing was
+///   applied;
 /// - releases, re-bases and retirements: only after a failure that proves nothing happened.
 ///
-/// An ambiguous failure that no retry settled is reported as the first attempt's
-/// [`FenceError::Ambiguous`], never as a later attempt's failure that says nothing of it.
+/// A failure after which the operation may have applied ([`FenceError::Ambiguous`],
+/// [`FenceError::Unreplicated`]) that no retry settled is reported as it was, never as a later
+/// attempt's failure that says nothing of it. No retry starts (pause included) after the
+/// policy's deadline.
 ///
 /// Put it inside [`crate::Observed`] to count and time what the caller sees, outside to count
 /// every attempt.
@@ -132,8 +135,9 @@ impl<T> Retry<T> {
 
     /// Runs `attempt` until it answers, fails in a way `safety` does not retry, or the policy
     /// runs out. A failure no retry can cure is the answer (to the first attempt too: the
-    /// operation id, or the operation's idempotence, makes it so); otherwise the first
-    /// ambiguous failure outlives the curable failures after it.
+    /// operation id, or the operation's idempotence, makes it so); otherwise the first failure
+    /// that may have applied ([`FenceError::Ambiguous`], [`FenceError::Unreplicated`])
+    /// outlives the curable failures after it.
     async fn run<R, F, Fut>(&self, safety: Safety, mut attempt: F) -> Result<R, FenceError>
     where
         F: FnMut() -> Fut,
@@ -151,19 +155,29 @@ impl<T> Retry<T> {
             if !error.is_retryable() {
                 return Err(error);
             }
+            let pause = self.policy.backoff.delay(tries - 1);
             let again = safety.allows(&error)
                 && tries < self.policy.max_attempts
-                && started.elapsed() < self.policy.deadline;
+                && started.elapsed() + pause < self.policy.deadline;
             let kept = ambiguous.take().unwrap_or(error);
             if !again {
                 return Err(kept);
             }
-            if matches!(kept, FenceError::Ambiguous { .. }) {
+            if may_have_applied(&kept) {
                 ambiguous = Some(kept);
             }
-            tokio::time::sleep(self.policy.backoff.delay(tries - 1)).await;
+            tokio::time::sleep(pause).await;
         }
     }
+}
+
+/// A failure after which the operation may have taken effect (answered by a retry with the
+/// same operation id, never by a failure that says nothing of the first attempt).
+fn may_have_applied(error: &FenceError) -> bool {
+    matches!(
+        error,
+        FenceError::Ambiguous { .. } | FenceError::Unreplicated { .. }
+    )
 }
 
 impl<T> Deref for Retry<T> {
@@ -184,9 +198,10 @@ impl<T: fmt::Debug> fmt::Debug for Retry<T> {
     }
 }
 
-/// A write or append is safe to repeat after an ambiguous attempt only with an operation id.
-fn with_op_id(has_op_id: bool) -> Safety {
-    if has_op_id {
+/// A write or append is safe to repeat after an ambiguous attempt only with an operation id
+/// that the resource remembers (an adapter built without op-id memory would apply it again).
+fn replayable(has_op_id: bool, capabilities: Capabilities) -> Safety {
+    if has_op_id && capabilities.op_id_replay() {
         Safety::Retryable
     } else {
         Safety::NothingHappened
@@ -217,7 +232,7 @@ impl<T: Fence> Fence for Retry<T> {
 #[async_trait]
 impl<T: FencedStore> FencedStore for Retry<T> {
     async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        let safety = with_op_id(request.op_id().is_some());
+        let safety = replayable(request.op_id().is_some(), self.inner.capabilities());
         self.run(safety, || self.inner.write(request)).await
     }
 
@@ -230,7 +245,7 @@ impl<T: FencedStore> FencedStore for Retry<T> {
 #[async_trait]
 impl<T: FencedLog> FencedLog for Retry<T> {
     async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError> {
-        let safety = with_op_id(request.op_id().is_some());
+        let safety = replayable(request.op_id().is_some(), self.inner.capabilities());
         self.run(safety, || self.inner.append(request)).await
     }
 
@@ -322,10 +337,11 @@ mod tests {
     use crate::{Accepted, MemoryLeases, Operation, OperationId, Revision};
 
     /// A store that answers writes from a script, counting the attempts.
-    #[derive(Debug, Default)]
+    #[derive(Debug)]
     struct Scripted {
         answers: Mutex<VecDeque<Result<WriteOutcome, FenceError>>>,
         attempts: Mutex<u32>,
+        remembers_op_ids: bool,
     }
 
     impl Scripted {
@@ -333,7 +349,13 @@ mod tests {
             Scripted {
                 answers: Mutex::new(answers.into()),
                 attempts: Mutex::new(0),
+                remembers_op_ids: true,
             }
+        }
+
+        fn forgetting_op_ids(mut self) -> Self {
+            self.remembers_op_ids = false;
+            self
         }
 
         fn attempts(&self) -> u32 {
@@ -348,7 +370,12 @@ mod tests {
         }
 
         fn capabilities(&self) -> Capabilities {
-            Capabilities::store()
+            let retention = if self.remembers_op_ids {
+                crate::OpIdRetention::PerDomain(16)
+            } else {
+                crate::OpIdRetention::None
+            };
+            Capabilities::store().with_op_id_retention(retention)
         }
 
         async fn claim(&self, _: &Domain, _: FencingToken) -> Result<Claimed, FenceError> {
@@ -452,6 +479,35 @@ mod tests {
         let store = Retry::new(Scripted::new(vec![Err(down()), duplicate()]), quick(5));
         assert!(store.write(&put(false)).await.is_ok());
         assert_eq!(store.get_ref().attempts(), 2);
+    }
+
+    #[tokio::test]
+    async fn an_op_id_the_resource_forgets_makes_no_retry_safe() {
+        let answers = vec![Err(ambiguous()), duplicate()];
+        let store = Retry::new(Scripted::new(answers).forgetting_op_ids(), quick(5));
+        let outcome = store.write(&put(true)).await;
+        assert!(
+            matches!(outcome, Err(FenceError::Ambiguous { .. })),
+            "{outcome:?}"
+        );
+        assert_eq!(store.get_ref().attempts(), 1);
+    }
+
+    #[tokio::test]
+    async fn an_unreplicated_write_outlives_the_curable_failures_after_it() {
+        let unreplicated = FenceError::Unreplicated {
+            domain: domain(),
+            operation: Operation::Write,
+            requested: 1,
+            acknowledged: 0,
+        };
+        let store = Retry::new(Scripted::new(vec![Err(unreplicated)]), quick(3));
+        let outcome = store.write(&put(true)).await;
+        assert!(
+            matches!(outcome, Err(FenceError::Unreplicated { .. })),
+            "{outcome:?}"
+        );
+        assert_eq!(store.get_ref().attempts(), 3);
     }
 
     #[tokio::test]

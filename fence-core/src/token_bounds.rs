@@ -78,7 +78,8 @@ impl TokenBounds {
     ///
     /// ```
     /// use std::num::NonZeroU64;
-    /// use fence_core::{TokenBounds, Domain, FencingToken, IssuerView};
+    /// use fence_core::raw::TokenBounds;
+    /// use fence_core::{Domain, FencingToken, IssuerView};
     /// let d = Domain::new("orders")?;
     /// let t = |n| FencingToken::new(n);
     /// let issued = TokenBounds::new(None, IssuerView::IssuedUpTo(Some(t(7)?)));

@@ -344,3 +344,30 @@ impl RedisFence {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_body_outcome_shows_lengths_never_the_users_data() {
+        let token = FencingToken::new(3).unwrap_or_else(|e| unreachable!("{e}"));
+        let outcome = BodyOutcome {
+            token,
+            previous_high_water_mark: None,
+            outcome: "card 4111 1111".into(),
+            result: ScriptValue::Data(fence_core::Bytes::from_static(b"s3cret")),
+            duplicate: false,
+            acks: ReplicaAcks(None),
+        };
+        let shown = format!("{outcome:?}");
+        assert!(
+            !shown.contains("4111") && !shown.contains("s3cret"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("outcome_bytes: 14") && shown.contains("Data(6 bytes)"),
+            "{shown}"
+        );
+    }
+}

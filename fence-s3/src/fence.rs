@@ -218,7 +218,7 @@ impl S3Fence {
             .await
     }
 
-    async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    pub(crate) async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         let key = self.object_key(domain)?;
         let Some(fetched) = self.fetch(&key, domain, Operation::Read, None).await? else {
             return Ok(Snapshot::new(None, Entry::Absent));

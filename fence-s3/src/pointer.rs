@@ -9,7 +9,7 @@
 
 use bytes::{Bytes, BytesMut};
 use fence_core::raw::observe;
-use fence_core::{Accepted, Domain, FenceError, FencedStore, FencingToken, Operation, Revision};
+use fence_core::{Accepted, Domain, FenceError, FencingToken, Operation, Revision};
 
 use crate::cache::Known;
 use crate::envelope::{fresh_nonce, EnvelopeError, Head, Header};
@@ -131,7 +131,15 @@ impl S3Fence {
     /// accepted write committed, with that write's token and revision. `None` when the domain
     /// holds no value; a value that is not a manifest is [`FenceError::CorruptState`].
     pub async fn resolve(&self, domain: &Domain) -> Result<Option<Resolved>, FenceError> {
-        let snapshot = self.read(domain).await?;
+        // Traced and counted as a read, as the other extensions here are as writes.
+        let snapshot = observe(
+            BACKEND,
+            Operation::Read,
+            domain,
+            None,
+            self.read_now(domain),
+        )
+        .await?;
         let (Some(value), Some(token), Some(revision)) =
             (snapshot.value(), snapshot.written_by(), snapshot.revision())
         else {

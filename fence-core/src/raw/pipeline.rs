@@ -18,7 +18,8 @@
 //!
 //! ```
 //! use fence_core::raw::pipeline::{decide_write, Current, Decision};
-//! use fence_core::{TokenBounds, Domain, FencingToken, OpMemory, OperationId, WriteRequest};
+//! use fence_core::raw::{OpMemory, TokenBounds};
+//! use fence_core::{Domain, FencingToken, OperationId, WriteRequest};
 //! let d = Domain::new("orders")?;
 //! let op = OperationId::new("pay-7")?;
 //! let request = WriteRequest::put(d, FencingToken::new(3)?, "v").with_op_id(op);

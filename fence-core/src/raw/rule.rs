@@ -15,7 +15,8 @@ use crate::{Domain, EqualTokenPolicy, FenceError, FencingToken, Revision, WriteC
 /// - `presented > hwm`, or no high-water mark yet → accepted.
 ///
 /// ```
-/// use fence_core::{rule, Domain, EqualTokenPolicy, FencingToken};
+/// use fence_core::raw::rule;
+/// use fence_core::{Domain, EqualTokenPolicy, FencingToken};
 /// let d = Domain::new("orders")?;
 /// let (t41, t42) = (FencingToken::new(41)?, FencingToken::new(42)?);
 /// assert!(rule::check_token(&d, Some(t42), t41, EqualTokenPolicy::SameOwner).is_err());
