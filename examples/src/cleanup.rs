@@ -2,7 +2,7 @@
 //! ended, so no token of it can write again (the retirement procedure of LIFECYCLE.md, which
 //! a real deployment follows with care: a paused process may outlive its lease).
 
-use fence_core::{Domain, Observed, Retirer};
+use fence_core::{Domain, Retirer};
 
 use crate::ExampleError;
 
@@ -20,7 +20,7 @@ pub async fn retire_run(retirer: &dyn Retirer, domain: &Domain) -> Result<(), Ex
 /// tables, then retires the domain's fence rows.
 #[cfg(feature = "servers")]
 pub async fn retire_postgres_run(
-    fence: &Observed<fence_postgres::PostgresFence>,
+    fence: &fence_core::Observed<fence_postgres::PostgresFence>,
     table: &str,
     domain: &Domain,
 ) -> Result<(), ExampleError> {
