@@ -20,7 +20,9 @@ use crate::notify::Wakeups;
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 
 /// Creates the outbox tables in `fence`'s schema (idempotent). Run fence-postgres's
-/// `migrate` first; run this from your migrations, or run [`SCHEMA_SQL`] yourself.
+/// `migrate` first; run this from your migrations, or run [`SCHEMA_SQL`] yourself. It takes the
+/// fence, not a pool and a schema name as fence-postgres's `migrate` does: the outbox's tables
+/// belong in the fence's own schema, whose name the fence has already checked.
 pub async fn migrate(fence: &PostgresFence) -> Result<(), OutboxError> {
     let sql = SCHEMA_SQL.replace("fence_schema", fence.schema());
     let domain = Domain::new("fence-outbox-migration")?;
