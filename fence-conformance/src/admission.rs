@@ -8,11 +8,12 @@ use std::sync::Arc;
 
 use fence_core::{
     AppendRequest, Bytes, Domain, Entry, Fence, FenceError, FencedLog, FencedStore, FencingToken,
-    OwnerId, Rebase, Rebaser, Record, TokenIssuer, WriteOutcome, WriteRequest,
+    IssuerView, OwnerId, Rebase, Rebaser, Record, TokenIssuer, WriteOutcome, WriteRequest,
 };
 use tokio::task::JoinSet;
 
 use crate::services::{assert_fenced, mark_of, put, token, value_of};
+use crate::Namespace;
 
 /// `store` refuses tokens more than `max_step` (at least 2) above the mark on the fresh
 /// `domain`: a first token above `max_step` (the step counts from zero), `u64::MAX` by write and
@@ -113,6 +114,36 @@ pub async fn unissued_tokens_are_refused(
         "the store must declare that it accepts only issued tokens"
     );
     refuses_unissued_tokens(store, issuer, domain).await;
+}
+
+/// Every issued-only decision vector ([`crate::vectors::all_issued`]: none to three tokens
+/// issued, marks by the first or the newest, claims, puts under either policy and deletes with
+/// tokens picked against what was issued, up to `u64::MAX`) is answered by `store` as fence-core's
+/// rule answers it with `issuer` in view, and a refusal changes nothing. `view` is how the
+/// resource sees the issuer given its newest token ([`IssuerView::IssuedUpTo`] for a counter,
+/// [`IssuerView::LiveLease`] for a lease issuer); each vector runs on a fresh domain of `ns`.
+pub async fn issued_vectors_agree_with_the_rule(
+    store: Arc<dyn FencedStore>,
+    issuer: Arc<dyn TokenIssuer>,
+    view: fn(Option<FencingToken>) -> IssuerView,
+    ns: &Namespace,
+) {
+    let vectors = crate::vectors::applicable_issued(&store.capabilities());
+    assert!(
+        !vectors.is_empty(),
+        "the store must declare that it accepts only issued tokens"
+    );
+    let count = vectors.len();
+    let domains = (0..count)
+        .map(|n| ns.domain(&format!("iv{n}")))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap_or_else(|e| panic!("vector domains: {e}"));
+    if let Err(disagreements) =
+        crate::vectors::run_issued(store, issuer, view, vectors, domains, 8).await
+    {
+        panic!("{disagreements}");
+    }
+    println!("issued-only decision vectors: {count} agree with fence-core's rule");
 }
 
 /// [`unissued_tokens_are_refused`] where the resource holds the setting, not the client:

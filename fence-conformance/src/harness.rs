@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use fence_core::{BoxError, FencedLog, FencedStore};
+use fence_core::{BoxError, Domain, FencedLog, FencedStore};
 
 /// A store under test, plus the hooks some scenarios need.
 #[async_trait]
@@ -30,6 +30,16 @@ pub trait StoreHarness: Send + Sync {
         None
     }
 
+    /// Overwrites `part` of `domain`'s state at the resource (the domain has a value written
+    /// through the store) with what Fence never writes there — a mark that is not a canonical
+    /// token, an entry whose kind, writer or revision does not parse — as another program, a
+    /// hand edit or a damaged restore would, going around Fence. `Ok(false)` when the store
+    /// keeps no such part in a form that can hold it (typed values in memory).
+    async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
+        let _ = (domain, part);
+        Ok(false)
+    }
+
     /// The scenarios this adapter declares not applicable, each with why: the one reviewed
     /// list per adapter. A scenario that answers not-applicable without being listed here
     /// fails, and so does a listed one that runs and passes (the list must stay true).
@@ -51,6 +61,16 @@ pub trait StoreHarness: Send + Sync {
 
 /// Scenarios declared not applicable: (scenario name, why).
 pub type NotApplicable = &'static [(&'static str, &'static str)];
+
+/// A part of a domain's state at the resource, for [`StoreHarness::corrupt`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StatePart {
+    /// The high-water mark.
+    Mark,
+    /// The entry's own record: its kind (value or tombstone), writer token and revision.
+    Entry,
+}
 
 /// A log under test, plus the hooks some scenarios need.
 #[async_trait]

@@ -26,7 +26,7 @@ pub mod wait;
 #[cfg(feature = "relay")]
 pub mod webhook;
 
-pub use harness::{LogHarness, NotApplicable, StoreHarness};
+pub use harness::{LogHarness, NotApplicable, StatePart, StoreHarness};
 pub use namespace::Namespace;
 pub use scenario::{report, Failure, ScenarioResult, Verdict};
 
@@ -60,6 +60,7 @@ macro_rules! store_conformance {
             op_id_replay_returns_first_outcome,
             revision_condition_is_checked,
             every_vector_agrees_with_the_rule,
+            corrupt_state_is_refused_and_left_alone,
             invalid_input_is_rejected_before_io,
             concurrent_writers_with_mixed_tokens,
             concurrent_strict_writers_one_winner_per_token,

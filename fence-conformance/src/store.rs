@@ -9,7 +9,7 @@ use fence_core::{
 };
 
 use crate::scenario::{accepted, claimed, ensure, fenced, restarted, t};
-use crate::{race, Failure, Namespace, ScenarioResult, StoreHarness, Verdict};
+use crate::{race, Failure, Namespace, ScenarioResult, StatePart, StoreHarness, Verdict};
 
 mod bytes_of {
     /// A payload from a string literal.
@@ -487,6 +487,54 @@ pub async fn every_vector_agrees_with_the_rule(
         .await
         .map_err(Failure::new)?;
     println!("decision vectors: {count} agree with fence-core's rule");
+    Ok(Verdict::Passed)
+}
+
+/// State at the resource that is not Fence's fails closed and is left alone: after a value
+/// written with token 2, the harness overwrites the domain's mark, then (on another domain) its
+/// entry record, going around Fence ([`StoreHarness::corrupt`]); every request on it — claims,
+/// puts under either policy, deletes, puts with an operation id or a condition, with tokens 1, 2,
+/// 3 and `u64::MAX`, then a read and a mark read — is refused with `CorruptState` naming the
+/// domain and not retryable ([`crate::vectors::corrupt_vectors`]). The reads come last, so a
+/// request that overwrote the damage would show as a read that succeeds. The requests go
+/// first through the client that wrote the value, so that whatever it cached is put to the
+/// test (it may refuse a token below the mark it saw as `Fenced` without asking: that refusal
+/// is true and changes nothing), then through another holder's client, which must ask the
+/// resource and be told.
+pub async fn corrupt_state_is_refused_and_left_alone(
+    h: &dyn StoreHarness,
+    ns: &Namespace,
+) -> ScenarioResult {
+    let store = h.store();
+    let vectors = crate::vectors::corrupt_vectors(&store.capabilities());
+    let mut checked = 0;
+    for (name, part) in [("mark", StatePart::Mark), ("entry", StatePart::Entry)] {
+        let d = ns.domain(name)?;
+        accepted(
+            "the value to corrupt",
+            store.write(&put(&d, t(2)?, "kept")).await,
+        )?;
+        let corrupted = h
+            .corrupt(&d, part)
+            .await
+            .map_err(|e| Failure::new(format!("corrupting the {name} of `{d}`: {e}")))?;
+        if !corrupted {
+            continue;
+        }
+        crate::vectors::run_corrupt(store.as_ref(), &d, &vectors, Some(2))
+            .await
+            .map_err(Failure::new)?;
+        crate::vectors::run_corrupt(h.holder().as_ref(), &d, &vectors, None)
+            .await
+            .map_err(Failure::new)?;
+        checked += 2 * vectors.len();
+    }
+    if checked == 0 {
+        return Ok(Verdict::NotApplicable(
+            "the harness corrupts no part of the state".into(),
+        ));
+    }
+    println!("corrupt-state vectors: {checked} refused and left alone");
     Ok(Verdict::Passed)
 }
 

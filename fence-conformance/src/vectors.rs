@@ -29,6 +29,12 @@ use fence_core::{
 };
 use tokio::task::JoinSet;
 
+mod corrupt;
+mod issued;
+
+pub use corrupt::{corrupt_vectors, run_corrupt, CorruptVector};
+pub use issued::{all_issued, applicable_issued, run_issued, IssuedVector};
+
 const MAX: u64 = u64::MAX;
 /// The last integer a double holds exactly: a copy that compares tokens as doubles takes it for
 /// the next one.
@@ -250,7 +256,8 @@ pub fn all() -> Vec<Vector> {
 /// The store vectors an adapter with `capabilities` can answer: no claims or setups that need
 /// one without claims, no conditions without revision compare-and-set, no operation ids
 /// without their memory, no strict policy without it, no deletes or tombstones without
-/// deletes. None when the store accepts only issued tokens: the vectors do not know its issuer.
+/// deletes. None when the store accepts only issued tokens: those run [`run_issued`], which
+/// knows the issuer.
 pub fn applicable(capabilities: &Capabilities) -> Vec<Vector> {
     if capabilities.issued_only {
         return Vec::new();
@@ -425,8 +432,21 @@ async fn check(
     }
     // The setup's record is remembered whatever the request carries.
     let ops = first.map_or_else(OpMemory::new, |first| OpMemory::from_records([first]));
-    let expected = pipeline::decide_write(&request, current, &ops, bounds);
-    let actual = store.write(&request).await;
+    check_write(store, &request, &before, &ops, bounds).await
+}
+
+/// A write on the state `before` (whose remembered operations are `ops`): answered as
+/// `decide_write` answers, applied as it says, or refused or replayed with nothing changed.
+async fn check_write(
+    store: &dyn FencedStore,
+    request: &WriteRequest,
+    before: &Snapshot,
+    ops: &OpMemory,
+    bounds: TokenBounds,
+) -> Result<(), String> {
+    let domain = request.domain();
+    let expected = pipeline::decide_write(request, current_of(before)?, ops, bounds);
+    let actual = store.write(request).await;
     let after = store
         .read(domain)
         .await
@@ -435,12 +455,12 @@ async fn check(
         (Ok(Decision::Apply { outcome, .. }), Ok(WriteOutcome::Accepted(got)))
             if same(outcome, got) =>
         {
-            expect_applied(&after, &request, outcome)
+            expect_applied(&after, request, outcome)
         }
         (Ok(Decision::Replay(first)), Ok(WriteOutcome::Duplicate(got))) if same(first, got) => {
-            unchanged(&before, &after)
+            unchanged(before, &after)
         }
-        (Err(rule), Err(got)) if same_refusal(rule, got) => unchanged(&before, &after),
+        (Err(rule), Err(got)) if same_refusal(rule, got) => unchanged(before, &after),
         _ => Err(format!(
             "the rule decides {expected:?}, the store answered {actual:?}"
         )),
@@ -655,6 +675,18 @@ fn same_refusal(rule: &FenceError, got: &FenceError) -> bool {
                 ..
             },
         ) => a == c && b == d && s == t,
+        (
+            FenceError::Unissued {
+                presented: a,
+                issuer: b,
+                ..
+            },
+            FenceError::Unissued {
+                presented: c,
+                issuer: d,
+                ..
+            },
+        ) => a == c && b == d,
         _ => false,
     }
 }

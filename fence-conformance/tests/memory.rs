@@ -17,7 +17,13 @@ impl StoreHarness for Memory {
     }
 
     fn not_applicable(&self) -> NotApplicable {
-        &[("state_survives_restart", NO_RESTART)]
+        &[
+            ("state_survives_restart", NO_RESTART),
+            (
+                "corrupt_state_is_refused_and_left_alone",
+                "state is typed values in the process: nothing can hold a mark that is not a token",
+            ),
+        ]
     }
 }
 
@@ -169,9 +175,9 @@ mod admission {
     use std::num::NonZeroU64;
     use std::sync::Arc;
 
-    use fence_conformance::admission;
     use fence_conformance::services::domain;
-    use fence_core::{MemoryFence, MemoryIssuer};
+    use fence_conformance::{admission, Namespace};
+    use fence_core::{IssuerView, MemoryFence, MemoryIssuer};
 
     const STEP: u64 = 1000;
 
@@ -194,6 +200,19 @@ mod admission {
         admission::unissued_tokens_are_refused(store.as_ref(), issuer.as_ref(), &domain("i")).await;
         admission::forged_tokens_never_land_under_concurrency(store, issuer.as_ref(), &domain("r"))
             .await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn issued_vectors_agree_with_the_rule_on_memory() {
+        let issuer = Arc::new(MemoryIssuer::new());
+        let store = Arc::new(MemoryFence::new().issued_by(issuer.clone()));
+        admission::issued_vectors_agree_with_the_rule(
+            store,
+            issuer,
+            IssuerView::IssuedUpTo,
+            &Namespace::new("issued_vectors"),
+        )
+        .await;
     }
 }
 

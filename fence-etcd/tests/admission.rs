@@ -5,13 +5,14 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_conformance::admission;
 use fence_conformance::services::{domain as d, put};
+use fence_conformance::{admission, Namespace};
 use fence_core::{
     BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Lease, LeaseManager, Observed,
     OwnerId, TokenIssuer,
@@ -20,12 +21,12 @@ use fence_etcd::EtcdLeases;
 use fence_testkit::etcd::shared_endpoints;
 use tokio::sync::Mutex;
 
-/// Tokens as etcd's canonical guard sees them: each issue releases the previous lease and
-/// acquires the domain's lease again, so the newest token is the live lease's.
+/// Tokens as etcd's canonical guard sees them: each issue releases the domain's previous lease
+/// and acquires it again, so the newest token is the live lease's.
 #[derive(Debug)]
 struct LeaseTokens {
     leases: Observed<EtcdLeases>,
-    held: Mutex<Option<Lease>>,
+    held: Mutex<HashMap<Domain, Lease>>,
 }
 
 #[async_trait]
@@ -36,7 +37,7 @@ impl TokenIssuer for LeaseTokens {
 
     async fn issue(&self, domain: &Domain) -> Result<FencingToken, FenceError> {
         let mut held = self.held.lock().await;
-        if let Some(previous) = held.take() {
+        if let Some(previous) = held.remove(domain) {
             self.leases.release(&previous).await?;
         }
         let owner = OwnerId::new("admission-test").unwrap();
@@ -45,7 +46,7 @@ impl TokenIssuer for LeaseTokens {
             .acquire(domain, &owner, Duration::from_secs(60))
             .await?;
         let token = lease.token;
-        *held = Some(lease);
+        held.insert(domain.clone(), lease);
         Ok(token)
     }
 }
@@ -53,7 +54,7 @@ impl TokenIssuer for LeaseTokens {
 fn lease_tokens(etcd: &fence_etcd::Etcd) -> LeaseTokens {
     LeaseTokens {
         leases: etcd.leases(),
-        held: Mutex::new(None),
+        held: Mutex::new(HashMap::new()),
     }
 }
 
@@ -160,6 +161,21 @@ async fn only_the_live_lease_token_writes() {
     };
     let fence = etcd.fence_builder().issued_only().build();
     admission::unissued_tokens_are_refused(&fence, &lease_tokens(&etcd), &d("issued")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn issued_vectors_agree_with_the_rule() {
+    let Some(etcd) = support::shared("adm_vectors").await else {
+        return;
+    };
+    let fence = etcd.fence_builder().issued_only().build();
+    admission::issued_vectors_agree_with_the_rule(
+        Arc::new(fence),
+        Arc::new(lease_tokens(&etcd)),
+        IssuerView::LiveLease,
+        &Namespace::new("issued_vectors"),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

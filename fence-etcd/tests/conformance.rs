@@ -7,8 +7,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fence_conformance::StoreHarness;
-use fence_core::{BoxError, FencedStore, Observed};
+use fence_conformance::{StatePart, StoreHarness};
+use fence_core::{BoxError, Domain, FencedStore, Observed};
 use fence_etcd::{Etcd, EtcdFence};
 use fence_testkit::etcd::EtcdServer;
 
@@ -46,6 +46,23 @@ impl StoreHarness for Dedicated {
 
     fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
         Some(Arc::new(self.unreachable.clone()))
+    }
+
+    /// Puts a key of the domain's store folder, going around Fence: a mark with a leading
+    /// zero, or an entry record of a kind Fence never writes.
+    async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
+        let (key, value) = match part {
+            StatePart::Mark => ("mark", "02"),
+            StatePart::Entry => ("entry", "maybe 2 1"),
+            _ => return Ok(false),
+        };
+        let (mut kv, prefix) = {
+            let etcd = self.etcd.lock().expect("lock");
+            (etcd.client().kv_client(), etcd.prefix().to_owned())
+        };
+        let key = format!("{prefix}/store/{}/{key}", domain.escaped());
+        kv.put(key, value, None).await?;
+        Ok(true)
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
-use fence_core::raw::OpMemory;
+use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
     BoundsConfig, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
     FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, Operation, OperationId,
@@ -195,7 +195,7 @@ impl PostgresFence {
         let bounds = in_force.with_issuer(IssuerView::IssuedUpTo(issued));
         let (hwm, entry) = decode_head(domain, &row, created)?;
         let current = match entry {
-            Some((live, _, revision)) => Current::new(hwm, live, Some(revision)),
+            Some(head) => Current::new(hwm, head.is_live(), Some(head.revision())),
             None => Current::mark(hwm),
         };
         let remembered = match (request.op_id(), decode_op(domain, &row, 5)?) {
@@ -265,7 +265,7 @@ impl PostgresFence {
                     .map_err(|e| corrupt(domain, format!("operation record's op id: {e}")))?;
                 let op = decode_op(domain, row, 2)?
                     .ok_or_else(|| corrupt(domain, "operation record without a kind"))?;
-                op.remembered(domain, token, op_id)
+                Ok(op.remembered(token, op_id))
             })
             .collect()
     }
@@ -286,7 +286,7 @@ impl PostgresFence {
         let (hwm, entry) = decode_head(domain, &row, false)?;
         let entry = match entry {
             None => Entry::Absent,
-            Some((true, token, revision)) => {
+            Some(EntryHead::Value { token, revision }) => {
                 let value: Option<Vec<u8>> = row
                     .try_get(4)
                     .map_err(|e| corrupt(domain, format!("value: {e}")))?;
@@ -297,7 +297,7 @@ impl PostgresFence {
                     revision,
                 }
             }
-            Some((false, token, revision)) => Entry::Tombstone { token, revision },
+            Some(EntryHead::Tombstone { token, revision }) => Entry::Tombstone { token, revision },
         };
         Ok(Snapshot::new(hwm, entry))
     }

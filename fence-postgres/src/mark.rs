@@ -5,7 +5,7 @@
 
 use std::num::NonZeroU64;
 
-use fence_core::raw::{OpMemory, OpRecord, TokenBounds};
+use fence_core::raw::{EntryHead, OpMemory, OpRecord, TokenBounds};
 use fence_core::{
     BoundsConfig, Domain, FenceError, FencingToken, InvalidInput, IssuerView, OpKind, OpOutcome,
     Operation, OperationId, RememberedOp, Revision,
@@ -35,35 +35,27 @@ impl Locked {
     }
 }
 
-/// A remembered operation as stored: a write (with the revision it produced) or a fenced
-/// transaction, and the mark before it.
-pub(crate) struct OpRow {
-    kind: String,
-    revision: Option<i64>,
-    previous: Option<FencingToken>,
+/// A remembered operation as stored, validated once when decoded: a write (with the revision
+/// it produced) or a fenced transaction, and the mark before it.
+pub(crate) enum OpRow {
+    Write {
+        revision: Revision,
+        previous: Option<FencingToken>,
+    },
+    Transaction {
+        previous: Option<FencingToken>,
+    },
 }
 
 impl OpRow {
-    /// As an operator sees it; a (kind, revision) pair Fence never writes is corrupt.
-    pub(crate) fn remembered(
-        &self,
-        domain: &Domain,
-        token: FencingToken,
-        op_id: OperationId,
-    ) -> Result<RememberedOp, FenceError> {
-        let (kind, outcome) = match (self.kind.as_str(), self.revision) {
-            ("write", Some(revision)) if revision >= 1 => (OpKind::Write, revision.to_string()),
+    /// As an operator sees it.
+    pub(crate) fn remembered(&self, token: FencingToken, op_id: OperationId) -> RememberedOp {
+        let (kind, previous, outcome) = match *self {
+            OpRow::Write { revision, previous } => (OpKind::Write, previous, revision.to_string()),
             // A transaction's outcome is the user's: nothing is kept.
-            ("transaction", None) => (OpKind::Transaction, String::new()),
-            _ => return Err(self.corrupt(domain)),
+            OpRow::Transaction { previous } => (OpKind::Transaction, previous, String::new()),
         };
-        Ok(RememberedOp::new(
-            token,
-            op_id,
-            kind,
-            self.previous,
-            outcome,
-        ))
+        RememberedOp::new(token, op_id, kind, previous, outcome)
     }
 
     /// As a write's memory; an op id first used for a transaction is `OpIdReused`.
@@ -73,20 +65,17 @@ impl OpRow {
         token: FencingToken,
         op_id: &OperationId,
     ) -> Result<OpMemory, FenceError> {
-        let revision = match (self.kind.as_str(), self.revision) {
-            ("write", Some(revision)) if revision >= 1 => Revision::new(revision.unsigned_abs()),
-            ("transaction", None) => {
-                return Err(reused(domain, op_id, OpKind::Transaction, OpKind::Write))
+        match *self {
+            OpRow::Write { revision, previous } => Ok(OpMemory::from_records([OpRecord::new(
+                token,
+                op_id.clone(),
+                previous,
+                OpOutcome::Write { revision },
+            )])),
+            OpRow::Transaction { .. } => {
+                Err(reused(domain, op_id, OpKind::Transaction, OpKind::Write))
             }
-            _ => return Err(self.corrupt(domain)),
-        };
-        let outcome = OpOutcome::Write { revision };
-        Ok(OpMemory::from_records([OpRecord::new(
-            token,
-            op_id.clone(),
-            self.previous,
-            outcome,
-        )]))
+        }
     }
 
     /// As a fenced transaction's: the mark before it; an op id first used for a write is
@@ -96,21 +85,10 @@ impl OpRow {
         domain: &Domain,
         op_id: &OperationId,
     ) -> Result<Option<FencingToken>, FenceError> {
-        match (self.kind.as_str(), self.revision) {
-            ("transaction", None) => Ok(self.previous),
-            ("write", Some(_)) => Err(reused(domain, op_id, OpKind::Write, OpKind::Transaction)),
-            _ => Err(self.corrupt(domain)),
+        match *self {
+            OpRow::Transaction { previous } => Ok(previous),
+            OpRow::Write { .. } => Err(reused(domain, op_id, OpKind::Write, OpKind::Transaction)),
         }
-    }
-
-    fn corrupt(&self, domain: &Domain) -> FenceError {
-        corrupt(
-            domain,
-            format!(
-                "operation record of kind `{}` with revision {:?}",
-                self.kind, self.revision
-            ),
-        )
     }
 }
 
@@ -170,16 +148,13 @@ pub(crate) fn parse_step(text: &str) -> Result<NonZeroU64, String> {
         .map_err(|e| format!("step bound `{text}`: {e}"))
 }
 
-/// An entry's head: live (a value, not a tombstone), the writer's token, the revision.
-pub(crate) type Head = (bool, FencingToken, Revision);
-
 /// The mark and the entry's head of a row, validated: anything not Fence's fails closed.
 /// `fresh` says the row was created by this transaction (its mark is still NULL).
 pub(crate) fn decode_head(
     domain: &Domain,
     row: &PgRow,
     fresh: bool,
-) -> Result<(Option<FencingToken>, Option<Head>), FenceError> {
+) -> Result<(Option<FencingToken>, Option<EntryHead>), FenceError> {
     let column = |e: sqlx::Error| corrupt(domain, format!("mark row: {e}"));
     let hwm: Option<String> = row.try_get(0).map_err(column)?;
     let state: Option<i8> = row.try_get(1).map_err(column)?;
@@ -197,7 +172,18 @@ pub(crate) fn decode_head(
             if hwm.is_none_or(|hwm| writer > hwm) {
                 return Err(corrupt(domain, "writer token above the high-water mark"));
             }
-            Some((kind == b'v', writer, Revision::new(revision.unsigned_abs())))
+            let revision = Revision::new(revision.unsigned_abs());
+            Some(if kind == b'v' {
+                EntryHead::Value {
+                    token: writer,
+                    revision,
+                }
+            } else {
+                EntryHead::Tombstone {
+                    token: writer,
+                    revision,
+                }
+            })
         }
         _ => {
             return Err(corrupt(
@@ -226,11 +212,17 @@ pub(crate) fn decode_op(
     let previous = previous
         .map(|p| token_column(domain, &p, "operation record's previous mark"))
         .transpose()?;
-    Ok(Some(OpRow {
-        kind,
-        revision,
-        previous,
-    }))
+    match (kind.as_str(), revision) {
+        ("write", Some(revision)) if revision >= 1 => Ok(Some(OpRow::Write {
+            revision: Revision::new(revision.unsigned_abs()),
+            previous,
+        })),
+        ("transaction", None) => Ok(Some(OpRow::Transaction { previous })),
+        _ => Err(corrupt(
+            domain,
+            format!("operation record of kind `{kind}` with revision {revision:?}"),
+        )),
+    }
 }
 
 /// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent

@@ -8,9 +8,9 @@ mod support;
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
-use fence_conformance::admission;
 use fence_conformance::services::{domain as d, token as t};
-use fence_core::{BackendErrorKind, BoundsConfig, FenceError, TokenIssuer};
+use fence_conformance::{admission, Namespace};
+use fence_core::{BackendErrorKind, BoundsConfig, FenceError, IssuerView, TokenIssuer};
 use fence_postgres::{Begun, TransactionRequest};
 use support::shared;
 
@@ -36,6 +36,22 @@ async fn unissued_tokens_are_refused() {
     };
     let fence = fence.to_builder().issued_only().build().unwrap();
     admission::unissued_tokens_are_refused(&fence, &fence.issuer(), &d("issued")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn issued_vectors_agree_with_the_rule() {
+    let Some((fence, _)) = shared("adm_vectors").await else {
+        return;
+    };
+    let fence = fence.to_builder().issued_only().build().unwrap();
+    let issuer = Arc::new(fence.issuer());
+    admission::issued_vectors_agree_with_the_rule(
+        Arc::new(fence),
+        issuer,
+        IssuerView::IssuedUpTo,
+        &Namespace::new("issued_vectors"),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -5,8 +5,8 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fence_conformance::StoreHarness;
-use fence_core::{BoxError, FencedStore, Observed};
+use fence_conformance::{StatePart, StoreHarness};
+use fence_core::{BoxError, Domain, FencedStore, Observed};
 use fence_postgres::PostgresFence;
 use fence_testkit::postgres::{pool, PostgresServer};
 
@@ -52,6 +52,27 @@ impl StoreHarness for Dedicated {
                 .build()
                 .expect("valid schema"),
         ))
+    }
+
+    /// Updates the domain's mark row, going around Fence (the columns' constraints allow it):
+    /// the mark to NULL, or the entry's kind to one Fence never writes.
+    async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
+        let set = match part {
+            StatePart::Mark => "hwm = NULL",
+            StatePart::Entry => "state = 'x'",
+            _ => return Ok(false),
+        };
+        let pool = self.fence.lock().expect("lock").pool().clone();
+        let updated = sqlx::query(&format!(
+            "UPDATE {SCHEMA}.fence_marks SET {set} WHERE domain = $1"
+        ))
+        .bind(domain.as_str())
+        .execute(&pool)
+        .await?;
+        if updated.rows_affected() != 1 {
+            return Err(format!("no mark row for `{domain}`").into());
+        }
+        Ok(true)
     }
 }
 

@@ -417,6 +417,68 @@ async fn an_op_id_belongs_to_a_write_or_a_transaction_not_both() {
     assert_fenced(stale.map_err(fence_error), 3, 4);
 }
 
+/// An operation record Fence never writes (a write that produced revision 0, a kind it does
+/// not know) is corrupt state to every reader of it alike — a write, a fenced transaction and
+/// the operator's list — never a reused op id, and nothing runs.
+#[tokio::test]
+async fn a_foreign_operation_record_is_corrupt_to_every_reader() {
+    let Some((fence, pool, ledger)) = with_ledger("op_foreign").await else {
+        return;
+    };
+    for (name, kind, revision) in [("rev0", "write", Some(0i64)), ("odd", "refund", None)] {
+        let domain = d(name);
+        put(&fence, &domain, 2, "kept").await.unwrap();
+        sqlx::query(&format!(
+            "INSERT INTO {}.fence_ops (domain, token, op_id, kind, revision) VALUES ($1, 3, 'op', $2, $3)",
+            fence.schema()
+        ))
+        .bind(domain.as_str())
+        .bind(kind)
+        .bind(revision)
+        .execute(&pool)
+        .await
+        .unwrap();
+        let op = OperationId::new("op").unwrap();
+        let write = fence
+            .write(&WriteRequest::put(domain.clone(), t(3), "w").with_op_id(op.clone()))
+            .await;
+        let transaction = log_token(
+            &fence,
+            &ledger,
+            &TransactionRequest::new(domain.clone(), t(3)).with_op_id(op),
+        )
+        .await
+        .map_err(fence_error);
+        let listed = fence.remembered_ops(&domain).await;
+        for (what, corrupt) in [
+            (
+                "write",
+                matches!(write, Err(FenceError::CorruptState { .. })),
+            ),
+            (
+                "transaction",
+                matches!(transaction, Err(FenceError::CorruptState { .. })),
+            ),
+            (
+                "list",
+                matches!(listed, Err(FenceError::CorruptState { .. })),
+            ),
+        ] {
+            assert!(
+                corrupt,
+                "{name} {what}: {write:?} / {transaction:?} / {listed:?}"
+            );
+        }
+        assert_eq!(logged(&pool, &ledger, &domain).await, Vec::<u64>::new());
+        assert_eq!(
+            fence_conformance::services::value_of(&fence, &domain)
+                .await
+                .as_deref(),
+            Some("kept")
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_transaction_aborted_by_its_own_statement_commits_nothing() {
     let Some((fence, pool, ledger)) = with_ledger("aborted").await else {

@@ -5,9 +5,9 @@
 use std::num::NonZeroU64;
 use std::sync::Arc;
 
-use fence_conformance::admission;
 use fence_conformance::services::{domain, unavailable};
-use fence_core::{BoundsConfig, Fence, FenceError, FencingToken, Observed};
+use fence_conformance::{admission, Namespace};
+use fence_core::{BoundsConfig, Fence, FenceError, FencingToken, IssuerView, Observed};
 use fence_redis::{FencedScript, RedisFence, RedisFenceBuilder, ScriptCall};
 use fence_testkit::redis::{shared_cluster, shared_url, unique_prefix};
 
@@ -165,6 +165,20 @@ async fn foreign_domain_settings_fail_closed() {
 async fn unissued_tokens_are_refused() {
     for fence in on_servers("issued", RedisFenceBuilder::issued_only).await {
         admission::unissued_tokens_are_refused(&fence, &fence.issuer(), &domain("issued")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn issued_vectors_agree_with_the_rule() {
+    for fence in on_servers("issued_vectors", RedisFenceBuilder::issued_only).await {
+        let issuer = Arc::new(fence.issuer());
+        admission::issued_vectors_agree_with_the_rule(
+            Arc::new(fence),
+            issuer,
+            IssuerView::IssuedUpTo,
+            &Namespace::new("issued_vectors"),
+        )
+        .await;
     }
 }
 

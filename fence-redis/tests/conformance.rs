@@ -8,9 +8,10 @@ use fence_testkit::redis as support;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fence_conformance::StoreHarness;
-use fence_core::{BoxError, Fence, FencedStore, Observed};
-use fence_redis::RedisFence;
+use fence_conformance::{StatePart, StoreHarness};
+use fence_core::{BoxError, Domain, Fence, FencedStore, Observed};
+use fence_redis::{redis, RedisFence};
+use fence_testkit::redis::RawRedis;
 use support::{RedisCluster, RedisServer};
 
 /// Races of 10 workers × 200 operations on every backend shape.
@@ -51,9 +52,29 @@ impl StoreHarness for Standalone {
         Some(unreachable())
     }
 
+    async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
+        let fence = self.fence.lock().expect("lock").clone();
+        let mut raw = RawRedis::Standalone(fence_testkit::redis::raw(&self.server.url()).await);
+        Ok(corrupt(&mut raw, &fence, domain, part).await)
+    }
+
     fn race_rounds(&self) -> usize {
         RACE_ROUNDS
     }
+}
+
+/// Overwrites one field of `domain`'s state hash, going around Fence: the mark with a token
+/// that is not canonical, or the entry's revision with one that is not a number.
+async fn corrupt(raw: &mut RawRedis, fence: &RedisFence, domain: &Domain, part: StatePart) -> bool {
+    let (field, value) = match part {
+        StatePart::Mark => ("hwm", "007"),
+        StatePart::Entry => ("rev", "1e3"),
+        _ => return false,
+    };
+    let mut hset = redis::cmd("HSET");
+    hset.arg(fence.state_key(domain)).arg(field).arg(value);
+    raw.query(&hset).await;
+    true
 }
 
 async fn standalone() -> Option<Standalone> {
@@ -90,6 +111,11 @@ impl StoreHarness for Cluster {
 
     fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
         Some(unreachable())
+    }
+
+    async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
+        let mut raw = RawRedis::cluster(self.cluster.urls()).await;
+        Ok(corrupt(&mut raw, &self.fence, domain, part).await)
     }
 
     fn race_rounds(&self) -> usize {

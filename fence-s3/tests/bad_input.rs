@@ -19,14 +19,7 @@ fn put(domain: &Domain, token: u64) -> WriteRequest {
 
 async fn raw_put(key: &str, body: &'static [u8]) {
     let client = support::client(&support::shared_endpoint().unwrap());
-    client
-        .put_object()
-        .bucket(support::BUCKET)
-        .key(key)
-        .body(aws_sdk_s3::primitives::ByteStream::from_static(body))
-        .send()
-        .await
-        .unwrap();
+    support::raw_put(&client, key, body.to_vec()).await;
 }
 
 async fn raw_get(key: &str) -> Vec<u8> {

@@ -7,8 +7,8 @@ use fence_testkit::s3 as support;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use fence_conformance::StoreHarness;
-use fence_core::{BoxError, FencedStore, Observed};
+use fence_conformance::{StatePart, StoreHarness};
+use fence_core::{BoxError, Domain, FencedStore, Observed};
 use fence_s3::S3Fence;
 use support::WeedServer;
 
@@ -24,13 +24,13 @@ fn fence(endpoint: &str) -> Observed<S3Fence> {
 
 struct Seaweed {
     server: WeedServer,
-    fence: Mutex<Observed<S3Fence>>,
+    store: Mutex<Observed<S3Fence>>,
 }
 
 #[async_trait]
 impl StoreHarness for Seaweed {
     fn store(&self) -> Arc<dyn FencedStore> {
-        Arc::new(self.fence.lock().expect("lock").clone())
+        Arc::new(self.store.lock().expect("lock").clone())
     }
 
     // A new client with an empty ETag cache: S3 itself decides every stale token it presents.
@@ -40,12 +40,41 @@ impl StoreHarness for Seaweed {
 
     async fn restart(&self) -> Result<bool, BoxError> {
         self.server.kill_and_restart().await;
-        *self.fence.lock().expect("lock") = fence(&self.server.endpoint());
+        *self.store.lock().expect("lock") = fence(&self.server.endpoint());
         Ok(true)
     }
 
     fn unreachable_store(&self) -> Option<Arc<dyn FencedStore>> {
         Some(Arc::new(fence("http://127.0.0.1:1")))
+    }
+
+    /// Rewrites one header line of the domain's object, going around Fence: the mark with a
+    /// leading zero, or the entry with a kind the format does not have.
+    async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
+        let (line, damage): (&str, fn(&str) -> String) = match part {
+            StatePart::Mark => ("hwm ", |mark| format!("hwm 0{mark}")),
+            StatePart::Entry => ("entry ", |entry| format!("entry maybe {entry}")),
+            _ => return Ok(false),
+        };
+        let key = self.store.lock().expect("lock").object_key(domain)?;
+        let client = support::client(&self.server.endpoint());
+        let object = String::from_utf8(support::raw_get(&client, &key).await)?;
+        let (header, payload) = object.split_once("\n\n").ok_or("no end of header")?;
+        let damaged = header
+            .lines()
+            .map(|l| l.strip_prefix(line).map_or_else(|| l.to_owned(), damage))
+            .collect::<Vec<_>>()
+            .join("\n");
+        if damaged == header {
+            return Err(format!("the object has no `{line}` line: {header}").into());
+        }
+        support::raw_put(
+            &client,
+            &key,
+            format!("{damaged}\n\n{payload}").into_bytes(),
+        )
+        .await;
+        Ok(true)
     }
 
     // SeaweedFS makes losers of a contended conditional write wait in ~1 s steps.
@@ -60,8 +89,8 @@ impl StoreHarness for Seaweed {
 
 async fn seaweed() -> Option<Seaweed> {
     let server = WeedServer::start("conformance").await?;
-    let fence = Mutex::new(fence(&server.endpoint()));
-    Some(Seaweed { server, fence })
+    let store = Mutex::new(fence(&server.endpoint()));
+    Some(Seaweed { server, store })
 }
 
 fence_conformance::store_conformance!(seaweed);

@@ -325,7 +325,11 @@ impl RawRedis {
         if !cluster {
             return RawRedis::Standalone(raw(&shared_url().expect("the shared Redis")).await);
         }
-        let nodes = shared_cluster().expect("the shared cluster");
+        Self::cluster(shared_cluster().expect("the shared cluster")).await
+    }
+
+    /// A connection to the cluster of `nodes`.
+    pub async fn cluster(nodes: Vec<String>) -> Self {
         let client = fence_redis::redis::cluster::ClusterClient::new(nodes).expect("cluster nodes");
         let connection = client.get_async_connection().await;
         RawRedis::Cluster(connection.expect("a cluster test connection"))

@@ -86,6 +86,19 @@ pub async fn raw_get(client: &aws_sdk_s3::Client, key: &str) -> Vec<u8> {
         .to_vec()
 }
 
+/// Writes `body` as object `key` in the test bucket with `client`, unconditionally (no Fence
+/// involved).
+pub async fn raw_put(client: &aws_sdk_s3::Client, key: &str, body: Vec<u8>) {
+    client
+        .put_object()
+        .bucket(BUCKET)
+        .key(key)
+        .body(aws_sdk_s3::primitives::ByteStream::from(body))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PUT `{key}`: {e}"));
+}
+
 /// A unique key prefix per test run.
 pub fn unique_prefix(test: &str) -> String {
     format!("fence-test/{test}/{}/", crate::unique_suffix())
