@@ -3,6 +3,8 @@
 use std::num::NonZeroU64;
 use std::time::Duration;
 
+use crate::BoundsConfig;
+
 /// How long a resource remembers operation ids for replay detection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -144,6 +146,13 @@ impl Capabilities {
     pub const fn with_issued_only(mut self, issued_only: bool) -> Self {
         self.issued_only = issued_only;
         self
+    }
+
+    /// Sets both admission capabilities from the client's [`BoundsConfig`]: its step bound and
+    /// whether it accepts only issued tokens.
+    pub const fn with_bounds(self, bounds: BoundsConfig) -> Self {
+        self.with_max_token_step(bounds.max_step)
+            .with_issued_only(bounds.issued_only)
     }
 
     /// True when operation ids are remembered at all.

@@ -326,8 +326,7 @@ impl Fence for PostgresFence {
             .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
             .with_max_value_bytes(Some(self.max_value_bytes))
             .with_survives_restart(true)
-            .with_max_token_step(self.bounds.max_step)
-            .with_issued_only(self.bounds.issued_only)
+            .with_bounds(self.bounds)
     }
 
     async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
