@@ -8,10 +8,12 @@ use aws_sdk_s3::config::retry::RetryConfig;
 use aws_sdk_s3::Client;
 use fence_core::raw::TokenBounds;
 use fence_core::{FenceError, InvalidInput, IssuerView, Observed};
+use fence_objects::{
+    KeyLayout, KeyScheme, VersionCache, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES,
+};
 use tokio::sync::OnceCell;
 
-use crate::cache::EtagCache;
-use crate::keys::{KeyLayout, KeyScheme, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
+use crate::error::BACKEND;
 use crate::{Inner, ObjectOptions, S3Fence};
 
 /// Default key prefix of fenced objects.
@@ -220,6 +222,7 @@ impl S3FenceBuilder {
             )));
         }
         let keys = KeyScheme::new(
+            BACKEND,
             self.prefix,
             self.layout,
             self.max_key_bytes,
@@ -266,7 +269,7 @@ impl S3FenceBuilder {
                 part_size: self.part_size,
                 op_id_retention: self.op_id_retention,
                 max_attempts: self.max_attempts,
-                cache: EtagCache::new(self.cache_capacity),
+                cache: VersionCache::new(self.cache_capacity),
                 probed: OnceCell::new(),
             }),
         }))

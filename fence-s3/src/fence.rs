@@ -6,21 +6,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_s3::Client;
-use fence_core::raw::cas::Step;
-use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
-use fence_core::raw::{OpMemory, TokenBounds};
+use fence_core::raw::pipeline;
+use fence_core::raw::TokenBounds;
 use fence_core::{
     Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
     OpIdRetention, Operation, Snapshot, WriteOutcome, WriteRequest,
 };
 use tokio::sync::OnceCell;
 
-use crate::cache::{EtagCache, Known};
-use crate::envelope::decode;
-use crate::envelope::{fresh_nonce, Head, Header};
 use crate::error::BACKEND;
-use crate::keys::KeyScheme;
 use crate::options::ObjectOptions;
+use fence_objects::KeyScheme;
+use fence_objects::{decide, decode, Header};
+use fence_objects::{Known, VersionCache};
 
 pub(crate) struct Inner {
     pub(crate) client: Client,
@@ -33,7 +31,7 @@ pub(crate) struct Inner {
     pub(crate) part_size: usize,
     pub(crate) op_id_retention: usize,
     pub(crate) max_attempts: usize,
-    pub(crate) cache: EtagCache,
+    pub(crate) cache: VersionCache<String>,
     pub(crate) probed: OnceCell<()>,
 }
 
@@ -128,50 +126,9 @@ impl S3Fence {
             Mutation::Delete => None,
             _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
         };
-        let retention = self.inner.op_id_retention;
+        let (bounds, retention) = (self.inner.bounds, self.inner.op_id_retention);
         let decide = |current: Option<&Header>, from_cache: bool| {
-            let head = current.map_or(Head::None, |h| h.head);
-            let state = Current::new(
-                current.map(|h| h.hwm),
-                matches!(head, Head::Value { .. }),
-                head.revision(),
-            );
-            let no_ops = OpMemory::new();
-            let ops = current.map_or(&no_ops, |h| &h.ops);
-            // A cached mark is never above the real one, so `Fenced` and a replay found in the
-            // cache are true; a cached revision or mark may be behind, so a mismatch or a step
-            // too far is confirmed fresh.
-            let bounds = self.inner.bounds;
-            let (accepted, remember) = match pipeline::decide_write(request, state, ops, bounds) {
-                Ok(Decision::Replay(first)) => {
-                    return Ok(Step::Done(WriteOutcome::Duplicate(first)))
-                }
-                Ok(Decision::Apply { outcome, remember }) => (outcome, remember),
-                Err(FenceError::RevisionMismatch { .. } | FenceError::TokenTooFar { .. })
-                    if from_cache =>
-                {
-                    return Ok(Step::Reload)
-                }
-                Err(refused) => return Err(refused),
-            };
-            let mut ops = ops.clone();
-            if let Some(record) = remember {
-                ops.remember(record, retention);
-            }
-            let (token, revision) = (accepted.token, accepted.revision);
-            let head = match value {
-                Some(_) => Head::Value { token, revision },
-                None => Head::Tombstone { token, revision },
-            };
-            Ok(Step::Commit {
-                change: Header {
-                    hwm: token,
-                    head,
-                    nonce: fresh_nonce(),
-                    ops,
-                },
-                outcome: WriteOutcome::Accepted(accepted),
-            })
+            decide::write_step(request, current, from_cache, bounds, retention)
         };
         let payload = value.clone().unwrap_or_default();
         self.conditional_update(
@@ -184,35 +141,9 @@ impl S3Fence {
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        let bounds = self.inner.bounds;
         let decide = |current: Option<&Header>, from_cache: bool| {
-            let mark = current.map(|h| h.hwm);
-            let decision = match pipeline::decide_claim(domain, mark, token, self.inner.bounds) {
-                Ok(decision) => decision,
-                // A cached mark may be behind: a step too far is confirmed fresh.
-                Err(FenceError::TokenTooFar { .. }) if from_cache => return Ok(Step::Reload),
-                Err(refused) => return Err(refused),
-            };
-            let header = match (decision, current) {
-                // A claim confirms ownership: the cache can prove `Fenced` (its mark is never
-                // above the real one) but not that the mark is still this token.
-                (ClaimDecision::Held(_), _) if from_cache => return Ok(Step::Reload),
-                (ClaimDecision::Held(claimed), _) => return Ok(Step::Done(claimed)),
-                (ClaimDecision::Raise(_), Some(header)) => Header {
-                    hwm: token,
-                    nonce: fresh_nonce(),
-                    ..header.clone()
-                },
-                (ClaimDecision::Raise(_), None) => Header {
-                    hwm: token,
-                    head: Head::None,
-                    nonce: fresh_nonce(),
-                    ops: OpMemory::new(),
-                },
-            };
-            Ok(Step::Commit {
-                change: header,
-                outcome: decision.claimed(),
-            })
+            decide::claim_step(domain, token, current, from_cache, bounds)
         };
         self.conditional_update(domain, Operation::Claim, decide, None)
             .await
@@ -223,21 +154,12 @@ impl S3Fence {
         let Some(fetched) = self.fetch(&key, domain, Operation::Read, None).await? else {
             return Ok(Snapshot::new(None, Entry::Absent));
         };
-        let (header, offset) = decode(domain, &key, &fetched.bytes)?;
-        let entry = match header.head {
-            Head::None => Entry::Absent,
-            Head::Value { token, revision } => Entry::Value {
-                value: fetched.bytes.slice(offset..),
-                token,
-                revision,
-            },
-            Head::Tombstone { token, revision } => Entry::Tombstone { token, revision },
-        };
-        let snapshot = Snapshot::new(Some(header.hwm), entry);
+        let (header, offset) = decode(BACKEND, domain, &key, &fetched.bytes)?;
+        let snapshot = decide::snapshot(&header, fetched.bytes.slice(offset..));
         self.inner.cache.insert(
             key.clone(),
             Known {
-                etag: fetched.etag,
+                version: fetched.etag,
                 header,
             },
         );
@@ -251,7 +173,13 @@ impl S3Fence {
             .await?;
         Ok(loaded.map(|(etag, header)| {
             let hwm = header.hwm;
-            self.inner.cache.insert(key.clone(), Known { etag, header });
+            self.inner.cache.insert(
+                key.clone(),
+                Known {
+                    version: etag,
+                    header,
+                },
+            );
             hwm
         }))
     }

@@ -1,13 +1,9 @@
 #![doc = include_str!("../README.md")]
 
-mod cache;
 mod config;
 pub mod env;
-mod envelope;
 mod error;
 mod fence;
-mod keys;
-mod manifest;
 mod options;
 mod permissions;
 mod pointer;
@@ -25,11 +21,12 @@ pub use config::{
     S3FenceBuilder, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_VALUE_BYTES, DEFAULT_MULTIPART_THRESHOLD,
     DEFAULT_OP_ID_RETENTION, DEFAULT_PART_SIZE, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
 };
-pub use envelope::{Envelope, EnvelopeError};
 pub use error::S3FenceError;
 pub(crate) use fence::Inner;
 pub use fence::S3Fence;
-pub use keys::{KeyLayout, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
-pub use manifest::{Manifest, MAX_MANIFEST_KEYS};
+pub use fence_objects::{
+    Envelope, EnvelopeError, KeyLayout, Manifest, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES,
+    MAX_MANIFEST_KEYS,
+};
 pub use options::{Encryption, ObjectOptions, MAX_METADATA_BYTES, MAX_TAGS};
 pub use pointer::{Immutable, Resolved};

@@ -4,10 +4,10 @@
 use fence_core::permissions::{Access, Permission, PermissionReport};
 use fence_core::{Domain, FenceError, Operation};
 
-use crate::envelope::fresh_nonce;
 use crate::error::{classify, Failure, BACKEND};
 use crate::requests::Expect;
 use crate::S3Fence;
+use fence_objects::fresh_nonce;
 
 impl S3Fence {
     /// Uses each IAM action the fence needs on a probe object under the prefix

@@ -11,13 +11,13 @@ use bytes::{Bytes, BytesMut};
 use fence_core::raw::observe;
 use fence_core::{Accepted, Domain, FenceError, FencingToken, Operation, Revision};
 
-use crate::cache::Known;
-use crate::envelope::{fresh_nonce, EnvelopeError, Head, Header};
 use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
-use crate::manifest::Manifest;
 use crate::options::ObjectOptions;
 use crate::requests::Expect;
 use crate::S3Fence;
+use fence_objects::Known;
+use fence_objects::Manifest;
+use fence_objects::{fresh_nonce, EnvelopeError, Head, Header};
 
 /// How [`S3Fence::put_immutable`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,13 +188,11 @@ impl S3Fence {
             match Header::decode(&fetched.bytes) {
                 Err(EnvelopeError::Foreign) => {}
                 Ok(_) => return Err(backend_error(Some(domain), S3FenceError::AlreadyFenced)),
-                Err(EnvelopeError::Corrupt(why)) => {
+                Err(damaged) => {
                     return Err(FenceError::corrupt(
                         BACKEND,
                         domain,
-                        format!(
-                        "object `{key}` has a damaged fence envelope ({why}); it is not adopted"
-                    ),
+                        format!("object `{key}`: {damaged}; it is not adopted"),
                     ))
                 }
             }
@@ -225,7 +223,13 @@ impl S3Fence {
                 .await
             {
                 Ok(etag) => {
-                    self.inner.cache.insert(key.clone(), Known { etag, header });
+                    self.inner.cache.insert(
+                        key.clone(),
+                        Known {
+                            version: etag,
+                            header,
+                        },
+                    );
                     Ok(Accepted::new(token, Revision::new(1), None))
                 }
                 Err(failure) => Err(failure.into_fence_error(domain, Operation::Write, true)),

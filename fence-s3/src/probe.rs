@@ -2,10 +2,10 @@
 
 use fence_core::{Domain, FenceError, Operation};
 
-use crate::envelope::fresh_nonce;
 use crate::error::{backend_error, classify, Failure, S3FenceError};
 use crate::requests::Expect;
 use crate::S3Fence;
+use fence_objects::fresh_nonce;
 
 /// An ETag no object has.
 const WRONG_ETAG: &str = "\"00000000000000000000000000000000\"";

@@ -5,10 +5,10 @@ use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart};
 use bytes::Bytes;
 use fence_core::{Domain, FenceError, Operation};
 
-use crate::envelope::{decode, Header, MAX_HEADER_BYTES};
 use crate::error::{backend_error, classify, Failure, S3FenceError, BACKEND};
 use crate::options::ObjectOptions;
 use crate::S3Fence;
+use fence_objects::{decode, Header, MAX_HEADER_BYTES};
 
 /// The write condition that makes a PUT a compare-and-set.
 #[derive(Clone, Debug)]
@@ -133,7 +133,7 @@ impl S3Fence {
         else {
             return Ok(None);
         };
-        let (header, _) = decode(domain, key, &fetched.bytes)?;
+        let (header, _) = decode(BACKEND, domain, key, &fetched.bytes)?;
         Ok(Some((fetched.etag, header)))
     }
 

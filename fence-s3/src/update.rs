@@ -6,13 +6,13 @@ use bytes::{Bytes, BytesMut};
 use fence_core::raw::cas::{self, CasPolicy, CasResource, Committed, Step};
 use fence_core::{Domain, FenceError, Operation};
 
-use crate::cache::Known;
-use crate::envelope::{decode, Head, Header};
-use crate::error::{backend_error, Failure, S3FenceError};
+use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
 use crate::fence::BACKOFF;
 use crate::options::ObjectOptions;
 use crate::requests::Expect;
 use crate::S3Fence;
+use fence_objects::Known;
+use fence_objects::{decode, Head, Header};
 
 /// An object's version, as a decision sees it: its ETag and header (`None`: no object).
 type Version = Option<(String, Header)>;
@@ -45,7 +45,7 @@ impl CasResource for ObjectCas<'_> {
 
     fn remembered(&self) -> Option<Version> {
         let known = self.fence.inner.cache.get(&self.key)?;
-        Some(Some((known.etag, known.header)))
+        Some(Some((known.version, known.header)))
     }
 
     async fn load(&self) -> Result<Version, FenceError> {
@@ -94,10 +94,13 @@ impl CasResource for ObjectCas<'_> {
         }
         match put {
             Ok(etag) => {
-                fence
-                    .inner
-                    .cache
-                    .insert(self.key.clone(), Known { etag, header });
+                fence.inner.cache.insert(
+                    self.key.clone(),
+                    Known {
+                        version: etag,
+                        header,
+                    },
+                );
                 Ok(Committed::Applied)
             }
             Err(Failure::Precondition | Failure::NotFound) => Ok(lost(Loss::Raced)),
@@ -180,7 +183,7 @@ impl S3Fence {
         if fetched.etag != etag {
             return Ok(None);
         }
-        let (_, offset) = decode(domain, key, &fetched.bytes)?;
+        let (_, offset) = decode(BACKEND, domain, key, &fetched.bytes)?;
         let options = self.options_of(key, domain, operation, &fetched).await?;
         Ok(Some((fetched.bytes.slice(offset..), options)))
     }

@@ -25,8 +25,6 @@
 
 use fence_core::{Domain, FenceError, InvalidInput};
 
-use crate::error::BACKEND;
-
 /// The greatest object key AWS S3 accepts, in bytes.
 pub const DEFAULT_MAX_KEY_BYTES: usize = 1024;
 /// The greatest key segment (between two `/`) filesystem-backed S3 servers accept, in bytes
@@ -45,9 +43,10 @@ pub enum KeyLayout {
     Verbatim,
 }
 
-/// Builds object keys under a validated prefix.
+/// Builds object keys under a validated prefix; errors name `backend`.
 #[derive(Clone, Debug)]
-pub(crate) struct KeyScheme {
+pub struct KeyScheme {
+    backend: &'static str,
     prefix: String,
     layout: KeyLayout,
     max_key_bytes: usize,
@@ -55,7 +54,11 @@ pub(crate) struct KeyScheme {
 }
 
 impl KeyScheme {
-    pub(crate) fn new(
+    /// A scheme under `prefix` (empty, or ending with `/`) with `layout`, for an endpoint that
+    /// accepts keys of `max_key_bytes` and segments of `max_segment_bytes`; a prefix that could
+    /// share keys with another, or limits that leave no room for a domain, are refused.
+    pub fn new(
+        backend: &'static str,
         prefix: String,
         layout: KeyLayout,
         max_key_bytes: usize,
@@ -79,6 +82,7 @@ impl KeyScheme {
             ));
         }
         Ok(KeyScheme {
+            backend,
             prefix,
             layout,
             max_key_bytes,
@@ -86,12 +90,13 @@ impl KeyScheme {
         })
     }
 
-    pub(crate) fn prefix(&self) -> &str {
+    /// The prefix (empty, or ending with `/`).
+    pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
     /// The object key of a domain, or `KeyTooLong` before any I/O.
-    pub(crate) fn object(&self, domain: &Domain) -> Result<String, FenceError> {
+    pub fn object(&self, domain: &Domain) -> Result<String, FenceError> {
         if self.layout == KeyLayout::Verbatim {
             return self.verbatim(domain);
         }
@@ -107,7 +112,7 @@ impl KeyScheme {
         let name = domain.as_str();
         let refuse = |reason| {
             Err(InvalidInput::DomainNotAKey {
-                backend: BACKEND,
+                backend: self.backend,
                 domain: domain.clone(),
                 reason,
             }
@@ -132,7 +137,7 @@ impl KeyScheme {
         let len = self.prefix.len() + name.len();
         if len > self.max_key_bytes {
             return Err(InvalidInput::KeyTooLong {
-                backend: BACKEND,
+                backend: self.backend,
                 domain: domain.clone(),
                 what: "object key",
                 len,
@@ -144,12 +149,12 @@ impl KeyScheme {
     }
 
     /// What the keys of `domain`'s immutable data objects start with.
-    pub(crate) fn data_prefix(&self, domain: &Domain) -> String {
+    pub fn data_prefix(&self, domain: &Domain) -> String {
         format!("{}!data!{}!", self.prefix, domain.escaped())
     }
 
     /// The key of immutable data object `name` of `domain`; `name` follows the domain rules.
-    pub(crate) fn data(&self, domain: &Domain, name: &str) -> Result<String, FenceError> {
+    pub fn data(&self, domain: &Domain, name: &str) -> Result<String, FenceError> {
         let name = Domain::new(name)?;
         self.key(
             domain,
@@ -158,13 +163,13 @@ impl KeyScheme {
         )
     }
 
-    /// Checks a plain object key the caller chose ([`crate::S3Fence::put_plain`]): within the
+    /// Checks a plain object key the caller chose (`put_plain`): within the
     /// endpoint's limits, and never a key this fence owns (a domain's object or an internal
     /// one), so a plain object can never block or shadow a fenced one.
-    pub(crate) fn plain(&self, key: &str) -> Result<(), FenceError> {
+    pub fn plain(&self, key: &str) -> Result<(), FenceError> {
         let refuse = |reason| {
             Err(InvalidInput::InvalidKey {
-                backend: BACKEND,
+                backend: self.backend,
                 key: key.chars().take(120).collect(),
                 reason,
             }
@@ -189,7 +194,7 @@ impl KeyScheme {
     }
 
     /// The key of a capability probe object.
-    pub(crate) fn probe(&self, nonce: u64) -> String {
+    pub fn probe(&self, nonce: u64) -> String {
         format!("{}!probe!{nonce:016x}", self.prefix)
     }
 
@@ -204,7 +209,7 @@ impl KeyScheme {
                 _ => "object key",
             };
             Err(InvalidInput::KeyTooLong {
-                backend: BACKEND,
+                backend: self.backend,
                 domain: domain.clone(),
                 what,
                 len,
@@ -231,6 +236,7 @@ mod tests {
 
     fn scheme(prefix: &str) -> KeyScheme {
         KeyScheme::new(
+            "s3",
             prefix.to_owned(),
             KeyLayout::Escaped,
             DEFAULT_MAX_KEY_BYTES,
@@ -247,13 +253,13 @@ mod tests {
     fn prefixes_that_could_run_into_a_domain_are_refused() {
         for bad in ["t1", "t12", "a/b", "x\ny/"] {
             assert!(
-                KeyScheme::new(bad.to_owned(), KeyLayout::Escaped, 1024, 255).is_err(),
+                KeyScheme::new("s3", bad.to_owned(), KeyLayout::Escaped, 1024, 255).is_err(),
                 "{bad:?}"
             );
         }
         for good in ["", "t1/", "a/b/", "/"] {
             assert!(
-                KeyScheme::new(good.to_owned(), KeyLayout::Escaped, 1024, 255).is_ok(),
+                KeyScheme::new("s3", good.to_owned(), KeyLayout::Escaped, 1024, 255).is_ok(),
                 "{good:?}"
             );
         }
@@ -324,6 +330,7 @@ mod tests {
         assert!(keys.object(&d(&"a".repeat(255))).is_ok());
         assert!(keys.object(&d(&"a".repeat(256))).is_err());
         let deep = KeyScheme::new(
+            "s3",
             format!("{}/", "p".repeat(511)),
             KeyLayout::Escaped,
             700,
@@ -350,6 +357,7 @@ mod tests {
 
     fn verbatim(prefix: &str) -> KeyScheme {
         KeyScheme::new(
+            "s3",
             prefix.to_owned(),
             KeyLayout::Verbatim,
             DEFAULT_MAX_KEY_BYTES,
@@ -401,7 +409,7 @@ mod tests {
 
     #[test]
     fn verbatim_segments_and_keys_are_bounded() {
-        let keys = KeyScheme::new("p/".into(), KeyLayout::Verbatim, 1024, 100)
+        let keys = KeyScheme::new("s3", "p/".into(), KeyLayout::Verbatim, 1024, 100)
             .unwrap_or_else(|e| panic!("{e}"));
         assert!(keys.object(&d(&format!("{}/b", "a".repeat(100)))).is_ok());
         let err = keys.object(&d(&format!("b/{}", "a".repeat(101))));
@@ -417,6 +425,7 @@ mod tests {
             "{err:?}"
         );
         let deep = KeyScheme::new(
+            "s3",
             format!("{}/", "p".repeat(511)),
             KeyLayout::Verbatim,
             700,

@@ -19,30 +19,35 @@ use std::fmt::Write as _;
 use fence_core::raw::{EntryHead, OpMemory, OpRecord};
 use fence_core::{Domain, FenceError, FencingToken, OpKind, Revision};
 
-use crate::error::BACKEND;
-
 /// The first line of every envelope.
-pub(crate) const MAGIC: &[u8] = b"FENCE-S3/1\n";
+pub const MAGIC: &[u8] = b"FENCE-S3/1\n";
 /// The greatest header size; a cache miss reads this many bytes with a ranged GET.
-pub(crate) const MAX_HEADER_BYTES: usize = 16 * 1024;
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
 /// The stored entry, without its payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Head {
+pub enum Head {
+    /// No entry: a claim alone.
     None,
+    /// A live value.
     Value {
+        /// The token that wrote it.
         token: FencingToken,
+        /// Its revision.
         revision: Revision,
     },
+    /// A tombstone left by a delete.
     Tombstone {
+        /// The token that deleted.
         token: FencingToken,
+        /// Its revision.
         revision: Revision,
     },
 }
 
 impl Head {
     /// The entry's head; `None` after a claim alone.
-    pub(crate) fn entry(self) -> Option<EntryHead> {
+    pub fn entry(self) -> Option<EntryHead> {
         match self {
             Head::Value { token, revision } => Some(EntryHead::Value { token, revision }),
             Head::Tombstone { token, revision } => Some(EntryHead::Tombstone { token, revision }),
@@ -50,7 +55,8 @@ impl Head {
         }
     }
 
-    pub(crate) fn revision(self) -> Option<Revision> {
+    /// The entry's revision; `None` after a claim alone.
+    pub fn revision(self) -> Option<Revision> {
         match self {
             Head::Value { revision, .. } | Head::Tombstone { revision, .. } => Some(revision),
             Head::None => None,
@@ -67,13 +73,18 @@ impl From<EntryHead> for Head {
     }
 }
 
-/// A remembered operation id and its first outcome.
+/// An envelope's header: the domain's mark, its entry, the write's nonce and the remembered
+/// operation ids.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Header {
-    pub(crate) hwm: FencingToken,
-    pub(crate) head: Head,
-    pub(crate) nonce: u64,
-    pub(crate) ops: OpMemory,
+pub struct Header {
+    /// The high-water mark.
+    pub hwm: FencingToken,
+    /// The entry.
+    pub head: Head,
+    /// Unique per write, so that every write's bytes (and ETag) differ.
+    pub nonce: u64,
+    /// The remembered operation ids, newest last.
+    pub ops: OpMemory,
 }
 
 /// Why bytes at a fenced key are not a valid envelope.
@@ -93,11 +104,11 @@ pub enum EnvelopeError {
 ///
 /// ```
 /// let object = b"FENCE-S3/1\nhwm 7\nentry value 7 2\nnonce 00000000000000ff\n\na,b\n";
-/// let envelope = fence_s3::Envelope::decode(object)?;
+/// let envelope = fence_objects::Envelope::decode(object)?;
 /// assert_eq!(envelope.high_water_mark().get(), 7);
 /// assert_eq!(envelope.entry().map(|e| e.to_string()).as_deref(), Some("value 7 2"));
 /// assert_eq!(&object[envelope.payload_offset()..], b"a,b\n");
-/// # Ok::<(), fence_s3::EnvelopeError>(())
+/// # Ok::<(), fence_objects::EnvelopeError>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Envelope {
@@ -143,13 +154,13 @@ impl Envelope {
 }
 
 /// A nonce that differs between any two writes of any process.
-pub(crate) fn fresh_nonce() -> u64 {
+pub fn fresh_nonce() -> u64 {
     fence_core::raw::random_u64()
 }
 
 impl Header {
     /// Encodes the header followed by the blank line that ends it.
-    pub(crate) fn encode(&self) -> Vec<u8> {
+    pub fn encode(&self) -> Vec<u8> {
         let mut text = String::from_utf8_lossy(MAGIC).into_owned();
         let _ = writeln!(text, "hwm {}", self.hwm);
         match self.head.entry() {
@@ -167,7 +178,7 @@ impl Header {
     }
 
     /// Parses the header at the start of `bytes`; returns it and where the payload starts.
-    pub(crate) fn decode(bytes: &[u8]) -> Result<(Header, usize), EnvelopeError> {
+    pub fn decode(bytes: &[u8]) -> Result<(Header, usize), EnvelopeError> {
         if !bytes.starts_with(MAGIC) {
             return Err(EnvelopeError::Foreign);
         }
@@ -235,19 +246,21 @@ impl Header {
     }
 }
 
-/// Decodes an envelope, mapping foreign or corrupt bytes to `CorruptState`.
-pub(crate) fn decode(
+/// Decodes an envelope at `key`, mapping foreign or corrupt bytes to `CorruptState` of
+/// `backend`.
+pub fn decode(
+    backend: &'static str,
     domain: &Domain,
     key: &str,
     bytes: &[u8],
 ) -> Result<(Header, usize), FenceError> {
     Header::decode(bytes).map_err(|invalid| match invalid {
         EnvelopeError::Foreign => FenceError::corrupt(
-            BACKEND,
+            backend,
             domain,
             format!("object `{key}` has no fence envelope (written by another tool?); adopt it explicitly to fence it"),
         ),
-        EnvelopeError::Corrupt(why) => FenceError::corrupt(BACKEND, domain, format!("object `{key}`: {why}")),
+        EnvelopeError::Corrupt(why) => FenceError::corrupt(backend, domain, format!("object `{key}`: {why}")),
     })
 }
 

@@ -20,7 +20,7 @@ pub const MAX_MANIFEST_KEYS: usize = 10_000;
 /// The list of plain object keys a fenced pointer names, in order.
 ///
 /// ```
-/// use fence_s3::Manifest;
+/// use fence_objects::Manifest;
 /// let manifest = Manifest::new(["lake/q3/part-0.csv", "lake/q3/part-1.csv"])?;
 /// let bytes = manifest.encode();
 /// assert!(bytes.starts_with(b"FENCE-MANIFEST/1\nlake/q3/part-0.csv\n"));
