@@ -5,13 +5,13 @@
 use bytes::Bytes;
 use fence_core::raw::cas::Step;
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
-use fence_core::raw::{OpMemory, TokenBounds};
+use fence_core::raw::{EntryHead, OpMemory, TokenBounds};
 use fence_core::{
     Claimed, Domain, Entry, FenceError, FencingToken, Mutation, Snapshot, WriteOutcome,
     WriteRequest,
 };
 
-use crate::envelope::{fresh_nonce, Head, Header};
+use crate::envelope::{fresh_nonce, Header};
 
 /// A write's step on the object's header (`None`: no object): the rule's answer, and the
 /// header to commit when it applies. `from_cache` says the header came from the cache: a
@@ -25,11 +25,11 @@ pub fn write_step(
     bounds: TokenBounds,
     retention: usize,
 ) -> Result<Step<WriteOutcome, Header>, FenceError> {
-    let head = current.map_or(Head::None, |h| h.head);
+    let head = current.and_then(|h| h.head);
     let state = Current::new(
         current.map(|h| h.hwm),
-        matches!(head, Head::Value { .. }),
-        head.revision(),
+        head.is_some_and(EntryHead::is_live),
+        head.map(EntryHead::revision),
     );
     let no_ops = OpMemory::new();
     let ops = current.map_or(&no_ops, |h| &h.ops);
@@ -47,13 +47,13 @@ pub fn write_step(
     }
     let (token, revision) = (accepted.token, accepted.revision);
     let head = match request.mutation() {
-        Mutation::Delete => Head::Tombstone { token, revision },
-        _ => Head::Value { token, revision },
+        Mutation::Delete => EntryHead::Tombstone { token, revision },
+        _ => EntryHead::Value { token, revision },
     };
     Ok(Step::Commit {
         change: Header {
             hwm: token,
-            head,
+            head: Some(head),
             nonce: fresh_nonce(),
             ops,
         },
@@ -87,7 +87,7 @@ pub fn claim_step(
         },
         (ClaimDecision::Raise(_), None) => Header {
             hwm: token,
-            head: Head::None,
+            head: None,
             nonce: fresh_nonce(),
             ops: OpMemory::new(),
         },
@@ -101,13 +101,13 @@ pub fn claim_step(
 /// What a read of an object shows: its header, and `payload` (the bytes after the header).
 pub fn snapshot(header: &Header, payload: Bytes) -> Snapshot {
     let entry = match header.head {
-        Head::None => Entry::Absent,
-        Head::Value { token, revision } => Entry::Value {
+        None => Entry::Absent,
+        Some(EntryHead::Value { token, revision }) => Entry::Value {
             value: payload,
             token,
             revision,
         },
-        Head::Tombstone { token, revision } => Entry::Tombstone { token, revision },
+        Some(EntryHead::Tombstone { token, revision }) => Entry::Tombstone { token, revision },
     };
     Snapshot::new(Some(header.hwm), entry)
 }

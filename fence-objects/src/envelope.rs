@@ -17,61 +17,12 @@
 use std::fmt::Write as _;
 
 use fence_core::raw::{EntryHead, OpMemory, OpRecord};
-use fence_core::{Domain, FenceError, FencingToken, OpKind, Revision};
+use fence_core::{Domain, FenceError, FencingToken, OpKind};
 
 /// The first line of every envelope.
 pub const MAGIC: &[u8] = b"FENCE-S3/1\n";
 /// The greatest header size; a cache miss reads this many bytes with a ranged GET.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
-
-/// The stored entry, without its payload.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Head {
-    /// No entry: a claim alone.
-    None,
-    /// A live value.
-    Value {
-        /// The token that wrote it.
-        token: FencingToken,
-        /// Its revision.
-        revision: Revision,
-    },
-    /// A tombstone left by a delete.
-    Tombstone {
-        /// The token that deleted.
-        token: FencingToken,
-        /// Its revision.
-        revision: Revision,
-    },
-}
-
-impl Head {
-    /// The entry's head; `None` after a claim alone.
-    pub fn entry(self) -> Option<EntryHead> {
-        match self {
-            Head::Value { token, revision } => Some(EntryHead::Value { token, revision }),
-            Head::Tombstone { token, revision } => Some(EntryHead::Tombstone { token, revision }),
-            Head::None => None,
-        }
-    }
-
-    /// The entry's revision; `None` after a claim alone.
-    pub fn revision(self) -> Option<Revision> {
-        match self {
-            Head::Value { revision, .. } | Head::Tombstone { revision, .. } => Some(revision),
-            Head::None => None,
-        }
-    }
-}
-
-impl From<EntryHead> for Head {
-    fn from(entry: EntryHead) -> Self {
-        match entry {
-            EntryHead::Value { token, revision } => Head::Value { token, revision },
-            EntryHead::Tombstone { token, revision } => Head::Tombstone { token, revision },
-        }
-    }
-}
 
 /// An envelope's header: the domain's mark, its entry, the write's nonce and the remembered
 /// operation ids.
@@ -79,8 +30,8 @@ impl From<EntryHead> for Head {
 pub struct Header {
     /// The high-water mark.
     pub hwm: FencingToken,
-    /// The entry.
-    pub head: Head,
+    /// The entry (`None` after a claim alone).
+    pub head: Option<EntryHead>,
     /// Unique per write, so that every write's bytes (and ETag) differ.
     pub nonce: u64,
     /// The remembered operation ids, newest last.
@@ -134,7 +85,7 @@ impl Envelope {
 
     /// The entry (value or tombstone, writer token, revision); `None` after a claim alone.
     pub fn entry(&self) -> Option<EntryHead> {
-        self.header.head.entry()
+        self.header.head
     }
 
     /// The write's nonce (it makes every write's ETag unique).
@@ -163,7 +114,7 @@ impl Header {
     pub fn encode(&self) -> Vec<u8> {
         let mut text = String::from_utf8_lossy(MAGIC).into_owned();
         let _ = writeln!(text, "hwm {}", self.hwm);
-        match self.head.entry() {
+        match self.head {
             None => text.push_str("entry none\n"),
             Some(entry) => {
                 let _ = writeln!(text, "entry {entry}");
@@ -205,8 +156,8 @@ impl Header {
             _ => return Err(corrupt("malformed `hwm` line")),
         };
         let head = match next("entry")?.strip_prefix("entry ") {
-            Some("none") => Head::None,
-            Some(entry) => Head::from(EntryHead::parse(entry).map_err(EnvelopeError::Corrupt)?),
+            Some("none") => None,
+            Some(entry) => Some(EntryHead::parse(entry).map_err(EnvelopeError::Corrupt)?),
             None => return Err(corrupt("malformed `entry` line")),
         };
         let nonce = match next("nonce")?.split(' ').collect::<Vec<_>>()[..] {
@@ -229,8 +180,8 @@ impl Header {
             }
         }
         let ops = OpMemory::from_records(ops);
-        if let Head::Value { token, .. } | Head::Tombstone { token, .. } = head {
-            if token > hwm {
+        if let Some(entry) = head {
+            if entry.token() > hwm {
                 return Err(corrupt("writer token above the high-water mark"));
             }
         }
@@ -267,6 +218,7 @@ pub fn decode(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fence_core::Revision;
 
     fn t(n: u64) -> FencingToken {
         FencingToken::new(n).unwrap_or(FencingToken::MAX)
@@ -275,10 +227,10 @@ mod tests {
     fn sample() -> Header {
         Header {
             hwm: t(u64::MAX),
-            head: Head::Value {
+            head: Some(EntryHead::Value {
                 token: t(41),
                 revision: Revision::new(7),
-            },
+            }),
             nonce: 0x0123_4567_89ab_cdef,
             ops: OpMemory::from_records([OpRecord::new(
                 t(41),

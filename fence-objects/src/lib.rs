@@ -10,8 +10,6 @@ mod manifest;
 pub use fence_core;
 
 pub use cache::{Known, VersionCache};
-pub use envelope::{
-    decode, fresh_nonce, Envelope, EnvelopeError, Head, Header, MAGIC, MAX_HEADER_BYTES,
-};
+pub use envelope::{decode, fresh_nonce, Envelope, EnvelopeError, Header, MAGIC, MAX_HEADER_BYTES};
 pub use keys::{KeyLayout, KeyScheme, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
 pub use manifest::{Manifest, MAX_MANIFEST_KEYS};

@@ -8,7 +8,7 @@
 //! so plain readers (Athena, Spark, a CDN) read them as they are.
 
 use bytes::{Bytes, BytesMut};
-use fence_core::raw::observe;
+use fence_core::raw::{observe, EntryHead};
 use fence_core::{Accepted, Domain, FenceError, FencingToken, Operation, Revision};
 
 use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
@@ -17,7 +17,7 @@ use crate::requests::Expect;
 use crate::S3Fence;
 use fence_objects::Known;
 use fence_objects::Manifest;
-use fence_objects::{fresh_nonce, EnvelopeError, Head, Header};
+use fence_objects::{fresh_nonce, EnvelopeError, Header};
 
 /// How [`S3Fence::put_immutable`] ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -198,10 +198,10 @@ impl S3Fence {
             }
             let header = Header {
                 hwm: token,
-                head: Head::Value {
+                head: Some(EntryHead::Value {
                     token,
                     revision: Revision::new(1),
-                },
+                }),
                 nonce: fresh_nonce(),
                 ops: Default::default(),
             };

@@ -4,6 +4,7 @@
 
 use bytes::{Bytes, BytesMut};
 use fence_core::raw::cas::{self, CasPolicy, CasResource, Committed, Step};
+use fence_core::raw::EntryHead;
 use fence_core::{Domain, FenceError, Operation};
 
 use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
@@ -12,7 +13,7 @@ use crate::options::ObjectOptions;
 use crate::requests::Expect;
 use crate::S3Fence;
 use fence_objects::Known;
-use fence_objects::{decode, Head, Header};
+use fence_objects::{decode, Header};
 
 /// An object's version, as a decision sees it: its ETag and header (`None`: no object).
 type Version = Option<(String, Header)>;
@@ -174,7 +175,7 @@ impl S3Fence {
         etag: &str,
         header: &Header,
     ) -> Result<Option<(Bytes, ObjectOptions)>, FenceError> {
-        if !matches!(header.head, Head::Value { .. }) {
+        if !header.head.is_some_and(EntryHead::is_live) {
             return Ok(Some((Bytes::new(), self.inner.object_options.clone())));
         }
         let Some(fetched) = self.fetch(key, domain, operation, None).await? else {
