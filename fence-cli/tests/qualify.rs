@@ -6,10 +6,6 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-
-use fence_conformance::services::unavailable;
 use fence_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use fence_redis::redis;
 use fence_testkit::s3 as s3_support;
@@ -203,47 +199,12 @@ async fn s3_qualifies_and_is_cleaned_up() {
     assert_eq!(objects_under(&client, &prefix).await, 2, "neighbours kept");
 }
 
-/// s3rver on a port of its own, killed when dropped.
-struct S3rver(Child);
-
-impl Drop for S3rver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::test]
 async fn an_s3_server_that_ignores_conditions_is_refused() {
-    let binary = std::env::var("FENCE_S3RVER_BIN").map(PathBuf::from);
-    let Some(binary) = binary.ok().filter(|b| b.exists()) else {
-        unavailable("s3rver (set FENCE_S3RVER_BIN or run scripts/test)");
+    let Some(server) = s3_support::S3rver::start() else {
         return;
     };
-    let port = fence_testkit::free_port();
-    let dir = fence_testkit::data_root("s3rver-tests").join(fence_testkit::unique_suffix());
-    std::fs::create_dir_all(&dir).unwrap();
-    let server = S3rver(
-        Command::new(binary)
-            .args(["-d"])
-            .arg(&dir)
-            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
-            .args(["--configure-bucket", s3_support::BUCKET])
-            .args(["--allow-mismatched-signatures", "--silent"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start s3rver"),
-    );
-    let address = format!("127.0.0.1:{port}");
-    for _ in 0..100 {
-        if fence_testkit::listens(&address) {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert!(fence_testkit::listens(&address), "s3rver never listened");
-    let env = s3_env(&format!("http://{address}"), "S3RVER", "S3RVER", "");
+    let env = s3_env(server.endpoint(), "S3RVER", "S3RVER", "");
     let mut args = vec!["--json", "qualify", "s3"];
     args.extend(SIZE);
     let run = fence(&env, &args, b"").expect(8);

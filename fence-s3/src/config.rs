@@ -9,27 +9,20 @@ use aws_sdk_s3::Client;
 use fence_core::raw::TokenBounds;
 use fence_core::{FenceError, InvalidInput, IssuerView, Observed};
 use fence_objects::{
-    KeyLayout, KeyScheme, VersionCache, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES,
+    KeyLayout, KeyScheme, VersionCache, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_KEY_BYTES,
+    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
 };
 use tokio::sync::OnceCell;
 
 use crate::error::BACKEND;
 use crate::{Inner, ObjectOptions, S3Fence};
 
-/// Default key prefix of fenced objects.
-pub const DEFAULT_PREFIX: &str = "fence/";
 /// Default greatest payload.
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 512 * 1024 * 1024;
 /// Default size above which objects are written with a multipart upload.
 pub const DEFAULT_MULTIPART_THRESHOLD: usize = 16 * 1024 * 1024;
 /// Default multipart part size (S3's minimum is 5 MiB).
 pub const DEFAULT_PART_SIZE: usize = 8 * 1024 * 1024;
-/// Default number of objects whose last ETag and header are cached.
-pub const DEFAULT_CACHE_CAPACITY: usize = 10_000;
-/// Default number of operation ids remembered per object.
-pub const DEFAULT_OP_ID_RETENTION: usize = 16;
-/// The most operation ids an envelope may remember (bounded header size).
-pub const MAX_OP_ID_RETENTION: usize = 32;
 
 /// Builds an [`S3Fence`]. `build` does no I/O; `connect` also runs the capability probe.
 ///

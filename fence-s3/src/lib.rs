@@ -18,15 +18,15 @@ pub use fence_core;
 pub use aws_sdk_s3;
 
 pub use config::{
-    S3FenceBuilder, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_VALUE_BYTES, DEFAULT_MULTIPART_THRESHOLD,
-    DEFAULT_OP_ID_RETENTION, DEFAULT_PART_SIZE, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
+    S3FenceBuilder, DEFAULT_MAX_VALUE_BYTES, DEFAULT_MULTIPART_THRESHOLD, DEFAULT_PART_SIZE,
 };
 pub use error::S3FenceError;
 pub(crate) use fence::Inner;
 pub use fence::S3Fence;
 pub use fence_objects::{
-    Envelope, EnvelopeError, KeyLayout, Manifest, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES,
-    MAX_MANIFEST_KEYS,
+    Envelope, EnvelopeError, KeyLayout, Manifest, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_KEY_BYTES,
+    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX, MAX_MANIFEST_KEYS,
+    MAX_OP_ID_RETENTION,
 };
 pub use options::{Encryption, ObjectOptions, MAX_METADATA_BYTES, MAX_TAGS};
 pub use pointer::{Immutable, Resolved};

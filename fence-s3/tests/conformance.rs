@@ -48,32 +48,15 @@ impl StoreHarness for Seaweed {
         Some(Arc::new(fence("http://127.0.0.1:1")))
     }
 
-    /// Rewrites one header line of the domain's object, going around Fence: the mark with a
-    /// leading zero, or the entry with a kind the format does not have.
+    /// Damages one line of the domain's object's envelope, going around Fence.
     async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
-        let (line, damage): (&str, fn(&str) -> String) = match part {
-            StatePart::Mark => ("hwm ", |mark| format!("hwm 0{mark}")),
-            StatePart::Entry => ("entry ", |entry| format!("entry maybe {entry}")),
-            _ => return Ok(false),
-        };
         let key = self.store.lock().expect("lock").object_key(domain)?;
         let client = support::client(&self.server.endpoint());
-        let object = String::from_utf8(support::raw_get(&client, &key).await)?;
-        let (header, payload) = object.split_once("\n\n").ok_or("no end of header")?;
-        let damaged = header
-            .lines()
-            .map(|l| l.strip_prefix(line).map_or_else(|| l.to_owned(), damage))
-            .collect::<Vec<_>>()
-            .join("\n");
-        if damaged == header {
-            return Err(format!("the object has no `{line}` line: {header}").into());
-        }
-        support::raw_put(
-            &client,
-            &key,
-            format!("{damaged}\n\n{payload}").into_bytes(),
-        )
-        .await;
+        let object = support::raw_get(&client, &key).await;
+        let Some(damaged) = support::damage_envelope(&object, part)? else {
+            return Ok(false);
+        };
+        support::raw_put(&client, &key, damaged).await;
         Ok(true)
     }
 

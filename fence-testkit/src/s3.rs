@@ -227,6 +227,88 @@ async fn read_back(client: &aws_sdk_s3::Client) -> Option<usize> {
     Some(object.body.collect().await.ok()?.into_bytes().len())
 }
 
+/// `object` (a fenced object's bytes) with one envelope line damaged, as another program would
+/// leave it: the mark with a leading zero, or the entry with a kind the format does not have.
+/// `Ok(None)` for a part the envelope does not hold.
+pub fn damage_envelope(
+    object: &[u8],
+    part: fence_conformance::StatePart,
+) -> Result<Option<Vec<u8>>, fence_core::BoxError> {
+    use fence_conformance::StatePart;
+    let (line, damage): (&str, fn(&str) -> String) = match part {
+        StatePart::Mark => ("hwm ", |mark| format!("hwm 0{mark}")),
+        StatePart::Entry => ("entry ", |entry| format!("entry maybe {entry}")),
+        _ => return Ok(None),
+    };
+    let object = std::str::from_utf8(object)?;
+    let (header, payload) = object.split_once("\n\n").ok_or("no end of header")?;
+    let damaged = header
+        .lines()
+        .map(|l| l.strip_prefix(line).map_or_else(|| l.to_owned(), damage))
+        .collect::<Vec<_>>()
+        .join("\n");
+    if damaged == header {
+        return Err(format!("the object has no `{line}` line: {header}").into());
+    }
+    Ok(Some(format!("{damaged}\n\n{payload}").into_bytes()))
+}
+
+/// s3rver, an S3 emulator that ignores conditional headers, on a port of its own with the test
+/// bucket: what a fence's capability probe must refuse. Killed when dropped.
+pub struct S3rver {
+    child: std::process::Child,
+    endpoint: String,
+}
+
+impl S3rver {
+    /// Starts s3rver (`FENCE_S3RVER_BIN`, which scripts/test sets); `None` (loud skip) without it.
+    pub fn start() -> Option<Self> {
+        let binary = std::env::var("FENCE_S3RVER_BIN").map(PathBuf::from);
+        let Some(binary) = binary.ok().filter(|b| b.exists()) else {
+            unavailable("s3rver (set FENCE_S3RVER_BIN or run scripts/test)")?;
+            return None;
+        };
+        let port = crate::free_port();
+        let dir = crate::data_root("s3rver-tests").join(crate::unique_suffix());
+        std::fs::create_dir_all(&dir).expect("s3rver data dir");
+        let child = Command::new(binary)
+            .args(["-d"])
+            .arg(&dir)
+            .args(["-a", "127.0.0.1", "-p", &port.to_string()])
+            .args(["--configure-bucket", BUCKET])
+            .args(["--allow-mismatched-signatures", "--silent"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start s3rver");
+        let server = S3rver {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let address = format!("127.0.0.1:{port}");
+        for _ in 0..100 {
+            if crate::listens(&address) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(crate::listens(&address), "s3rver never listened");
+        Some(server)
+    }
+
+    /// `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+}
+
+impl Drop for S3rver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// A `weed mini` owned by the test (its own ports and data dir), stopped when dropped.
 pub struct WeedServer {
     binary: PathBuf,

@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+
+mod cas;
+mod config;
+mod error;
+mod fence;
+mod probe;
+mod requests;
+
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+pub use object_store;
+
+pub use config::{ObjectStoreFenceBuilder, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_VALUE_BYTES};
+pub use error::ObjectStoreFenceError;
+pub use fence::ObjectStoreFence;
+pub use fence_objects::{
+    Envelope, EnvelopeError, KeyLayout, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_KEY_BYTES,
+    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
+};
