@@ -9,6 +9,8 @@
 // Panicking on a broken test set-up is this crate's job.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[cfg(feature = "azurite")]
+pub mod azurite;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "kafka")]

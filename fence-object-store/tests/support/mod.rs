@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use fence_conformance::{NotApplicable, StatePart, StoreHarness};
 use fence_core::{BoxError, Domain, FencedStore, Observed};
 use fence_object_store::object_store::aws::AmazonS3Builder;
+use fence_object_store::object_store::azure::MicrosoftAzureBuilder;
 use fence_object_store::object_store::path::Path;
 use fence_object_store::object_store::{ObjectStore, ObjectStoreExt};
 use fence_object_store::ObjectStoreFence;
@@ -32,6 +33,21 @@ pub(crate) fn amazon_with_keys(endpoint: &str, access: &str, secret: &str) -> Ar
             .with_secret_access_key(secret)
             .build()
             .expect("an S3 client"),
+    )
+}
+
+/// object_store's Azure Blob client of Azurite's test container at `endpoint` (the account URL).
+pub(crate) fn azure(endpoint: &str) -> Arc<dyn ObjectStore> {
+    use fence_testkit::azurite;
+    Arc::new(
+        MicrosoftAzureBuilder::new()
+            .with_account(azurite::ACCOUNT)
+            .with_access_key(azurite::ACCOUNT_KEY)
+            .with_container_name(azurite::CONTAINER)
+            .with_endpoint(endpoint.to_owned())
+            .with_allow_http(true)
+            .build()
+            .expect("an Azure Blob client"),
     )
 }
 

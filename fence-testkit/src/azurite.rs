@@ -1,0 +1,124 @@
+//! Azurite, Azure Blob Storage's emulator (npm `azurite`, installed by scripts/services.d/
+//! azurite.sh), as processes a test owns.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::process::ManagedProcess;
+use crate::unavailable;
+
+/// Azurite's one account.
+pub const ACCOUNT: &str = "devstoreaccount1";
+/// Azurite's published development key for [`ACCOUNT`] (not a secret: every Azurite has it).
+pub const ACCOUNT_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// The container the tests write to, created when the server starts.
+pub const CONTAINER: &str = "fence-test";
+
+/// Creates a container with @azure/storage-blob (installed beside Azurite): argv is the
+/// install dir, the account URL and the container.
+const CREATE_CONTAINER: &str = r#"
+const { BlobServiceClient, StorageSharedKeyCredential } =
+  require(process.argv[1] + "/node_modules/@azure/storage-blob");
+const key = new StorageSharedKeyCredential(process.argv[4], process.argv[5]);
+new BlobServiceClient(process.argv[2], key).getContainerClient(process.argv[3])
+  .createIfNotExists().then(() => process.exit(0), (e) => { console.error(String(e)); process.exit(1); });
+"#;
+
+/// The Azurite install dir (`FENCE_AZURITE_DIR`, which scripts/test sets).
+fn install_dir() -> Option<PathBuf> {
+    let dir = PathBuf::from(std::env::var("FENCE_AZURITE_DIR").ok()?);
+    dir.join("node_modules/.bin/azurite-blob")
+        .exists()
+        .then_some(dir)
+}
+
+/// An Azurite blob service owned by the test (its own port and data dir, the test container),
+/// stopped when dropped.
+pub struct AzuriteServer {
+    install: PathBuf,
+    port: u16,
+    process: ManagedProcess,
+}
+
+impl AzuriteServer {
+    /// Starts Azurite's blob service on a free port with [`CONTAINER`]; `None` (loud skip)
+    /// without Azurite.
+    pub fn start(name: &str) -> Option<Self> {
+        let Some(install) = install_dir() else {
+            unavailable("Azurite (set FENCE_AZURITE_DIR or run scripts/test)")?;
+            return None;
+        };
+        Some(ManagedProcess::start(
+            "azurite",
+            "azurite-tests",
+            name,
+            |process| {
+                let server = AzuriteServer {
+                    install: install.clone(),
+                    port: crate::free_port(),
+                    process,
+                };
+                server.spawn().then_some(server)
+            },
+        ))
+    }
+
+    fn spawn(&self) -> bool {
+        let dir = self.process.dir();
+        let log = std::fs::File::create(dir.join("azurite.log")).expect("log file");
+        let mut command = Command::new(self.install.join("node_modules/.bin/azurite-blob"));
+        command
+            .args([
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                &self.port.to_string(),
+            ])
+            .arg("--location")
+            .arg(dir.join("data"))
+            .args(["--skipApiVersionCheck", "--silent"])
+            .stdout(Stdio::from(log.try_clone().expect("log file")))
+            .stderr(Stdio::from(log));
+        let address = format!("127.0.0.1:{}", self.port);
+        if !self
+            .process
+            .spawn_and_wait(&mut command, self.port, Duration::from_secs(60), || {
+                crate::listens(&address)
+            })
+        {
+            return false;
+        }
+        let created = Command::new("node")
+            .args(["-e", CREATE_CONTAINER])
+            .arg(&self.install)
+            .arg(self.endpoint())
+            .arg(CONTAINER)
+            .arg(ACCOUNT)
+            .arg(ACCOUNT_KEY)
+            .output()
+            .expect("node runs");
+        assert!(
+            created.status.success(),
+            "creating Azurite's test container: {}",
+            String::from_utf8_lossy(&created.stderr)
+        );
+        true
+    }
+
+    /// The account's URL, `http://127.0.0.1:<port>/devstoreaccount1`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}/{ACCOUNT}", self.port)
+    }
+
+    /// Stops Azurite (SIGTERM: it saves its metadata on the way out) and starts it again on
+    /// the same port and data.
+    pub fn restart(&self) {
+        self.process.stop(Duration::from_secs(10));
+        assert!(
+            self.spawn(),
+            "another process took Azurite's port while it was down"
+        );
+    }
+}
