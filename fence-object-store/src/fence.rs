@@ -97,7 +97,7 @@ impl ObjectStoreFence {
             .await
     }
 
-    async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+    pub(crate) async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         let path = self.object_path(domain)?;
         let Some((version, bytes)) = self.fetch(&path, domain, Operation::Read, None).await? else {
             return Ok(Snapshot::new(None, Entry::Absent));

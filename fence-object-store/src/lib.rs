@@ -4,8 +4,10 @@ mod cas;
 mod config;
 mod error;
 mod fence;
+mod pointer;
 mod probe;
 mod requests;
+mod retire;
 
 /// The contract this crate implements, so users need one dependency.
 pub use fence_core;
@@ -15,6 +17,7 @@ pub use config::{ObjectStoreFenceBuilder, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_VALU
 pub use error::ObjectStoreFenceError;
 pub use fence::ObjectStoreFence;
 pub use fence_objects::{
-    Envelope, EnvelopeError, KeyLayout, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_KEY_BYTES,
-    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
+    Envelope, EnvelopeError, Immutable, KeyLayout, Manifest, Resolved, DEFAULT_CACHE_CAPACITY,
+    DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX,
+    MAX_OP_ID_RETENTION,
 };

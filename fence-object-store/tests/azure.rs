@@ -39,3 +39,19 @@ async fn azurite() -> Option<Harness> {
 }
 
 fence_conformance::store_conformance!(azurite);
+
+#[tokio::test]
+async fn commit_pointer_and_retirement_on_azurite() {
+    let Some(server) = AzuriteServer::start("object-store-pointer") else {
+        return;
+    };
+    let fence = fence(azure(&server.endpoint()), "fence/");
+    support::commit_pointer_story(&fence, "orders").await;
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &*fence,
+        &*fence,
+        None,
+        &fence_conformance::services::domain("retired"),
+    )
+    .await;
+}

@@ -142,3 +142,21 @@ async fn a_store_without_compare_and_swap_is_refused() {
     let fenced_object = dir.join("fence").join("d");
     assert!(!fenced_object.exists(), "a domain's object was written");
 }
+
+#[tokio::test]
+async fn commit_pointer_and_retirement_on_seaweedfs() {
+    let Some(endpoint) = s3_support::shared_endpoint() else {
+        fence_conformance::services::unavailable("the shared SeaweedFS (run scripts/test)");
+        return;
+    };
+    let fence = fence(amazon(&endpoint), &s3_support::unique_prefix("pointer"));
+    let table = format!("orders-{}", fence_testkit::unique_suffix());
+    support::commit_pointer_story(&fence, &table).await;
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &*fence,
+        &*fence,
+        None,
+        &fence_conformance::services::domain("retired"),
+    )
+    .await;
+}

@@ -5,6 +5,7 @@ pub mod decide;
 mod envelope;
 mod keys;
 mod manifest;
+mod pointer;
 
 /// The contract this crate's formats serve.
 pub use fence_core;
@@ -13,6 +14,7 @@ pub use cache::{Known, VersionCache};
 pub use envelope::{decode, fresh_nonce, Envelope, EnvelopeError, Header, MAGIC, MAX_HEADER_BYTES};
 pub use keys::{KeyLayout, KeyScheme, DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES};
 pub use manifest::{Manifest, MAX_MANIFEST_KEYS};
+pub use pointer::{resolved, Immutable, Resolved};
 
 /// Default key prefix of fenced objects.
 pub const DEFAULT_PREFIX: &str = "fence/";

@@ -24,9 +24,8 @@ pub use error::S3FenceError;
 pub(crate) use fence::Inner;
 pub use fence::S3Fence;
 pub use fence_objects::{
-    Envelope, EnvelopeError, KeyLayout, Manifest, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_KEY_BYTES,
-    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX, MAX_MANIFEST_KEYS,
-    MAX_OP_ID_RETENTION,
+    Envelope, EnvelopeError, Immutable, KeyLayout, Manifest, Resolved, DEFAULT_CACHE_CAPACITY,
+    DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX,
+    MAX_MANIFEST_KEYS, MAX_OP_ID_RETENTION,
 };
 pub use options::{Encryption, ObjectOptions, MAX_METADATA_BYTES, MAX_TAGS};
-pub use pointer::{Immutable, Resolved};

@@ -15,40 +15,7 @@ use crate::error::{backend_error, Failure, S3FenceError, BACKEND};
 use crate::options::ObjectOptions;
 use crate::requests::Expect;
 use crate::S3Fence;
-use fence_objects::Known;
-use fence_objects::Manifest;
-use fence_objects::{fresh_nonce, EnvelopeError, Header};
-
-/// How [`S3Fence::put_immutable`] ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Immutable {
-    /// Created now, at this key.
-    Created(String),
-    /// An object already exists at this key and was left alone.
-    AlreadyExists(String),
-}
-
-impl fence_core::raw::OutcomeLabel for Immutable {
-    fn outcome_label(&self) -> &'static str {
-        match self {
-            Immutable::Created(_) => "accepted",
-            Immutable::AlreadyExists(_) => "duplicate",
-        }
-    }
-}
-
-/// What [`S3Fence::resolve`] found: the committed manifest and the write that committed it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Resolved {
-    /// The plain objects' keys.
-    pub manifest: Manifest,
-    /// The token of the write that committed it.
-    pub token: FencingToken,
-    /// Its revision.
-    pub revision: Revision,
-}
+use fence_objects::{fresh_nonce, EnvelopeError, Header, Immutable, Known, Resolved};
 
 impl S3Fence {
     /// The key of an immutable data object `name` of `domain` (`name` follows the rules of a
@@ -81,7 +48,7 @@ impl S3Fence {
     /// Creates a plain object at exactly `key` (create-only: an existing object is never
     /// overwritten), with no envelope, so that any reader sees its bytes as written. `key` must
     /// lie outside what this fence owns (its prefix's domain objects); list it in a
-    /// [`Manifest`] that a fenced write commits, and readers resolve it with
+    /// [`Manifest`](crate::Manifest) that a fenced write commits, and readers resolve it with
     /// [`S3Fence::resolve`]. `domain` names the owner in errors and telemetry.
     pub async fn put_plain(
         &self,
@@ -127,7 +94,7 @@ impl S3Fence {
         }
     }
 
-    /// Reads the domain's fenced [`Manifest`]: the keys of the plain objects that the last
+    /// Reads the domain's fenced [`Manifest`](crate::Manifest): the keys of the plain objects that the last
     /// accepted write committed, with that write's token and revision. `None` when the domain
     /// holds no value; a value that is not a manifest is [`FenceError::CorruptState`].
     pub async fn resolve(&self, domain: &Domain) -> Result<Option<Resolved>, FenceError> {
@@ -140,19 +107,7 @@ impl S3Fence {
             self.read_now(domain),
         )
         .await?;
-        let (Some(value), Some(token), Some(revision)) =
-            (snapshot.value(), snapshot.written_by(), snapshot.revision())
-        else {
-            return Ok(None);
-        };
-        let manifest = Manifest::parse(value).map_err(|why| {
-            FenceError::corrupt(BACKEND, domain, format!("the domain's value: {why}"))
-        })?;
-        Ok(Some(Resolved {
-            manifest,
-            token,
-            revision,
-        }))
+        fence_objects::resolved(BACKEND, domain, &snapshot)
     }
 
     /// Reads an immutable data object.

@@ -126,3 +126,87 @@ impl StoreHarness for Harness {
         self.race_rounds
     }
 }
+
+/// The commit-pointer story on `fence`: two writers each create their data object, the newer
+/// commits a manifest naming its own; the stale writer's late commit is refused; the pointer
+/// resolves to the newer manifest; the data objects read back as written, with object_store
+/// alone (no envelope); a create-only object is never overwritten; then the domain retires with
+/// its immutable objects, and nothing else.
+pub(crate) async fn commit_pointer_story(fence: &Observed<ObjectStoreFence>, table: &str) {
+    use fence_conformance::services::token;
+    use fence_core::{FenceError, WriteRequest};
+    use fence_object_store::{Immutable, Manifest};
+
+    let domain = Domain::new(format!("{table}/_commit")).expect("a domain");
+    let (old, new) = (token(4), token(5));
+    let stale_file = format!("tables/{table}/part-0004.csv");
+    let fresh_file = format!("tables/{table}/part-0005.csv");
+    let created = fence
+        .put_plain(&domain, &stale_file, "a,b\n4,4\n".into())
+        .await
+        .expect("a plain object");
+    assert_eq!(created, Immutable::Created(stale_file.clone()));
+    fence
+        .put_plain(&domain, &fresh_file, "a,b\n5,5\n".into())
+        .await
+        .expect("a plain object");
+    let again = fence
+        .put_plain(&domain, &fresh_file, "overwritten".into())
+        .await
+        .expect("a create-only write");
+    assert_eq!(again, Immutable::AlreadyExists(fresh_file.clone()));
+    let commit = |t, file: &str| {
+        let manifest = Manifest::new([file]).expect("a manifest");
+        WriteRequest::put(domain.clone(), t, manifest.encode())
+    };
+    fence
+        .write(&commit(new, &fresh_file))
+        .await
+        .expect("the commit");
+    match fence.write(&commit(old, &stale_file)).await {
+        Err(FenceError::Fenced { .. }) => {}
+        other => panic!("a stale writer's late commit must be fenced, got {other:?}"),
+    }
+    let resolved = fence
+        .resolve(&domain)
+        .await
+        .expect("resolve")
+        .expect("a commit");
+    assert_eq!(resolved.manifest.keys(), [fresh_file.clone()]);
+    assert_eq!(resolved.token, new);
+    let plain = fence
+        .store()
+        .get(&Path::parse(&fresh_file).expect("a path"))
+        .await
+        .expect("a plain read")
+        .bytes()
+        .await
+        .expect("bytes");
+    assert_eq!(
+        &plain[..],
+        b"a,b\n5,5\n",
+        "written as is, read by object_store alone"
+    );
+
+    let immutable = fence
+        .put_immutable(&domain, "stats", "rows=1".into())
+        .await
+        .expect("an immutable object");
+    assert!(matches!(immutable, Immutable::Created(_)), "{immutable:?}");
+    let neighbour = Domain::new(format!("{table}/_other")).expect("a domain");
+    fence
+        .write(&WriteRequest::put(neighbour.clone(), token(1), "kept"))
+        .await
+        .expect("a neighbour");
+    let retired = fence_core::Retirer::retire(&**fence, &domain)
+        .await
+        .expect("retire");
+    assert_eq!(retired.removed, 2, "the pointer and its immutable object");
+    assert_eq!(fence.resolve(&domain).await.expect("resolve"), None);
+    assert_eq!(
+        fence.get_immutable(&domain, "stats").await.expect("a read"),
+        None
+    );
+    let kept = fence.read(&neighbour).await.expect("a read");
+    assert_eq!(kept.value().map(|v| v.to_vec()), Some(b"kept".to_vec()));
+}

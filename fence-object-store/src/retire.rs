@@ -1,0 +1,55 @@
+//! Retiring a domain: its fenced object and its immutable objects
+//! (`<prefix>!data!<escaped domain>!…`), deleted (object stores hold no leases to check).
+
+use async_trait::async_trait;
+use fence_core::{Domain, FenceError, Operation, Retired, Retirer};
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+use crate::error::store_error;
+use crate::fence::path_of;
+use crate::ObjectStoreFence;
+
+#[async_trait]
+impl Retirer for ObjectStoreFence {
+    /// Lists the fence's prefix (object_store lists by folder, so the immutable objects are
+    /// found among every object directly under the prefix), then deletes what is there. Needs
+    /// list, read and delete on the prefix.
+    async fn retire(&self, domain: &Domain) -> Result<Retired, FenceError> {
+        let store = &self.inner.store;
+        let fail = |error| store_error(error, domain, Operation::Delete, false);
+        let object = self.object_key(domain)?;
+        let data_prefix = self.inner.keys.data_prefix(domain);
+        let folder = self.prefix().trim_end_matches('/');
+        let folder = (!folder.is_empty()).then(|| Path::from_iter(folder.split('/')));
+        let listed = store
+            .list_with_delimiter(folder.as_ref())
+            .await
+            .map_err(fail)?;
+        let mut doomed = vec![path_of(&object)?];
+        doomed.extend(
+            listed
+                .objects
+                .into_iter()
+                .map(|meta| meta.location)
+                .filter(|path| path.as_ref().starts_with(&data_prefix)),
+        );
+        let mut removed = 0;
+        for path in &doomed {
+            // HEAD first: stores answer a delete of a missing object with success, and the
+            // count says what was there.
+            let exists = match store.head(path).await {
+                Ok(_) => true,
+                Err(object_store::Error::NotFound { .. }) => false,
+                Err(error) => return Err(fail(error)),
+            };
+            match store.delete(path).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(error) => return Err(fail(error)),
+            }
+            removed += usize::from(exists);
+        }
+        self.inner.cache.remove(&object);
+        Ok(Retired::new(removed))
+    }
+}
