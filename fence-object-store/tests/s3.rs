@@ -151,12 +151,5 @@ async fn commit_pointer_and_retirement_on_seaweedfs() {
     };
     let fence = fence(amazon(&endpoint), &s3_support::unique_prefix("pointer"));
     let table = format!("orders-{}", fence_testkit::unique_suffix());
-    support::commit_pointer_story(&fence, &table).await;
-    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
-        &*fence,
-        &*fence,
-        None,
-        &fence_conformance::services::domain("retired"),
-    )
-    .await;
+    support::commit_pointer_and_retirement(&fence, &table).await;
 }

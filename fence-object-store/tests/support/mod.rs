@@ -1,6 +1,6 @@
 //! What the tests share: object_store clients of the test servers, a conformance harness over
 //! any of them, and state damage going around Fence.
-#![allow(dead_code, clippy::expect_used)]
+#![allow(dead_code, clippy::expect_used, clippy::panic)]
 
 use std::future::Future;
 use std::pin::Pin;
@@ -131,8 +131,8 @@ impl StoreHarness for Harness {
 /// commits a manifest naming its own; the stale writer's late commit is refused; the pointer
 /// resolves to the newer manifest; the data objects read back as written, with object_store
 /// alone (no envelope); a create-only object is never overwritten; then the domain retires with
-/// its immutable objects, and nothing else.
-pub(crate) async fn commit_pointer_story(fence: &Observed<ObjectStoreFence>, table: &str) {
+/// its immutable objects, and nothing else; and fence-conformance's retirement contract holds.
+pub(crate) async fn commit_pointer_and_retirement(fence: &Observed<ObjectStoreFence>, table: &str) {
     use fence_conformance::services::token;
     use fence_core::{FenceError, WriteRequest};
     use fence_object_store::{Immutable, Manifest};
@@ -172,7 +172,7 @@ pub(crate) async fn commit_pointer_story(fence: &Observed<ObjectStoreFence>, tab
         .await
         .expect("resolve")
         .expect("a commit");
-    assert_eq!(resolved.manifest.keys(), [fresh_file.clone()]);
+    assert_eq!(resolved.manifest.keys(), std::slice::from_ref(&fresh_file));
     assert_eq!(resolved.token, new);
     let plain = fence
         .store()
@@ -209,4 +209,9 @@ pub(crate) async fn commit_pointer_story(fence: &Observed<ObjectStoreFence>, tab
     );
     let kept = fence.read(&neighbour).await.expect("a read");
     assert_eq!(kept.value().map(|v| v.to_vec()), Some(b"kept".to_vec()));
+    let retired = Domain::new(format!("{table}/retired")).expect("a domain");
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &**fence, &**fence, None, &retired,
+    )
+    .await;
 }
