@@ -77,9 +77,17 @@ impl CasResource for ObjectCas<'_> {
             }
             Err(PutFailure::Lost) => {
                 fence.inner.cache.remove(&key);
-                // object_store retries a write whose answer was lost; the retry is then refused
-                // by the write itself. The nonce tells this write from any other.
-                let now = self.load().await?;
+                // object_store resends a write after some failures (a 5xx, 429 or 408 answer;
+                // a 409 on S3); if the first one applied, the resent one is refused by it. The
+                // nonce tells this write from any other; a read that fails leaves it unknown.
+                let now = self.load().await.map_err(|error| match error {
+                    FenceError::Backend { source, .. } => FenceError::Ambiguous {
+                        domain: self.domain.clone(),
+                        operation: self.operation,
+                        source,
+                    },
+                    other => other,
+                })?;
                 match now {
                     Some((version, ref stored)) if stored.nonce == header.nonce => {
                         fence.inner.cache.insert(key, Known { version, header });

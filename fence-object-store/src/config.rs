@@ -135,9 +135,14 @@ impl ObjectStoreFenceBuilder {
     /// comes inside the telemetry layer ([`Observed`]).
     pub fn build(self) -> Result<Observed<ObjectStoreFence>, FenceError> {
         let invalid = |why: String| -> FenceError { InvalidInput::Configuration(why).into() };
-        if self.prefix.starts_with('/') || self.prefix.contains("//") {
+        let odd_segment = self
+            .prefix
+            .trim_end_matches('/')
+            .split('/')
+            .any(|segment| matches!(segment, "." | ".."));
+        if self.prefix.starts_with('/') || self.prefix.contains("//") || odd_segment {
             return Err(invalid(format!(
-                "key prefix `{}` must not start with `/` or hold an empty segment: object_store paths have none",
+                "key prefix `{}` must not start with `/` or hold an empty, `.` or `..` segment: object_store paths have none",
                 self.prefix.escape_debug()
             )));
         }

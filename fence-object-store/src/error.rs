@@ -1,4 +1,4 @@
-//! Errors, and the ONE function that classifies every `object_store` failure.
+//! Errors, and how an `object_store` failure is classified (retryable or not, ambiguous or not).
 
 use fence_core::{BackendErrorKind, Domain, FenceError, Operation};
 
@@ -60,8 +60,10 @@ impl ObjectStoreFenceError {
     }
 }
 
-/// The class of an object_store error. `Generic` is what its HTTP clients give once their own
-/// retries are spent on a connection failure, a timeout or a server error: retryable.
+/// The class of an object_store error. `Generic` covers what its HTTP clients give once their
+/// own retries are spent on a connection failure, a timeout or a server error, but also any
+/// status it does not map and some refusals made before sending: counted as retryable
+/// (unavailable), since the cases cannot be told apart from outside object_store.
 fn classify(error: &object_store::Error) -> BackendErrorKind {
     use object_store::Error as E;
     match error {

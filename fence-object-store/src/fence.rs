@@ -36,8 +36,7 @@ pub(crate) struct Inner {
 /// check and the write are atomic at the store.
 ///
 /// In steady state a write is ONE request: the last version and envelope seen per object are
-/// cached, and a stale cache costs one extra read when the store refuses the condition. Cheap
-/// to clone.
+/// cached; a stale cache costs the refused request, a read and the write again. Cheap to clone.
 #[derive(Clone)]
 pub struct ObjectStoreFence {
     pub(crate) inner: Arc<Inner>,
@@ -99,6 +98,8 @@ impl ObjectStoreFence {
 
     pub(crate) async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
         let path = self.object_path(domain)?;
+        // A missing bucket reads like a missing object: the probe tells them apart.
+        self.probe().await?;
         let Some((version, bytes)) = self.fetch(&path, domain, Operation::Read, None).await? else {
             return Ok(Snapshot::new(None, Entry::Absent));
         };
@@ -112,6 +113,7 @@ impl ObjectStoreFence {
 
     async fn hwm_now(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
         let path = self.object_path(domain)?;
+        self.probe().await?;
         let loaded = self
             .load_header(&path, domain, Operation::HighWaterMark)
             .await?;

@@ -11,6 +11,7 @@ mod retire;
 
 /// The contract this crate implements, so users need one dependency.
 pub use fence_core;
+/// The object_store crate this one is built on, so the versions match.
 pub use object_store;
 
 pub use config::{ObjectStoreFenceBuilder, DEFAULT_MAX_ATTEMPTS, DEFAULT_MAX_VALUE_BYTES};

@@ -60,27 +60,45 @@ impl ObjectStoreFence {
             })
         };
         let failed = |error| store_error(error, &domain, Operation::Write, false);
-        match put(PutMode::Create, "probe").await {
-            Ok(_) => {}
+        let created = match put(PutMode::Create, "probe").await {
+            Ok(created) => created,
             Err(object_store::Error::NotImplemented { operation, .. }) => {
                 return Err(unsupported(format!("{operation} is not implemented")))
             }
             Err(error) => return Err(failed(error)),
+        };
+        // A compare-and-swap naming the version just written must apply: the store returns
+        // what it compares (an ETag, or Google Cloud Storage's generation).
+        match put(PutMode::Update(UpdateVersion::from(created)), "updated").await {
+            Ok(_) => {}
+            Err(object_store::Error::NotImplemented { operation, .. }) => {
+                return Err(unsupported(format!(
+                    "{operation} is not implemented: it can create an object only if absent, but not replace it only if unchanged"
+                )))
+            }
+            Err(error) => {
+                return Err(unsupported(format!(
+                    "a write naming the version it had just returned was refused ({error})"
+                )))
+            }
         }
         let result = match put(PutMode::Create, "create again").await {
-            Ok(_) => Err(ignored("it overwrote an existing object on a create-only write")),
-            Err(object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. }) => {
-                match put(PutMode::Update(wrong_version()), "wrong version").await {
-                    Ok(_) => Err(ignored(
-                        "it accepted a write conditioned on a version the object never had",
-                    )),
-                    Err(object_store::Error::Precondition { .. }) => Ok(()),
-                    Err(object_store::Error::NotImplemented { operation, .. }) => Err(unsupported(
-                        format!("{operation} is not implemented: it can create an object only if absent, but not replace it only if unchanged"),
-                    )),
-                    Err(error) => Err(failed(error)),
-                }
-            }
+            Ok(_) => Err(ignored(
+                "it overwrote an existing object on a create-only write",
+            )),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => match put(PutMode::Update(wrong_version()), "wrong version").await {
+                Ok(_) => Err(ignored(
+                    "it accepted a write conditioned on a version the object never had",
+                )),
+                Err(
+                    object_store::Error::Precondition { .. }
+                    | object_store::Error::AlreadyExists { .. },
+                ) => Ok(()),
+                Err(error) => Err(failed(error)),
+            },
             Err(object_store::Error::NotImplemented { operation, .. }) => {
                 Err(unsupported(format!("{operation} is not implemented")))
             }

@@ -5,7 +5,9 @@ use bytes::Bytes;
 use fence_core::{Domain, FenceError, Operation};
 use fence_objects::{decode, Header, MAX_HEADER_BYTES};
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectMeta, PutMode, PutOptions, UpdateVersion};
+use object_store::{
+    GetOptions, GetRange, ObjectMeta, ObjectStoreExt, PutMode, PutOptions, UpdateVersion,
+};
 
 use crate::error::{backend_error, store_error, ObjectStoreFenceError, BACKEND};
 use crate::ObjectStoreFence;
@@ -69,9 +71,16 @@ impl ObjectStoreFence {
         let got = match self.inner.store.get_opts(path, options).await {
             Ok(got) => got,
             Err(object_store::Error::NotFound { .. }) => return Ok(None),
-            // A range of an empty object is unsatisfiable: read it whole (it is foreign state).
-            Err(_) if range.is_some() => {
-                return Box::pin(self.fetch(path, domain, operation, None)).await
+            Err(error) if range.is_some() => {
+                // A range of an empty object is unsatisfiable: read it whole (it is foreign
+                // state). Any other failure is what it says.
+                return match self.inner.store.head(path).await {
+                    Ok(meta) if meta.size == 0 => {
+                        Box::pin(self.fetch(path, domain, operation, None)).await
+                    }
+                    Err(object_store::Error::NotFound { .. }) => Ok(None),
+                    _ => Err(store_error(error, domain, operation, false)),
+                };
             }
             Err(error) => return Err(store_error(error, domain, operation, false)),
         };
@@ -123,9 +132,13 @@ impl ObjectStoreFence {
             Ok(put) => Ok(Version::new(put.e_tag, put.version)),
             Err(
                 object_store::Error::Precondition { .. }
-                | object_store::Error::AlreadyExists { .. }
-                | object_store::Error::NotFound { .. },
+                | object_store::Error::AlreadyExists { .. },
             ) => Err(PutFailure::Lost),
+            // The object named was deleted meanwhile; on a create, the bucket or container is
+            // missing, which no retry mends.
+            Err(object_store::Error::NotFound { .. }) if expected.is_some() => {
+                Err(PutFailure::Lost)
+            }
             Err(error) => Err(PutFailure::Failed(error)),
         }
     }

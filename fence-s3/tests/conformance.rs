@@ -53,7 +53,7 @@ impl StoreHarness for Seaweed {
         let key = self.store.lock().expect("lock").object_key(domain)?;
         let client = support::client(&self.server.endpoint());
         let object = support::raw_get(&client, &key).await;
-        let Some(damaged) = support::damage_envelope(&object, part)? else {
+        let Some(damaged) = fence_testkit::envelope::damage(&object, part)? else {
             return Ok(false);
         };
         support::raw_put(&client, &key, damaged).await;

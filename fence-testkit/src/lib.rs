@@ -11,6 +11,7 @@
 
 #[cfg(feature = "azurite")]
 pub mod azurite;
+pub mod envelope;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "kafka")]

@@ -227,32 +227,6 @@ async fn read_back(client: &aws_sdk_s3::Client) -> Option<usize> {
     Some(object.body.collect().await.ok()?.into_bytes().len())
 }
 
-/// `object` (a fenced object's bytes) with one envelope line damaged, as another program would
-/// leave it: the mark with a leading zero, or the entry with a kind the format does not have.
-/// `Ok(None)` for a part the envelope does not hold.
-pub fn damage_envelope(
-    object: &[u8],
-    part: fence_conformance::StatePart,
-) -> Result<Option<Vec<u8>>, fence_core::BoxError> {
-    use fence_conformance::StatePart;
-    let (line, damage): (&str, fn(&str) -> String) = match part {
-        StatePart::Mark => ("hwm ", |mark| format!("hwm 0{mark}")),
-        StatePart::Entry => ("entry ", |entry| format!("entry maybe {entry}")),
-        _ => return Ok(None),
-    };
-    let object = std::str::from_utf8(object)?;
-    let (header, payload) = object.split_once("\n\n").ok_or("no end of header")?;
-    let damaged = header
-        .lines()
-        .map(|l| l.strip_prefix(line).map_or_else(|| l.to_owned(), damage))
-        .collect::<Vec<_>>()
-        .join("\n");
-    if damaged == header {
-        return Err(format!("the object has no `{line}` line: {header}").into());
-    }
-    Ok(Some(format!("{damaged}\n\n{payload}").into_bytes()))
-}
-
 /// s3rver, an S3 emulator that ignores conditional headers, on a port of its own with the test
 /// bucket: what a fence's capability probe must refuse. Killed when dropped.
 pub struct S3rver {

@@ -68,7 +68,7 @@ pub(crate) async fn corrupt(
 ) -> Result<bool, BoxError> {
     let path = Path::parse(key)?;
     let object = store.get(&path).await?.bytes().await?;
-    let Some(damaged) = s3_support::damage_envelope(&object, part)? else {
+    let Some(damaged) = fence_testkit::envelope::damage(&object, part)? else {
         return Ok(false);
     };
     store.put(&path, damaged.into()).await?;
