@@ -8,6 +8,7 @@ use fence_core::raw::EntryHead;
 use fence_core::{Domain, FenceError, Operation};
 use fence_objects::{decode, Header, Known};
 use object_store::path::Path;
+use object_store::Attributes;
 
 use crate::error::{backend_error, store_error, ObjectStoreFenceError, BACKEND};
 use crate::requests::{PutFailure, Version};
@@ -48,14 +49,15 @@ impl CasResource for ObjectCas<'_> {
         header: Header,
     ) -> Result<Committed<State, ()>, FenceError> {
         let fence = self.fence;
-        let payload = match (current, &self.payload) {
-            (_, Some(payload)) => payload.clone(),
-            // A claim on a live value rewrites the value: read it at exactly this version.
+        let (payload, attributes) = match (current, &self.payload) {
+            (_, Some(payload)) => (payload.clone(), Attributes::new()),
+            // A claim on a live value rewrites the value and keeps its attributes (content
+            // type, metadata): read it at exactly this version.
             (Some((version, header)), None) => match self.payload_at(version, header).await? {
-                Some(payload) => payload,
+                Some(kept) => kept,
                 None => return Ok(lost(None)),
             },
-            (None, None) => Bytes::new(),
+            (None, None) => (Bytes::new(), Attributes::new()),
         };
         let encoded = header.encode();
         let mut body = BytesMut::with_capacity(encoded.len() + payload.len());
@@ -64,7 +66,7 @@ impl CasResource for ObjectCas<'_> {
         let key = self.path.to_string();
         let expected = current.as_ref().map(|(version, _)| version);
         match fence
-            .put_conditional(&self.path, body.freeze(), expected)
+            .put_conditional(&self.path, body.freeze(), attributes, expected)
             .await
         {
             Ok(Some(version)) => {
@@ -118,27 +120,25 @@ impl CasResource for ObjectCas<'_> {
 }
 
 impl ObjectCas<'_> {
-    /// The payload of `version`, or `None` if the object moved on.
+    /// The payload and attributes of `version`, or `None` if the object moved on. An object
+    /// without a value is rewritten without attributes.
     async fn payload_at(
         &self,
         version: &Version,
         header: &Header,
-    ) -> Result<Option<Bytes>, FenceError> {
+    ) -> Result<Option<(Bytes, Attributes)>, FenceError> {
         if !header.head.is_some_and(EntryHead::is_live) {
-            return Ok(Some(Bytes::new()));
+            return Ok(Some((Bytes::new(), Attributes::new())));
         }
         let fetched = self
             .fence
             .fetch(&self.path, self.domain, self.operation, None)
             .await?;
-        let Some((now, bytes)) = fetched else {
+        let Some(fetched) = fetched.filter(|f| f.version == *version) else {
             return Ok(None);
         };
-        if now != *version {
-            return Ok(None);
-        }
-        let (_, offset) = decode(BACKEND, self.domain, self.path.as_ref(), &bytes)?;
-        Ok(Some(bytes.slice(offset..)))
+        let (_, offset) = decode(BACKEND, self.domain, self.path.as_ref(), &fetched.bytes)?;
+        Ok(Some((fetched.bytes.slice(offset..), fetched.attributes)))
     }
 }
 

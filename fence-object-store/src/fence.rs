@@ -100,14 +100,18 @@ impl ObjectStoreFence {
         let path = self.object_path(domain)?;
         // A missing bucket reads like a missing object: the probe tells them apart.
         self.probe().await?;
-        let Some((version, bytes)) = self.fetch(&path, domain, Operation::Read, None).await? else {
+        let Some(fetched) = self.fetch(&path, domain, Operation::Read, None).await? else {
             return Ok(Snapshot::new(None, Entry::Absent));
         };
-        let (header, offset) = decode(BACKEND, domain, path.as_ref(), &bytes)?;
-        let snapshot = decide::snapshot(&header, bytes.slice(offset..));
-        self.inner
-            .cache
-            .insert(path.to_string(), Known { version, header });
+        let (header, offset) = decode(BACKEND, domain, path.as_ref(), &fetched.bytes)?;
+        let snapshot = decide::snapshot(&header, fetched.bytes.slice(offset..));
+        self.inner.cache.insert(
+            path.to_string(),
+            Known {
+                version: fetched.version,
+                header,
+            },
+        );
         Ok(snapshot)
     }
 

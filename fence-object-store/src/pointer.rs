@@ -11,6 +11,7 @@ use bytes::Bytes;
 use fence_core::raw::{observe, pipeline};
 use fence_core::{Domain, FenceError, Operation};
 use fence_objects::{Immutable, Resolved};
+use object_store::Attributes;
 
 use crate::error::{store_error, BACKEND};
 use crate::fence::path_of;
@@ -68,7 +69,10 @@ impl ObjectStoreFence {
     ) -> Result<Immutable, FenceError> {
         let path = path_of(&key)?;
         self.probe().await?;
-        match self.put_conditional(&path, bytes, None).await {
+        match self
+            .put_conditional(&path, bytes, Attributes::new(), None)
+            .await
+        {
             Ok(_) => Ok(Immutable::Created(key)),
             Err(PutFailure::Lost) => Ok(Immutable::AlreadyExists(key)),
             Err(PutFailure::Failed(error)) => {
@@ -101,6 +105,6 @@ impl ObjectStoreFence {
     ) -> Result<Option<Bytes>, FenceError> {
         let path = path_of(&self.immutable_key(domain, name)?)?;
         let fetched = self.fetch(&path, domain, Operation::Read, None).await?;
-        Ok(fetched.map(|(_, bytes)| bytes))
+        Ok(fetched.map(|fetched| fetched.bytes))
     }
 }

@@ -6,7 +6,8 @@ use fence_core::{Domain, FenceError, Operation};
 use fence_objects::{decode, Header, MAX_HEADER_BYTES};
 use object_store::path::Path;
 use object_store::{
-    GetOptions, GetRange, ObjectMeta, ObjectStoreExt, PutMode, PutOptions, UpdateVersion,
+    Attributes, GetOptions, GetRange, ObjectMeta, ObjectStoreExt, PutMode, PutOptions,
+    UpdateVersion,
 };
 
 use crate::error::{backend_error, store_error, ObjectStoreFenceError, BACKEND};
@@ -34,6 +35,14 @@ impl Version {
     }
 }
 
+/// An object as read: its version, bytes and attributes (content type, cache control, user
+/// metadata and the like, as object_store reports them).
+pub(crate) struct Fetched {
+    pub(crate) version: Version,
+    pub(crate) bytes: Bytes,
+    pub(crate) attributes: Attributes,
+}
+
 /// Why a conditional write was not applied.
 pub(crate) enum PutFailure {
     /// The object is not the version the write named (or exists, for a create).
@@ -55,15 +64,15 @@ impl ObjectStoreFence {
         })
     }
 
-    /// The object's version and bytes (only the first `range` bytes when given); `None` when it
-    /// does not exist.
+    /// The object's version, bytes (only the first `range` bytes when given) and attributes;
+    /// `None` when it does not exist.
     pub(crate) async fn fetch(
         &self,
         path: &Path,
         domain: &Domain,
         operation: Operation,
         range: Option<usize>,
-    ) -> Result<Option<(Version, Bytes)>, FenceError> {
+    ) -> Result<Option<Fetched>, FenceError> {
         let options = GetOptions {
             range: range.map(|end| GetRange::Bounded(0..end as u64)),
             ..GetOptions::default()
@@ -85,11 +94,16 @@ impl ObjectStoreFence {
             Err(error) => return Err(store_error(error, domain, operation, false)),
         };
         let version = self.version_of(&got.meta, domain)?;
+        let attributes = got.attributes.clone();
         let bytes = got
             .bytes()
             .await
             .map_err(|error| store_error(error, domain, operation, false))?;
-        Ok(Some((version, bytes)))
+        Ok(Some(Fetched {
+            version,
+            bytes,
+            attributes,
+        }))
     }
 
     /// The object's version and envelope header (`None`: no object), from a read of its first
@@ -100,22 +114,23 @@ impl ObjectStoreFence {
         domain: &Domain,
         operation: Operation,
     ) -> Result<Option<(Version, Header)>, FenceError> {
-        let Some((version, bytes)) = self
+        let Some(fetched) = self
             .fetch(path, domain, operation, Some(MAX_HEADER_BYTES))
             .await?
         else {
             return Ok(None);
         };
-        let (header, _) = decode(BACKEND, domain, path.as_ref(), &bytes)?;
-        Ok(Some((version, header)))
+        let (header, _) = decode(BACKEND, domain, path.as_ref(), &fetched.bytes)?;
+        Ok(Some((fetched.version, header)))
     }
 
-    /// Writes `body` at `path` if the object is still `expected` (`None`: if it does not
-    /// exist); the new version, if the backend reported one.
+    /// Writes `body` with `attributes` at `path` if the object is still `expected` (`None`: if
+    /// it does not exist); the new version, if the backend reported one.
     pub(crate) async fn put_conditional(
         &self,
         path: &Path,
         body: Bytes,
+        attributes: Attributes,
         expected: Option<&Version>,
     ) -> Result<Option<Version>, PutFailure> {
         let mode = match expected {
@@ -125,7 +140,15 @@ impl ObjectStoreFence {
         match self
             .inner
             .store
-            .put_opts(path, body.into(), PutOptions::from(mode))
+            .put_opts(
+                path,
+                body.into(),
+                PutOptions {
+                    mode,
+                    attributes,
+                    ..PutOptions::default()
+                },
+            )
             .await
         {
             // Applied; `None` when the backend reported no version to compare with next.

@@ -10,7 +10,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 
 use fence_conformance::services::{domain, put};
-use fence_core::{BackendErrorKind, FenceError, FencedStore, FencingToken, WriteRequest};
+use fence_core::{BackendErrorKind, Fence, FenceError, FencedStore, FencingToken, WriteRequest};
 use fence_object_store::{ObjectStoreFence, ObjectStoreFenceError};
 use fence_testkit::s3 as s3_support;
 use s3_support::WeedServer;
@@ -152,4 +152,43 @@ async fn commit_pointer_and_retirement_on_seaweedfs() {
     let fence = fence(amazon(&endpoint), &s3_support::unique_prefix("pointer"));
     let table = format!("orders-{}", fence_testkit::unique_suffix());
     support::commit_pointer_and_retirement(&fence, &table).await;
+}
+
+/// A claim rewrites the object at its version and keeps what fence-s3 wrote with it: content
+/// type and user metadata come back from object_store's read as attributes and go out again.
+#[tokio::test]
+async fn a_claim_keeps_the_content_type_and_metadata_fence_s3_wrote() {
+    let Some((s3, _)) = s3_support::shared_fence("interchange-options").await else {
+        return;
+    };
+    let endpoint = s3_support::shared_endpoint().expect("the shared SeaweedFS");
+    let ours = fence(amazon(&endpoint), s3.prefix());
+    let d = domain("report.csv");
+    let csv = fence_s3::ObjectOptions::new()
+        .content_type("text/csv")
+        .metadata("source", "erp");
+    s3.write_with(
+        &WriteRequest::put(d.clone(), FencingToken::new(3).unwrap(), "a,b\n"),
+        &csv,
+    )
+    .await
+    .unwrap();
+    ours.claim(&d, FencingToken::new(4).unwrap()).await.unwrap();
+    let head = s3_support::client(&endpoint)
+        .head_object()
+        .bucket(s3_support::BUCKET)
+        .key(s3.object_key(&d).unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_type(), Some("text/csv"));
+    assert_eq!(
+        head.metadata()
+            .and_then(|m| m.get("source"))
+            .map(String::as_str),
+        Some("erp")
+    );
+    let read = s3.read(&d).await.unwrap();
+    assert_eq!(read.high_water_mark, Some(FencingToken::new(4).unwrap()));
+    assert_eq!(read.value().map(|v| v.to_vec()), Some(b"a,b\n".to_vec()));
 }
