@@ -76,6 +76,15 @@ pub mod local {
     pub const KAFKA_BOOTSTRAP: &str = "127.0.0.1:19092";
     /// PostgreSQL.
     pub const POSTGRES_URL: &str = "postgres://fence@127.0.0.1:5440/postgres";
+    /// Azurite's blob service, its development account's URL.
+    pub const AZURITE_ACCOUNT_URL: &str = "http://127.0.0.1:10100/devstoreaccount1";
+    /// Azurite's development account.
+    pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
+    /// Azurite's published development key (every Azurite has it; not a secret).
+    pub const AZURITE_ACCOUNT_KEY: &str =
+        "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+    /// The examples' container on it.
+    pub const AZURITE_CONTAINER: &str = "fence-examples";
 }
 
 /// How long an example waits for a server before it says it could not reach it.

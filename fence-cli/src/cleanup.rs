@@ -1,13 +1,20 @@
 //! Removing what a `qualify` run created: every key under its Redis prefix, object under its
-//! S3 prefix, its PostgreSQL schema, keys under its etcd prefix, or its Kafka topics.
+//! S3 or object store prefix, its PostgreSQL schema, keys under its etcd prefix, or its Kafka
+//! topics.
+
+use std::sync::Arc;
 
 use fence_core::Observed;
 use fence_etcd::Etcd;
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use fence_kafka::rdkafka::client::DefaultClientContext;
 use fence_kafka::rdkafka::ClientConfig;
+use fence_object_store::object_store::path::Path;
+use fence_object_store::object_store::{ObjectStore, ObjectStoreExt};
+use fence_object_store::ObjectStoreFence;
 use fence_postgres::PostgresFence;
 use fence_redis::redis;
+use futures_util::TryStreamExt;
 
 use crate::report::Report;
 use crate::targets::{with_authority, Targets};
@@ -26,6 +33,11 @@ pub(crate) enum Cleanup {
     S3 {
         client: fence_s3::aws_sdk_s3::Client,
         bucket: String,
+        prefix: String,
+    },
+    /// Objects under the prefix, through object_store.
+    ObjectStore {
+        store: Arc<dyn ObjectStore>,
         prefix: String,
     },
     /// The run's schema.
@@ -58,6 +70,14 @@ impl Cleanup {
             bucket: scoped.s3_bucket()?,
             prefix: scoped.s3_object_prefix().to_owned(),
         })
+    }
+
+    /// Everything under the fence's prefix, in the fence's store.
+    pub(crate) fn object_store(fence: &ObjectStoreFence) -> Self {
+        Cleanup::ObjectStore {
+            store: fence.store().clone(),
+            prefix: fence.prefix().to_owned(),
+        }
     }
 
     pub(crate) fn postgres(fence: &Observed<PostgresFence>) -> Self {
@@ -111,6 +131,7 @@ impl Cleanup {
         match self {
             Cleanup::Redis { prefix, .. } => format!("Redis keys {prefix}:*"),
             Cleanup::S3 { bucket, prefix, .. } => format!("objects s3://{bucket}/{prefix}"),
+            Cleanup::ObjectStore { store, prefix } => format!("objects `{prefix}` in {store}"),
             Cleanup::Postgres { schema, .. } => format!("PostgreSQL schema {schema}"),
             Cleanup::Etcd { etcd } => format!("etcd keys {}/*", etcd.prefix()),
             Cleanup::Kafka { topics, .. } => format!("Kafka topics {}", topics.join(", ")),
@@ -130,6 +151,7 @@ impl Cleanup {
                 bucket,
                 prefix,
             } => s3_cleanup(client, bucket, prefix).await,
+            Cleanup::ObjectStore { store, prefix } => object_store_cleanup(&**store, prefix).await,
             Cleanup::Postgres { pool, schema } => {
                 let existed: bool = fence_postgres::sqlx::query_scalar(
                     "SELECT EXISTS (SELECT 1 FROM information_schema.schemata WHERE schema_name = $1)",
@@ -270,6 +292,23 @@ async fn redis_cleanup(nodes: &[String], prefix: &str, cluster: bool) -> Result<
         }
     }
     Ok(format!("{removed} keys"))
+}
+
+/// Deletes every object under `prefix` (a folder: object_store lists by whole segments).
+async fn object_store_cleanup(store: &dyn ObjectStore, prefix: &str) -> Result<String, String> {
+    let folder = Path::from_iter(prefix.trim_end_matches('/').split('/'));
+    let listed: Vec<_> = store
+        .list(Some(&folder))
+        .try_collect()
+        .await
+        .map_err(|e| format!("listing `{prefix}` in {store}: {e}"))?;
+    for object in &listed {
+        store
+            .delete(&object.location)
+            .await
+            .map_err(|e| format!("deleting `{}` in {store}: {e}", object.location))?;
+    }
+    Ok(format!("{} objects", listed.len()))
 }
 
 async fn s3_cleanup(

@@ -1,5 +1,6 @@
 //! `fence decode <format>`: a record Fence wrote at a resource, decoded by the same strict
-//! decoder the library reads it with, from standard input, a file, an S3 object or a Redis key.
+//! decoder the library reads it with, from standard input, a file, an object (S3, or any store
+//! through object_store) or a Redis key.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -17,18 +18,27 @@ use crate::report::{bytes_json, entry_json, entry_text, token_json, Exit, Report
 use crate::targets::Targets;
 use crate::Format;
 
+/// An object to read the record from, by key.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Object<'a> {
+    /// In the configured S3 bucket (`FENCE_S3_*`).
+    S3(&'a str),
+    /// Through the configured object_store URL (`FENCE_OBJECT_STORE_URL`).
+    ObjectStore(&'a str),
+}
+
 /// Where the record comes from (standard input when nothing is named).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Source<'a> {
     file: Option<&'a Path>,
-    object: Option<&'a str>,
+    object: Option<Object<'a>>,
     key: Option<&'a str>,
 }
 
 impl<'a> Source<'a> {
     pub(crate) fn new(
         file: Option<&'a Path>,
-        object: Option<&'a str>,
+        object: Option<Object<'a>>,
         key: Option<&'a str>,
     ) -> Self {
         Source { file, object, key }
@@ -83,7 +93,10 @@ fn corrupt(reason: String) -> Report {
 }
 
 async fn read(targets: &Targets, source: Source<'_>) -> Result<Vec<u8>, Report> {
-    if let Some(key) = source.object {
+    if let Some(Object::ObjectStore(key)) = source.object {
+        return read_through_object_store(targets, key).await;
+    }
+    if let Some(Object::S3(key)) = source.object {
         let client = targets.s3_client().await?;
         let output = client
             .get_object()
@@ -125,6 +138,27 @@ async fn read(targets: &Targets, source: Source<'_>) -> Result<Vec<u8>, Report> 
         }
     })?;
     Ok(bytes)
+}
+
+/// The object at `key` through the configured object_store URL, whole.
+async fn read_through_object_store(targets: &Targets, key: &str) -> Result<Vec<u8>, Report> {
+    use fence_object_store::object_store::{path::Path, Error, ObjectStoreExt};
+    let fence = targets.object_store()?;
+    let path = Path::parse(key)
+        .map_err(|e| Report::usage(format!("`{key}` is not an object_store path: {e}")))?;
+    let failed = |e: Error| {
+        let report = Report::usage(format!("reading object `{key}`: {e}"));
+        match e {
+            Error::NotFound { .. } => Report::usage(format!("no object `{key}` in the store"))
+                .with_exit(Exit::NotFound, "not_found"),
+            // object_store gives Generic once its own retries are spent on a lost connection.
+            Error::Generic { .. } => report.with_exit(Exit::Unavailable, "unavailable"),
+            _ => report.with_exit(Exit::Failed, "failed"),
+        }
+    };
+    let object = fence.store().get(&path).await.map_err(failed)?;
+    let bytes = object.bytes().await.map_err(failed)?;
+    Ok(bytes.to_vec())
 }
 
 /// A state hash from a live key (`HGETALL`, binary-safe) or from text: an optional `key K`

@@ -32,8 +32,28 @@ struct Inspection {
     ops: Option<Vec<Op>>,
     /// `None`: the backend has no leases; `Some(None)`: no live lease.
     lease: Option<Option<LeaseHolder>>,
-    /// Backend-specific facts (S3: nonce, content type, metadata).
+    /// Backend-specific facts (objects: nonce, content type, metadata).
     extra: Value,
+}
+
+impl Inspection {
+    /// An object no fenced write or claim has reached: no mark, no operation ids.
+    fn unseen_object(
+        backend: &'static str,
+        domain: Domain,
+        key: String,
+        snapshot: fence_core::Snapshot,
+    ) -> Self {
+        Inspection {
+            backend,
+            domain,
+            location: Some(key),
+            snapshot,
+            ops: Some(Vec::new()),
+            lease: None,
+            extra: Value::Null,
+        }
+    }
 }
 
 pub(crate) async fn run(targets: &Targets, backend: Backend, domain: &str) -> Report {
@@ -48,6 +68,7 @@ async fn inspect(targets: &Targets, backend: Backend, domain: &str) -> Result<In
     match backend {
         // Their op ids live in formats of their own, decoded here.
         Backend::S3 => s3(targets, domain).await,
+        Backend::ObjectStore => object_store(targets, domain).await,
         Backend::Kafka => kafka(targets, domain).await,
         _ => generic(&*targets.open(backend).await?, domain).await,
     }
@@ -112,15 +133,7 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
     // the raw object then shows what the envelope holds beyond the snapshot.
     let snapshot = fence.read(&domain).await.map_err(|e| Report::failed(&e))?;
     if snapshot.high_water_mark.is_none() {
-        return Ok(Inspection {
-            backend: "s3",
-            domain,
-            location: Some(key),
-            snapshot,
-            ops: Some(Vec::new()),
-            lease: None,
-            extra: Value::Null,
-        });
+        return Ok(Inspection::unseen_object("s3", domain, key, snapshot));
     }
     let unavailable = |domain: &Domain, e: Box<dyn std::error::Error + Send + Sync>| {
         Report::failed(&FenceError::backend(
@@ -146,9 +159,67 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
         .await
         .map_err(|e| unavailable(&domain, e.into()))?
         .into_bytes();
-    let envelope = Envelope::decode(&bytes).map_err(|why| {
+    let attributes = json!({ "content_type": content_type, "metadata": metadata });
+    envelope_inspection("s3", domain, key, &bytes, attributes)
+}
+
+/// Through object_store: the fence's own read, then the raw object and its attributes.
+async fn object_store(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
+    use fence_object_store::object_store::{path::Path, Attribute, ObjectStoreExt};
+    let fence = targets.object_store()?;
+    let failed = |e: FenceError| Report::failed(&e);
+    let key = fence.object_key(&domain).map_err(failed)?;
+    let snapshot = fence.read(&domain).await.map_err(failed)?;
+    if snapshot.high_water_mark.is_none() {
+        return Ok(Inspection::unseen_object(
+            "object_store",
+            domain,
+            key,
+            snapshot,
+        ));
+    }
+    let unavailable = |domain: &Domain, e: fence_object_store::object_store::Error| {
+        Report::failed(&FenceError::backend(
+            "object_store",
+            fence_core::BackendErrorKind::Unavailable,
+            Some(domain),
+            e,
+        ))
+    };
+    let path = Path::parse(&key).map_err(|e| Report::usage(e.to_string()))?;
+    // The adapter's store, not the command's `Target::store` (which is the fence).
+    let object = fence_object_store::ObjectStoreFence::store(&fence)
+        .get(&path)
+        .await
+        .map_err(|e| unavailable(&domain, e))?;
+    let mut metadata = serde_json::Map::new();
+    let mut content_type = None;
+    for (attribute, value) in object.attributes.iter() {
+        match attribute {
+            Attribute::ContentType => content_type = Some(value.as_ref().to_owned()),
+            Attribute::Metadata(name) => {
+                metadata.insert(name.to_string(), value.as_ref().to_owned().into());
+            }
+            _ => {}
+        }
+    }
+    let bytes = object.bytes().await.map_err(|e| unavailable(&domain, e))?;
+    let attributes = json!({ "content_type": content_type, "metadata": metadata });
+    envelope_inspection("object_store", domain, key, &bytes, attributes)
+}
+
+/// Everything a fenced object's envelope holds, decoded with the public decoder, beside the
+/// object's `attributes` (content type, metadata).
+fn envelope_inspection(
+    backend: &'static str,
+    domain: Domain,
+    key: String,
+    bytes: &bytes::Bytes,
+    mut attributes: Value,
+) -> Result<Inspection, Report> {
+    let envelope = Envelope::decode(bytes).map_err(|why| {
         Report::failed(&FenceError::corrupt(
-            "s3",
+            backend,
             &domain,
             format!("object `{key}`: {why}"),
         ))
@@ -165,19 +236,15 @@ async fn s3(targets: &Targets, domain: Domain) -> Result<Inspection, Report> {
             Entry::Tombstone { token, revision }
         }
     };
-    let ops = ops_of(envelope.ops());
+    attributes["nonce"] = format!("{:016x}", envelope.nonce()).into();
     Ok(Inspection {
-        backend: "s3",
+        backend,
         domain,
         location: Some(key),
         snapshot: fence_core::Snapshot::new(Some(envelope.high_water_mark()), entry),
-        ops: Some(ops),
+        ops: Some(ops_of(envelope.ops())),
         lease: None,
-        extra: json!({
-            "nonce": format!("{:016x}", envelope.nonce()),
-            "content_type": content_type,
-            "metadata": metadata,
-        }),
+        extra: attributes,
     })
 }
 

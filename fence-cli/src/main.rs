@@ -125,8 +125,12 @@ enum Command {
         #[arg(long, conflicts_with = "object")]
         file: Option<PathBuf>,
         /// Read the object with this key from the configured S3 bucket.
-        #[arg(long, conflicts_with = "key")]
+        #[arg(long, conflicts_with_all = ["key", "store_object"])]
         object: Option<String>,
+        /// Read the object with this key through the configured object_store URL
+        /// (`FENCE_OBJECT_STORE_URL`: Azure Blob, Google Cloud Storage, S3).
+        #[arg(long, conflicts_with_all = ["key", "file"])]
+        store_object: Option<String>,
         /// redis-state: read this state key (`<prefix>:{<domain>}:state`) from the configured
         /// Redis.
         #[arg(long, conflicts_with = "file")]
@@ -185,6 +189,10 @@ enum Backend {
     Postgres,
     /// etcd (`FENCE_ETCD_ENDPOINTS`).
     Etcd,
+    /// Any object store object_store speaks, by URL (`FENCE_OBJECT_STORE_URL`: `az://container`,
+    /// `gs://bucket`, `s3://bucket`), with object_store's own settings (`AZURE_*`, `GOOGLE_*`,
+    /// `AWS_*`).
+    ObjectStore,
     /// Kafka (`FENCE_KAFKA_BOOTSTRAP`, `FENCE_KAFKA_TOPIC`): the domain's fence-ledger record.
     /// A claim opens the domain's transactional producer, which aborts the owner's open
     /// transaction: claim only to fence a holder out.
@@ -198,6 +206,8 @@ enum RetireBackend {
     Redis,
     /// S3 or an S3-compatible server.
     S3,
+    /// Any object store, by URL (`FENCE_OBJECT_STORE_URL`).
+    ObjectStore,
     /// PostgreSQL.
     Postgres,
     /// etcd.
@@ -209,6 +219,7 @@ impl From<RetireBackend> for Backend {
         match backend {
             RetireBackend::Redis => Backend::Redis,
             RetireBackend::S3 => Backend::S3,
+            RetireBackend::ObjectStore => Backend::ObjectStore,
             RetireBackend::Postgres => Backend::Postgres,
             RetireBackend::Etcd => Backend::Etcd,
         }
@@ -227,7 +238,8 @@ enum AdoptBackend {
 /// A record format FORMATS.md specifies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Format {
-    /// A fenced S3 object's `FENCE-S3/1` envelope (and its payload's size).
+    /// A fenced object's `FENCE-S3/1` envelope, as fence-s3 and fence-object-store write it
+    /// (and its payload's size).
     S3Envelope,
     /// A `FENCE-MANIFEST/1` payload: the plain objects a fenced pointer names.
     Manifest,
@@ -303,9 +315,15 @@ async fn run(cli: &Cli) -> Report {
             format,
             file,
             object,
+            store_object,
             key,
         } => {
-            let source = decode::Source::new(file.as_deref(), object.as_deref(), key.as_deref());
+            let object = match (object, store_object) {
+                (Some(key), _) => Some(decode::Object::S3(key)),
+                (_, Some(key)) => Some(decode::Object::ObjectStore(key)),
+                (None, None) => None,
+            };
+            let source = decode::Source::new(file.as_deref(), object, key.as_deref());
             decode::run(targets, *format, source).await
         }
     }

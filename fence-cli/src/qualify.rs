@@ -13,6 +13,7 @@ use fence_core::{
     AppendRequest, Domain, FenceError, FencedStore, FencingToken, LeaseManager, MemoryLeases,
     Observed, Record, WriteRequest,
 };
+use fence_object_store::ObjectStoreFenceError;
 use fence_torture::{
     check, engine, Faults, Profile, ProxyFaults, Report as Checked, Subject, Target,
 };
@@ -151,7 +152,7 @@ fn profile(backend: Backend, seed: u64, args: &QualifyArgs) -> Profile {
     let windows = (args.operations / (args.workers * 5)).max(1) as u32;
     let ttl = match backend {
         Backend::Redis => Duration::from_millis(250),
-        Backend::S3 | Backend::Postgres => Duration::from_millis(300),
+        Backend::S3 | Backend::ObjectStore | Backend::Postgres => Duration::from_millis(300),
         Backend::Kafka => Duration::from_millis(400),
         Backend::Etcd => Duration::from_secs(1),
     };
@@ -268,6 +269,21 @@ async fn clients(
                 cleanup: Cleanup::s3(scoped).await?,
             }
         }
+        Backend::ObjectStore => {
+            // Each worker its own client and version cache, as processes would have.
+            let mut per_worker = Vec::new();
+            for _ in 0..workers {
+                per_worker.push(Subject::Register(Arc::new(scoped.object_store()?)));
+            }
+            let subject = scoped.object_store()?;
+            Clients {
+                cleanup: Cleanup::object_store(&subject),
+                subject: Subject::Register(Arc::new(subject)),
+                fresh: Subject::Register(Arc::new(scoped.object_store()?)),
+                per_worker,
+                leases: Arc::new(Observed::new(MemoryLeases::new())),
+            }
+        }
         Backend::Postgres => {
             let fence = scoped.postgres().await?;
             let cleanup = Cleanup::postgres(&fence);
@@ -311,7 +327,8 @@ async fn clients(
     })
 }
 
-/// A preflight failure: the endpoint refused (S3's probe found conditions ignored), or an error.
+/// A preflight failure: the endpoint refused (an object store's probe found conditions
+/// ignored), or an error.
 fn refusal(error: FenceError) -> Refusal {
     match conditions_ignored(&error) {
         Some(reason) => Refusal::Endpoint(reason),
@@ -319,7 +336,8 @@ fn refusal(error: FenceError) -> Refusal {
     }
 }
 
-/// The reason an S3 endpoint was refused by the probe, if that is what `error` says.
+/// The reason an object store endpoint was refused by the probe (conditions ignored, or no
+/// compare-and-swap), if that is what `error` says.
 fn conditions_ignored(error: &FenceError) -> Option<String> {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(current) = source {
@@ -327,6 +345,13 @@ fn conditions_ignored(error: &FenceError) -> Option<String> {
             current.downcast_ref::<fence_s3::S3FenceError>()
         {
             return Some(s3.to_string());
+        }
+        if let Some(
+            refused @ (ObjectStoreFenceError::ConditionsIgnored { .. }
+            | ObjectStoreFenceError::ConditionsUnsupported { .. }),
+        ) = current.downcast_ref::<ObjectStoreFenceError>()
+        {
+            return Some(refused.to_string());
         }
         source = current.source();
     }

@@ -9,6 +9,7 @@ use fence_core::{
 };
 use fence_etcd::{Etcd, EtcdFence};
 use fence_kafka::KafkaFence;
+use fence_object_store::ObjectStoreFence;
 use fence_postgres::PostgresFence;
 use fence_redis::RedisFence;
 use fence_s3::S3Fence;
@@ -49,10 +50,10 @@ impl Backend {
         self == Backend::Kafka
     }
 
-    /// Refuses a token below a mark it saw accepted without asking the resource (fence-s3's
-    /// and fence-kafka's caches): such a refusal names that mark, maybe not the latest.
+    /// Refuses a token below a mark it saw accepted without asking the resource (the object
+    /// fences' and fence-kafka's caches): such a refusal names that mark, maybe not the latest.
     pub(crate) fn refuses_from_cache(self) -> bool {
-        matches!(self, Backend::S3 | Backend::Kafka)
+        matches!(self, Backend::S3 | Backend::ObjectStore | Backend::Kafka)
     }
 }
 
@@ -62,6 +63,7 @@ impl Targets {
         Ok(match backend {
             Backend::Redis => Box::new(self.redis().await?),
             Backend::S3 => Box::new(self.s3().await?),
+            Backend::ObjectStore => Box::new(self.object_store()?),
             Backend::Postgres => Box::new(self.postgres().await?),
             Backend::Etcd => {
                 let etcd = self.etcd().await?;
@@ -75,9 +77,11 @@ impl Targets {
     }
 }
 
-/// A store whose leases, op ids and permissions the adapter reports itself (Redis, PostgreSQL).
-macro_rules! store_with_leases {
-    ($($adapter:ident),*) => {$(
+/// A store whose permissions the adapter checks itself: `leased` ones report their leases and
+/// remembered operation ids too (Redis, PostgreSQL); `objects` have no leases and keep their op
+/// ids in the object's envelope, which `fence inspect` decodes (S3, object stores).
+macro_rules! store_target {
+    ($adapter:ident, $kind:ident) => {
         #[async_trait]
         impl Target for Observed<$adapter> {
             fn fence(&self) -> &dyn Fence {
@@ -93,52 +97,40 @@ macro_rules! store_with_leases {
             }
 
             fn leases(&self) -> Option<Box<dyn LeaseManager>> {
-                Some(Box::new($adapter::leases(self)))
+                store_target!(@leases $kind, $adapter, self)
             }
 
             async fn remembered_ops(
                 &self,
                 domain: &Domain,
             ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
-                Some($adapter::remembered_ops(self, domain).await)
+                store_target!(@ops $kind, $adapter, self, domain)
             }
 
             async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
                 $adapter::check_permissions(self).await
             }
         }
-    )*};
+    };
+    (@leases leased, $adapter:ident, $fence:ident) => {
+        Some(Box::new($adapter::leases($fence)))
+    };
+    (@leases objects, $adapter:ident, $fence:ident) => {
+        None
+    };
+    (@ops leased, $adapter:ident, $fence:ident, $domain:ident) => {
+        Some($adapter::remembered_ops($fence, $domain).await)
+    };
+    (@ops objects, $adapter:ident, $fence:ident, $domain:ident) => {{
+        let _ = ($fence, $domain);
+        None
+    }};
 }
 
-store_with_leases!(RedisFence, PostgresFence);
-
-/// S3 has no leases; its op ids live in the object's envelope.
-#[async_trait]
-impl Target for Observed<S3Fence> {
-    fn fence(&self) -> &dyn Fence {
-        self
-    }
-
-    fn store(&self) -> Option<&dyn FencedStore> {
-        Some(self)
-    }
-
-    fn retirer(&self) -> Option<&dyn Retirer> {
-        Some(self)
-    }
-
-    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
-        None
-    }
-
-    async fn remembered_ops(&self, _: &Domain) -> Option<Result<Vec<RememberedOp>, FenceError>> {
-        None
-    }
-
-    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
-        S3Fence::check_permissions(self).await
-    }
-}
+store_target!(RedisFence, leased);
+store_target!(PostgresFence, leased);
+store_target!(S3Fence, objects);
+store_target!(ObjectStoreFence, objects);
 
 /// Kafka is a log: no entry, no retirement (records stay in the topics), no leases; its op ids
 /// live in the fence-ledger record.

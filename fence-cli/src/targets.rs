@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use fence_core::env::Env;
 use fence_core::Observed;
 use fence_etcd::Etcd;
+use fence_object_store::{ObjectStoreFence, ObjectStoreFenceBuilder};
 use fence_postgres::PostgresFence;
 use fence_redis::{RedisFence, RedisFenceBuilder};
 use fence_s3::{S3Fence, S3FenceBuilder};
@@ -15,13 +16,23 @@ use fence_s3::{S3Fence, S3FenceBuilder};
 use crate::report::Report;
 use crate::Backend;
 
-/// How S3 keys are laid out ([`fence_s3::KeyLayout`]).
+/// How object keys are laid out ([`fence_s3::KeyLayout`], the same for fence-object-store).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum S3Layout {
+pub(crate) enum Layout {
     /// One escaped segment per domain (the default).
     Escaped,
     /// The domain as written, `/` included.
     Verbatim,
+}
+
+impl Layout {
+    /// The name the libraries' variables use.
+    fn name(self) -> &'static str {
+        match self {
+            Layout::Escaped => "escaped",
+            Layout::Verbatim => "verbatim",
+        }
+    }
 }
 
 /// The default bound on how far above a domain's mark an operator's claim or adopt may go:
@@ -90,7 +101,28 @@ pub(crate) struct Targets {
         value_enum,
         default_value = "escaped"
     )]
-    s3_key_layout: S3Layout,
+    s3_key_layout: Layout,
+    /// The object store as object_store spells it (`az://container`, `gs://bucket`,
+    /// `s3://bucket`); credentials and endpoint from object_store's own variables.
+    #[arg(
+        long,
+        env = fence_object_store::env::URL,
+        global = true,
+        hide_env_values = true
+    )]
+    object_store_url: Option<String>,
+    /// Key prefix of the fence's objects in the object store (empty or ending in `/`).
+    #[arg(long, env = fence_object_store::env::PREFIX, global = true, default_value = fence_object_store::DEFAULT_PREFIX)]
+    object_store_prefix: String,
+    /// How domains map to object keys in the object store.
+    #[arg(
+        long,
+        env = fence_object_store::env::KEY_LAYOUT,
+        global = true,
+        value_enum,
+        default_value = "escaped"
+    )]
+    object_store_key_layout: Layout,
     /// PostgreSQL URL.
     #[arg(
         long,
@@ -161,6 +193,7 @@ impl fmt::Debug for Targets {
                 &(self.redis_url.is_some() || !self.redis_cluster.is_empty()),
             )
             .field("s3_bucket", &self.s3_bucket)
+            .field("object_store", &self.object_store_url.is_some())
             .field("postgres", &self.postgres_url.is_some())
             .field("etcd_endpoints", &self.etcd_endpoints)
             .field("kafka_topic", &self.kafka_topic)
@@ -183,6 +216,7 @@ impl Targets {
         let mut scoped = self.clone();
         scoped.redis_prefix = format!("{}:qualify-{run}", self.redis_prefix);
         scoped.s3_prefix = format!("{}qualify-{run}/", self.s3_prefix);
+        scoped.object_store_prefix = format!("{}qualify-{run}/", self.object_store_prefix);
         scoped.postgres_schema = format!("{}_qualify_{run}", self.postgres_schema);
         scoped.etcd_prefix = Some(format!(
             "{}/qualify-{run}",
@@ -231,7 +265,7 @@ impl Targets {
             Backend::S3 => self.s3_endpoint = Some(routed),
             Backend::Postgres => self.postgres_url = Some(routed),
             Backend::Etcd => self.etcd_endpoints = vec![routed],
-            Backend::Kafka => {}
+            Backend::Kafka | Backend::ObjectStore => {}
         }
         Ok(())
     }
@@ -252,6 +286,9 @@ impl Targets {
             Backend::Etcd => return refused("name exactly one etcd endpoint"),
             Backend::Kafka => {
                 return refused("Kafka brokers tell clients their own addresses; qualify Kafka without network faults (the run still pauses workers past their leases)");
+            }
+            Backend::ObjectStore => {
+                return refused("an object store's endpoint is object_store's own setting; qualify it without network faults (the run still pauses workers past their leases)");
             }
         };
         let Some(url) = url else {
@@ -345,12 +382,15 @@ impl Targets {
         put(fence_s3::env::ACCESS_KEY, set(&self.s3_access_key));
         put(fence_s3::env::SECRET_KEY, set(&self.s3_secret_key));
         put(fence_s3::env::PREFIX, Some(&self.s3_prefix));
+        put(fence_s3::env::KEY_LAYOUT, Some(self.s3_key_layout.name()));
+        put(fence_object_store::env::URL, set(&self.object_store_url));
         put(
-            fence_s3::env::KEY_LAYOUT,
-            Some(match self.s3_key_layout {
-                S3Layout::Escaped => "escaped",
-                S3Layout::Verbatim => "verbatim",
-            }),
+            fence_object_store::env::PREFIX,
+            Some(&self.object_store_prefix),
+        );
+        put(
+            fence_object_store::env::KEY_LAYOUT,
+            Some(self.object_store_key_layout.name()),
         );
         put(fence_postgres::env::URL, set(&self.postgres_url));
         put(fence_postgres::env::SCHEMA, Some(&self.postgres_schema));
@@ -409,6 +449,13 @@ impl Targets {
         S3FenceBuilder::from_env_with(&self.env())
             .await
             .and_then(S3FenceBuilder::build)
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// A fence over the object store the URL names (no request made yet).
+    pub(crate) fn object_store(&self) -> Connect<Observed<ObjectStoreFence>> {
+        ObjectStoreFenceBuilder::from_env_with(&self.env())
+            .and_then(ObjectStoreFenceBuilder::build)
             .map_err(|e| Report::failed(&e))
     }
 

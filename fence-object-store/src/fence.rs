@@ -68,6 +68,12 @@ impl ObjectStoreFence {
         (self.inner.cache.len(), self.inner.cache.capacity())
     }
 
+    /// The folder the prefix names (`None`: the store's root), as object_store lists.
+    pub(crate) fn prefix_folder(&self) -> Option<Path> {
+        let folder = self.prefix().trim_end_matches('/');
+        (!folder.is_empty()).then(|| Path::from_iter(folder.split('/')))
+    }
+
     pub(crate) fn object_path(&self, domain: &Domain) -> Result<Path, FenceError> {
         path_of(&self.object_key(domain)?)
     }

@@ -2,8 +2,10 @@
 
 mod cas;
 mod config;
+pub mod env;
 mod error;
 mod fence;
+mod permissions;
 mod pointer;
 mod probe;
 mod requests;

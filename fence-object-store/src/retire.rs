@@ -3,7 +3,6 @@
 
 use async_trait::async_trait;
 use fence_core::{Domain, FenceError, Operation, Retired, Retirer};
-use object_store::path::Path;
 use object_store::ObjectStoreExt;
 
 use crate::error::store_error;
@@ -20,10 +19,8 @@ impl Retirer for ObjectStoreFence {
         let fail = |error| store_error(error, domain, Operation::Delete, false);
         let object = self.object_key(domain)?;
         let data_prefix = self.inner.keys.data_prefix(domain);
-        let folder = self.prefix().trim_end_matches('/');
-        let folder = (!folder.is_empty()).then(|| Path::from_iter(folder.split('/')));
         let listed = store
-            .list_with_delimiter(folder.as_ref())
+            .list_with_delimiter(self.prefix_folder().as_ref())
             .await
             .map_err(fail)?;
         let mut doomed = vec![path_of(&object)?];

@@ -11,6 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use fence_conformance::services::{domain, put};
 use fence_core::{BackendErrorKind, Fence, FenceError, FencedStore, FencingToken, WriteRequest};
+use fence_object_store::object_store::path::Path;
+use fence_object_store::object_store::{self as object_store, ObjectStoreExt};
 use fence_object_store::{ObjectStoreFence, ObjectStoreFenceError};
 use fence_testkit::s3 as s3_support;
 use s3_support::WeedServer;
@@ -119,8 +121,23 @@ async fn a_server_that_ignores_conditions_is_refused() {
         }
         other => panic!("{other:?}"),
     }
+    // A fence built without the probe runs it before its first write: refused the same way,
+    // and the domain's object never written.
     let fence = builder.build().unwrap();
-    assert!(put(&fence, &domain("d"), 1, "v").await.is_err());
+    let refused = put(&fence, &domain("d"), 1, "v").await.unwrap_err();
+    assert!(
+        matches!(
+            refusal(refused),
+            ObjectStoreFenceError::ConditionsIgnored { .. }
+        ),
+        "the first write did not run the probe"
+    );
+    let key = fence.object_key(&domain("d")).unwrap();
+    let head = fence.store().head(&Path::parse(&key).unwrap()).await;
+    assert!(
+        matches!(head, Err(object_store::Error::NotFound { .. })),
+        "a domain's object was written through a store that ignores conditions: {head:?}"
+    );
 }
 
 /// object_store's LocalFileSystem creates an object only if absent but cannot replace one only

@@ -43,6 +43,17 @@ pub enum KeyLayout {
     Verbatim,
 }
 
+impl KeyLayout {
+    /// The layout a setting names: `escaped` or `verbatim` (surrounding spaces ignored).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name.trim() {
+            "escaped" => Some(KeyLayout::Escaped),
+            "verbatim" => Some(KeyLayout::Verbatim),
+            _ => None,
+        }
+    }
+}
+
 /// Builds object keys under a validated prefix; errors name `backend`.
 #[derive(Clone, Debug)]
 pub struct KeyScheme {

@@ -6,6 +6,7 @@ mod envelope;
 mod keys;
 mod manifest;
 mod pointer;
+pub mod settings;
 
 /// The contract this crate's formats serve.
 pub use fence_core;

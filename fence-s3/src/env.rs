@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `FENCE_S3_BUCKET` | the bucket (required) |
 //! | `FENCE_S3_PREFIX` | key prefix of the fenced objects (default `fence/`) |
-//! | `FENCE_S3_KEY_LAYOUT` | `escaped` (default) or `verbatim` (see [`KeyLayout`]) |
+//! | `FENCE_S3_KEY_LAYOUT` | `escaped` (default) or `verbatim` (see [`KeyLayout`](crate::KeyLayout)) |
 //! | `FENCE_S3_ENDPOINT` | an S3-compatible server's endpoint (path-style addressing); unset for AWS |
 //! | `FENCE_S3_REGION` | the region (else the AWS chain's, else `us-east-1` for an endpoint) |
 //! | `FENCE_S3_ACCESS_KEY`, `FENCE_S3_SECRET_KEY` | static credentials (both or neither), `FENCE_S3_SESSION_TOKEN` with temporary ones |
@@ -25,8 +25,9 @@ use aws_sdk_s3::config::timeout::TimeoutConfig;
 use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
 use fence_core::env::{configuration, Env};
 use fence_core::FenceError;
+use fence_objects::settings::{apply_env, SettingNames};
 
-use crate::{KeyLayout, S3FenceBuilder};
+use crate::S3FenceBuilder;
 
 /// The bucket.
 pub const BUCKET: &str = "FENCE_S3_BUCKET";
@@ -71,29 +72,18 @@ impl S3FenceBuilder {
         env.refuse_issued_only("S3")?;
         let bucket = env.require(BUCKET)?;
         let config = client_config(env).await?;
-        let mut builder = S3FenceBuilder::default()
+        let builder = S3FenceBuilder::default()
             .client(aws_sdk_s3::Client::from_conf(config))
             .bucket(bucket);
-        if let Some(prefix) = env.get(PREFIX) {
-            builder = builder.prefix(prefix);
-        }
-        if let Some(layout) = env.get(KEY_LAYOUT) {
-            builder = builder.key_layout(match layout.trim() {
-                "escaped" => KeyLayout::Escaped,
-                "verbatim" => KeyLayout::Verbatim,
-                _ => {
-                    return Err(configuration(format!(
-                        "{KEY_LAYOUT} must be `escaped` or `verbatim`"
-                    )))
-                }
-            });
-        }
-        if let Some(step) = env.max_token_step()? {
-            builder = builder.max_token_step(step);
-        }
-        Ok(builder)
+        let names = SettingNames {
+            prefix: PREFIX,
+            key_layout: KEY_LAYOUT,
+        };
+        apply_env(env, names, builder)
     }
 }
+
+fence_objects::object_fence_builder!(S3FenceBuilder);
 
 /// The S3 client configuration the variables describe (endpoint, region, credentials: static
 /// ones, else the default AWS chain), for your own plain S3 clients beside the fence.

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use object_store::azure::MicrosoftAzureBuilder;
+
 use crate::process::ManagedProcess;
 use crate::unavailable;
 
@@ -17,14 +19,9 @@ pub const ACCOUNT_KEY: &str =
 pub const CONTAINER: &str = "fence-test";
 
 /// Creates a container with @azure/storage-blob (installed beside Azurite): argv is the
-/// install dir, the account URL and the container.
-const CREATE_CONTAINER: &str = r#"
-const { BlobServiceClient, StorageSharedKeyCredential } =
-  require(process.argv[1] + "/node_modules/@azure/storage-blob");
-const key = new StorageSharedKeyCredential(process.argv[4], process.argv[5]);
-new BlobServiceClient(process.argv[2], key).getContainerClient(process.argv[3])
-  .createIfNotExists().then(() => process.exit(0), (e) => { console.error(String(e)); process.exit(1); });
-"#;
+/// install dir, the account URL, the container, the account and its key. One script, shared
+/// with scripts/services.d/azurite.sh.
+const CREATE_CONTAINER: &str = include_str!("../../scripts/services.d/azurite-container.js");
 
 /// The Azurite install dir (`FENCE_AZURITE_DIR`, which scripts/test sets).
 fn install_dir() -> Option<PathBuf> {
@@ -121,4 +118,16 @@ impl AzuriteServer {
             "another process took Azurite's port while it was down"
         );
     }
+}
+
+/// object_store's Azure Blob client builder for [`CONTAINER`] of the Azurite whose account URL
+/// is `account_url` (an [`AzuriteServer::endpoint`], or a proxy's address before it), with the
+/// development account's key; add client options and build.
+pub fn azure_builder(account_url: &str) -> MicrosoftAzureBuilder {
+    MicrosoftAzureBuilder::new()
+        .with_account(ACCOUNT)
+        .with_access_key(ACCOUNT_KEY)
+        .with_container_name(CONTAINER)
+        .with_endpoint(account_url.to_owned())
+        .with_allow_http(true)
 }

@@ -8,26 +8,13 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_conformance::proxy::TcpProxy;
 use fence_core::Domain;
 use fence_s3::aws_sdk_s3;
 use fence_s3::aws_sdk_s3::config::timeout::TimeoutConfig;
 use fence_s3::S3Fence;
 use fence_testkit::s3::{self as s3_support, WeedServer};
-use fence_torture::{engine, ProxyFaults, ServerProcess, Subject, Target};
-
-struct Weed(WeedServer);
-
-impl ServerProcess for Weed {
-    fn kill_and_restart(&self) {
-        // Called on a blocking thread: the restart's own waiting is async.
-        tokio::runtime::Handle::current().block_on(self.0.kill_and_restart());
-    }
-
-    fn signal(&self, signal: &str) {
-        self.0.signal(signal);
-    }
-}
+use fence_torture::{engine, ProxyFaults, Subject, Target};
+use support::Weed;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn s3_holds_under_torture() {
@@ -37,12 +24,7 @@ async fn s3_holds_under_torture() {
     ) else {
         return;
     };
-    let upstream = server
-        .endpoint()
-        .trim_start_matches("http://")
-        .parse()
-        .unwrap();
-    let proxy = Arc::new(TcpProxy::start(upstream).await.unwrap());
+    let proxy = support::proxy_before(&server.endpoint()).await;
     let prefix = s3_support::unique_prefix("torture");
     // Each worker is its own process: its own client and cache of marks, so a stale worker
     // learns of a newer write from SeaweedFS's refusal of its conditional PUT, not from

@@ -10,7 +10,6 @@ use async_trait::async_trait;
 use fence_conformance::{NotApplicable, StatePart, StoreHarness};
 use fence_core::{BoxError, Domain, FencedStore, Observed};
 use fence_object_store::object_store::aws::AmazonS3Builder;
-use fence_object_store::object_store::azure::MicrosoftAzureBuilder;
 use fence_object_store::object_store::path::Path;
 use fence_object_store::object_store::{ObjectStore, ObjectStoreExt};
 use fence_object_store::ObjectStoreFence;
@@ -38,14 +37,8 @@ pub(crate) fn amazon_with_keys(endpoint: &str, access: &str, secret: &str) -> Ar
 
 /// object_store's Azure Blob client of Azurite's test container at `endpoint` (the account URL).
 pub(crate) fn azure(endpoint: &str) -> Arc<dyn ObjectStore> {
-    use fence_testkit::azurite;
     Arc::new(
-        MicrosoftAzureBuilder::new()
-            .with_account(azurite::ACCOUNT)
-            .with_access_key(azurite::ACCOUNT_KEY)
-            .with_container_name(azurite::CONTAINER)
-            .with_endpoint(endpoint.to_owned())
-            .with_allow_http(true)
+        fence_testkit::azurite::azure_builder(endpoint)
             .build()
             .expect("an Azure Blob client"),
     )

@@ -2,9 +2,12 @@
 //! full under `scripts/torture`), the seed, and the verdict with its figures.
 #![allow(dead_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use fence_torture::{check, FaultKind, Profile, Run, Verdict};
+use fence_conformance::proxy::TcpProxy;
+use fence_testkit::s3::WeedServer;
+use fence_torture::{check, FaultKind, Profile, Run, ServerProcess, Verdict};
 
 pub(crate) use fence_torture::env::{full_profile as is_full, seed};
 
@@ -130,4 +133,29 @@ pub(crate) fn verify(backend: &str, run: &Run, expect_faults: bool) {
             "{backend}: the faults made nothing ambiguous: {line}"
         );
     }
+}
+
+/// A SeaweedFS of the test's own, killed and paused by the fault injector.
+pub(crate) struct Weed(pub(crate) WeedServer);
+
+impl ServerProcess for Weed {
+    fn kill_and_restart(&self) {
+        // Called on a blocking thread: the restart's own waiting is async.
+        tokio::runtime::Handle::current().block_on(self.0.kill_and_restart());
+    }
+
+    fn signal(&self, signal: &str) {
+        self.0.signal(signal);
+    }
+}
+
+/// A fault proxy in front of the `host:port` of an `http://host:port/…` endpoint.
+pub(crate) async fn proxy_before(endpoint: &str) -> Arc<TcpProxy> {
+    let authority = endpoint
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("an endpoint");
+    let upstream = authority.parse().expect("a loopback host:port");
+    Arc::new(TcpProxy::start(upstream).await.expect("the fault proxy"))
 }
