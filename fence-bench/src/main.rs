@@ -16,6 +16,7 @@ mod history;
 mod kafka;
 mod measure;
 mod memory;
+mod object_store;
 mod outbox;
 mod postgres;
 mod probe;
@@ -30,8 +31,15 @@ use std::process::ExitCode;
 use report::Row;
 
 /// The backends `--only` may name.
-const BACKENDS: [&str; 7] = [
-    "memory", "redis", "outbox", "s3", "postgres", "etcd", "kafka",
+const BACKENDS: [&str; 8] = [
+    "memory",
+    "redis",
+    "outbox",
+    "s3",
+    "object_store",
+    "postgres",
+    "etcd",
+    "kafka",
 ];
 
 /// Where the committed figures live (relative to the repository root).
@@ -96,6 +104,10 @@ async fn main() -> ExitCode {
     if wanted("s3") {
         eprintln!("benchmarking s3…");
         rows.extend(s3::run().await);
+    }
+    if wanted("object_store") {
+        eprintln!("benchmarking object_store…");
+        rows.extend(object_store::run().await);
     }
     if wanted("postgres") {
         eprintln!("benchmarking postgres…");
