@@ -1,5 +1,7 @@
 //! The torture run through object_store (fence-object-store), each worker its own client and
 //! version cache, tokens from leases on the shared Redis:
+//! - `InMemory`, one store shared by every worker's client: workers frozen past their lease,
+//!   no other faults;
 //! - S3 (`AmazonS3`) on a SeaweedFS of the test's own behind the fault proxy: cuts, delays,
 //!   black holes, SIGSTOP, kill -9 and restart on its data;
 //! - Azure Blob (`MicrosoftAzure`) on an Azurite of the test's own behind the fault proxy:
@@ -45,7 +47,7 @@ async fn run_on(
     backend: &str,
     seed: u64,
     client: impl Fn() -> Arc<dyn ObjectStore>,
-    faults: Arc<dyn Faults>,
+    faults: Option<Arc<dyn Faults>>,
     prefix: &str,
 ) {
     let Some(redis) = fence_testkit::redis::shared_fence(&format!("torture-{backend}")).await
@@ -58,23 +60,45 @@ async fn run_on(
             .build()
             .expect("valid configuration")
     };
-    let profile = support::profile(support::seed(seed), Duration::from_millis(300), true);
+    let profile = support::profile(
+        support::seed(seed),
+        Duration::from_millis(300),
+        faults.is_some(),
+    );
     // Each worker is its own process: a stale worker learns of a newer write from the store's
     // refusal of its conditional put, not from what a shared client saw.
     let workers = (0..profile.workers)
         .map(|_| Subject::Register(Arc::new(fence(client()))))
         .collect();
-    let target = Target::new(
+    let expect_faults = faults.is_some();
+    let mut target = Target::new(
         Arc::new(fence(client())),
         Arc::new(redis.leases()),
         Domain::new(format!("torture/{backend}")).unwrap(),
-    )
-    .with_faults(faults)
-    .with_clients_per_worker(workers)
-    // A worker's own client still refuses from what it saw itself.
-    .with_refusals_from_cache();
+    );
+    if let Some(faults) = faults {
+        target = target.with_faults(faults);
+    }
+    let target = target
+        .with_clients_per_worker(workers)
+        // A worker's own client still refuses from what it saw itself.
+        .with_refusals_from_cache();
     let run = engine::run(&profile, &target).await;
-    support::verify(backend, &run, true);
+    support::verify(backend, &run, expect_faults);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn in_memory_through_object_store_holds_under_torture() {
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(fence_object_store::object_store::memory::InMemory::new());
+    run_on(
+        "object_store-memory",
+        43,
+        || store.clone(),
+        None,
+        "torture/",
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -103,7 +127,14 @@ async fn s3_through_object_store_holds_under_torture() {
         .with_server(Arc::new(Weed(server)))
         .with_pauses();
     let prefix = s3_support::unique_prefix("torture-object-store");
-    run_on("object_store-s3", 37, client, Arc::new(faults), &prefix).await;
+    run_on(
+        "object_store-s3",
+        37,
+        client,
+        Some(Arc::new(faults)),
+        &prefix,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -127,7 +158,7 @@ async fn azure_through_object_store_holds_under_network_faults() {
         "object_store-azure",
         41,
         client,
-        Arc::new(ProxyFaults::new(proxy)),
+        Some(Arc::new(ProxyFaults::new(proxy))),
         "torture/",
     )
     .await;
