@@ -8,7 +8,7 @@ use fence_core::raw::TokenBounds;
 use fence_core::{FenceError, InvalidInput, IssuerView, Observed};
 use fence_objects::{
     KeyLayout, KeyScheme, VersionCache, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_KEY_BYTES,
-    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
+    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX,
 };
 use object_store::ObjectStore;
 use tokio::sync::OnceCell;
@@ -102,7 +102,7 @@ impl ObjectStoreFenceBuilder {
         self
     }
 
-    /// How many operation ids each object remembers (at most [`MAX_OP_ID_RETENTION`]).
+    /// How many operation ids each object remembers (at most [`MAX_OP_ID_RETENTION`](crate::MAX_OP_ID_RETENTION)).
     pub fn op_id_retention(mut self, count: usize) -> Self {
         self.op_id_retention = count;
         self
@@ -153,14 +153,11 @@ impl ObjectStoreFenceBuilder {
             self.max_key_bytes,
             self.max_segment_bytes,
         )?;
-        if self.max_attempts == 0 {
-            return Err(invalid("max_attempts must be at least 1".into()));
-        }
-        if self.max_value_bytes == 0 || self.op_id_retention > MAX_OP_ID_RETENTION {
-            return Err(invalid(format!(
-                "max_value_bytes must be positive and op_id_retention at most {MAX_OP_ID_RETENTION}"
-            )));
-        }
+        fence_objects::settings::check_limits(
+            self.max_attempts.into(),
+            self.max_value_bytes,
+            self.op_id_retention,
+        )?;
         Ok(Observed::new(ObjectStoreFence {
             inner: Arc::new(Inner {
                 store: self.store,

@@ -6,7 +6,7 @@ use std::num::NonZeroU64;
 use fence_core::env::{configuration, Env};
 use fence_core::FenceError;
 
-use crate::KeyLayout;
+use crate::{KeyLayout, MAX_OP_ID_RETENTION};
 
 /// A builder of an object fence, as [`apply_env`] configures it.
 pub trait ObjectFenceBuilder: Sized {
@@ -72,4 +72,84 @@ pub fn apply_env<B: ObjectFenceBuilder>(
         builder = builder.with_max_token_step(step);
     }
     Ok(builder)
+}
+
+/// Checks the limits every object fence's builder takes: at least one compare-and-swap attempt,
+/// a positive payload bound, at most [`MAX_OP_ID_RETENTION`] remembered operation ids.
+pub fn check_limits(
+    max_attempts: u64,
+    max_value_bytes: usize,
+    op_id_retention: usize,
+) -> Result<(), FenceError> {
+    if max_attempts == 0 {
+        return Err(configuration("max_attempts must be at least 1"));
+    }
+    if max_value_bytes == 0 || op_id_retention > MAX_OP_ID_RETENTION {
+        return Err(configuration(format!(
+            "max_value_bytes must be positive and op_id_retention at most {MAX_OP_ID_RETENTION}"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)] // a failed test panics
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default, PartialEq)]
+    struct Recorded {
+        prefix: Option<String>,
+        layout: Option<KeyLayout>,
+        step: Option<NonZeroU64>,
+    }
+
+    impl ObjectFenceBuilder for Recorded {
+        fn with_prefix(mut self, prefix: String) -> Self {
+            self.prefix = Some(prefix);
+            self
+        }
+        fn with_key_layout(mut self, layout: KeyLayout) -> Self {
+            self.layout = Some(layout);
+            self
+        }
+        fn with_max_token_step(mut self, max_step: NonZeroU64) -> Self {
+            self.step = Some(max_step);
+            self
+        }
+    }
+
+    const NAMES: SettingNames = SettingNames {
+        prefix: "P",
+        key_layout: "L",
+    };
+
+    #[test]
+    fn the_settings_set_reach_the_builder_and_a_bad_layout_names_its_variable() {
+        let env = Env::from_pairs([
+            ("P", "t/"),
+            ("L", " verbatim "),
+            ("FENCE_MAX_TOKEN_STEP", "9"),
+        ]);
+        let built = apply_env(&env, NAMES, Recorded::default()).unwrap();
+        assert_eq!(built.prefix.as_deref(), Some("t/"));
+        assert_eq!(built.layout, Some(KeyLayout::Verbatim));
+        assert_eq!(built.step, NonZeroU64::new(9));
+        let unset = apply_env(&Env::from_pairs([("X", "1")]), NAMES, Recorded::default());
+        assert_eq!(unset.unwrap(), Recorded::default());
+        let bad = apply_env(
+            &Env::from_pairs([("L", "flat")]),
+            NAMES,
+            Recorded::default(),
+        );
+        assert!(bad.unwrap_err().to_string().contains("L must be"));
+    }
+
+    #[test]
+    fn limits_outside_their_bounds_are_refused() {
+        assert!(check_limits(1, 1, MAX_OP_ID_RETENTION).is_ok());
+        assert!(check_limits(0, 1, 0).is_err());
+        assert!(check_limits(1, 0, 0).is_err());
+        assert!(check_limits(1, 1, MAX_OP_ID_RETENTION + 1).is_err());
+    }
 }

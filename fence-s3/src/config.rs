@@ -10,7 +10,7 @@ use fence_core::raw::TokenBounds;
 use fence_core::{FenceError, InvalidInput, IssuerView, Observed};
 use fence_objects::{
     KeyLayout, KeyScheme, VersionCache, DEFAULT_CACHE_CAPACITY, DEFAULT_MAX_KEY_BYTES,
-    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX, MAX_OP_ID_RETENTION,
+    DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX,
 };
 use tokio::sync::OnceCell;
 
@@ -191,7 +191,7 @@ impl S3FenceBuilder {
         self
     }
 
-    /// How many operation ids each object remembers (at most [`MAX_OP_ID_RETENTION`]).
+    /// How many operation ids each object remembers (at most [`MAX_OP_ID_RETENTION`](crate::MAX_OP_ID_RETENTION)).
     pub fn op_id_retention(mut self, count: usize) -> Self {
         self.op_id_retention = count;
         self
@@ -235,14 +235,11 @@ impl S3FenceBuilder {
                 "multipart threshold must be at least the part size".into(),
             ));
         }
-        if self.max_attempts == 0 {
-            return Err(invalid("max_attempts must be at least 1".into()));
-        }
-        if self.max_value_bytes == 0 || self.op_id_retention > MAX_OP_ID_RETENTION {
-            return Err(invalid(format!(
-                "max_value_bytes must be positive and op_id_retention at most {MAX_OP_ID_RETENTION}"
-            )));
-        }
+        fence_objects::settings::check_limits(
+            u64::try_from(self.max_attempts).unwrap_or(u64::MAX),
+            self.max_value_bytes,
+            self.op_id_retention,
+        )?;
         let client = Client::from_conf(
             client
                 .config()
