@@ -195,30 +195,77 @@ async fn story(backend: &str) -> Result<bool, Error> {
         )
         .await?;
     let stale_file = write_version(&stale_fence, &table, first.token, "id,amount\n1,100\n").await?;
+    let mut files = vec![stale_file.clone()];
+    let told = takeover_and_late_commit(
+        &Writers {
+            fence: &fence,
+            stale_fence: &stale_fence,
+            store: &*store,
+        },
+        &coordinator,
+        &table,
+        (first.token, &stale_file),
+        &clock,
+        &mut files,
+    )
+    .await;
+    // The run's files, whatever happened: the stale writer's uncommitted file is garbage a
+    // table's vacuum would remove; here everything the run created goes.
+    for key in &files {
+        store.delete(&Path::parse(key)?).await?;
+    }
+    let told = told?;
+    fence_examples::retire_run(&fence, &table).await?;
+    Ok(told)
+}
+
+/// The two writers' clients over one store.
+struct Writers<'a> {
+    fence: &'a Observed<ObjectStoreFence>,
+    stale_fence: &'a Observed<ObjectStoreFence>,
+    store: &'a dyn ObjectStore,
+}
+
+/// Writer 2 takes over and commits; writer 1 wakes up and commits late; a plain reader reads.
+/// True when the late commit was refused and the reader sees writer 2's file alone.
+async fn takeover_and_late_commit(
+    writers: &Writers<'_>,
+    coordinator: &Observed<MemoryLeases>,
+    table: &Domain,
+    (stale_token, stale_file): (FencingToken, &String),
+    clock: &Timeline,
+    files: &mut Vec<String>,
+) -> Result<bool, Error> {
+    let Writers {
+        fence,
+        stale_fence,
+        store,
+    } = *writers;
     clock.say(
         "w1",
-        format!("wrote {stale_file} with token {}, then stalls", first.token),
+        format!("wrote {stale_file} with token {stale_token}, then stalls"),
     );
-
     tokio::time::sleep(Duration::from_millis(250)).await; // writer 1 stalls past its lease
     let second = coordinator
-        .acquire(&table, &OwnerId::new("writer-2")?, Duration::from_secs(10))
+        .acquire(table, &OwnerId::new("writer-2")?, Duration::from_secs(10))
         .await?;
-    let file = write_version(&fence, &table, second.token, "id,amount\n1,100\n2,250\n").await?;
-    commit(&fence, &table, second.token, std::slice::from_ref(&file)).await?;
+    let file = write_version(fence, table, second.token, "id,amount\n1,100\n2,250\n").await?;
+    files.push(file.clone());
+    commit(fence, table, second.token, std::slice::from_ref(&file)).await?;
     clock.say(
         "w2",
         format!("took over and committed {file} with token {}", second.token),
     );
 
-    let refused = match commit(
-        &fence,
-        &table,
-        first.token,
-        std::slice::from_ref(&stale_file),
-    )
-    .await
-    {
+    // Through writer 1's own client, which never saw writer 2's commit: the pointer object as
+    // the store holds it decides.
+    let late = commit(
+        stale_fence,
+        table,
+        stale_token,
+        std::slice::from_ref(stale_file),
+    );
+    let refused = match late.await {
         Err(error) if error.is_fenced() => {
             clock.say("w1", format!("wakes up and commits: {error}"));
             true
@@ -227,21 +274,13 @@ async fn story(backend: &str) -> Result<bool, Error> {
         Err(error) => return Err(error.into()),
     };
 
-    let pointer_key = fence.object_key(&table)?;
-    let files = plain_read(&*store, &pointer_key).await?;
+    let pointer_key = fence.object_key(table)?;
+    let read = plain_read(store, &pointer_key).await?;
     println!("a plain reader (object_store, no fence) reads the table at {pointer_key}:");
-    for (key, rows) in &files {
+    for (key, rows) in &read {
         println!("  {key}: {}", rows.trim_end().replace('\n', " | "));
     }
-    let committed = files.len() == 1 && files[0].0 == file;
-
-    // The run's files: the stale writer's uncommitted file is garbage a table's vacuum would
-    // remove; here everything the run created goes.
-    for key in [&stale_file, &file] {
-        store.delete(&Path::parse(key)?).await?;
-    }
-    fence_examples::retire_run(&fence, &table).await?;
-    Ok(refused && committed)
+    Ok(refused && read.len() == 1 && read[0].0 == file)
 }
 
 fn backend_arg() -> String {

@@ -10,9 +10,7 @@ use bytes::Bytes;
 use fence_core::{Domain, FencedStore, FencingToken, Observed, WriteRequest};
 use fence_object_store::env::store_from_url;
 use fence_object_store::object_store::path::Path;
-use fence_object_store::object_store::{
-    ObjectStore, ObjectStoreExt, PutMode, PutOptions, UpdateVersion,
-};
+use fence_object_store::object_store::{ObjectStore, PutMode, PutOptions, UpdateVersion};
 use fence_object_store::ObjectStoreFence;
 
 use crate::measure::{compare, done, run_id, OpResult, Plan};
@@ -49,22 +47,14 @@ fn stores() -> Result<Vec<Measured>, String> {
         ]),
     )
     .map_err(|e| e.to_string())?;
-    // The Azurite scripts/services starts for the examples (its container `fence-examples`).
+    // The Azurite scripts/services starts.
+    use fence_testkit::azurite;
     let azure = store_from_url(
-        "az://fence-examples",
+        &format!("az://{}", azurite::SHARED_CONTAINER),
         pairs(&[
-            (
-                "azure_storage_account_name",
-                fence_testkit::azurite::ACCOUNT,
-            ),
-            (
-                "azure_storage_account_key",
-                fence_testkit::azurite::ACCOUNT_KEY,
-            ),
-            (
-                "azure_storage_endpoint",
-                "http://127.0.0.1:10100/devstoreaccount1",
-            ),
+            ("azure_storage_account_name", azurite::ACCOUNT),
+            ("azure_storage_account_key", azurite::ACCOUNT_KEY),
+            ("azure_storage_endpoint", azurite::SHARED_ACCOUNT_URL),
             ("azure_allow_http", "true"),
         ]),
     )
@@ -157,6 +147,20 @@ async fn run_store(
     pid_file: Option<&str>,
 ) -> Result<Vec<Row>, String> {
     let run = run_id();
+    let measured = measure(label, &store, pid_file, run).await;
+    // What the run wrote goes, whether or not it measured: the fenced objects and the plain.
+    let cleaned = fence_object_store::delete_under(&*store, &format!("bench-{run}/")).await;
+    let rows = measured?;
+    cleaned.map_err(|e| format!("removing the run's objects: {e}"))?;
+    Ok(rows)
+}
+
+async fn measure(
+    label: &str,
+    store: &Arc<dyn ObjectStore>,
+    pid_file: Option<&str>,
+    run: u128,
+) -> Result<Vec<Row>, String> {
     let probe = pid_file.map(Probe::server).unwrap_or_default();
     let kib = Bytes::from(vec![b'x'; 1024]);
     let fence = ObjectStoreFence::builder(store.clone())
@@ -187,7 +191,7 @@ async fn run_store(
             &probe,
             fenced_puts(&fence, &domains, &kib),
             plain_puts(
-                &store,
+                store,
                 format!("bench-{run}/plain-{conditional}/"),
                 8,
                 &kib,
@@ -202,20 +206,6 @@ async fn run_store(
             &fenced,
             &plain,
         ));
-    }
-    // What the run wrote goes: the fenced objects and the plain ones.
-    for prefix in ["fenced", "plain-false", "plain-true"] {
-        let listed: Vec<_> = futures_util::TryStreamExt::try_collect(
-            store.list(Some(&Path::from(format!("bench-{run}/{prefix}")))),
-        )
-        .await
-        .map_err(|e: fence_object_store::object_store::Error| e.to_string())?;
-        for object in listed {
-            store
-                .delete(&object.location)
-                .await
-                .map_err(|e| e.to_string())?;
-        }
     }
     Ok(rows)
 }

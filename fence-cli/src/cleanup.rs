@@ -9,12 +9,10 @@ use fence_etcd::Etcd;
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use fence_kafka::rdkafka::client::DefaultClientContext;
 use fence_kafka::rdkafka::ClientConfig;
-use fence_object_store::object_store::path::Path;
-use fence_object_store::object_store::{ObjectStore, ObjectStoreExt};
+use fence_object_store::object_store::ObjectStore;
 use fence_object_store::ObjectStoreFence;
 use fence_postgres::PostgresFence;
 use fence_redis::redis;
-use futures_util::TryStreamExt;
 
 use crate::report::Report;
 use crate::targets::{with_authority, Targets};
@@ -294,21 +292,12 @@ async fn redis_cleanup(nodes: &[String], prefix: &str, cluster: bool) -> Result<
     Ok(format!("{removed} keys"))
 }
 
-/// Deletes every object under `prefix` (a folder: object_store lists by whole segments).
+/// Deletes every object under the run's `prefix`.
 async fn object_store_cleanup(store: &dyn ObjectStore, prefix: &str) -> Result<String, String> {
-    let folder = Path::from_iter(prefix.trim_end_matches('/').split('/'));
-    let listed: Vec<_> = store
-        .list(Some(&folder))
-        .try_collect()
+    fence_object_store::delete_under(store, prefix)
         .await
-        .map_err(|e| format!("listing `{prefix}` in {store}: {e}"))?;
-    for object in &listed {
-        store
-            .delete(&object.location)
-            .await
-            .map_err(|e| format!("deleting `{}` in {store}: {e}", object.location))?;
-    }
-    Ok(format!("{} objects", listed.len()))
+        .map(|removed| format!("{removed} objects"))
+        .map_err(|e| format!("deleting `{prefix}` in {store}: {e}"))
 }
 
 async fn s3_cleanup(

@@ -142,17 +142,19 @@ async fn read(targets: &Targets, source: Source<'_>) -> Result<Vec<u8>, Report> 
 
 /// The object at `key` through the configured object_store URL, whole.
 async fn read_through_object_store(targets: &Targets, key: &str) -> Result<Vec<u8>, Report> {
+    use fence_core::BackendErrorKind;
     use fence_object_store::object_store::{path::Path, Error, ObjectStoreExt};
+    use fence_object_store::ObjectStoreFenceError;
     let fence = targets.object_store()?;
     let path = Path::parse(key)
         .map_err(|e| Report::usage(format!("`{key}` is not an object_store path: {e}")))?;
+    // Classified as the library classifies it.
     let failed = |e: Error| {
         let report = Report::usage(format!("reading object `{key}`: {e}"));
-        match e {
-            Error::NotFound { .. } => Report::usage(format!("no object `{key}` in the store"))
+        match ObjectStoreFenceError::Store(e).kind() {
+            BackendErrorKind::NotFound => Report::usage(format!("no object `{key}` in the store"))
                 .with_exit(Exit::NotFound, "not_found"),
-            // object_store gives Generic once its own retries are spent on a lost connection.
-            Error::Generic { .. } => report.with_exit(Exit::Unavailable, "unavailable"),
+            BackendErrorKind::Unavailable => report.with_exit(Exit::Unavailable, "unavailable"),
             _ => report.with_exit(Exit::Failed, "failed"),
         }
     };

@@ -178,12 +178,15 @@ async fn object_store(targets: &Targets, domain: Domain) -> Result<Inspection, R
             snapshot,
         ));
     }
-    let unavailable = |domain: &Domain, e: fence_object_store::object_store::Error| {
+    // Classified as the library classifies it (a concurrent retire: not found; a revoked
+    // credential: denied; a lost connection: unavailable).
+    let failed_read = |domain: &Domain, e: fence_object_store::object_store::Error| {
+        let error = fence_object_store::ObjectStoreFenceError::Store(e);
         Report::failed(&FenceError::backend(
             "object_store",
-            fence_core::BackendErrorKind::Unavailable,
+            error.kind(),
             Some(domain),
-            e,
+            error,
         ))
     };
     let path = Path::parse(&key).map_err(|e| Report::usage(e.to_string()))?;
@@ -191,7 +194,7 @@ async fn object_store(targets: &Targets, domain: Domain) -> Result<Inspection, R
     let object = fence_object_store::ObjectStoreFence::store(&fence)
         .get(&path)
         .await
-        .map_err(|e| unavailable(&domain, e))?;
+        .map_err(|e| failed_read(&domain, e))?;
     let mut metadata = serde_json::Map::new();
     let mut content_type = None;
     for (attribute, value) in object.attributes.iter() {
@@ -203,7 +206,7 @@ async fn object_store(targets: &Targets, domain: Domain) -> Result<Inspection, R
             _ => {}
         }
     }
-    let bytes = object.bytes().await.map_err(|e| unavailable(&domain, e))?;
+    let bytes = object.bytes().await.map_err(|e| failed_read(&domain, e))?;
     let attributes = json!({ "content_type": content_type, "metadata": metadata });
     envelope_inspection("object_store", domain, key, &bytes, attributes)
 }

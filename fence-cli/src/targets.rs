@@ -28,10 +28,11 @@ pub(crate) enum Layout {
 impl Layout {
     /// The name the libraries' variables use.
     fn name(self) -> &'static str {
-        match self {
-            Layout::Escaped => "escaped",
-            Layout::Verbatim => "verbatim",
-        }
+        let layout = match self {
+            Layout::Escaped => fence_s3::KeyLayout::Escaped,
+            Layout::Verbatim => fence_s3::KeyLayout::Verbatim,
+        };
+        layout.name()
     }
 }
 
@@ -452,9 +453,20 @@ impl Targets {
             .map_err(|e| Report::failed(&e))
     }
 
-    /// A fence over the object store the URL names (no request made yet).
+    /// A fence over the object store the URL names (no request made yet). `memory:///` is
+    /// refused: each command would get an empty store of its own.
     pub(crate) fn object_store(&self) -> Connect<Observed<ObjectStoreFence>> {
-        ObjectStoreFenceBuilder::from_env_with(&self.env())
+        let env = self.env();
+        if env
+            .get(fence_object_store::env::URL)
+            .is_some_and(|url| url.trim_start().starts_with("memory:"))
+        {
+            return Err(Report::usage(format!(
+                "{}=memory:/// names a store inside one process: the command would see an empty one",
+                fence_object_store::env::URL
+            )));
+        }
+        ObjectStoreFenceBuilder::from_env_with(&env)
             .and_then(ObjectStoreFenceBuilder::build)
             .map_err(|e| Report::failed(&e))
     }

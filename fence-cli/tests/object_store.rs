@@ -140,6 +140,14 @@ async fn inspect_decode_claim_permissions_and_retire_on_azurite() {
         .expect(1)
         .json();
     assert_eq!(denied["all_granted"], false, "{denied}");
+    // Azurite answered, and refused: the listing and the create are denied (not unknown).
+    let access = |i: usize| {
+        denied["permissions"][i]["access"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    assert_eq!(access(0).as_deref(), Some("denied"), "{denied}");
+    assert_eq!(access(1).as_deref(), Some("denied"), "{denied}");
 
     fence(
         &env,
@@ -164,6 +172,8 @@ fn urls_that_cannot_fence_are_refused_before_any_request() {
     for (url, says) in [
         ("file:///tmp/fence-cli-tables", "LocalFileSystem"),
         ("az://container/tables", "FENCE_OBJECT_STORE_PREFIX"),
+        // One process's memory: every command would see an empty store.
+        ("memory:///", "an empty one"),
     ] {
         let env = vec![("FENCE_OBJECT_STORE_URL", url.to_owned())];
         let run = fence(&env, &["inspect", "object-store", "d"], b"").expect(2);

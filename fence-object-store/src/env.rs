@@ -14,8 +14,12 @@
 //! for `gs://`. Each cloud needs this crate's feature of the same name (`aws`, `azure`, `gcp`).
 //! Stores built here have object_store's own retries turned off (`max_retries: 0`): a
 //! conditional write it resent after a lost answer could be refused although the first send
-//! applied, and reported as refused; without resends a lost answer is `Ambiguous`, and Fence's
-//! own loop retries what a retry can mend.
+//! applied, and reported as refused. Without resends every answer is exact, but a momentary
+//! server error, throttling (429, 503) or a cut connection is returned at once: as
+//! `Unavailable` (retryable: retry the call, with backoff) or, for a write whose answer was
+//! lost, `Ambiguous`. Fence's own compare-and-swap loop retries only writes lost to
+//! concurrent writers. Build the store yourself (with your `RetryConfig`) and pass it to
+//! [`ObjectStoreFence::builder`] to choose otherwise.
 //! A URL with a path after the bucket is refused (the prefix is set on its own, so that it
 //! means the same here as in fence-s3), and so are `file://` (object_store's `LocalFileSystem`
 //! cannot compare-and-swap) and plain HTTP stores. `FENCE_ISSUED_ONLY` is refused: an object
@@ -112,12 +116,17 @@ pub fn store_from_url(
     open(url, Settings::Pairs(&pairs))
 }
 
-/// Opens the store `url` names; errors never echo the URL's query (it may hold a SAS token).
+/// Opens the store `url` names; errors show the URL without its query and fragment (a SAS
+/// token's signature) and without a password.
 fn open(url: &str, settings: Settings<'_>) -> Result<Arc<dyn ObjectStore>, FenceError> {
-    let shown = fence_core::env::redact_url(url);
+    let without_query = url.split(['?', '#']).next().unwrap_or_default();
+    let shown = fence_core::env::redact_url(without_query);
     let parsed = Url::parse(url).map_err(|e| configuration(format!("{URL} `{shown}`: {e}")))?;
-    let (scheme, path) = ObjectStoreScheme::parse(&parsed)
-        .map_err(|e| configuration(format!("{URL} `{shown}`: {e}")))?;
+    let (scheme, path) = ObjectStoreScheme::parse(&parsed).map_err(|_| {
+        configuration(format!(
+            "{URL} `{shown}`: not a store URL object_store recognises (s3://, az://, gs://, memory:///)"
+        ))
+    })?;
     let refuse = |why: &str| Err(configuration(format!("{URL} `{shown}`: {why}")));
     match scheme {
         ObjectStoreScheme::Local => {
@@ -170,9 +179,28 @@ macro_rules! build_with {
                 ..object_store::RetryConfig::default()
             })
             .build()
-            .map_err(|e| configuration(format!("{}: {e}", $shown)))?;
+            .map_err(|e| {
+                configuration(format!(
+                    "{}: {}",
+                    $shown,
+                    scrub(&e.to_string(), $url, $shown)
+                ))
+            })?;
         Ok(Arc::new(store) as Arc<dyn ObjectStore>)
     }};
+}
+
+/// `text` (an object_store error) with the URL it may quote replaced by its shown form.
+#[cfg_attr(
+    not(any(feature = "aws", feature = "azure", feature = "gcp")),
+    allow(dead_code)
+)]
+fn scrub(text: &str, url: &str, shown: &str) -> String {
+    let scrubbed = text.replace(url, shown);
+    match url.find(['?', '#']) {
+        Some(at) => scrubbed.replace(&url[at..], ""),
+        None => scrubbed,
+    }
 }
 
 #[allow(unused_variables)] // without any cloud feature only the refusal uses them
@@ -235,6 +263,20 @@ mod tests {
             Err(other) => panic!("expected a configuration error for {url}, got {other}"),
             Ok(store) => panic!("expected {url} to be refused, got {store}"),
         }
+    }
+
+    #[test]
+    fn a_refused_url_is_shown_without_its_query_or_password() {
+        let why = refused(
+            "https://acct.blob.core.windows.net/c/tables?sv=1&sig=SECRET",
+            &[],
+        );
+        assert!(
+            !why.contains("SECRET") && why.contains("acct.blob"),
+            "{why}"
+        );
+        let why = refused("memory://user:SECRET@host/x?sig=SECRET", &[]);
+        assert!(!why.contains("SECRET"), "{why}");
     }
 
     #[test]

@@ -60,10 +60,11 @@ impl ObjectStoreFenceError {
     }
 }
 
-/// The class of an object_store error. `Generic` covers what its HTTP clients give once their
-/// own retries are spent on a connection failure, a timeout or a server error, but also any
-/// status it does not map and some refusals made before sending: counted as retryable
-/// (unavailable), since the cases cannot be told apart from outside object_store.
+/// The class of an object_store error. `Generic` covers what its HTTP clients give on a
+/// connection failure, a timeout or a server error, but also statuses some requests do not map
+/// (Azure's list answers 403 as `Generic`): the HTTP status object_store quotes in the message
+/// decides when there is one (401/403 denied, 404 not found, other 4xx but 408 and 429
+/// rejected); otherwise it counts as retryable (unavailable).
 fn classify(error: &object_store::Error) -> BackendErrorKind {
     use object_store::Error as E;
     match error {
@@ -71,9 +72,34 @@ fn classify(error: &object_store::Error) -> BackendErrorKind {
             BackendErrorKind::PermissionDenied
         }
         E::NotFound { .. } => BackendErrorKind::NotFound,
-        E::Generic { .. } => BackendErrorKind::Unavailable,
+        E::Generic { .. } => match quoted_status(error) {
+            Some(401 | 403) => BackendErrorKind::PermissionDenied,
+            Some(404) => BackendErrorKind::NotFound,
+            Some(status) if (400..500).contains(&status) && status != 408 && status != 429 => {
+                BackendErrorKind::Rejected
+            }
+            _ => BackendErrorKind::Unavailable,
+        },
         _ => BackendErrorKind::Rejected,
     }
+}
+
+/// The HTTP status object_store's message quotes ("… status code: 403 Forbidden …"), anywhere
+/// in the error's chain of sources.
+fn quoted_status(error: &object_store::Error) -> Option<u16> {
+    const MARK: &str = "status code: ";
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(current) = source {
+        let text = current.to_string();
+        if let Some(at) = text.find(MARK) {
+            let digits: String = text[at + MARK.len()..].chars().take(3).collect();
+            if let Ok(status) = digits.parse() {
+                return Some(status);
+            }
+        }
+        source = current.source();
+    }
+    None
 }
 
 /// A backend error of `error`'s class.
@@ -98,4 +124,28 @@ pub(crate) fn store_error(
         };
     }
     backend_error(Some(domain), error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(message: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "MicrosoftAzure",
+            source: message.to_owned().into(),
+        }
+    }
+
+    #[test]
+    fn a_generic_error_is_classified_by_the_status_it_quotes() {
+        let denied = generic("Error performing list request: Server returned non-2xx status code: 403 Forbidden: <Error/>");
+        assert_eq!(classify(&denied), BackendErrorKind::PermissionDenied);
+        let throttled = generic("Server returned non-2xx status code: 429 Too Many Requests");
+        assert_eq!(classify(&throttled), BackendErrorKind::Unavailable);
+        let bad = generic("Server returned non-2xx status code: 400 Bad Request");
+        assert_eq!(classify(&bad), BackendErrorKind::Rejected);
+        let cut = generic("Error performing PUT: error sending request: connection reset");
+        assert_eq!(classify(&cut), BackendErrorKind::Unavailable);
+    }
 }

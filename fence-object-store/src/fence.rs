@@ -70,8 +70,7 @@ impl ObjectStoreFence {
 
     /// The folder the prefix names (`None`: the store's root), as object_store lists.
     pub(crate) fn prefix_folder(&self) -> Option<Path> {
-        let folder = self.prefix().trim_end_matches('/');
-        (!folder.is_empty()).then(|| Path::from_iter(folder.split('/')))
+        crate::retire::folder_of(self.prefix())
     }
 
     pub(crate) fn object_path(&self, domain: &Domain) -> Result<Path, FenceError> {

@@ -24,3 +24,4 @@ pub use fence_objects::{
     DEFAULT_MAX_KEY_BYTES, DEFAULT_MAX_SEGMENT_BYTES, DEFAULT_OP_ID_RETENTION, DEFAULT_PREFIX,
     MAX_OP_ID_RETENTION,
 };
+pub use retire::delete_under;

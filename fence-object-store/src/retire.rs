@@ -3,7 +3,8 @@
 
 use async_trait::async_trait;
 use fence_core::{Domain, FenceError, Operation, Retired, Retirer};
-use object_store::ObjectStoreExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::error::store_error;
 use crate::fence::path_of;
@@ -49,4 +50,31 @@ impl Retirer for ObjectStoreFence {
         self.inner.cache.remove(&object);
         Ok(Retired::new(removed))
     }
+}
+
+/// The folder a key prefix names, as object_store lists it (`None`: the store's root).
+pub(crate) fn folder_of(prefix: &str) -> Option<Path> {
+    let folder = prefix.trim_end_matches('/');
+    (!folder.is_empty()).then(|| Path::from_iter(folder.split('/')))
+}
+
+/// Deletes every object under the key prefix `prefix` (whole segments, as object_store lists)
+/// and says how many there were: the objects of a `fence qualify` run or of a benchmark, under
+/// a prefix no holder writes. Not fenced. An empty prefix (the whole store) is refused.
+pub async fn delete_under(
+    store: &dyn ObjectStore,
+    prefix: &str,
+) -> Result<usize, object_store::Error> {
+    use futures_util::TryStreamExt;
+    let Some(folder) = folder_of(prefix) else {
+        return Err(object_store::Error::Generic {
+            store: "fence-object-store",
+            source: "refusing to delete every object of the store (an empty prefix)".into(),
+        });
+    };
+    let listed: Vec<_> = store.list(Some(&folder)).try_collect().await?;
+    for object in &listed {
+        store.delete(&object.location).await?;
+    }
+    Ok(listed.len())
 }

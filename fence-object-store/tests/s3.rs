@@ -138,6 +138,15 @@ async fn a_server_that_ignores_conditions_is_refused() {
         matches!(head, Err(object_store::Error::NotFound { .. })),
         "a domain's object was written through a store that ignores conditions: {head:?}"
     );
+    // Nor anything else under the fence's prefix: the probes removed their objects.
+    let left: Vec<_> = futures_util::TryStreamExt::try_collect(
+        fence
+            .store()
+            .list(Some(&Path::from(fence.prefix().trim_end_matches('/')))),
+    )
+    .await
+    .unwrap();
+    assert!(left.is_empty(), "objects left under the prefix: {left:?}");
 }
 
 /// object_store's LocalFileSystem creates an object only if absent but cannot replace one only

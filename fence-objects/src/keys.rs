@@ -46,10 +46,16 @@ pub enum KeyLayout {
 impl KeyLayout {
     /// The layout a setting names: `escaped` or `verbatim` (surrounding spaces ignored).
     pub fn from_name(name: &str) -> Option<Self> {
-        match name.trim() {
-            "escaped" => Some(KeyLayout::Escaped),
-            "verbatim" => Some(KeyLayout::Verbatim),
-            _ => None,
+        [KeyLayout::Escaped, KeyLayout::Verbatim]
+            .into_iter()
+            .find(|layout| layout.name() == name.trim())
+    }
+
+    /// The layout's name in settings: `escaped` or `verbatim`.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeyLayout::Escaped => "escaped",
+            KeyLayout::Verbatim => "verbatim",
         }
     }
 }

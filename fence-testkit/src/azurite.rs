@@ -15,6 +15,11 @@ pub const ACCOUNT: &str = "devstoreaccount1";
 /// Azurite's published development key for [`ACCOUNT`] (not a secret: every Azurite has it).
 pub const ACCOUNT_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// The Azurite `scripts/services` starts (for the examples and the benchmarks): its account's
+/// URL…
+pub const SHARED_ACCOUNT_URL: &str = "http://127.0.0.1:10100/devstoreaccount1";
+/// …and its container.
+pub const SHARED_CONTAINER: &str = "fence-examples";
 /// The container the tests write to, created when the server starts.
 pub const CONTAINER: &str = "fence-test";
 
