@@ -213,7 +213,7 @@ async fn prepare(
     target = target.with_clients_per_worker(clients.per_worker);
     if backend.refuses_from_cache() {
         // fence-s3 and fence-kafka refuse a token below a mark they saw accepted without a
-        // request (DESIGN.md §8): such a refusal names that mark, maybe not the latest.
+        // request (DESIGN.md §3.4): such a refusal names that mark, maybe not the latest.
         target = target.with_refusals_from_cache();
     }
     if let Some(proxy) = &proxy {

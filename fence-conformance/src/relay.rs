@@ -651,7 +651,7 @@ async fn head_on_the_relays_partition(
     panic!("no domain of 64 landed on the relay's partition");
 }
 
-/// The outbox relay under torture (DESIGN.md §11): while writers record payments on four
+/// The outbox relay under torture (DESIGN.md §7.3): while writers record payments on four
 /// domains — new owners taking over at random and their predecessors writing on with the old
 /// token — relays are killed mid-work and have their lease ended under them (the old relay
 /// runs on as a zombie next to its successor), and the receiver fails and loses replies. Every

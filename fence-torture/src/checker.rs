@@ -1,4 +1,4 @@
-//! Proves the fencing invariants from a recorded [`History`] (DESIGN.md §11):
+//! Proves the fencing invariants from a recorded [`History`] (DESIGN.md §7.3):
 //!
 //! - **no stale acceptance**: no write or claim applied with a token below the mark at its
 //!   acceptance (its own reported previous mark, and every token applied before it began);

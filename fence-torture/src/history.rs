@@ -218,7 +218,7 @@ pub struct History {
     /// log order (`None`: a register's run, or the final read failed).
     pub final_log: Option<Vec<LoggedRecord>>,
     /// The store may refuse a stale token from a client-side cache (fence-s3 does, at no
-    /// request: DESIGN.md §8 allows a cache to prove `Fenced`), so a refusal's `current` is a
+    /// request: DESIGN.md §3.4 allows a cache to prove `Fenced`), so a refusal's `current` is a
     /// mark it accepted, at most the present one, not necessarily the present one.
     pub refusals_from_cache: bool,
 }

@@ -1,4 +1,4 @@
-//! Proving the fencing invariant under faults (DESIGN.md §11).
+//! Proving the fencing invariant under faults (DESIGN.md §7.3).
 //!
 //! A [torture run](engine::run) drives workers that take leases from a real issuer and write,
 //! delete, claim and read one domain through a fenced store (or append batches to a fenced

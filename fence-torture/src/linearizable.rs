@@ -1,7 +1,7 @@
 //! The fenced register is linearizable on bounded windows: for each window of a run (every
 //! window starts with no operation in flight), some order of its operations that respects real
 //! time (an operation that completed before another began comes first) makes a sequential
-//! fenced register — the acceptance rule of DESIGN.md §2, same-owner policy — give every
+//! fenced register — the acceptance rule of DESIGN.md §3, same-owner policy — give every
 //! recorded answer. Wing & Gong's search with memoization of (linearized set, state).
 //!
 //! Ambiguous operations may take effect at any point after they began, or never; one the

@@ -73,7 +73,7 @@ async fn kafka_log_holds_under_torture() {
     )
     .with_clients_per_worker(clients)
     // A client refuses a token below a mark it saw accepted without asking the broker
-    // (DESIGN.md §8), naming that mark: seen by another client first, it may not be the latest.
+    // (DESIGN.md §3.4), naming that mark: seen by another client first, it may not be the latest.
     .with_refusals_from_cache()
     .with_faults(Arc::new(
         ProxyFaults::new(proxy)
