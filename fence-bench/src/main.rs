@@ -12,6 +12,7 @@
 
 mod chart;
 mod etcd;
+mod fenced;
 mod history;
 mod kafka;
 mod measure;

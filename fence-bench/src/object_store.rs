@@ -7,19 +7,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use fence_core::{Domain, FencedStore, FencingToken, Observed, WriteRequest};
 use fence_object_store::env::store_from_url;
 use fence_object_store::object_store::path::Path;
 use fence_object_store::object_store::{ObjectStore, PutMode, PutOptions, UpdateVersion};
 use fence_object_store::ObjectStoreFence;
 
-use crate::measure::{compare, done, run_id, OpResult, Plan};
+use crate::fenced::{fenced_puts, written_domains, BoxFuture};
+use crate::measure::{compare, run_id, Plan};
 use crate::probe::Probe;
 use crate::report::Row;
 
 const BACKEND: &str = "object_store";
-
-type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = OpResult> + Send>>;
 
 /// A store measured: a label, the store, and its server's PID file (none in memory).
 type Measured = (&'static str, Arc<dyn ObjectStore>, Option<&'static str>);
@@ -124,23 +122,6 @@ fn plain_puts(
     }
 }
 
-fn fenced_puts(
-    fence: &Observed<ObjectStoreFence>,
-    domains: &Arc<Vec<Domain>>,
-    payload: &Bytes,
-) -> impl Fn(usize) -> BoxFuture + Send + Sync + 'static {
-    let (fence, domains, payload) = (fence.clone(), domains.clone(), payload.clone());
-    move |i| {
-        let fence = fence.clone();
-        let request = WriteRequest::put(
-            domains[i % domains.len()].clone(),
-            FencingToken::MIN,
-            payload.clone(),
-        );
-        Box::pin(async move { done(fence.write(&request).await) })
-    }
-}
-
 async fn run_store(
     label: &str,
     store: Arc<dyn ObjectStore>,
@@ -168,16 +149,7 @@ async fn measure(
         .connect()
         .await
         .map_err(|e| e.to_string())?;
-    // Every domain written once: no measured write creates an object.
-    let domains: Vec<Domain> = (0..8)
-        .map(|i| Domain::new(format!("d{i}")))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    for domain in &domains {
-        let request = WriteRequest::put(domain.clone(), FencingToken::MIN, kib.clone());
-        fence.write(&request).await.map_err(|e| e.to_string())?;
-    }
-    let domains = Arc::new(domains);
+    let domains = written_domains(&fence, 8, &kib).await?;
     let plan = Plan {
         rounds: 6,
         batch: 40,

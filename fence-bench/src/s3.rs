@@ -6,13 +6,14 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use fence_core::{Domain, FencedStore, FencingToken, Observed, WriteRequest};
+use fence_core::Observed;
 use fence_s3::aws_sdk_s3::primitives::ByteStream;
 use fence_s3::aws_sdk_s3::Client;
 use fence_s3::S3Fence;
 use fence_testkit::s3::RequestCounter;
 
-use crate::measure::{compare, done, run_id, OpResult, Plan, CONCURRENCY};
+use crate::fenced::{fenced_puts, written_domains, BoxFuture};
+use crate::measure::{compare, run_id, Plan, CONCURRENCY};
 use crate::probe::Probe;
 use crate::report::Row;
 
@@ -60,23 +61,6 @@ async fn fence(
     Ok((fence, requests))
 }
 
-/// `count` domains, each written once, so no measured write creates an object.
-async fn written_domains(
-    fence: &Observed<S3Fence>,
-    count: usize,
-    payload: &Bytes,
-) -> Result<Arc<Vec<Domain>>, String> {
-    let domains: Vec<Domain> = (0..count)
-        .map(|i| Domain::new(format!("d{i}")))
-        .collect::<Result<_, _>>()
-        .map_err(|e| e.to_string())?;
-    for domain in &domains {
-        let request = WriteRequest::put(domain.clone(), FencingToken::MIN, payload.clone());
-        fence.write(&request).await.map_err(|e| e.to_string())?;
-    }
-    Ok(Arc::new(domains))
-}
-
 /// Plain PUTs of `payload` at `<prefix><i % keys>`; with `if_match`, each carries the ETag the
 /// previous PUT of its key returned (SeaweedFS's own cost of the condition).
 fn plain_puts(
@@ -112,25 +96,6 @@ fn plain_puts(
             }
             Ok(())
         })
-    }
-}
-
-type BoxFuture = std::pin::Pin<Box<dyn std::future::Future<Output = OpResult> + Send>>;
-
-fn fenced_puts(
-    fence: &Observed<S3Fence>,
-    domains: &Arc<Vec<Domain>>,
-    payload: &Bytes,
-) -> impl Fn(usize) -> BoxFuture + Send + Sync + 'static {
-    let (fence, domains, payload) = (fence.clone(), domains.clone(), payload.clone());
-    move |i| {
-        let fence = fence.clone();
-        let request = WriteRequest::put(
-            domains[i % domains.len()].clone(),
-            FencingToken::MIN,
-            payload.clone(),
-        );
-        Box::pin(async move { done(fence.write(&request).await) })
     }
 }
 
