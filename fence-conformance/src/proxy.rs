@@ -1,8 +1,8 @@
 //! A loopback TCP proxy for fault injection in adapter tests and torture runs: it forwards bytes
 //! between a client and a real server, and on request holds them (a lagging link), loses
 //! requests (cut before they reach the server), cuts a request in the middle, cuts right after a
-//! request was sent, loses replies (cut on the reply), swallows everything (a black hole), or
-//! cuts every connection.
+//! request was sent, loses replies (cut on the reply), swallows everything (a black hole),
+//! cuts every connection, or closes new connections as they arrive.
 //!
 //! ```no_run
 //! # async fn example() -> std::io::Result<()> {
@@ -16,6 +16,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -59,6 +60,8 @@ pub struct TcpProxy {
     address: SocketAddr,
     mode: watch::Sender<Mode>,
     cuts: watch::Sender<u64>,
+    /// Whether new connections are closed as they arrive.
+    refusing: Arc<AtomicBool>,
     /// When any connection last carried bytes.
     activity: Activity,
     acceptor: JoinHandle<()>,
@@ -75,17 +78,20 @@ impl TcpProxy {
         let (mode, _) = watch::channel(Mode::Forward);
         let (cuts, _) = watch::channel(0);
         let activity = Arc::new(Mutex::new(Instant::now()));
+        let refusing = Arc::new(AtomicBool::new(false));
         let acceptor = tokio::spawn(accept(
             listener,
             upstream,
             mode.clone(),
             cuts.clone(),
+            refusing.clone(),
             activity.clone(),
         ));
         Ok(TcpProxy {
             address,
             mode,
             cuts,
+            refusing,
             activity,
             acceptor,
         })
@@ -152,6 +158,12 @@ impl TcpProxy {
     pub fn cut_all(&self) {
         self.cuts.send_modify(|generation| *generation += 1);
     }
+
+    /// Closes each new connection as it arrives (open ones go on in the current mode), until
+    /// `false`: a server that stopped accepting, seen only by a client that connects afresh.
+    pub fn refuse_new_connections(&self, refuse: bool) {
+        self.refusing.store(refuse, Ordering::SeqCst);
+    }
 }
 
 impl Drop for TcpProxy {
@@ -166,9 +178,13 @@ async fn accept(
     upstream: SocketAddr,
     mode: watch::Sender<Mode>,
     cuts: watch::Sender<u64>,
+    refusing: Arc<AtomicBool>,
     activity: Activity,
 ) {
     while let Ok((client, _)) = listener.accept().await {
+        if refusing.load(Ordering::SeqCst) {
+            continue; // dropping the client closes it
+        }
         let Ok(server) = TcpStream::connect(upstream).await else {
             continue; // dropping the client refuses it, as the server would
         };

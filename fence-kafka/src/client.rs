@@ -148,6 +148,10 @@ fn read(
                 }
             }
             Some(Err(KafkaError::PartitionEOF(_))) | None => {}
+            // Reports of a lost connection that librdkafka re-establishes by itself (measured:
+            // AllBrokersDown from a fresh reader on a loaded machine): the read goes on, and
+            // fails as incomplete if the deadline passes first.
+            Some(Err(error)) if reconnecting(&error) => {}
             Some(Err(error)) => return Err(error.into()),
         }
         let position = consumer
@@ -170,6 +174,19 @@ fn read(
             });
         }
     }
+}
+
+/// True for a consumer error that reports a connection librdkafka is re-establishing, not an
+/// answer from the broker.
+fn reconnecting(error: &KafkaError) -> bool {
+    matches!(
+        error.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::AllBrokersDown
+                | RDKafkaErrorCode::BrokerTransportFailure
+                | RDKafkaErrorCode::Resolve
+        )
+    )
 }
 
 /// Whether the record the broker acknowledged at `acked` is committed, read back once its
