@@ -34,7 +34,8 @@ Usage: cargo run [--features servers] --example table_commit -- [--backend memor
 
   memory  object_store's InMemory (the default; no server)
   azure   FENCE_OBJECT_STORE_URL=az://container with object_store's AZURE_* variables
-          (unset: the project's Azurite at 127.0.0.1:10100, container fence-examples)
+          (unset: the project's Azurite, FENCE_AZURITE_URL or 127.0.0.1:10100, container
+          fence-examples)
   s3      s3://FENCE_S3_BUCKET at FENCE_S3_ENDPOINT with FENCE_S3_ACCESS_KEY/SECRET_KEY
           (default the project's SeaweedFS)
   gcs     FENCE_OBJECT_STORE_URL=gs://bucket with object_store's GOOGLE_* variables
@@ -119,7 +120,11 @@ mod servers {
                         "azure_storage_account_key",
                         local::AZURITE_ACCOUNT_KEY.into(),
                     ),
-                    ("azure_storage_endpoint", local::AZURITE_ACCOUNT_URL.into()),
+                    (
+                        "azure_storage_endpoint",
+                        env.get(local::AZURITE_URL_VARIABLE)
+                            .unwrap_or_else(|| local::AZURITE_ACCOUNT_URL.into()),
+                    ),
                     ("azure_allow_http", "true".into()),
                 ]);
                 let url = format!("az://{}", local::AZURITE_CONTAINER);

@@ -27,13 +27,61 @@ wait_for_port() {
   return 1
 }
 
-# Stops the process whose PID is in file $1 (TERM, then KILL after $2 seconds), if we started it.
+# The PID of the process listening on TCP port $1 (on any local address): empty when nothing
+# listens, `unknown` when the holder cannot be seen (another user's process). Read from /proc,
+# without connecting: probing a port with a request would already write to whoever holds it.
+port_listener() {
+  local inode holder
+  inode=$(awk -v p="$(printf ':%04X' "$1")" \
+    'FNR > 1 && $4 == "0A" && substr($2, length($2) - 4) == p { print $10; exit }' \
+    /proc/net/tcp /proc/net/tcp6 2>/dev/null)
+  [ -n "$inode" ] || return 0
+  holder=$(find /proc/[0-9]*/fd -maxdepth 1 -lname "socket:\\[$inode\\]" -print -quit 2>/dev/null)
+  holder=${holder#/proc/}
+  echo "${holder%%/*}" | grep . || echo unknown
+}
+
+# Whether the process listening on port $1 is the server whose PID file is $2 (or a child of
+# it): a server this project started, and so the only kind it reuses.
+ours_on_port() {
+  local port=$1 pidfile=$2 ours pid
+  [ -f "$pidfile" ] || return 1
+  ours=$(cat "$pidfile")
+  pid=$(port_listener "$port")
+  while [ -n "$pid" ] && [ "$pid" != unknown ] && [ "$pid" -gt 1 ]; do
+    [ "$pid" = "$ours" ] && return 0
+    pid=$(awk '/^PPid:/ { print $2 }' "/proc/$pid/status" 2>/dev/null)
+  done
+  return 1
+}
+
+# Fails, naming the port, its holder and the variable that moves it, when anything listens on
+# port $1; $2 is that variable, $3 what the port is for. Nothing is sent to the holder.
+require_free() {
+  local port=$1 variable=$2 what=$3 pid command=
+  pid=$(port_listener "$port")
+  [ -n "$pid" ] || return 0
+  [ "$pid" = unknown ] || command=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | cut -c1-80 | sed 's/ *$//')
+  echo "127.0.0.1:$port ($what) is taken by a process this project did not start (pid $pid${command:+: $command}):" \
+    "the tests never write to a server they did not start; stop it, or set $variable to free ports" >&2
+  return 1
+}
+
+# Pid files of the servers this shell started; `services_stop_started` stops only these.
+SERVICES_STARTED=()
+started_here() { SERVICES_STARTED+=("$1"); }
+
+# Stops the process whose PID is in file $1 (signal $3, default TERM, then KILL after $2
+# seconds). When STOP_ONLY_STARTED is set, only a server this shell started.
 stop_pidfile() {
-  local pidfile=$1 grace=${2:-10} pid i
+  local pidfile=$1 grace=${2:-10} signal=${3:-TERM} pid i
   [ -f "$pidfile" ] || return 0
+  if [ -n "${STOP_ONLY_STARTED:-}" ] && ! printf '%s\n' "${SERVICES_STARTED[@]}" | grep -qxF "$pidfile"; then
+    return 0
+  fi
   pid=$(cat "$pidfile")
   if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
+    kill "-$signal" "$pid" 2>/dev/null || true
     for ((i = 0; i < grace * 10; i++)); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
@@ -56,6 +104,12 @@ services_stop() {
   for s in "${SERVICES[@]}"; do
     "${s}_stop" || true
   done
+}
+
+# Stops the servers this shell started, and leaves those it found running (started earlier by
+# `scripts/services up`, say) as they were.
+services_stop_started() {
+  STOP_ONLY_STARTED=1 services_stop
 }
 
 # The demo backends to run: memory plus every started service that has a demo backend.

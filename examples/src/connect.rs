@@ -78,6 +78,9 @@ pub mod local {
     pub const POSTGRES_URL: &str = "postgres://fence@127.0.0.1:5440/postgres";
     /// Azurite's blob service, its development account's URL.
     pub const AZURITE_ACCOUNT_URL: &str = "http://127.0.0.1:10100/devstoreaccount1";
+    /// The variable that moves it (`scripts/services env` prints it; `FENCE_AZURITE_PORT`
+    /// moves the server).
+    pub const AZURITE_URL_VARIABLE: &str = "FENCE_AZURITE_URL";
     /// Azurite's development account.
     pub const AZURITE_ACCOUNT: &str = "devstoreaccount1";
     /// Azurite's published development key (every Azurite has it; not a secret).

@@ -47,12 +47,13 @@ fn stores() -> Result<Vec<Measured>, String> {
     .map_err(|e| e.to_string())?;
     // The Azurite scripts/services starts.
     use fence_testkit::azurite;
+    let azurite_url = azurite::shared_account_url();
     let azure = store_from_url(
         &format!("az://{}", azurite::SHARED_CONTAINER),
         pairs(&[
             ("azure_storage_account_name", azurite::ACCOUNT),
             ("azure_storage_account_key", azurite::ACCOUNT_KEY),
-            ("azure_storage_endpoint", azurite::SHARED_ACCOUNT_URL),
+            ("azure_storage_endpoint", &azurite_url),
             ("azure_allow_http", "true"),
         ]),
     )

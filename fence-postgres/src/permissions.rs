@@ -8,7 +8,7 @@ use crate::error::{kind_of, BACKEND};
 use crate::PostgresFence;
 
 /// (privilege, table, what the fence needs it for)
-const TABLES: [(&str, &str, &str); 6] = [
+const TABLES: [(&str, &str, &str); 7] = [
     (
         "SELECT, INSERT, UPDATE, DELETE",
         "fence_marks",
@@ -22,7 +22,12 @@ const TABLES: [(&str, &str, &str); 6] = [
     (
         "SELECT, INSERT, UPDATE",
         "fence_counters",
-        "the issuer, leases and issued-only checks (never DELETE)",
+        "the issuer, leases and issued-only checks",
+    ),
+    (
+        "DELETE",
+        "fence_counters",
+        "retire (operators only: a worker's role must never have it, a deleted counter would issue its tokens again)",
     ),
     ("SELECT, INSERT, UPDATE, DELETE", "fence_leases", "leases"),
     (

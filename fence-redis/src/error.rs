@@ -14,7 +14,7 @@ pub(crate) const BACKEND: &str = "redis";
 #[non_exhaustive]
 pub enum RedisFenceError {
     /// The server's ACL forbids a command Fence needs.
-    #[error("redis ACL denies a command fence-redis needs (grant fence_redis::FENCE_ACL_COMMANDS on the fence's key prefix): {0}")]
+    #[error("redis ACL denies a command fence-redis needs (grant fence_redis::FENCE_ACL_COMMANDS on the fence's key prefix, and RETIRE_ACL_COMMANDS to retire): {0}")]
     PermissionDenied(#[source] RedisError),
     /// The server's ACL refused a command one of the fence's scripts calls (Redis checks each
     /// call inside a script): `command` is the refused one, read from the script's line that

@@ -29,6 +29,12 @@ pub const FENCE_ACL_COMMANDS: &str = "+evalsha +eval +ping +role +wait +lrange +
      +get +set +del +hget +hmget +hset +hdel +pttl +pexpire +rpush +time +cluster|slots \
      +cluster|shards +asking";
 
+/// The Redis ACL command rules retirement needs besides [`FENCE_ACL_COMMANDS`]
+/// (`fence retire redis`, `Retirer::retire`): `SCAN` to find a domain's keys, and
+/// `CLUSTER NODES` to find every master of a cluster. An operator's user needs them; a worker's
+/// should not have them (`SCAN` lists key names beyond the user's key pattern).
+pub const RETIRE_ACL_COMMANDS: &str = "+scan +cluster|nodes";
+
 /// The greatest length of a key prefix.
 pub const MAX_PREFIX_BYTES: usize = 64;
 /// The greatest length of a user key name.

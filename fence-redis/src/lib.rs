@@ -45,7 +45,7 @@ pub mod unstable {
 }
 pub(crate) use fence::Inner;
 pub use fence::RedisFence;
-pub use keys::{FENCE_ACL_COMMANDS, MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES};
+pub use keys::{FENCE_ACL_COMMANDS, MAX_PREFIX_BYTES, MAX_USER_KEY_BYTES, RETIRE_ACL_COMMANDS};
 pub use lease::{RedisIssuer, RedisLeases};
 pub use script::{BodyOutcome, FencedBody, FencedScript, ReplicaAcks, ScriptCall, ScriptOutcome};
 pub use state::{decode_state, StateHashError, STATE_FIELDS};

@@ -28,7 +28,9 @@ impl RedisFence {
     /// role), `EVALSHA`/`EVAL` running a probe script that calls every command the fence's
     /// scripts call (Redis checks ACLs on each call inside a script) on keys
     /// `<prefix>:{!permission-probe}:*` — no domain's, but under the prefix — that expire within
-    /// seconds, `WAIT` when the fence waits for replicas, and `CLUSTER SLOTS` on a cluster.
+    /// seconds, `WAIT` when the fence waits for replicas, `CLUSTER SLOTS` on a cluster, and
+    /// [`crate::RETIRE_ACL_COMMANDS`] (`SCAN`, and `CLUSTER NODES` on a cluster) as retirement
+    /// walks the keyspace: an operator's step, denied to a worker's user by design.
     /// See the crate docs, "Permissions".
     pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
         let keys = format!("keys `{}:*`", self.prefix());
@@ -91,6 +93,18 @@ impl RedisFence {
                 Access::of(&waited),
             ));
         }
+        // Retirement's walk, as it runs (an operator's user; workers need not have it).
+        let walked = self
+            .scan(&format!("{}*", crate::ops::glob_escape(&tagged(""))))
+            .await;
+        report.push(Permission::new(
+            match connection {
+                Connection::Cluster(_) => "SCAN, CLUSTER NODES",
+                _ => "SCAN",
+            },
+            "retire (operators only): finding a domain's keys",
+            Access::of(&walked),
+        ));
         if let Connection::Cluster(_) = connection {
             let slots = query(redis::cmd("CLUSTER").arg("SLOTS").clone()).await;
             report.push(Permission::new(

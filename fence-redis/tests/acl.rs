@@ -11,7 +11,7 @@ use fence_core::{
     Fence, FencedStore, FencingToken, LeaseManager, OwnerId, Rebase, Rebaser, TokenIssuer,
 };
 use fence_redis::redis::AsyncCommands;
-use fence_redis::{RedisFence, FENCE_ACL_COMMANDS};
+use fence_redis::{RedisFence, FENCE_ACL_COMMANDS, RETIRE_ACL_COMMANDS};
 use fence_testkit::redis::{raw, shared_url, unique_prefix};
 
 #[tokio::test]
@@ -137,29 +137,55 @@ where
     }
 }
 
+/// A fence on `url` under `prefix` that waits for one replica.
+async fn waiting_fence(url: String, prefix: String) -> fence_core::Observed<RedisFence> {
+    RedisFence::builder()
+        .url(url)
+        .prefix(prefix)
+        .wait_for_replicas(1, Duration::from_secs(2))
+        .connect()
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn the_permission_check_names_what_the_acl_refuses() {
     if shared_url().is_none() {
         unavailable("Redis");
         return;
     }
-    // Every documented command: everything granted.
+    // Every documented command, retirement's too: everything granted.
     let prefix = unique_prefix("perm-all");
-    let all: Vec<&str> = FENCE_ACL_COMMANDS.split_whitespace().collect();
+    let all: Vec<&str> = FENCE_ACL_COMMANDS
+        .split_whitespace()
+        .chain(RETIRE_ACL_COMMANDS.split_whitespace())
+        .collect();
     let scoped = prefix.clone();
     as_acl_user(&prefix, &all, |url| async move {
+        let fence = waiting_fence(url, scoped).await;
+        let report = fence.check_permissions().await.unwrap();
+        println!("{report}");
+        assert!(report.all_granted(), "{report}");
+        // PING, ROLE, EVALSHA/EVAL, the 14 commands inside scripts, WAIT, SCAN.
+        assert_eq!(report.permissions.len(), 19, "{report}");
+    })
+    .await;
+
+    // A worker's user (FENCE_ACL_COMMANDS alone): only retirement's walk is refused.
+    let prefix = unique_prefix("perm-worker");
+    let worker: Vec<&str> = FENCE_ACL_COMMANDS.split_whitespace().collect();
+    let scoped = prefix.clone();
+    as_acl_user(&prefix, &worker, |url| async move {
         let fence = RedisFence::builder()
             .url(url)
             .prefix(scoped)
-            .wait_for_replicas(1, Duration::from_secs(2))
             .connect()
             .await
             .unwrap();
         let report = fence.check_permissions().await.unwrap();
         println!("{report}");
-        assert!(report.all_granted(), "{report}");
-        // PING, ROLE, EVALSHA/EVAL, the 14 commands inside scripts, WAIT.
-        assert_eq!(report.permissions.len(), 18, "{report}");
+        let denied: Vec<&str> = report.denied().map(|p| p.name.as_str()).collect();
+        assert_eq!(denied, ["SCAN"], "{report}");
     })
     .await;
 
@@ -167,17 +193,12 @@ async fn the_permission_check_names_what_the_acl_refuses() {
     let prefix = unique_prefix("perm-some");
     let some: Vec<&str> = FENCE_ACL_COMMANDS
         .split_whitespace()
+        .chain(RETIRE_ACL_COMMANDS.split_whitespace())
         .filter(|c| !matches!(*c, "+hset" | "+wait"))
         .collect();
     let scoped = prefix.clone();
     as_acl_user(&prefix, &some, |url| async move {
-        let fence = RedisFence::builder()
-            .url(url)
-            .prefix(scoped)
-            .wait_for_replicas(1, Duration::from_secs(2))
-            .connect()
-            .await
-            .unwrap();
+        let fence = waiting_fence(url, scoped).await;
         let report = fence.check_permissions().await.unwrap();
         println!("{report}");
         let denied: Vec<&str> = report.denied().map(|p| p.name.as_str()).collect();

@@ -514,7 +514,10 @@ async fn behind_sentinel_the_documented_acl_works_and_a_missing_command_is_no_re
             assert_eq!(server.cli(&args), "OK");
         }
     };
-    let all: Vec<&str> = fence_redis::FENCE_ACL_COMMANDS.split_whitespace().collect();
+    let all: Vec<&str> = fence_redis::FENCE_ACL_COMMANDS
+        .split_whitespace()
+        .chain(fence_redis::RETIRE_ACL_COMMANDS.split_whitespace())
+        .collect();
     user("worker", &all);
     let without_role: Vec<&str> = all.iter().copied().filter(|c| *c != "+role").collect();
     user("norole", &without_role);

@@ -15,8 +15,9 @@ impl S3Fence {
     /// `s3:ListBucket` (without it S3 answers a missing object with 403 instead of 404, so a
     /// fresh domain looks forbidden), `s3:PutObject` with the fence's object options
     /// (`s3:PutObjectTagging` with tags, the KMS key's `kms:GenerateDataKey` with SSE-KMS),
-    /// `s3:GetObject` (with `kms:Decrypt` under SSE-KMS) and `s3:DeleteObject` (only the
-    /// capability probe and `fence qualify` delete; a refusal leaves the probe object behind).
+    /// `s3:GetObject` (with `kms:Decrypt` under SSE-KMS) and `s3:DeleteObject` (retirement,
+    /// the capability probe and `fence qualify` delete; a refusal leaves the probe object
+    /// behind).
     /// See the crate docs, "Permissions".
     pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
         let bucket = &self.inner.bucket;
@@ -105,7 +106,7 @@ impl S3Fence {
         }
         report.push(Permission::new(
             format!("s3:DeleteObject on {bucket}/{prefix}*"),
-            "removing the capability probe's object (fenced deletes write tombstones)",
+            "retire (operators only), the capability probe and qualify (fenced deletes write tombstones)",
             delete,
         ));
         Ok(report)

@@ -16,10 +16,16 @@ pub const ACCOUNT: &str = "devstoreaccount1";
 pub const ACCOUNT_KEY: &str =
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
 /// The Azurite `scripts/services` starts (for the examples and the benchmarks): its account's
-/// URL…
+/// URL on the default port…
 pub const SHARED_ACCOUNT_URL: &str = "http://127.0.0.1:10100/devstoreaccount1";
 /// …and its container.
 pub const SHARED_CONTAINER: &str = "fence-examples";
+/// The shared Azurite's account URL: `FENCE_AZURITE_URL` (which `scripts/services` sets when
+/// `FENCE_AZURITE_PORT` moves it), else [`SHARED_ACCOUNT_URL`].
+pub fn shared_account_url() -> String {
+    std::env::var("FENCE_AZURITE_URL").unwrap_or_else(|_| SHARED_ACCOUNT_URL.to_owned())
+}
+
 /// The container the tests write to, created when the server starts.
 pub const CONTAINER: &str = "fence-test";
 

@@ -2,14 +2,16 @@
 # containers. 3.35.0 is the last release that runs on Node 20. Tests start Azurites of their
 # own (fence-testkit's AzuriteServer, data under .services/); this one, on 127.0.0.1 with data
 # under .services/azurite/shared (emptied at each start), serves the examples' container
-# (fence-examples' `local::AZURITE_*`).
+# (fence-examples' `local::AZURITE_*`; FENCE_AZURITE_URL when FENCE_AZURITE_PORT moves it).
+# Idempotent: the Azurite this project started is reused, any other process on the port refused.
 
 AZURITE_VERSION=3.35.0
 STORAGE_BLOB_VERSION=12.28.0
-AZURITE_PORT=10100
+AZURITE_PORT=${FENCE_AZURITE_PORT:-10100}
 AZURITE_EXAMPLES_CONTAINER=fence-examples
 export FENCE_AZURITE_DIR="$FENCE_SERVICES_DIR/azurite"
 azurite_url="http://127.0.0.1:$AZURITE_PORT"
+export FENCE_AZURITE_URL="$azurite_url/devstoreaccount1"
 azurite_shared="$FENCE_AZURITE_DIR/shared"
 
 azurite_install() {
@@ -26,15 +28,17 @@ azurite_install() {
 
 azurite_start() {
   azurite_install
-  if (exec 3<>"/dev/tcp/127.0.0.1/$AZURITE_PORT") 2>/dev/null; then
-    echo "Azurite already listens on 127.0.0.1:$AZURITE_PORT; reusing it"
+  if ours_on_port "$AZURITE_PORT" "$FENCE_AZURITE_DIR/azurite.pid"; then
+    echo "Azurite on 127.0.0.1:$AZURITE_PORT was started by this project; reusing it"
   else
+    require_free "$AZURITE_PORT" FENCE_AZURITE_PORT azurite || return 1
     rm -rf "$azurite_shared"
     mkdir -p "$azurite_shared"
     "$FENCE_AZURITE_DIR/node_modules/.bin/azurite-blob" --blobHost 127.0.0.1 \
       --blobPort "$AZURITE_PORT" --location "$azurite_shared/data" --skipApiVersionCheck --silent \
       >"$azurite_shared/azurite.log" 2>&1 </dev/null &
     echo $! >"$FENCE_AZURITE_DIR/azurite.pid"
+    started_here "$FENCE_AZURITE_DIR/azurite.pid"
     wait_for_port "$AZURITE_PORT" 60 || { tail -20 "$azurite_shared/azurite.log" >&2; return 1; }
   fi
   # The emulator's published development account and key (not secrets).

@@ -1,5 +1,6 @@
 # etcd for fence-etcd: Debian's etcd-server (3.4), one member on 127.0.0.1 only (client, peer
-# and metrics ports), data under .services/etcd/, stopped by PID. Idempotent. The crate's
+# and metrics ports), data under .services/etcd/, stopped by PID. Idempotent: the member this
+# project started is reused, any other process on one of its ports refused. The crate's
 # build needs `protoc` (etcd-client compiles etcd's protobuf files): Debian's
 # protobuf-compiler, installed here before anything is built.
 
@@ -22,10 +23,13 @@ etcd_install() {
 
 etcd_start() {
   etcd_install
-  if (exec 3<>"/dev/tcp/127.0.0.1/$ETCD_PORT") 2>/dev/null; then
-    echo "etcd already listens on 127.0.0.1:$ETCD_PORT; reusing it"
+  if ours_on_port "$ETCD_PORT" "$etcd_dir/etcd.pid"; then
+    echo "etcd on 127.0.0.1:$ETCD_PORT was started by this project; reusing it"
     return 0
   fi
+  require_free "$ETCD_PORT" FENCE_ETCD_PORT etcd || return 1
+  require_free "$ETCD_PEER_PORT" FENCE_ETCD_PEER_PORT "etcd peer" || return 1
+  require_free "$ETCD_METRICS_PORT" FENCE_ETCD_METRICS_PORT "etcd metrics" || return 1
   # Tests use prefixes of their own: nothing here outlives a run, so start from empty
   # (a never-compacted data dir would grow towards etcd's space quota).
   rm -rf "$etcd_dir/data"
@@ -39,6 +43,7 @@ etcd_start() {
     --listen-metrics-urls "http://127.0.0.1:$ETCD_METRICS_PORT" \
     >"$etcd_dir/etcd.log" 2>&1 </dev/null &
   echo $! >"$etcd_dir/etcd.pid"
+  started_here "$etcd_dir/etcd.pid"
   wait_for_port "$ETCD_PORT" 30 || { tail -20 "$etcd_dir/etcd.log" >&2; return 1; }
   # The port opens before the member has elected itself: wait until it answers.
   local i

