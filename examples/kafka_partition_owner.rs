@@ -98,6 +98,7 @@ async fn story() -> Result<(), Error> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     fence_examples::run_example("kafka_partition_owner", USAGE, async {
+        fence_examples::no_arguments()?;
         story().await.map(|()| true)
     })
     .await

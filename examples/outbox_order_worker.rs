@@ -180,17 +180,8 @@ impl Orders {
     }
 }
 
-fn backend_arg() -> Result<String, Error> {
-    let mut args = std::env::args().skip(1);
-    match (args.next().as_deref(), args.next()) {
-        (None, _) => Ok("redis".into()),
-        (Some("--backend"), Some(backend)) => Ok(backend),
-        _ => Err(format!("usage: {}", USAGE.lines().last().unwrap_or_default()).into()),
-    }
-}
-
 async fn story() -> Result<bool, Error> {
-    let backend = backend_arg()?;
+    let backend = fence_examples::backend_arg("redis")?;
     let clock = Timeline::start();
     let webhook = ReceiptWebhook::start(clock).await?;
     let (orders, leases, description) = Orders::open(&backend).await?;

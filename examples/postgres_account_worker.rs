@@ -198,5 +198,9 @@ async fn story() -> Result<bool, Error> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    run_example("postgres_account_worker", USAGE, story()).await
+    run_example("postgres_account_worker", USAGE, async {
+        fence_examples::no_arguments()?;
+        story().await
+    })
+    .await
 }

@@ -4,9 +4,12 @@
 //! `cargo run --features servers --example redis_worker` (Redis at `FENCE_REDIS_URL`, else the project's Redis:
 //! `scripts/services up`)
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use fence_core::{Domain, Fence, FenceError, LeaseManager, Observed, OwnerId};
+use fence_core::{
+    Domain, Fence, FenceError, LeaseGuard, LeaseManager, LeaseOptions, Observed, OwnerId,
+};
 use fence_examples::{redis_fence, Timeline};
 use fence_redis::{FencedScript, RedisFence, ScriptCall};
 
@@ -41,17 +44,28 @@ async fn credit(
         .arg(amount.to_string())
         .arg(by);
     let outcome = fence.run_script(script, &call).await?;
-    Ok(outcome.result.as_integer().unwrap_or_default())
+    outcome.result.as_integer().ok_or_else(|| {
+        FenceError::corrupt(
+            "redis",
+            domain,
+            format!(
+                "the credit script answered {:?}, not a balance",
+                outcome.result
+            ),
+        )
+    })
 }
 
 async fn story() -> Result<(), Error> {
     let fence = redis_fence().await?;
-    let leases = fence.leases();
+    let leases: Arc<dyn LeaseManager> = Arc::new(fence.leases());
     let script = FencedScript::new(CREDIT);
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let domain = Domain::new(format!("account-7/run-{run}"))?;
     let clock = Timeline::start();
 
+    // Worker 1's lease is taken by hand and renewed by hand below, so that the story can freeze
+    // worker 1 without freezing a renewer; a real worker holds a `LeaseGuard` (worker 2).
     let lease = leases
         .acquire(
             &domain,
@@ -71,12 +85,13 @@ async fn story() -> Result<(), Error> {
     let lease = leases.renew(&lease, Duration::from_millis(300)).await?;
     // ...until worker 1 stalls past it.
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let next = leases
-        .acquire(&domain, &OwnerId::new("worker-2")?, Duration::from_secs(5))
-        .await?;
-    fence.claim(&domain, next.token).await?;
-    clock.say("w2", format!("took over with token {}", next.token));
-    let balance = credit(&fence, &script, &domain, next.token, 50, "worker-2").await?;
+    // Worker 2's guard waits for worker 1's lease to end, then keeps worker 2's renewed.
+    let options = LeaseOptions::new(Duration::from_secs(5)).wait(Duration::from_secs(5));
+    let next =
+        LeaseGuard::acquire(leases.clone(), &domain, &OwnerId::new("worker-2")?, options).await?;
+    fence.claim(&domain, next.token()).await?;
+    clock.say("w2", format!("took over with token {}", next.token()));
+    let balance = credit(&fence, &script, &domain, next.token(), 50, "worker-2").await?;
     clock.say("w2", format!("credited 50: balance {balance}"));
 
     match credit(
@@ -94,8 +109,9 @@ async fn story() -> Result<(), Error> {
         }
         other => return Err(format!("the stale credit was not fenced: {other:?}").into()),
     }
-    leases.release(&next).await?;
-    let final_balance = credit(&fence, &script, &domain, next.token, 0, "audit").await?;
+    // Worker 2 audits the balance under its lease (a credit of 0), then releases it.
+    let final_balance = credit(&fence, &script, &domain, next.token(), 0, "audit").await?;
+    next.release().await?;
     println!("final balance {final_balance}: the stale worker's credit never ran");
     fence_examples::retire_run(&fence, &domain).await
 }
@@ -103,6 +119,7 @@ async fn story() -> Result<(), Error> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     fence_examples::run_example("redis_worker", USAGE, async {
+        fence_examples::no_arguments()?;
         story().await.map(|()| true)
     })
     .await

@@ -102,6 +102,7 @@ async fn story() -> Result<(), Error> {
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     fence_examples::run_example("s3_report_worker", USAGE, async {
+        fence_examples::no_arguments()?;
         story().await.map(|()| true)
     })
     .await

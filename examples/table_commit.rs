@@ -288,16 +288,10 @@ async fn takeover_and_late_commit(
     Ok(refused && read.len() == 1 && read[0].0 == file)
 }
 
-fn backend_arg() -> String {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == "--backend")
-        .and_then(|i| args.get(i + 1).cloned())
-        .unwrap_or_else(|| "memory".into())
-}
-
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let backend = backend_arg();
-    fence_examples::run_example("table_commit", USAGE, story(&backend)).await
+    fence_examples::run_example("table_commit", USAGE, async {
+        story(&fence_examples::backend_arg("memory")?).await
+    })
+    .await
 }

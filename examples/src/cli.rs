@@ -11,7 +11,9 @@ Servers (each defaults to the project's own, which `scripts/services up` starts;
                          bucket (default fence-test), credentials (default the local test
                          server's), region (default us-east-1)
   FENCE_KAFKA_BOOTSTRAP  Kafka bootstrap servers (default 127.0.0.1:19092, Apache Kafka)
-  FENCE_POSTGRES_URL     PostgreSQL (default postgres://fence@127.0.0.1:5440/postgres)";
+  FENCE_POSTGRES_URL     PostgreSQL (default postgres://fence@127.0.0.1:5440/postgres)
+  FENCE_AZURITE_URL      Azurite's account URL for table_commit --backend azure
+                         (default http://127.0.0.1:10100/devstoreaccount1)";
 
 /// True (after printing `usage` and [`ENVIRONMENT`]) when the arguments ask for help
 /// (`-h` or `--help`): the example then exits successfully without running.
@@ -23,6 +25,38 @@ pub fn help_requested(usage: &str) -> bool {
         println!("{usage}\n\n{ENVIRONMENT}");
     }
     asked
+}
+
+/// The arguments after the program name, less `-h`/`--help`.
+fn arguments() -> Vec<String> {
+    std::env::args()
+        .skip(1)
+        .filter(|arg| arg != "-h" && arg != "--help")
+        .collect()
+}
+
+/// Refuses any argument: for the examples that take none.
+pub fn no_arguments() -> Result<(), ExampleError> {
+    match arguments().first() {
+        None => Ok(()),
+        Some(arg) => {
+            Err(format!("unknown argument `{arg}` (this example takes none; --help)").into())
+        }
+    }
+}
+
+/// The backend named by `--backend NAME`, else `default`; any other argument is refused.
+pub fn backend_arg(default: &str) -> Result<String, ExampleError> {
+    match arguments().as_slice() {
+        [] => Ok(default.to_owned()),
+        [flag, name] if flag == "--backend" => Ok(name.clone()),
+        [flag] if flag == "--backend" => Err("--backend needs a name (--help)".into()),
+        [first, ..] if first != "--backend" => {
+            Err(format!("unknown argument `{first}` (--help)").into())
+        }
+        [_, _, extra, ..] => Err(format!("unknown argument `{extra}` (--help)").into()),
+        _ => Err("usage: --backend NAME (--help)".into()),
+    }
 }
 
 /// An example's error: shown with `Display`, never as a `Debug` dump.

@@ -16,7 +16,7 @@ pub use backend::{Backend, DemoBackend};
 #[cfg(feature = "servers")]
 pub use cleanup::retire_postgres_run;
 pub use cleanup::retire_run;
-pub use cli::{help_requested, run_example, ExampleError, ENVIRONMENT};
+pub use cli::{backend_arg, help_requested, no_arguments, run_example, ExampleError, ENVIRONMENT};
 #[cfg(feature = "servers")]
 pub use connect::{
     delete_kafka_topics, kafka_fence_for_run, local, postgres_fence, redis_fence, s3_fence,

@@ -18,7 +18,7 @@ mod targets;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 
 use report::{Exit, Report};
 use targets::Targets;
@@ -27,7 +27,8 @@ use targets::Targets;
 ///
 /// Exit codes: 0 done; 1 failed otherwise; 2 bad usage or input; 3 the fence refused the token
 /// (stale, too far, unissued); 4 not found; 5 corrupt or foreign state; 6 the resource is
-/// unavailable (a retry may help); 7 ambiguous (sent, outcome unknown).
+/// unavailable (a retry may help); 7 ambiguous (sent, outcome unknown); 8 `qualify`: not
+/// qualified; 9 `qualify`: inconclusive.
 #[derive(Debug, Parser)]
 #[command(name = "fence", version)]
 struct Cli {
@@ -82,7 +83,8 @@ enum Command {
     ///
     /// Any token writes to a retired domain again: run it only after fencing everyone out and
     /// waiting until every holder ended (LIFECYCLE.md), and never reuse the name. Refused while
-    /// a lease on the domain is live. Kafka has no retirement (see LIFECYCLE.md).
+    /// a lease on the domain is live (Redis, PostgreSQL, etcd: S3 and object stores keep no
+    /// lease to check). Kafka has no retirement (see LIFECYCLE.md).
     Retire {
         /// Where the domain lives.
         backend: RetireBackend,
@@ -136,6 +138,14 @@ enum Command {
         #[arg(long, conflicts_with = "file")]
         key: Option<String>,
     },
+    /// Print the shell completion script for SHELL (e.g. `fence completions bash >
+    /// /etc/bash_completion.d/fence`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff; e.g. `fence manpage > /usr/local/share/man/man1/fence.1`).
+    Manpage,
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,7 +191,8 @@ enum OutboxBackend {
 /// A backend with fenced domains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Backend {
-    /// Redis or Redis Cluster (`FENCE_REDIS_URL` or `FENCE_REDIS_CLUSTER`).
+    /// Redis, Redis Cluster or Redis behind Sentinel (`FENCE_REDIS_URL`, `FENCE_REDIS_CLUSTER`
+    /// or `FENCE_REDIS_SENTINELS` with `FENCE_REDIS_SENTINEL_SERVICE`).
     Redis,
     /// S3 or an S3-compatible server (`FENCE_S3_*`).
     S3,
@@ -202,7 +213,7 @@ enum Backend {
 /// A backend whose domains can be retired.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum RetireBackend {
-    /// Redis or Redis Cluster.
+    /// Redis, Redis Cluster or Redis behind Sentinel.
     Redis,
     /// S3 or an S3-compatible server.
     S3,
@@ -257,6 +268,23 @@ enum Format {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Generated from the argument definitions: nothing to connect to.
+    match &cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(*shell, &mut Cli::command(), "fence", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Command::Manpage => {
+            return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("fence: cannot write the manual page: {error}");
+                    ExitCode::from(Exit::Failed as u8)
+                }
+            };
+        }
+        _ => {}
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -311,6 +339,8 @@ async fn run(cli: &Cli) -> Report {
         },
         Command::Permissions { backend } => permissions::run(targets, *backend).await,
         Command::Qualify { backend, args } => qualify::run(targets, *backend, args).await,
+        // Handled in main, before the runtime starts.
+        Command::Completions { .. } | Command::Manpage => Report::usage("not a runtime command"),
         Command::Decode {
             format,
             file,

@@ -51,7 +51,8 @@ pub(crate) struct Targets {
     /// Redis, PostgreSQL, etcd: refuse tokens the resource's own issuer never issued.
     #[arg(long, env = fence_core::env::ISSUED_ONLY, global = true)]
     issued_only: bool,
-    /// Redis URL.
+    /// Redis URL (standalone; Redis Cluster: `--redis-cluster`; behind Sentinel: the
+    /// `FENCE_REDIS_SENTINELS` and `FENCE_REDIS_SENTINEL_SERVICE` variables).
     #[arg(long, env = fence_redis::env::URL, global = true, hide_env_values = true)]
     redis_url: Option<String>,
     /// Redis Cluster nodes, comma-separated.

@@ -49,6 +49,14 @@ fn help_and_usage_errors() {
     assert!(conflict.stderr.contains("both"), "{}", conflict.stderr);
     let token = fence(&[], &["claim", "redis", "d", "007"], b"").expect(2);
     assert!(token.stderr.contains("007"), "{}", token.stderr);
+    // A mistyped command is met with the one meant.
+    let typo = fence(&[], &["inspcet", "redis", "d"], b"").expect(2);
+    assert!(typo.stderr.contains("'inspect'"), "{}", typo.stderr);
+    // Completions and the manual page, generated from the same definitions.
+    let bash = fence(&[], &["completions", "bash"], b"").expect(0);
+    assert!(bash.stdout.contains("_fence()") && bash.stdout.contains("inspect"));
+    let man = fence(&[], &["manpage"], b"").expect(0);
+    assert!(man.stdout.contains(".TH fence") && man.stdout.contains("qualify"));
 }
 
 #[tokio::test]
@@ -253,6 +261,24 @@ async fn redis_inspect_claim_and_adopt() {
     )
     .expect(4);
     assert!(again.stderr.contains("does not exist"), "{}", again.stderr);
+    // Onto a domain that holds a fenced value: a stale token exits 3 (refused), a current one
+    // 1 (already under fencing), as on S3.
+    let _: () = redis::AsyncCommands::set(&mut raw, &legacy, "4 pears")
+        .await
+        .unwrap();
+    fence(
+        &env,
+        &["adopt", "redis", "cart", "8", "--key", &legacy],
+        b"",
+    )
+    .expect(3);
+    let fenced = fence(
+        &env,
+        &["adopt", "redis", "cart", "10", "--key", &legacy],
+        b"",
+    )
+    .expect(1);
+    assert!(fenced.stderr.contains("already holds"), "{}", fenced.stderr);
 
     // Any key becomes a user key of a domain's fenced scripts with --user-key.
     let profile = format!("legacy-{prefix}:{{profile}}");
@@ -434,6 +460,15 @@ async fn s3_inspect_adopt_and_decode() {
         .json();
     assert_eq!(adopted["entry"]["value"], "id,name\n");
     fence(&env, &["claim", "s3", "legacy.csv", "1"], b"").expect(3);
+    // Adopting it again: a stale token exits 3 (refused), a current one 1 (already under
+    // fencing), as on Redis.
+    fence(&env, &["adopt", "s3", "legacy.csv", "1"], b"").expect(3);
+    let fenced = fence(&env, &["adopt", "s3", "legacy.csv", "7"], b"").expect(1);
+    assert!(
+        fenced.stderr.contains("already under fencing"),
+        "{}",
+        fenced.stderr
+    );
     // Nothing to adopt: not found.
     let nothing = fence(
         &env,

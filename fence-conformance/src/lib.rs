@@ -1,4 +1,5 @@
 #![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // A failed scenario must fail its test: panicking is this crate's job in `report`.
 #![allow(clippy::panic)]
 

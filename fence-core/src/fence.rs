@@ -38,6 +38,21 @@ pub trait Fence: Send + Sync + fmt::Debug {
     /// - `token` equal to the HWM → accepted (claims are idempotent); nothing changes.
     /// - `token` newer, or no HWM yet → the HWM becomes `token`; stored data and its revision
     ///   are left alone.
+    ///
+    /// ```
+    /// use fence_core::{Domain, Fence, FencingToken, MemoryFence};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), fence_core::FenceError> {
+    /// let resource = MemoryFence::new();
+    /// let shard = Domain::new("shard-7")?;
+    /// // The new owner claims with its lease's token before its first write...
+    /// let claimed = resource.claim(&shard, FencingToken::new(8)?).await?;
+    /// assert_eq!(claimed.previous_high_water_mark, None);
+    /// // ...and the previous owner's token is refused from then on, before it writes anything.
+    /// let stale = resource.claim(&shard, FencingToken::new(7)?).await;
+    /// assert!(stale.is_err_and(|e| e.is_fenced()));
+    /// # Ok(()) }
+    /// ```
     async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError>;
 
     /// The domain's HWM: the greatest token accepted by a write, delete, append or claim.
@@ -69,6 +84,24 @@ pub trait FencedStore: Fence {
     ///
     /// A delete of an absent value is accepted and leaves a tombstone. A failure after the
     /// request was sent whose outcome is unknown is [`FenceError::Ambiguous`], never a guess.
+    ///
+    /// ```
+    /// use fence_core::{Domain, FencedStore, FencingToken, MemoryFence, OperationId, WriteOutcome, WriteRequest};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), fence_core::FenceError> {
+    /// let store = MemoryFence::new();
+    /// let invoice = Domain::new("invoice-42")?;
+    /// let token = FencingToken::new(3)?; // from the lease
+    /// let request = WriteRequest::put(invoice.clone(), token, "total=120")
+    ///     .with_op_id(OperationId::new("invoice-42/total")?);
+    /// let first = store.write(&request).await?;
+    /// assert!(matches!(first, WriteOutcome::Accepted(_)));
+    /// // A retry after a lost answer replays the first outcome instead of writing twice.
+    /// let retry = store.write(&request).await?;
+    /// assert!(matches!(retry, WriteOutcome::Duplicate(_)));
+    /// assert_eq!(retry.accepted().revision, first.accepted().revision);
+    /// # Ok(()) }
+    /// ```
     async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError>;
 
     /// Reads the domain's entry (value or tombstone, with the token that wrote it and its

@@ -142,7 +142,18 @@ impl S3Fence {
             };
             match Header::decode(&fetched.bytes) {
                 Err(EnvelopeError::Foreign) => {}
-                Ok(_) => return Err(backend_error(Some(domain), S3FenceError::AlreadyFenced)),
+                Ok((header, _)) => {
+                    // The token is decided first, as on every backend (Redis's adopt too): a
+                    // stale token is refused as stale; a current one meets data that is
+                    // already under fencing.
+                    let _ = fence_core::raw::pipeline::decide_claim(
+                        domain,
+                        Some(header.hwm),
+                        token,
+                        fence_core::raw::TokenBounds::OPEN,
+                    )?;
+                    return Err(backend_error(Some(domain), S3FenceError::AlreadyFenced));
+                }
                 Err(damaged) => {
                     return Err(FenceError::corrupt(
                         BACKEND,

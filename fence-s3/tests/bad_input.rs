@@ -98,6 +98,14 @@ async fn a_foreign_object_fails_closed_until_adopted() {
         ),
         "{again:?}"
     );
+    // A token below the mark is refused as stale first, as Redis's adopt does (`fence adopt`
+    // exits 3 on both).
+    let stale = fence.adopt(&domain, FencingToken::new(4).unwrap()).await;
+    assert!(
+        matches!(stale, Err(FenceError::Fenced { presented, current, .. })
+            if presented.get() == 4 && current.get() == 5),
+        "{stale:?}"
+    );
 }
 
 #[tokio::test]
