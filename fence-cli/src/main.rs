@@ -59,6 +59,25 @@ enum Command {
         /// The token (canonical decimal).
         token: String,
     },
+    /// Take the domain's next token from the resource's own issuer (Redis, PostgreSQL, etcd):
+    /// above every token its leases and issuer gave the domain. With `claim` and `delete`, what
+    /// fences every holder out before a domain is retired (LIFECYCLE.md).
+    Issue {
+        /// Where the domain lives.
+        backend: Backend,
+        /// The domain.
+        domain: String,
+    },
+    /// Delete the domain's value under TOKEN: a tombstone, the mark kept (refused, exit 3, when
+    /// the mark is above TOKEN). Stores only: a Kafka log has no delete.
+    Delete {
+        /// Where the domain lives.
+        backend: Backend,
+        /// The domain.
+        domain: String,
+        /// The token (canonical decimal).
+        token: String,
+    },
     /// Bring data another tool wrote under fencing, with TOKEN as the domain's mark.
     ///
     /// S3: the object at the domain's key keeps its bytes and metadata and gains the envelope.
@@ -324,6 +343,12 @@ async fn run(cli: &Cli) -> Report {
             domain,
             yes,
         } => mutate::retire(targets, *backend, domain, *yes).await,
+        Command::Issue { backend, domain } => mutate::issue(targets, *backend, domain).await,
+        Command::Delete {
+            backend,
+            domain,
+            token,
+        } => mutate::delete(targets, *backend, domain, token).await,
         Command::Outbox { action } => match action {
             OutboxAction::List { backend, domain } => outbox::list(targets, *backend, domain).await,
             OutboxAction::Redrive {

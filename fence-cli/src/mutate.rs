@@ -1,6 +1,7 @@
-//! `fence claim`, `fence adopt` and `fence retire`: an operator's explicit changes.
+//! `fence claim`, `fence issue`, `fence delete`, `fence adopt` and `fence retire`: an operator's
+//! explicit changes.
 
-use fence_core::{Domain, FenceError, FencingToken};
+use fence_core::{Domain, FenceError, FencingToken, WriteRequest};
 use serde_json::json;
 
 use crate::report::{token_json, Report};
@@ -150,6 +151,65 @@ pub(crate) async fn retire(
             format!(
                 "retired `{domain}`: {} keys, rows or objects removed",
                 retired.removed
+            ),
+        ),
+        Err(report) => report,
+    }
+}
+
+pub(crate) async fn issue(targets: &Targets, backend: Backend, domain: &str) -> Report {
+    let issued = async {
+        let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
+        let target = targets.open(backend).await?;
+        let issuer = target.issuer().ok_or_else(|| {
+            Report::usage(format!(
+                "{backend:?} issues no tokens (take them from the issuer its writers use)"
+            ))
+        })?;
+        let token = issuer
+            .issue(&domain)
+            .await
+            .map_err(|e| Report::failed(&e))?;
+        Ok::<_, Report>((domain, token))
+    };
+    match issued.await {
+        Ok((domain, token)) => Report::done(
+            json!({ "domain": domain.as_str(), "token": token.to_string() }),
+            format!("issued token {token} for `{domain}`"),
+        ),
+        Err(report) => report,
+    }
+}
+
+pub(crate) async fn delete(
+    targets: &Targets,
+    backend: Backend,
+    domain: &str,
+    token: &str,
+) -> Report {
+    let deleted = async {
+        let (domain, token) = parse(domain, token)?;
+        let target = targets.open(backend).await?;
+        let store = target
+            .store()
+            .ok_or_else(|| Report::usage(format!("{backend:?} is a log: it has no delete")))?;
+        let outcome = store
+            .write(&WriteRequest::delete(domain.clone(), token))
+            .await
+            .map_err(|e| Report::failed(&e))?;
+        Ok::<_, Report>((domain, outcome.accepted().clone()))
+    };
+    match deleted.await {
+        Ok((domain, accepted)) => Report::done(
+            json!({
+                "domain": domain.as_str(),
+                "token": accepted.token.to_string(),
+                "revision": accepted.revision.get(),
+                "previous_mark": token_json(accepted.previous_high_water_mark),
+            }),
+            format!(
+                "deleted the value of `{domain}` under token {} (a tombstone at revision {}; the mark stays)",
+                accepted.token, accepted.revision
             ),
         ),
         Err(report) => report,

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use fence_core::permissions::PermissionReport;
 use fence_core::{
     Domain, Fence, FenceError, FencedStore, LeaseManager, Observed, RememberedOp, Retirer,
+    TokenIssuer,
 };
 use fence_etcd::{Etcd, EtcdFence};
 use fence_kafka::KafkaFence;
@@ -32,6 +33,9 @@ pub(crate) trait Target: Send + Sync {
 
     /// The backend's leases (`None`: it has none).
     fn leases(&self) -> Option<Box<dyn LeaseManager>>;
+
+    /// The backend's own token issuer (`None`: it issues no tokens).
+    fn issuer(&self) -> Option<Box<dyn TokenIssuer>>;
 
     /// The operation ids the resource remembers for `domain` (`None`: they live in a format of
     /// the backend's own, which `fence inspect` decodes).
@@ -100,6 +104,10 @@ macro_rules! store_target {
                 store_target!(@leases $kind, $adapter, self)
             }
 
+            fn issuer(&self) -> Option<Box<dyn TokenIssuer>> {
+                store_target!(@issuer $kind, $adapter, self)
+            }
+
             async fn remembered_ops(
                 &self,
                 domain: &Domain,
@@ -116,6 +124,12 @@ macro_rules! store_target {
         Some(Box::new($adapter::leases($fence)))
     };
     (@leases objects, $adapter:ident, $fence:ident) => {
+        None
+    };
+    (@issuer leased, $adapter:ident, $fence:ident) => {
+        Some(Box::new($adapter::issuer($fence)))
+    };
+    (@issuer objects, $adapter:ident, $fence:ident) => {
         None
     };
     (@ops leased, $adapter:ident, $fence:ident, $domain:ident) => {
@@ -152,6 +166,10 @@ impl Target for Observed<KafkaFence> {
         None
     }
 
+    fn issuer(&self) -> Option<Box<dyn TokenIssuer>> {
+        None
+    }
+
     async fn remembered_ops(&self, _: &Domain) -> Option<Result<Vec<RememberedOp>, FenceError>> {
         None
     }
@@ -183,6 +201,10 @@ impl Target for EtcdTarget {
 
     fn leases(&self) -> Option<Box<dyn LeaseManager>> {
         Some(Box::new(self.etcd.leases()))
+    }
+
+    fn issuer(&self) -> Option<Box<dyn TokenIssuer>> {
+        Some(Box::new(self.etcd.issuer()))
     }
 
     async fn remembered_ops(

@@ -233,6 +233,40 @@ async fn redis_inspect_claim_and_adopt() {
         unissued.stdout
     );
 
+    // Fencing everyone out before a retirement, through the command alone (LIFECYCLE.md): a
+    // token from the resource's issuer, a claim with it, a fenced delete.
+    library
+        .write(&WriteRequest::put(d("closing"), t(4), "last"))
+        .await
+        .unwrap();
+    let issued = fence(&env, &["--json", "issue", "redis", "closing"], b"")
+        .expect(0)
+        .json();
+    let token: u64 = issued["token"].as_str().unwrap().parse().unwrap();
+    fence(
+        &env,
+        &["claim", "redis", "closing", &token.to_string()],
+        b"",
+    )
+    .expect(0);
+    fence(&env, &["delete", "redis", "closing", "3"], b"").expect(3);
+    let deleted = fence(
+        &env,
+        &["--json", "delete", "redis", "closing", &token.to_string()],
+        b"",
+    )
+    .expect(0)
+    .json();
+    assert_eq!(deleted["previous_mark"], token.to_string(), "{deleted}");
+    let closed = library.read(&d("closing")).await.unwrap();
+    assert!(closed.value().is_none(), "{closed:?}");
+    assert_eq!(closed.high_water_mark, Some(t(token)));
+    // The old holder's token is refused from now on.
+    assert!(library
+        .write(&WriteRequest::put(d("closing"), t(4), "late"))
+        .await
+        .is_err_and(|e| e.is_fenced()));
+
     // Adopt: a plain string becomes a domain's value, through the command.
     let legacy = format!("legacy-{prefix}:{{cart}}");
     let _: () = redis::AsyncCommands::set(&mut raw, &legacy, "3 apples")
@@ -460,6 +494,13 @@ async fn s3_inspect_adopt_and_decode() {
         .json();
     assert_eq!(adopted["entry"]["value"], "id,name\n");
     fence(&env, &["claim", "s3", "legacy.csv", "1"], b"").expect(3);
+    // S3 issues no tokens: usage, not a failure at the resource.
+    let no_issuer = fence(&env, &["issue", "s3", "legacy.csv"], b"").expect(2);
+    assert!(
+        no_issuer.stderr.contains("issues no tokens"),
+        "{}",
+        no_issuer.stderr
+    );
     // Adopting it again: a stale token exits 3 (refused), a current one 1 (already under
     // fencing), as on Redis.
     fence(&env, &["adopt", "s3", "legacy.csv", "1"], b"").expect(3);
@@ -610,6 +651,12 @@ async fn postgres_and_etcd_inspect_show_the_lease_and_retire() {
         let next = (lease.token.get() + 2).to_string();
         fence(&env, &["claim", backend, "account-9", &next], b"").expect(0);
         fence(&env, &["claim", backend, "account-9", &token], b"").expect(3);
+        // The resource's own issuer gives a token above the lease's.
+        let issued = fence(&env, &["--json", "issue", backend, "account-9"], b"")
+            .expect(0)
+            .json();
+        let issued: u64 = issued["token"].as_str().unwrap().parse().unwrap();
+        assert!(issued > lease.token.get(), "{backend}: {issued}");
     }
 
     // Retiring: only when confirmed, never under a live lease, then the domain is gone.
