@@ -41,12 +41,27 @@ port_listener() {
   echo "${holder%%/*}" | grep . || echo unknown
 }
 
-# Whether the process listening on port $1 is the server whose PID file is $2 (or a child of
-# it): a server this project started, and so the only kind it reuses.
-ours_on_port() {
-  local port=$1 pidfile=$2 ours pid
+# The PID in file $1 when that process is alive and is a server of this project: its command
+# line or working directory names the PID file's own directory under .services/ (its data).
+# A PID left in a stale file and reused by an unrelated process is not ours.
+our_process() {
+  local pidfile=$1 pid dir
   [ -f "$pidfile" ] || return 1
-  ours=$(cat "$pidfile")
+  pid=$(head -1 "$pidfile")
+  [[ "$pid" =~ ^[0-9]+$ ]] && [ -d "/proc/$pid" ] || return 1
+  dir=$(cd "$(dirname "$pidfile")" && pwd)
+  case "$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) $(readlink "/proc/$pid/cwd" 2>/dev/null)/" in
+    *"$dir/"*) echo "$pid" ;;
+    *) return 1 ;;
+  esac
+}
+
+# Whether the process listening on port $1 is the server whose PID file is $2 (that process or
+# a child of it, as `our_process` tells): a server this project started, and so the only kind
+# it reuses.
+ours_on_port() {
+  local port=$1 ours pid
+  ours=$(our_process "$2") || return 1
   pid=$(port_listener "$port")
   while [ -n "$pid" ] && [ "$pid" != unknown ] && [ "$pid" -gt 1 ]; do
     [ "$pid" = "$ours" ] && return 0
@@ -71,16 +86,25 @@ require_free() {
 SERVICES_STARTED=()
 started_here() { SERVICES_STARTED+=("$1"); }
 
-# Stops the process whose PID is in file $1 (signal $3, default TERM, then KILL after $2
-# seconds). When STOP_ONLY_STARTED is set, only a server this shell started.
+# Whether this shell started the server of PID file $1.
+started_by_this_shell() {
+  local started
+  for started in "${SERVICES_STARTED[@]}"; do
+    [ "$started" = "$1" ] && return 0
+  done
+  return 1
+}
+
+# Stops the server whose PID is in file $1 (signal $3, default TERM, then KILL after $2
+# seconds), if it is ours (`our_process`: a stale PID is never signalled). When
+# STOP_ONLY_STARTED is set, only a server this shell started.
 stop_pidfile() {
   local pidfile=$1 grace=${2:-10} signal=${3:-TERM} pid i
   [ -f "$pidfile" ] || return 0
-  if [ -n "${STOP_ONLY_STARTED:-}" ] && ! printf '%s\n' "${SERVICES_STARTED[@]}" | grep -qxF "$pidfile"; then
+  if [ -n "${STOP_ONLY_STARTED:-}" ] && ! started_by_this_shell "$pidfile"; then
     return 0
   fi
-  pid=$(cat "$pidfile")
-  if kill -0 "$pid" 2>/dev/null; then
+  if pid=$(our_process "$pidfile"); then
     kill "-$signal" "$pid" 2>/dev/null || true
     for ((i = 0; i < grace * 10; i++)); do
       kill -0 "$pid" 2>/dev/null || break

@@ -40,19 +40,10 @@ impl Backend {
 
     /// Reads `--backend NAME` (or `--backend=NAME`) from the arguments; memory by default.
     pub fn from_args(args: impl IntoIterator<Item = String>) -> Result<Backend, String> {
-        let mut args = args.into_iter();
-        let mut chosen = None;
-        while let Some(arg) = args.next() {
-            let name = match arg.strip_prefix("--backend=") {
-                Some(name) => name.to_owned(),
-                None if arg == "--backend" => args
-                    .next()
-                    .ok_or_else(|| "--backend needs a name".to_owned())?,
-                None => return Err(format!("unknown argument `{arg}`")),
-            };
-            chosen = Some(Self::named(&name)?);
+        match crate::cli::backend_name(args)? {
+            Some(name) => Self::named(&name),
+            None => Ok(Backend::Memory),
         }
-        Ok(chosen.unwrap_or(Backend::Memory))
     }
 
     fn named(name: &str) -> Result<Backend, String> {

@@ -45,18 +45,27 @@ pub fn no_arguments() -> Result<(), ExampleError> {
     }
 }
 
-/// The backend named by `--backend NAME`, else `default`; any other argument is refused.
-pub fn backend_arg(default: &str) -> Result<String, ExampleError> {
-    match arguments().as_slice() {
-        [] => Ok(default.to_owned()),
-        [flag, name] if flag == "--backend" => Ok(name.clone()),
-        [flag] if flag == "--backend" => Err("--backend needs a name (--help)".into()),
-        [first, ..] if first != "--backend" => {
-            Err(format!("unknown argument `{first}` (--help)").into())
-        }
-        [_, _, extra, ..] => Err(format!("unknown argument `{extra}` (--help)").into()),
-        _ => Err("usage: --backend NAME (--help)".into()),
+/// The name given by `--backend NAME` (or `--backend=NAME`; the last one wins) in `args`;
+/// any other argument is refused.
+pub(crate) fn backend_name(args: impl IntoIterator<Item = String>) -> Result<Option<String>, String> {
+    let mut args = args.into_iter();
+    let mut chosen = None;
+    while let Some(arg) = args.next() {
+        chosen = Some(match arg.strip_prefix("--backend=") {
+            Some(name) => name.to_owned(),
+            None if arg == "--backend" => args
+                .next()
+                .ok_or_else(|| "--backend needs a name (--help)".to_owned())?,
+            None => return Err(format!("unknown argument `{arg}` (--help)")),
+        });
     }
+    Ok(chosen)
+}
+
+/// The backend named by `--backend NAME` on the command line, else `default`; any other
+/// argument is refused.
+pub fn backend_arg(default: &str) -> Result<String, ExampleError> {
+    Ok(backend_name(arguments())?.unwrap_or_else(|| default.to_owned()))
 }
 
 /// An example's error: shown with `Display`, never as a `Debug` dump.

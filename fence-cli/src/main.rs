@@ -121,10 +121,15 @@ enum Command {
     /// Check that the configured credentials have every permission the adapter needs (IAM
     /// actions, Redis ACL commands, Kafka ACLs, PostgreSQL privileges, etcd key ranges), each
     /// used for real on a probe (PostgreSQL: read from its privilege functions); the missing
-    /// ones are named. Exit 0: all granted; 1: some denied or unknown.
+    /// ones are named. Permissions only operators need (retiring a domain, re-bases) are
+    /// marked `[operators]`: a worker's credentials pass without them. Exit 0: every permission
+    /// the role needs granted; 1: some denied or unknown.
     Permissions {
         /// The backend.
         backend: Backend,
+        /// Check an operator's credentials: the operators' permissions count too.
+        #[arg(long)]
+        operator: bool,
     },
     /// Prove Fence on your own endpoint: a seeded torture run (workers losing their leases and
     /// writing on, optionally cut connections) confined to names of its own under the
@@ -290,8 +295,16 @@ fn main() -> ExitCode {
     // Generated from the argument definitions: nothing to connect to.
     match &cli.command {
         Command::Completions { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "fence", &mut std::io::stdout());
-            return ExitCode::SUCCESS;
+            // Generated in memory: clap_complete panics on a failed write (a closed pipe).
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "fence", &mut script);
+            return match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    eprintln!("fence: cannot write the completion script: {error}");
+                    ExitCode::from(Exit::Failed as u8)
+                }
+            };
         }
         Command::Manpage => {
             return match clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout()) {
@@ -362,7 +375,9 @@ async fn run(cli: &Cli) -> Report {
                 seq,
             } => outbox::discard(targets, *backend, domain, *seq).await,
         },
-        Command::Permissions { backend } => permissions::run(targets, *backend).await,
+        Command::Permissions { backend, operator } => {
+            permissions::run(targets, *backend, *operator).await
+        }
         Command::Qualify { backend, args } => qualify::run(targets, *backend, args).await,
         // Handled in main, before the runtime starts.
         Command::Completions { .. } | Command::Manpage => Report::usage("not a runtime command"),

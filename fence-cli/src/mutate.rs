@@ -136,9 +136,12 @@ pub(crate) async fn retire(
     let retired = async {
         let domain = Domain::new(domain).map_err(|e| Report::failed(&e.into()))?;
         let target = targets.open(backend.into()).await?;
-        let retirer = target
-            .retirer()
-            .ok_or_else(|| Report::usage(format!("{backend:?} keeps a retired domain's state")))?;
+        let retirer = target.retirer().ok_or_else(|| {
+            Report::usage(format!(
+                "{} keeps a retired domain's state",
+                Backend::from(backend).cli_name()
+            ))
+        })?;
         let retired = retirer
             .retire(&domain)
             .await
@@ -163,7 +166,8 @@ pub(crate) async fn issue(targets: &Targets, backend: Backend, domain: &str) -> 
         let target = targets.open(backend).await?;
         let issuer = target.issuer().ok_or_else(|| {
             Report::usage(format!(
-                "{backend:?} issues no tokens (take them from the issuer its writers use)"
+                "{} issues no tokens (take them from the issuer its writers use)",
+                backend.cli_name()
             ))
         })?;
         let token = issuer
@@ -190,9 +194,9 @@ pub(crate) async fn delete(
     let deleted = async {
         let (domain, token) = parse(domain, token)?;
         let target = targets.open(backend).await?;
-        let store = target
-            .store()
-            .ok_or_else(|| Report::usage(format!("{backend:?} is a log: it has no delete")))?;
+        let store = target.store().ok_or_else(|| {
+            Report::usage(format!("{} is a log: it has no delete", backend.cli_name()))
+        })?;
         let outcome = store
             .write(&WriteRequest::delete(domain.clone(), token))
             .await

@@ -1,17 +1,23 @@
 //! `fence permissions`: which permissions the configured credentials have at a backend, each
 //! named as the resource's access control names it.
 
-use fence_core::permissions::{Access, PermissionReport};
+use fence_core::permissions::{Access, PermissionReport, Role};
 use serde_json::{json, Value};
 
 use crate::report::Report;
 use crate::targets::Targets;
 use crate::Backend;
 
-/// Runs the backend's permission check: exit 0 when everything was granted, 1 otherwise.
-pub(crate) async fn run(targets: &Targets, backend: Backend) -> Report {
+/// Runs the backend's permission check: exit 0 when everything the role needs was granted (a
+/// worker's: the operators' permissions left out; `operator`: all of them), 1 otherwise.
+pub(crate) async fn run(targets: &Targets, backend: Backend, operator: bool) -> Report {
+    let role = if operator {
+        Role::Operator
+    } else {
+        Role::Worker
+    };
     match check(targets, backend).await {
-        Ok(report) => render(&report),
+        Ok(report) => render(&report, role),
         Err(report) => report,
     }
 }
@@ -24,7 +30,7 @@ async fn check(targets: &Targets, backend: Backend) -> Result<PermissionReport, 
         .map_err(|e| Report::failed(&e))
 }
 
-fn render(report: &PermissionReport) -> Report {
+fn render(report: &PermissionReport, role: Role) -> Report {
     let permissions: Vec<Value> = report
         .permissions
         .iter()
@@ -35,18 +41,32 @@ fn render(report: &PermissionReport) -> Report {
                 Access::Unknown(why) => ("unknown", Some(why.as_str())),
                 _ => ("unknown", None),
             };
-            json!({ "name": p.name, "needed_for": p.needed_for, "access": access, "detail": detail })
+            let needed_by = match p.role {
+                Role::Operator => "operators",
+                _ => "workers",
+            };
+            json!({ "name": p.name, "needed_for": p.needed_for, "needed_by": needed_by, "access": access, "detail": detail })
         })
         .collect();
     let json = json!({
         "backend": report.backend,
         "scope": report.scope,
         "all_granted": report.all_granted(),
+        "granted_for_workers": report.granted_for(Role::Worker),
         "permissions": permissions,
     });
     let mut done = Report::done(json, report.to_string().trim_end().to_owned());
-    if !report.all_granted() {
-        done.fail_if_done("permissions");
+    if !report.granted_for(role) {
+        let who = if role == Role::Operator {
+            "an operator"
+        } else {
+            "a worker"
+        };
+        done.fail_if_done(
+            "permissions",
+            &format!("the credentials lack permissions {who} needs: grant the denied ones above"),
+            false,
+        );
     }
     done
 }

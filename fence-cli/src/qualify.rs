@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use clap::{Args, ValueEnum};
+use clap::Args;
 use fence_conformance::proxy::TcpProxy;
 use fence_core::{
     AppendRequest, Domain, FenceError, FencedStore, FencingToken, LeaseManager, MemoryLeases,
@@ -94,7 +94,7 @@ pub(crate) async fn run(targets: &Targets, backend: Backend, args: &QualifyArgs)
             .map(|removed| format!("removed {removed} ({})", setup.scope))
             .map_err(|error| format!("could not remove everything ({}): {error}", setup.scope))
     };
-    let name = backend_name(backend);
+    let name = backend.cli_name();
     let mut report = match outcome {
         Err(Refusal::Endpoint(reason)) => Report::not_qualified(
             json!({
@@ -120,7 +120,11 @@ pub(crate) async fn run(targets: &Targets, backend: Backend, args: &QualifyArgs)
     );
     if failed {
         // Left-over state is a failure of its own, even after a good verdict.
-        report.fail_if_done("cleanup_failed");
+        report.fail_if_done(
+            "cleanup_failed",
+            &format!("the run's state was not all removed: {text}"),
+            true,
+        );
     }
     report
 }
@@ -137,13 +141,6 @@ fn clock_seed() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(1, |d| d.as_nanos() as u64)
-}
-
-/// The backend's name as the command line spells it.
-fn backend_name(backend: Backend) -> String {
-    backend
-        .to_possible_value()
-        .map_or_else(|| format!("{backend:?}"), |v| v.get_name().to_owned())
 }
 
 /// The run's shape: windows of 5 operations per worker; leases long enough for the backend's
@@ -409,7 +406,7 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
     let violated = checked.violated();
     let mut lines = vec![format!(
         "qualify {}: {scope}, seed {} ({} workers)",
-        backend_name(backend),
+        backend.cli_name(),
         run.seed,
         run.history
             .events
@@ -477,7 +474,7 @@ fn verdict(backend: Backend, scope: &str, checked: &Checked, run: &fence_torture
         lines.push(violation.to_string());
     }
     let json = json!({
-        "backend": backend_name(backend),
+        "backend": backend.cli_name(),
         "scope": scope,
         "seed": run.seed.to_string(),
         "operations": checked.operations,

@@ -103,11 +103,13 @@ impl Report {
         }
     }
 
-    /// Turns a report that would exit 0 into a failure of `class` (exit 1); others keep theirs.
-    pub(crate) fn fail_if_done(&mut self, class: &str) {
+    /// Turns a report that would exit 0 into a failure of `class` (exit 1) with `message`,
+    /// saying whether a retry can help; others keep theirs.
+    pub(crate) fn fail_if_done(&mut self, class: &str, message: &str, retryable: bool) {
         if self.exit == Exit::Done {
             self.exit = Exit::Failed;
-            self.json["error"] = json!({ "class": class, "retryable": true });
+            self.json["error"] =
+                json!({ "class": class, "message": message, "retryable": retryable });
         }
     }
 

@@ -49,6 +49,12 @@ pub(crate) trait Target: Send + Sync {
 }
 
 impl Backend {
+    /// The backend's name as the command line spells it (`object-store`).
+    pub(crate) fn cli_name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .map_or_else(|| format!("{self:?}"), |v| v.get_name().to_owned())
+    }
+
     /// A log (batches appended under a token, read back in order), not a store.
     pub(crate) fn is_log(self) -> bool {
         self == Backend::Kafka

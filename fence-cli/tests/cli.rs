@@ -497,7 +497,7 @@ async fn s3_inspect_adopt_and_decode() {
     // S3 issues no tokens: usage, not a failure at the resource.
     let no_issuer = fence(&env, &["issue", "s3", "legacy.csv"], b"").expect(2);
     assert!(
-        no_issuer.stderr.contains("issues no tokens"),
+        no_issuer.stderr.contains("s3 issues no tokens"),
         "{}",
         no_issuer.stderr
     );
@@ -1002,6 +1002,72 @@ async fn permissions_are_named_and_decide_the_exit_code() {
         Some(18),
         "{json}"
     );
+
+    // A worker's ACL user (FENCE_ACL_COMMANDS alone): granted as a worker (exit 0, SCAN denied
+    // and marked as the operators'), refused as an operator (exit 1).
+    let user = format!("cli-worker-{}", fence_testkit::unique_suffix());
+    let prefix = unique_prefix("cli-worker");
+    let mut admin = redis::Client::open(redis_env[0].1.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let mut rules = vec![
+        "SETUSER".to_owned(),
+        user.clone(),
+        "on".into(),
+        ">worker-secret".into(),
+        "resetkeys".into(),
+        format!("~{prefix}:*"),
+        "resetchannels".into(),
+        "-@all".into(),
+    ];
+    rules.extend(
+        fence_redis::FENCE_ACL_COMMANDS
+            .split_whitespace()
+            .map(str::to_owned),
+    );
+    let _: () = redis::cmd("ACL")
+        .arg(&rules)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let worker_env = vec![
+        (
+            "FENCE_REDIS_URL",
+            redis_env[0]
+                .1
+                .replacen("redis://", &format!("redis://{user}:worker-secret@"), 1),
+        ),
+        ("FENCE_REDIS_PREFIX", prefix),
+    ];
+    let as_worker = fence(&worker_env, &["--json", "permissions", "redis"], b"");
+    let as_operator = fence(&worker_env, &["permissions", "redis", "--operator"], b"");
+    let _: u32 = redis::cmd("ACL")
+        .arg("DELUSER")
+        .arg(&user)
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    let worker = as_worker.expect(0).json();
+    assert_eq!(
+        (&worker["all_granted"], &worker["granted_for_workers"]),
+        (&Value::from(false), &Value::from(true)),
+        "{worker}"
+    );
+    let scan = worker["permissions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "SCAN")
+        .unwrap();
+    assert_eq!(
+        (&scan["access"], &scan["needed_by"]),
+        (&Value::from("denied"), &Value::from("operators"))
+    );
+    let operator = as_operator.expect(1);
+    let printed = format!("{}{}", operator.stdout, operator.stderr);
+    assert!(printed.contains("DENIED   SCAN [operators]"), "{printed}");
 
     // A schema nobody migrated: every privilege unknown, exit 1, the remedy named.
     let schema = fence_testkit::postgres::unique_schema("cli_perm");

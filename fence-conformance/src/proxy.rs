@@ -16,7 +16,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -60,11 +60,18 @@ pub struct TcpProxy {
     address: SocketAddr,
     mode: watch::Sender<Mode>,
     cuts: watch::Sender<u64>,
-    /// Whether new connections are closed as they arrive.
-    refusing: Arc<AtomicBool>,
+    /// Whether new connections are closed as they arrive, and how many were.
+    refusing: Arc<Refusing>,
     /// When any connection last carried bytes.
     activity: Activity,
     acceptor: JoinHandle<()>,
+}
+
+/// Whether the acceptor closes new connections, and how many it closed.
+#[derive(Debug, Default)]
+struct Refusing {
+    on: AtomicBool,
+    refused: AtomicU64,
 }
 
 /// The instant bytes last crossed the proxy, shared by its connections.
@@ -78,7 +85,7 @@ impl TcpProxy {
         let (mode, _) = watch::channel(Mode::Forward);
         let (cuts, _) = watch::channel(0);
         let activity = Arc::new(Mutex::new(Instant::now()));
-        let refusing = Arc::new(AtomicBool::new(false));
+        let refusing = Arc::new(Refusing::default());
         let acceptor = tokio::spawn(accept(
             listener,
             upstream,
@@ -162,7 +169,12 @@ impl TcpProxy {
     /// Closes each new connection as it arrives (open ones go on in the current mode), until
     /// `false`: a server that stopped accepting, seen only by a client that connects afresh.
     pub fn refuse_new_connections(&self, refuse: bool) {
-        self.refusing.store(refuse, Ordering::SeqCst);
+        self.refusing.on.store(refuse, Ordering::SeqCst);
+    }
+
+    /// How many connections [`TcpProxy::refuse_new_connections`] closed so far.
+    pub fn refused_connections(&self) -> u64 {
+        self.refusing.refused.load(Ordering::SeqCst)
     }
 }
 
@@ -178,11 +190,12 @@ async fn accept(
     upstream: SocketAddr,
     mode: watch::Sender<Mode>,
     cuts: watch::Sender<u64>,
-    refusing: Arc<AtomicBool>,
+    refusing: Arc<Refusing>,
     activity: Activity,
 ) {
     while let Ok((client, _)) = listener.accept().await {
-        if refusing.load(Ordering::SeqCst) {
+        if refusing.on.load(Ordering::SeqCst) {
+            refusing.refused.fetch_add(1, Ordering::SeqCst);
             continue; // dropping the client closes it
         }
         let Ok(server) = TcpStream::connect(upstream).await else {

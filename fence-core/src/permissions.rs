@@ -68,6 +68,17 @@ impl Access {
     }
 }
 
+/// Who needs a permission: every process that uses the fence, or only operators (retiring a
+/// domain, re-bases, settings), whose credentials a worker's should not have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Role {
+    /// Workers and operators.
+    Worker,
+    /// Operators only: a worker's credentials are expected to be refused it.
+    Operator,
+}
+
 /// One permission an adapter needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -78,6 +89,8 @@ pub struct Permission {
     pub needed_for: String,
     /// Whether it was granted.
     pub access: Access,
+    /// Who needs it.
+    pub role: Role,
 }
 
 impl Permission {
@@ -104,13 +117,20 @@ impl Permission {
         Permission::new(name, needed_for, Access::Unknown(why.into()))
     }
 
-    /// A permission and its access.
+    /// A permission every process of the fence needs, and its access.
     pub fn new(name: impl Into<String>, needed_for: impl Into<String>, access: Access) -> Self {
         Permission {
             name: name.into(),
             needed_for: needed_for.into(),
             access,
+            role: Role::Worker,
         }
+    }
+
+    /// The same permission, needed by operators only.
+    pub fn for_operators(mut self) -> Self {
+        self.role = Role::Operator;
+        self
     }
 }
 
@@ -156,9 +176,27 @@ impl PermissionReport {
             .map(|p| &p.access)
     }
 
-    /// True when every permission was granted (none denied, none unknown).
+    /// True when every permission was granted (none denied, none unknown), operators' too.
     pub fn all_granted(&self) -> bool {
         self.permissions.iter().all(|p| p.access == Access::Granted)
+    }
+
+    /// True when every permission `role` needs was granted: a worker's credentials pass
+    /// without the operators' permissions; an operator's need them all.
+    ///
+    /// ```
+    /// use fence_core::permissions::{Permission, PermissionReport, Role};
+    /// let mut report = PermissionReport::new("redis", "keys `billing:*`");
+    /// report.push(Permission::granted("EVALSHA", "every fenced operation"));
+    /// report.push(Permission::denied("SCAN", "retire", "NOPERM").for_operators());
+    /// assert!(report.granted_for(Role::Worker));
+    /// assert!(!report.granted_for(Role::Operator));
+    /// ```
+    pub fn granted_for(&self, role: Role) -> bool {
+        self.permissions
+            .iter()
+            .filter(|p| role == Role::Operator || p.role == Role::Worker)
+            .all(|p| p.access == Access::Granted)
     }
 }
 
@@ -166,13 +204,21 @@ impl fmt::Display for PermissionReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{} ({})", self.backend, self.scope)?;
         for p in &self.permissions {
+            let who = match p.role {
+                Role::Operator => " [operators]",
+                Role::Worker => "",
+            };
             match &p.access {
-                Access::Granted => writeln!(f, "  granted  {}  ({})", p.name, p.needed_for)?,
+                Access::Granted => writeln!(f, "  granted  {}{who}  ({})", p.name, p.needed_for)?,
                 Access::Denied(answer) => {
-                    writeln!(f, "  DENIED   {}  ({}): {answer}", p.name, p.needed_for)?;
+                    writeln!(
+                        f,
+                        "  DENIED   {}{who}  ({}): {answer}",
+                        p.name, p.needed_for
+                    )?;
                 }
                 Access::Unknown(why) => {
-                    writeln!(f, "  unknown  {}  ({}): {why}", p.name, p.needed_for)?;
+                    writeln!(f, "  unknown  {}{who}  ({}): {why}", p.name, p.needed_for)?;
                 }
             }
         }

@@ -41,6 +41,10 @@ async fn a_read_goes_on_across_a_lost_connection() {
     });
     let log = fence.read_log(&domain).await;
     restorer.join().unwrap();
+    assert!(
+        proxy.refused_connections() > 0,
+        "the read's reader never tried to connect while connections were refused: the test proves nothing"
+    );
     let log = log.expect("the read goes on once the connection is back");
     let values: Vec<&[u8]> = log.iter().map(|e| &e.record.value[..]).collect();
     assert_eq!(values, vec![&b"first"[..]]);

@@ -97,11 +97,14 @@ impl ObjectStoreFence {
         if deleted.is_err() {
             tracing::warn!(%store, %path, "deleting the permission probe object was refused: it stays");
         }
-        report.push(Permission::new(
-            format!("delete objects under `{prefix}`"),
-            "removing the probe objects, and retiring a domain",
-            access(deleted, Operation::Delete),
-        ));
+        report.push(
+            Permission::new(
+                format!("delete objects under `{prefix}`"),
+                "retire, qualify and removing the probe objects (fenced deletes write tombstones)",
+                access(deleted, Operation::Delete),
+            )
+            .for_operators(),
+        );
         Ok(report)
     }
 }

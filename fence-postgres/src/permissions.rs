@@ -8,6 +8,12 @@ use crate::error::{kind_of, BACKEND};
 use crate::PostgresFence;
 
 /// (privilege, table, what the fence needs it for)
+/// The rows of [`TABLES`] only operators need (retirement, re-bases).
+const OPERATORS_ONLY: [(&str, &str); 2] = [
+    ("DELETE", "fence_counters"),
+    ("SELECT, INSERT", "fence_rebases"),
+];
+
 const TABLES: [(&str, &str, &str); 7] = [
     (
         "SELECT, INSERT, UPDATE, DELETE",
@@ -27,13 +33,13 @@ const TABLES: [(&str, &str, &str); 7] = [
     (
         "DELETE",
         "fence_counters",
-        "retire (operators only: a worker's role must never have it, a deleted counter would issue its tokens again)",
+        "retire (a worker's role must never have it: a deleted counter would issue its tokens again)",
     ),
     ("SELECT, INSERT, UPDATE, DELETE", "fence_leases", "leases"),
     (
         "SELECT, INSERT",
         "fence_rebases",
-        "re-bases (operators only)",
+        "re-bases",
     ),
     (
         "SELECT",
@@ -76,7 +82,7 @@ impl PostgresFence {
                 }
             }
             let name = format!("{privileges} on {qualified}");
-            report.push(match (unknown, missing.is_empty()) {
+            let permission = match (unknown, missing.is_empty()) {
                 (Some(why), _) => Permission::unknown(name, needed_for, why),
                 (None, true) => Permission::granted(name, needed_for),
                 (None, false) => Permission::denied(
@@ -84,6 +90,11 @@ impl PostgresFence {
                     needed_for,
                     format!("the role lacks {}", missing.join(", ")),
                 ),
+            };
+            report.push(if OPERATORS_ONLY.contains(&(privileges, table)) {
+                permission.for_operators()
+            } else {
+                permission
             });
         }
         let sequence = self

@@ -5,7 +5,7 @@
 
 mod support;
 
-use fence_core::permissions::Access;
+use fence_core::permissions::{Access, Role};
 use fence_postgres::PostgresFence;
 use fence_testkit::postgres::{pool, shared_url, unique_schema};
 use support::shared;
@@ -76,6 +76,21 @@ async fn the_check_names_each_missing_privilege() {
         Access::Denied("the role lacks DELETE".into())
     );
     assert_eq!(report.denied().count(), 8, "{report}");
+    // Retirement's and re-bases' rows are the operators' alone.
+    let operators: Vec<&str> = report
+        .permissions
+        .iter()
+        .filter(|p| p.role == Role::Operator)
+        .map(|p| p.name.as_str())
+        .collect();
+    assert_eq!(
+        operators,
+        [
+            format!("DELETE on {schema}.fence_counters"),
+            format!("SELECT, INSERT on {schema}.fence_rebases")
+        ],
+        "{report}"
+    );
 }
 
 #[tokio::test]

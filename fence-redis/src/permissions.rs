@@ -95,16 +95,19 @@ impl RedisFence {
         }
         // Retirement's walk, as it runs (an operator's user; workers need not have it).
         let walked = self
-            .scan(&format!("{}*", crate::ops::glob_escape(&tagged(""))))
+            .scan_first_page(&format!("{}*", crate::ops::glob_escape(&tagged(""))))
             .await;
-        report.push(Permission::new(
-            match connection {
-                Connection::Cluster(_) => "SCAN, CLUSTER NODES",
-                _ => "SCAN",
-            },
-            "retire (operators only): finding a domain's keys",
-            Access::of(&walked),
-        ));
+        report.push(
+            Permission::new(
+                match connection {
+                    Connection::Cluster(_) => "SCAN, CLUSTER NODES",
+                    _ => "SCAN",
+                },
+                "retire: finding a domain's keys",
+                Access::of(&walked),
+            )
+            .for_operators(),
+        );
         if let Connection::Cluster(_) = connection {
             let slots = query(redis::cmd("CLUSTER").arg("SLOTS").clone()).await;
             report.push(Permission::new(

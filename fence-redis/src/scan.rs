@@ -11,6 +11,16 @@ impl RedisFence {
     /// Every key matching `pattern` (a `SCAN MATCH` glob), on every master of a cluster.
     /// Costs a walk of the whole keyspace: for recovery sweeps, not for hot paths.
     pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>, FenceError> {
+        self.scan_pages(pattern, true).await
+    }
+
+    /// The first page of [`RedisFence::scan`] on every master: the same commands, without the
+    /// walk (what the permission check needs to know that they are allowed).
+    pub(crate) async fn scan_first_page(&self, pattern: &str) -> Result<Vec<String>, FenceError> {
+        self.scan_pages(pattern, false).await
+    }
+
+    async fn scan_pages(&self, pattern: &str, whole: bool) -> Result<Vec<String>, FenceError> {
         let connection = self.connection(None).await?;
         let backend = |e| map_error(e, None, Operation::Read, false);
         let nodes = match &connection {
@@ -59,7 +69,7 @@ impl RedisFence {
                     redis::from_redis_value(value).map_err(|e| backend(e.into()))?;
                 found.extend(keys);
                 cursor = next;
-                if cursor == 0 {
+                if cursor == 0 || !whole {
                     break;
                 }
             }

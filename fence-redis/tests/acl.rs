@@ -7,6 +7,7 @@ use std::num::NonZeroU64;
 use std::time::Duration;
 
 use fence_conformance::services::{domain, put, token, unavailable};
+use fence_core::permissions::Role;
 use fence_core::{
     Fence, FencedStore, FencingToken, LeaseManager, OwnerId, Rebase, Rebaser, TokenIssuer,
 };
@@ -186,6 +187,9 @@ async fn the_permission_check_names_what_the_acl_refuses() {
         println!("{report}");
         let denied: Vec<&str> = report.denied().map(|p| p.name.as_str()).collect();
         assert_eq!(denied, ["SCAN"], "{report}");
+        // Which is the operators' alone: the worker's credentials pass, an operator's would not.
+        assert!(report.granted_for(Role::Worker), "{report}");
+        assert!(!report.granted_for(Role::Operator), "{report}");
     })
     .await;
 

@@ -106,9 +106,10 @@ impl S3Fence {
         }
         report.push(Permission::new(
             format!("s3:DeleteObject on {bucket}/{prefix}*"),
-            "retire (operators only), the capability probe and qualify (fenced deletes write tombstones)",
+            "retire, qualify and removing the capability probe's object (fenced deletes write tombstones)",
             delete,
-        ));
+        )
+        .for_operators());
         Ok(report)
     }
 }

@@ -20,7 +20,9 @@ postgres_install() {
 
 postgres_start() {
   postgres_install
-  if ours_on_port "$POSTGRES_PORT" "$postgres_dir/postgres.pid"; then
+  # The server's own PID file: ours even when an earlier run stopped waiting for it.
+  if ours_on_port "$POSTGRES_PORT" "$postgres_dir/data/postmaster.pid"; then
+    head -1 "$postgres_dir/data/postmaster.pid" >"$postgres_dir/postgres.pid"
     echo "postgres on 127.0.0.1:$POSTGRES_PORT was started by this project; reusing it"
     return 0
   fi
@@ -34,9 +36,12 @@ postgres_start() {
   runuser -u postgres -- "$POSTGRES_BIN/postgres" -D "$postgres_dir/data" \
     -c listen_addresses=127.0.0.1 -p "$POSTGRES_PORT" -k "$postgres_dir" \
     >"$postgres_dir/postgres.log" 2>&1 </dev/null &
-  wait_for_port "$POSTGRES_PORT" 30 || { tail -20 "$postgres_dir/postgres.log" >&2; return 1; }
-  head -1 "$postgres_dir/data/postmaster.pid" >"$postgres_dir/postgres.pid"
   started_here "$postgres_dir/postgres.pid"
+  local waited=0
+  wait_for_port "$POSTGRES_PORT" 30 || waited=$?
+  # Known to the exit trap even when the wait failed (postmaster.pid is written at start).
+  head -1 "$postgres_dir/data/postmaster.pid" >"$postgres_dir/postgres.pid" 2>/dev/null || true
+  [ "$waited" = 0 ] || { tail -20 "$postgres_dir/postgres.log" >&2; return 1; }
   echo "postgres: $FENCE_POSTGRES_URL"
 }
 

@@ -23,18 +23,20 @@ redis_install() {
 
 redis_answers() { [ "$(redis-cli -p "$1" ping 2>/dev/null)" = "PONG" ]; }
 
-# Starts one redis-server on port $1 (moved by variable $2) with data in $redis_dir/$1; extra
-# arguments follow.
+# Starts one redis-server on port $1 (moved by variable $2) with data in $redis_dir/$1; $3 is
+# `cluster` for a cluster node (which also holds the bus port, port + 10000) or `standalone`;
+# extra arguments follow.
 redis_start_one() {
-  local port=$1 variable=$2; shift 2
+  local port=$1 variable=$2 kind=$3; shift 3
   local dir="$redis_dir/$port"
   if ours_on_port "$port" "$dir/redis.pid"; then
     echo "redis on 127.0.0.1:$port was started by this project; reusing it"
     return 0
   fi
   require_free "$port" "$variable" redis || return 1
-  if [ "${1:-}" = --cluster-enabled ]; then
+  if [ "$kind" = cluster ]; then
     require_free $((port + 10000)) "$variable" "redis cluster bus" || return 1
+    set -- --cluster-enabled yes --cluster-config-file "nodes-$port.conf" --cluster-node-timeout 5000 "$@"
   fi
   mkdir -p "$dir"
   started_here "$dir/redis.pid"
@@ -52,12 +54,11 @@ redis_cluster_ok() { redis-cli -p "$1" cluster info 2>/dev/null | grep -q '^clus
 
 redis_start() {
   redis_install
-  redis_start_one "$REDIS_PORT" FENCE_REDIS_PORT
-  redis_start_one "$REDIS_REPLICA_PORT" FENCE_REDIS_REPLICA_PORT --replicaof 127.0.0.1 "$REDIS_PORT"
+  redis_start_one "$REDIS_PORT" FENCE_REDIS_PORT standalone
+  redis_start_one "$REDIS_REPLICA_PORT" FENCE_REDIS_REPLICA_PORT standalone --replicaof 127.0.0.1 "$REDIS_PORT"
   local p
   for p in "${REDIS_CLUSTER_PORTS[@]}"; do
-    redis_start_one "$p" FENCE_REDIS_CLUSTER_PORTS --cluster-enabled yes --cluster-config-file "nodes-$p.conf" \
-      --cluster-node-timeout 5000
+    redis_start_one "$p" FENCE_REDIS_CLUSTER_PORTS cluster
   done
   if ! redis_cluster_ok "${REDIS_CLUSTER_PORTS[0]}"; then
     local known
