@@ -47,7 +47,9 @@ pub fn no_arguments() -> Result<(), ExampleError> {
 
 /// The name given by `--backend NAME` (or `--backend=NAME`; the last one wins) in `args`;
 /// any other argument is refused.
-pub(crate) fn backend_name(args: impl IntoIterator<Item = String>) -> Result<Option<String>, String> {
+pub(crate) fn backend_name(
+    args: impl IntoIterator<Item = String>,
+) -> Result<Option<String>, String> {
     let mut args = args.into_iter();
     let mut chosen = None;
     while let Some(arg) = args.next() {
