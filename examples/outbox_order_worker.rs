@@ -5,7 +5,8 @@
 //!
 //! `cargo run --features servers --example outbox_order_worker [-- --backend redis|kafka|postgres]`
 //! (Redis at `FENCE_REDIS_URL`, Kafka at `FENCE_KAFKA_BOOTSTRAP`, PostgreSQL at
-//! `FENCE_POSTGRES_URL`, each else the project's server: `scripts/services up`)
+//! `FENCE_POSTGRES_URL`, each else the project's server: `scripts/services up`). Ctrl-c or
+//! SIGTERM stops the story; what the run created is removed in every case.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -182,11 +183,26 @@ impl Orders {
 
 async fn story() -> Result<bool, Error> {
     let backend = fence_examples::backend_arg("redis")?;
-    let clock = Timeline::start();
-    let webhook = ReceiptWebhook::start(clock).await?;
     let (orders, leases, description) = Orders::open(&backend).await?;
     let run = SystemTime::now().duration_since(UNIX_EPOCH)?.as_millis();
     let order = Domain::new(format!("order-42/run-{run}"))?;
+    let outcome =
+        fence_examples::until_shutdown(payment(&orders, leases, &description, &order)).await;
+    // After success, an error or a signal alike: what the run created goes.
+    let cleanup = orders.finish(&order).await;
+    fence_examples::after_cleanup(outcome, cleanup)
+}
+
+/// Worker A pauses past its lease, worker B pays the order and records its receipt, the relay
+/// delivers it; A's late step is refused. True when everything went as the story expects.
+async fn payment(
+    orders: &Orders,
+    leases: Arc<dyn LeaseManager>,
+    description: &str,
+    order: &Domain,
+) -> Result<bool, Error> {
+    let clock = Timeline::start();
+    let webhook = ReceiptWebhook::start(clock).await?;
     println!("Fence outbox demo: pay an order and send its receipt, exactly once");
     println!(
         "backend: {description}; order `{order}`; receipt webhook {}",
@@ -194,7 +210,7 @@ async fn story() -> Result<bool, Error> {
     );
 
     let a = leases
-        .acquire(&order, &OwnerId::new("worker-a")?, LEASE)
+        .acquire(order, &OwnerId::new("worker-a")?, LEASE)
         .await?;
     clock.say(
         "A",
@@ -207,14 +223,13 @@ async fn story() -> Result<bool, Error> {
 
     // B's guard waits for A's lease to end, then keeps B's renewed.
     let options = LeaseOptions::new(LEASE).wait(Duration::from_secs(10));
-    let b =
-        LeaseGuard::acquire(leases.clone(), &order, &OwnerId::new("worker-b")?, options).await?;
+    let b = LeaseGuard::acquire(leases.clone(), order, &OwnerId::new("worker-b")?, options).await?;
     clock.say(
         "B",
         format!("acquired the order lease with token {}", b.token()),
     );
     let recorded = orders
-        .pay(&order, b.token(), "worker-b", &webhook.url())
+        .pay(order, b.token(), "worker-b", &webhook.url())
         .await?;
     clock.say(
         "B",
@@ -238,16 +253,14 @@ async fn story() -> Result<bool, Error> {
         "A",
         "resumes, unaware its lease expired, and records \"paid + send receipt\"",
     );
-    let stale = orders
-        .pay(&order, a.token, "worker-a", &webhook.url())
-        .await;
+    let stale = orders.pay(order, a.token, "worker-a", &webhook.url()).await;
     let fenced = matches!(&stale, Err(error) if error.is_fenced());
     match &stale {
         Ok(outcome) => clock.say("A", format!("recorded?! {outcome}")),
         Err(error) => clock.say("A", format!("REJECTED: {error}")),
     }
 
-    let settled = settled_entries(deadline, || orders.entries(&order)).await?;
+    let settled = settled_entries(deadline, || orders.entries(order)).await?;
     let report = relay.shutdown().await?;
     let (applied, requests) = webhook.counts();
     clock.say(
@@ -266,7 +279,6 @@ async fn story() -> Result<bool, Error> {
         settled.len()
     );
     b.release().await?;
-    orders.finish(&order).await?;
     let ok = fenced && settled.len() == 1 && delivered == 1 && applied == 1;
     if ok {
         println!("the paused worker's step was rejected: one order payment, one receipt");

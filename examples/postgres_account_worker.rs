@@ -5,23 +5,26 @@
 //! column refuses its direct `UPDATE` too.
 //!
 //! `cargo run --features servers --example postgres_account_worker`
-//! (PostgreSQL at `FENCE_POSTGRES_URL`, else the project's: `scripts/services up`)
+//! (PostgreSQL at `FENCE_POSTGRES_URL`, else the project's: `scripts/services up`). The run's
+//! rows are removed at the end, after success, an error or ctrl-c/SIGTERM alike.
 
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use fence_core::Observed;
 use fence_core::{
     Domain, FencingToken, LeaseGuard, LeaseManager, LeaseOptions, OperationId, OwnerId,
 };
 use fence_examples::{
-    postgres_fence, run_example, settled_entries, ReceiptWebhook, Timeline, POSTGRES_SCHEMA,
+    local, run_example, settled_entries, ReceiptWebhook, Timeline, Unreachable, POSTGRES_SCHEMA,
 };
 use fence_outbox::{
     DestinationRule, Effect, EffectKinds, OutboxError, Relay, RelayConfig, WebhookSink,
 };
 use fence_outbox_postgres::PostgresOutbox;
-use fence_postgres::{Begun, RowFence, TransactionRequest};
+use fence_postgres::sqlx::postgres::PgPoolOptions;
+use fence_postgres::{Begun, PostgresFence, RowFence, TransactionRequest};
 
 type Error = fence_examples::ExampleError;
 
@@ -34,6 +37,30 @@ its SQL runs, and the row's token column refuses its direct UPDATE too.
 Usage: cargo run --features servers --example postgres_account_worker";
 
 const LEASE: Duration = Duration::from_millis(300);
+
+/// The worker's database: `FENCE_POSTGRES_URL`, else the project's. The fence's tables live
+/// in [`POSTGRES_SCHEMA`] beside the example's own; `PostgresFenceBuilder::from_env()` reads
+/// every `FENCE_POSTGRES_*` variable.
+async fn connect() -> Result<Observed<PostgresFence>, Error> {
+    let url =
+        std::env::var("FENCE_POSTGRES_URL").unwrap_or_else(|_| local::POSTGRES_URL.to_owned());
+    let unreachable = |e: Error| Unreachable::new("PostgreSQL", &url, "FENCE_POSTGRES_URL", e);
+    let pool = PgPoolOptions::new()
+        .max_connections(8)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect(&url)
+        .await
+        .map_err(|e| unreachable(e.into()))?;
+    // An example may create the fence's tables; an application runs `fence_postgres::migrate`
+    // (or `SCHEMA_SQL`) from its own migrations.
+    fence_postgres::migrate(&pool, POSTGRES_SCHEMA)
+        .await
+        .map_err(|e| unreachable(e.into()))?;
+    let fence = PostgresFence::builder(pool, POSTGRES_SCHEMA)
+        .build()
+        .map_err(|e| unreachable(e.into()))?;
+    Ok(fence)
+}
 
 /// Under `token`: sets the account's balance (the row's own token column checks the token
 /// too) and records the "send statement" effect, in one fenced transaction.
@@ -66,9 +93,7 @@ async fn close_month(
 }
 
 async fn story() -> Result<bool, Error> {
-    let clock = Timeline::start();
-    let webhook = ReceiptWebhook::start(clock).await?;
-    let fence = postgres_fence().await?;
+    let fence = connect().await?;
     fence_outbox_postgres::migrate(&fence).await?;
     sqlx::query(&format!(
         "CREATE TABLE IF NOT EXISTS {POSTGRES_SCHEMA}.accounts \
@@ -84,6 +109,18 @@ async fn story() -> Result<bool, Error> {
     .bind(account.as_str())
     .execute(fence.pool())
     .await?;
+    let outcome = fence_examples::until_shutdown(month_end(&fence, &account)).await;
+    // After success, an error or a signal alike: the run's rows go.
+    let cleanup = fence_examples::retire_postgres_run(&fence, "accounts", &account).await;
+    fence_examples::after_cleanup(outcome, cleanup)
+}
+
+/// Worker A pauses past its lease, worker B closes the month and the relay delivers the
+/// statement; A's late close is refused by the fenced transaction and by the row's token
+/// column. True when everything went as the story expects.
+async fn month_end(fence: &Observed<PostgresFence>, account: &Domain) -> Result<bool, Error> {
+    let clock = Timeline::start();
+    let webhook = ReceiptWebhook::start(clock).await?;
     let accounts = RowFence::new(POSTGRES_SCHEMA, "accounts", "id", "fence_token")?;
     let kinds = EffectKinds::new().register("send-statement", DestinationRule::HttpUrl)?;
     let outbox = PostgresOutbox::new(fence.clone(), kinds);
@@ -95,7 +132,7 @@ async fn story() -> Result<bool, Error> {
     );
 
     let a = leases
-        .acquire(&account, &OwnerId::new("worker-a")?, LEASE)
+        .acquire(account, &OwnerId::new("worker-a")?, LEASE)
         .await?;
     clock.say(
         "A",
@@ -105,18 +142,13 @@ async fn story() -> Result<bool, Error> {
 
     // B's guard waits for A's lease to end (expiry by the server's clock), then keeps B's renewed.
     let options = LeaseOptions::new(Duration::from_secs(10)).wait(Duration::from_secs(10));
-    let b = LeaseGuard::acquire(
-        leases.clone(),
-        &account,
-        &OwnerId::new("worker-b")?,
-        options,
-    )
-    .await?;
+    let b =
+        LeaseGuard::acquire(leases.clone(), account, &OwnerId::new("worker-b")?, options).await?;
     clock.say(
         "B",
         format!("acquired the account lease, token {}", b.token()),
     );
-    let closed = close_month(&outbox, &accounts, &account, b.token(), 120, &webhook.url()).await?;
+    let closed = close_month(&outbox, &accounts, account, b.token(), 120, &webhook.url()).await?;
     clock.say(
         "B",
         format!("balance 120 + statement recorded in one transaction: {closed}"),
@@ -139,7 +171,7 @@ async fn story() -> Result<bool, Error> {
         "A",
         "resumes, unaware its lease expired, and closes the month with balance 90",
     );
-    let stale = close_month(&outbox, &accounts, &account, a.token, 90, &webhook.url()).await;
+    let stale = close_month(&outbox, &accounts, account, a.token, 90, &webhook.url()).await;
     let fenced = matches!(&stale, Err(error) if error.is_fenced());
     match &stale {
         Ok(outcome) => clock.say("A", format!("committed?! {outcome}")),
@@ -164,7 +196,7 @@ async fn story() -> Result<bool, Error> {
         ),
     }
 
-    let settled = settled_entries(deadline, || outbox.entries(&account)).await?;
+    let settled = settled_entries(deadline, || outbox.entries(account)).await?;
     let report = relay.shutdown().await?;
     let (sent, requests) = webhook.counts();
     let balance: i64 = sqlx::query_scalar(&format!(
@@ -182,7 +214,6 @@ async fn story() -> Result<bool, Error> {
         settled.len()
     );
     b.release().await?;
-    fence_examples::retire_postgres_run(&fence, "accounts", &account).await?;
     let ok = fenced && row_fenced && balance == 120 && settled.len() == 1 && sent == 1;
     if ok {
         println!("the paused worker changed nothing: one balance, one statement");

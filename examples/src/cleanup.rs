@@ -2,13 +2,34 @@
 //! ended, so no token of it can write again (the retirement procedure of LIFECYCLE.md, which
 //! a real deployment follows with care: a paused process may outlive its lease).
 
-use fence_core::{Domain, Retirer};
+use std::time::{Duration, Instant};
+
+use fence_core::{Domain, FenceError, Retirer};
 
 use crate::ExampleError;
 
-/// Retires the run's `domain` at its resource and says how much went.
+/// How long a retirement waits for a lease the run still holds to expire: longer than any
+/// lease an example takes. A run stopped by a signal leaves its leases to expire (a held lease
+/// is never released by a process that was told to stop in the middle of its work).
+const LEASE_EXPIRY_WAIT: Duration = Duration::from_secs(15);
+
+/// Retires the run's `domain` at its resource and says how much went. A resource refuses to
+/// retire a domain whose lease is held; the run's own leases are waited out.
 pub async fn retire_run(retirer: &dyn Retirer, domain: &Domain) -> Result<(), ExampleError> {
-    let retired = retirer.retire(domain).await?;
+    let deadline = Instant::now() + LEASE_EXPIRY_WAIT;
+    let mut said = false;
+    let retired = loop {
+        match retirer.retire(domain).await {
+            Err(FenceError::LeaseHeld { .. }) if Instant::now() < deadline => {
+                if !said {
+                    println!("cleaning up: waiting for the run's lease on `{domain}` to expire");
+                    said = true;
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+            outcome => break outcome?,
+        }
+    };
     println!(
         "cleaned up: the run's domain `{domain}` retired ({} keys, rows or objects removed)",
         retired.removed

@@ -103,7 +103,9 @@ pub struct Unreachable {
 }
 
 impl Unreachable {
-    fn new(
+    /// `what` (a server's kind) could not be used at `address` (credentials in it are not
+    /// shown) for `source`; `variable` names where the example takes the address from.
+    pub fn new(
         what: &'static str,
         address: &str,
         variable: &'static str,
@@ -201,38 +203,51 @@ pub async fn s3_fence() -> Result<Observed<fence_s3::S3Fence>, Unreachable> {
 pub async fn kafka_fence_for_run(
     name: &str,
 ) -> Result<Observed<fence_kafka::KafkaFence>, Unreachable> {
-    use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-    use fence_kafka::rdkafka::client::DefaultClientContext;
     let (config, bootstrap) = kafka_config()?;
-    let unreachable = |e: Box<dyn Error + Send + Sync>| {
-        Unreachable::new("Kafka", &bootstrap, fence_kafka::env::BOOTSTRAP, e)
-    };
     let run = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     let topic = format!("{name}-{run}");
-    let admin: AdminClient<DefaultClientContext> =
-        config.create().map_err(|e| unreachable(e.into()))?;
-    let options = AdminOptions::new().request_timeout(Some(CONNECT_TIMEOUT));
-    let created = admin
-        .create_topics(
-            &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
-            &options,
-        )
-        .await
-        .map_err(|e| unreachable(e.into()))?;
-    for result in created {
-        result.map_err(|(topic, code)| {
-            unreachable(format!("creating topic {topic}: {code}").into())
-        })?;
-    }
+    // The fence creates its ledger topic itself, with the settings a ledger needs.
+    create_kafka_topics(&config, &[&topic]).await?;
     fence_kafka::KafkaFence::builder(config)
         .data_topic(&topic)
         .ledger_topic(format!("{topic}-ledger"))
         .timeout(Duration::from_secs(10))
         .connect()
         .await
-        .map_err(|e| unreachable(e.into()))
+        .map_err(|e| Unreachable::new("Kafka", &bootstrap, fence_kafka::env::BOOTSTRAP, e))
+}
+
+/// Creates `topics` (one partition, one replica) on the cluster `config` names: an example's
+/// own data topics (a fence creates its ledger topic itself).
+pub async fn create_kafka_topics(
+    config: &fence_kafka::rdkafka::config::ClientConfig,
+    topics: &[&str],
+) -> Result<(), Unreachable> {
+    use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+    use fence_kafka::rdkafka::client::DefaultClientContext;
+    let bootstrap = config.get("bootstrap.servers").unwrap_or_default();
+    let unreachable = |e: Box<dyn Error + Send + Sync>| {
+        Unreachable::new("Kafka", bootstrap, fence_kafka::env::BOOTSTRAP, e)
+    };
+    let admin: AdminClient<DefaultClientContext> =
+        config.create().map_err(|e| unreachable(e.into()))?;
+    let options = AdminOptions::new().request_timeout(Some(CONNECT_TIMEOUT));
+    let new: Vec<_> = topics
+        .iter()
+        .map(|topic| NewTopic::new(topic, 1, TopicReplication::Fixed(1)))
+        .collect();
+    for result in admin
+        .create_topics(&new, &options)
+        .await
+        .map_err(|e| unreachable(e.into()))?
+    {
+        result.map_err(|(topic, code)| {
+            unreachable(format!("creating topic {topic}: {code}").into())
+        })?;
+    }
+    Ok(())
 }
 
 /// The client configuration from the `FENCE_KAFKA_*` variables (`fence_kafka::env`), else the

@@ -10,6 +10,7 @@ mod connect;
 #[cfg(feature = "servers")]
 mod receipts;
 mod resource;
+mod shutdown;
 mod timeline;
 
 pub use backend::{Backend, DemoBackend};
@@ -19,10 +20,11 @@ pub use cleanup::retire_run;
 pub use cli::{backend_arg, help_requested, no_arguments, run_example, ExampleError, ENVIRONMENT};
 #[cfg(feature = "servers")]
 pub use connect::{
-    delete_kafka_topics, kafka_fence_for_run, local, postgres_fence, redis_fence, s3_fence,
-    Unreachable, CONNECT_TIMEOUT, POSTGRES_SCHEMA,
+    create_kafka_topics, delete_kafka_topics, kafka_fence_for_run, local, postgres_fence,
+    redis_fence, s3_fence, Unreachable, CONNECT_TIMEOUT, POSTGRES_SCHEMA,
 };
 #[cfg(feature = "servers")]
 pub use receipts::{settled_entries, ReceiptWebhook};
 pub use resource::Resource;
+pub use shutdown::{after_cleanup, until_shutdown, Interrupted};
 pub use timeline::Timeline;
