@@ -125,6 +125,25 @@ pub trait FencedLog: Fence {
     /// - The token rule as for [`FencedStore::write`]; a fenced batch leaves no record visible
     ///   to read_committed consumers.
     /// - Otherwise every record is committed, in order, and the HWM becomes the token.
+    ///
+    /// ```
+    /// use fence_core::{AppendRequest, Domain, Fence, FencedLog, FencingToken, MemoryFence, Record};
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), fence_core::FenceError> {
+    /// let log = MemoryFence::new();
+    /// let partition = Domain::new("orders/partition-7")?;
+    /// let (old, new) = (FencingToken::new(1)?, FencingToken::new(2)?);
+    /// let batch = |token, text: &str| {
+    ///     AppendRequest::new(partition.clone(), token, vec![Record::new(text.to_owned())])
+    /// };
+    /// log.append(&batch(old, "order-1 shipped")).await?;
+    /// log.claim(&partition, new).await?; // a new owner takes the partition over
+    /// // The old owner's next batch is refused as a whole, and never read.
+    /// let stale = log.append(&batch(old, "order-2 shipped")).await;
+    /// assert!(stale.is_err_and(|e| e.is_fenced()));
+    /// assert_eq!(log.read_log(&partition).await?.len(), 1);
+    /// # Ok(()) }
+    /// ```
     async fn append(&self, request: &AppendRequest) -> Result<AppendOutcome, FenceError>;
 
     /// Reads the domain's committed records in log order, as a read_committed consumer sees

@@ -59,6 +59,28 @@ pub(crate) struct Partitions {
 /// older, else commits its token to the ledger. A producer fenced by someone else's
 /// `init_transactions` is never reused: the holder claims again with a new producer, which
 /// keeps a zombie's re-initialisation from evicting the rightful owner.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fence_core::{AppendRequest, Domain, Fence, FencedLog, FencingToken, Record};
+/// use fence_kafka::rdkafka::config::ClientConfig;
+/// use fence_kafka::KafkaFence;
+/// # async fn run() -> Result<(), fence_core::FenceError> {
+/// let mut config = ClientConfig::new();
+/// config.set("bootstrap.servers", "127.0.0.1:9092"); // and SASL/TLS settings as needed
+/// let fence = KafkaFence::builder(config)
+///     .data_topic("orders")
+///     .ledger_topic("orders-fence-ledger") // created by the fence, compacted
+///     .timeout(Duration::from_secs(10))
+///     .connect()
+///     .await?;
+/// let partition = Domain::new("orders/partition-7")?;
+/// let token = FencingToken::new(42)?; // from the lease service of your choice
+/// fence.claim(&partition, token).await?; // before the first append of each holder
+/// let events = vec![Record::new("order-1 shipped").with_key("order-1")];
+/// fence.append(&AppendRequest::new(partition.clone(), token, events)).await?; // one transaction
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct KafkaFence {
     pub(crate) inner: Arc<Inner>,

@@ -113,6 +113,28 @@ impl PostgresOutbox {
     /// with the transaction. The transaction needs an op id (it is part of every effect's
     /// [`IdempotencyKey`], and makes a retried transition record nothing twice). Effects are
     /// checked against the outbox's kinds and limits before any I/O.
+    ///
+    /// ```no_run
+    /// use fence_core::{Domain, FencingToken, OperationId};
+    /// use fence_outbox::Effect;
+    /// use fence_postgres::{Begun, TransactionRequest};
+    /// # async fn run(outbox: fence_outbox_postgres::PostgresOutbox) -> Result<(), Box<dyn std::error::Error>> {
+    /// let order = Domain::new("order-42")?;
+    /// let request = TransactionRequest::new(order.clone(), FencingToken::new(7)?)
+    ///     .with_op_id(OperationId::new("pay-order-42")?);
+    /// // A stale token is refused here, before any of the transaction's SQL runs.
+    /// let Begun::Admitted(mut tx) = outbox.fence().begin(&request).await? else {
+    ///     return Ok(()); // this op id already committed
+    /// };
+    /// sqlx::query("UPDATE orders SET status = 'paid' WHERE id = $1")
+    ///     .bind(order.as_str())
+    ///     .execute(&mut *tx)
+    ///     .await?;
+    /// let receipt = Effect::new("send-receipt", "https://mail.example/v1/send", r#"{"order":42}"#);
+    /// outbox.record(&mut tx, &[receipt]).await?;
+    /// tx.commit().await?; // the row and the effect commit together, or neither does
+    /// # Ok(()) }
+    /// ```
     pub async fn record(
         &self,
         tx: &mut FencedTransaction,

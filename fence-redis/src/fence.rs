@@ -40,6 +40,24 @@ pub(crate) struct Inner {
 /// checks the token against the domain's high-water mark and mutates in the same atomic step.
 ///
 /// Cheap to clone; clones share one multiplexed connection.
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use fence_core::{Domain, Fence, FencedStore, LeaseManager, OwnerId, WriteRequest};
+/// use fence_redis::RedisFence;
+/// # async fn run() -> Result<(), fence_core::FenceError> {
+/// let fence = RedisFence::builder()
+///     .url("redis://127.0.0.1:6379")
+///     .connection_timeout(Duration::from_secs(3))
+///     .connect()
+///     .await?;
+/// let domain = Domain::new("invoices/2026-11")?;
+/// // The same Redis issues the token (its lease) and enforces it (the domain's mark).
+/// let lease = fence.leases().acquire(&domain, &OwnerId::new("worker-1")?, Duration::from_secs(10)).await?;
+/// fence.claim(&domain, lease.token).await?;
+/// fence.write(&WriteRequest::put(domain.clone(), lease.token, "total=1200")).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct RedisFence {
     pub(crate) inner: Arc<Inner>,

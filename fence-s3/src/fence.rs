@@ -41,6 +41,23 @@ pub(crate) struct Inner {
 ///
 /// In steady state a write is ONE request: the last ETag and envelope seen per object are
 /// cached, and a stale cache costs one extra read when S3 answers 412. Cheap to clone.
+///
+/// ```no_run
+/// use fence_core::{Domain, Fence, FencedStore, FencingToken, WriteRequest};
+/// use fence_s3::S3Fence;
+/// # async fn run() -> Result<(), fence_core::FenceError> {
+/// let config = fence_s3::aws_sdk_s3::config::Builder::new().build(); // or `aws_config::load_defaults`
+/// let fence = S3Fence::builder()
+///     .client(fence_s3::aws_sdk_s3::Client::from_conf(config))
+///     .bucket("reports")
+///     .connect() // probes the bucket for the conditional writes the fence relies on
+///     .await?;
+/// let report = Domain::new("reports/2026-q3")?;
+/// let token = FencingToken::new(42)?; // from the lease service of your choice
+/// fence.claim(&report, token).await?;
+/// fence.write(&WriteRequest::put(report.clone(), token, "q3 figures")).await?;
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct S3Fence {
     pub(crate) inner: Arc<Inner>,

@@ -25,7 +25,22 @@ impl S3Fence {
     }
 
     /// Creates an immutable data object (create-only: an existing one is never overwritten).
-    /// Point at it from the domain's fenced manifest.
+    /// Point at it from the domain's fenced manifest: the commit-pointer pattern, in which a
+    /// stale holder's data objects may exist but nothing a reader follows points at them.
+    ///
+    /// ```no_run
+    /// use fence_core::{Domain, FencedStore, FencingToken, WriteRequest};
+    /// # async fn run(fence: fence_core::Observed<fence_s3::S3Fence>) -> Result<(), fence_core::FenceError> {
+    /// let report = Domain::new("reports/2026-q3")?;
+    /// let token = FencingToken::new(42)?;
+    /// // Name the data objects after the token: two holders never write the same name.
+    /// let section = format!("summary-{token}");
+    /// fence.put_immutable(&report, &section, "the summary".into()).await?;
+    /// // The fenced manifest is the commit: a stale token is refused here, and its sections
+    /// // stay unreferenced.
+    /// fence.write(&WriteRequest::put(report.clone(), token, section)).await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn put_immutable(
         &self,
         domain: &Domain,
