@@ -39,6 +39,9 @@ pub enum Operation {
     Rebases,
     /// Removing a retired domain's state (see [`crate::Retirer`]).
     Retire,
+    /// The commit of a transaction a fence admitted earlier (PostgreSQL's
+    /// `FencedTransaction::commit`): the admission counted as a `write`, its commit here.
+    Commit,
 }
 
 impl Operation {
@@ -58,6 +61,7 @@ impl Operation {
             Operation::Rebase => "rebase",
             Operation::Rebases => "rebases",
             Operation::Retire => "retire",
+            Operation::Commit => "commit",
         }
     }
 }

@@ -340,3 +340,41 @@ async fn a_relay_frozen_mid_step_does_not_stall_its_successor() {
     let after = wait_for(&direct, &domains, Duration::from_secs(5), all_settled).await;
     assert_eq!(delivered(&after), 4);
 }
+
+/// Each relay group and partition has its own `fence_outbox_domains_with_work` gauge: a relay
+/// of another group does not overwrite what a busy relay reported.
+#[test]
+fn each_relay_group_reports_its_own_work() {
+    let recorder = fence_testkit::metrics::CountingRecorder::default();
+    let ran = fence_testkit::metrics::recording(&recorder, async {
+        {
+            let Some(outbox) = outbox("gauge").await else {
+                return false;
+            };
+            let server = WebhookServer::start().await;
+            let d = domain("order-g");
+            pay(&outbox, &d, token(1), "p0", &server.url("/ok"), "x")
+                .await
+                .unwrap();
+            let (_stop, shutdown) = tokio::sync::watch::channel(false);
+            for (group, delivered) in [("busy", 1), ("idle", 0)] {
+                let mut config = fast_relay(group);
+                config.name = group.to_owned();
+                let report = relay(&outbox, webhook(), config).run_once(&shutdown).await;
+                assert_eq!(report.delivered, delivered, "{group}: {report:?}");
+            }
+            true
+        }
+    });
+    if !ran {
+        return;
+    }
+    let gauge = |group: &str| {
+        recorder.gauge(&format!(
+            "fence_outbox_domains_with_work{{backend=postgres,relay={group},partition=0}}"
+        ))
+    };
+    assert_eq!(gauge("busy"), Some(1.0), "{:#?}", recorder.counted());
+    // The idle group's pass listed the domain too (its entry settled since): a value of its own.
+    assert!(gauge("idle").is_some(), "{:#?}", recorder.counted());
+}

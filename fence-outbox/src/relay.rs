@@ -119,8 +119,15 @@ impl Relay {
         if sweep {
             self.last_sweep = Some(Instant::now());
         }
-        metrics::gauge!("fence_outbox_domains_with_work", "backend" => self.store.backend())
-            .set(candidates.len() as f64);
+        // One gauge per relay group and partition: relays of other groups or partitions
+        // report their own work, never overwrite this one's.
+        metrics::gauge!(
+            "fence_outbox_domains_with_work",
+            "backend" => self.store.backend(),
+            "relay" => self.config.name.clone(),
+            "partition" => self.config.partition.to_string()
+        )
+        .set(candidates.len() as f64);
         // Waves of up to `concurrency` domains, each served by its own task in order; the
         // lease is renewed between waves, and each task stops when the lease could expire
         // during its next delivery.

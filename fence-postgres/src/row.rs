@@ -3,6 +3,7 @@
 
 use std::fmt::Display;
 
+use fence_core::raw::observe;
 use fence_core::{
     BackendErrorKind, Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, Operation,
 };
@@ -81,7 +82,8 @@ impl RowFence {
 
     /// Updates the row with `key` under `token`: `set` appends the `SET` list's assignments
     /// (`set.push("balance = ").push_bind(90)`), the token column and the condition are added
-    /// here. `Ok` means exactly this row was updated.
+    /// here. `Ok` means exactly this row was updated. Counted as a `write` of the row's
+    /// domain in the `postgres` backend's metrics.
     pub async fn update<'a, K>(
         &self,
         conn: &mut PgConnection,
@@ -93,49 +95,53 @@ impl RowFence {
         K: Display + Clone + Send + Encode<'a, Postgres> + Type<Postgres> + 'a,
     {
         let domain = self.domain(&key);
-        let operation = Operation::Write;
-        let compare = match self.policy {
-            EqualTokenPolicy::Strict => "<",
-            _ => "<=",
-        };
-        let head = format!("UPDATE {} SET ", self.table);
-        let mut query = QueryBuilder::new(&head);
-        set(&mut query);
-        if query.sql().len() == head.len() {
-            return Err(InvalidInput::Configuration(format!(
-                "a fenced update of `{domain}` needs at least one assignment in its SET list"
-            ))
-            .into());
-        }
-        query
-            .push(format!(", {} = ", self.token))
-            .push_bind(token.to_string())
-            .push(format!("::numeric WHERE {} = ", self.key))
-            .push_bind(key.clone())
-            // A negative token is not Fence's: the row is refused and reported corrupt.
-            .push(format!(
-                " AND ({0} IS NULL OR ({0} >= 0 AND {0} {compare} ",
-                self.token
-            ))
-            .push_bind(token.to_string())
-            .push("::numeric))");
-        let updated = query
-            .build()
-            .execute(&mut *conn)
-            .await
-            .map_err(|e| user_sql_error(e, &domain, operation, false))?
-            .rows_affected();
-        match updated {
-            1 => Ok(()),
-            0 => Err(self.refusal(conn, &domain, key, token).await),
-            n => Err(corrupt(
-                &domain,
-                format!(
-                    "{n} rows have this key in {}: the key column is not unique",
-                    self.table
-                ),
-            )),
-        }
+        let domain = &domain;
+        observe(BACKEND, Operation::Write, domain, Some(token), async move {
+            let operation = Operation::Write;
+            let compare = match self.policy {
+                EqualTokenPolicy::Strict => "<",
+                _ => "<=",
+            };
+            let head = format!("UPDATE {} SET ", self.table);
+            let mut query = QueryBuilder::new(&head);
+            set(&mut query);
+            if query.sql().len() == head.len() {
+                return Err(InvalidInput::Configuration(format!(
+                    "a fenced update of `{domain}` needs at least one assignment in its SET list"
+                ))
+                .into());
+            }
+            query
+                .push(format!(", {} = ", self.token))
+                .push_bind(token.to_string())
+                .push(format!("::numeric WHERE {} = ", self.key))
+                .push_bind(key.clone())
+                // A negative token is not Fence's: the row is refused and reported corrupt.
+                .push(format!(
+                    " AND ({0} IS NULL OR ({0} >= 0 AND {0} {compare} ",
+                    self.token
+                ))
+                .push_bind(token.to_string())
+                .push("::numeric))");
+            let updated = query
+                .build()
+                .execute(&mut *conn)
+                .await
+                .map_err(|e| user_sql_error(e, domain, operation, false))?
+                .rows_affected();
+            match updated {
+                1 => Ok(()),
+                0 => Err(self.refusal(conn, domain, key, token).await),
+                n => Err(corrupt(
+                    domain,
+                    format!(
+                        "{n} rows have this key in {}: the key column is not unique",
+                        self.table
+                    ),
+                )),
+            }
+        })
+        .await
     }
 
     /// Why zero rows were updated: the row's current token (`Fenced`), or no such row.

@@ -167,7 +167,24 @@ impl FencedTransaction {
     /// is [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome. A
     /// transaction one of your statements aborted commits nothing and is an error here (code
     /// `25P02`), never a success.
-    pub async fn commit(mut self) -> Result<(), FenceError> {
+    ///
+    /// Counted as a `commit` of the domain in the `postgres` backend's metrics (the admission
+    /// by [`PostgresFence::begin`] counted as a `write`).
+    pub async fn commit(self) -> Result<(), FenceError> {
+        let domain = self.fencing.domain().clone();
+        let token = self.fencing.token();
+        observe(
+            BACKEND,
+            Operation::Commit,
+            &domain,
+            Some(token),
+            self.commit_now(),
+        )
+        .await
+    }
+
+    /// [`FencedTransaction::commit`], unobserved.
+    async fn commit_now(mut self) -> Result<(), FenceError> {
         let (change, remember) = self.pending.take().unwrap_or((MarkChange::Keep, None));
         self.fence
             .apply(

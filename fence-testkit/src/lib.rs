@@ -1,7 +1,8 @@
 //! Fence's test kit (not published): managed server processes a test owns (redis-server,
 //! `weed mini`, Apache Kafka, postgres, etcd) to kill, pause and restart; the shared servers
 //! `scripts/test` starts; unique names per test; the client set-up tests and fence-bench share;
-//! a real local webhook server. One module per backend, each behind its feature.
+//! a real local webhook server; a `metrics` recorder that keeps what it is given. One module
+//! per backend, each behind its feature.
 //!
 //! Under the project's test command (`FENCE_REQUIRE_SERVICES=1`) a shared server that does not
 //! answer fails the test; in a bare `cargo test` it is skipped with a loud notice
@@ -20,6 +21,7 @@ pub mod kafka;
 pub mod kafka_broker;
 #[cfg(feature = "kafka")]
 pub mod kafka_sasl;
+pub mod metrics;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod process;
