@@ -9,27 +9,20 @@
 use std::time::{Duration, Instant};
 
 use fence_conformance::services::token as t;
-use fence_core::{AppendOutcome, AppendRequest, Domain, FencedLog, OperationId, Record};
-use fence_testkit::kafka as support;
-use fence_testkit::kafka_broker::{BrokerOptions, KafkaServer};
+use fence_core::{AppendOutcome, AppendRequest, FencedLog, OperationId, Record};
+use fence_testkit::kafka::ProxiedFence;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_after_a_dropped_append_is_applied_once() {
-    let Some(server) = KafkaServer::start_with("cancel", BrokerOptions::new().behind_proxy())
+    let Some(ProxiedFence {
+        server: _server,
+        proxy,
+        fence,
+        domain,
+    }) = ProxiedFence::start("cancel").await
     else {
         return;
     };
-    let proxy = server.proxy().expect("the broker's proxy");
-    let fence = support::fence_on(&server.bootstrap(), "cancel").await;
-    let domain = Domain::new("cancelled").unwrap();
-    fence
-        .append(&AppendRequest::new(
-            domain.clone(),
-            t(1),
-            vec![Record::new("first")],
-        ))
-        .await
-        .unwrap();
 
     let request = AppendRequest::new(domain.clone(), t(1), vec![Record::new("once")])
         .with_op_id(OperationId::new("op-once").unwrap());

@@ -7,28 +7,20 @@
 
 use std::time::Duration;
 
-use fence_conformance::services::token as t;
-use fence_core::{AppendRequest, Domain, FencedLog, Record};
-use fence_testkit::kafka as support;
-use fence_testkit::kafka_broker::{BrokerOptions, KafkaServer};
+use fence_core::FencedLog;
+use fence_testkit::kafka::ProxiedFence;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_goes_on_across_a_lost_connection() {
-    let Some(server) = KafkaServer::start_with("reconnect", BrokerOptions::new().behind_proxy())
+    let Some(ProxiedFence {
+        server: _server,
+        proxy,
+        fence,
+        domain,
+    }) = ProxiedFence::start("reconnect").await
     else {
         return;
     };
-    let proxy = server.proxy().expect("the broker's proxy");
-    let fence = support::fence_on(&server.bootstrap(), "reconnect").await;
-    let domain = Domain::new("reconnected").unwrap();
-    fence
-        .append(&AppendRequest::new(
-            domain.clone(),
-            t(1),
-            vec![Record::new("first")],
-        ))
-        .await
-        .unwrap();
     assert_eq!(fence.read_log(&domain).await.unwrap().len(), 1);
 
     // The fence's own clients stay connected; the read's fresh reader cannot connect for a

@@ -176,6 +176,48 @@ pub async fn fence_on(bootstrap: &str, name: &str) -> Observed<KafkaFence> {
     fence_on_topic(&config, &data).await
 }
 
+/// Where the tests of a fault during an append or a read start: a broker of the test's own
+/// behind its fault proxy, a fence on it, and a domain with one committed record, `first`,
+/// appended under token 1.
+pub struct ProxiedFence {
+    /// The broker (stopped when dropped).
+    pub server: crate::kafka_broker::KafkaServer,
+    /// The fault proxy every client of the fence goes through.
+    pub proxy: std::sync::Arc<fence_conformance::proxy::TcpProxy>,
+    /// The fence.
+    pub fence: Observed<KafkaFence>,
+    /// The domain holding `first`.
+    pub domain: fence_core::Domain,
+}
+
+impl ProxiedFence {
+    /// Starts it all for the test `name`; `None` (loud skip, a failure under `scripts/test`)
+    /// without the Kafka classpath.
+    pub async fn start(name: &str) -> Option<Self> {
+        use crate::kafka_broker::{BrokerOptions, KafkaServer};
+        use fence_core::{AppendRequest, Domain, FencedLog, FencingToken, Record};
+        let server = KafkaServer::start_with(name, BrokerOptions::new().behind_proxy())?;
+        let proxy = server.proxy().expect("the broker's proxy");
+        let fence = fence_on(&server.bootstrap(), name).await;
+        let domain = Domain::new(name).expect("a test's name is a domain");
+        let token = FencingToken::new(1).expect("1 is a token");
+        fence
+            .append(&AppendRequest::new(
+                domain.clone(),
+                token,
+                vec![Record::new("first")],
+            ))
+            .await
+            .expect("the first append");
+        Some(ProxiedFence {
+            server,
+            proxy,
+            fence,
+            domain,
+        })
+    }
+}
+
 /// A fence on fresh topics of the shared broker; `None` (loud skip) when it is absent.
 pub async fn shared_fence(name: &str) -> Option<Observed<KafkaFence>> {
     let bootstrap = shared_bootstrap()?;
