@@ -410,6 +410,54 @@ pub async fn holder_is_reported(leases: &dyn LeaseManager, domain: &Domain) {
     assert_eq!(holder("after B released").await, None);
 }
 
+/// The holder gives up first even when its clock runs slow by the drift bound
+/// ([`fence_core::raw::MAX_CLOCK_DRIFT`]): right after an acquisition and after a renewal, the
+/// time its [`Lease::valid_until`] leaves, counted on a clock that slow, is within what the
+/// server says is left of the lease (plus `granularity`, the unit the backend reports it in:
+/// etcd reports whole seconds). A lease manager of a remote server that counts the whole TTL
+/// from its own clock fails this (the model `fence-model`'s `lease_guard` found it). Not for
+/// in-process managers, whose holder and server share one clock.
+pub async fn the_holder_gives_up_first_under_the_drift_bound(
+    leases: &dyn LeaseManager,
+    domain: &Domain,
+    granularity: Duration,
+) {
+    // Long enough that the drift bound's share (2 s) outweighs every reporting unit.
+    let ttl = Duration::from_secs(200);
+    let acquired = leases
+        .acquire(domain, &owner("drifting"), ttl)
+        .await
+        .unwrap_or_else(|e| panic!("acquire: {e}"));
+    let renewed = leases
+        .renew(&acquired, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("renew: {e}"));
+    for (what, lease) in [("acquired", &acquired), ("renewed", &renewed)] {
+        let seen = leases
+            .holder(domain)
+            .await
+            .unwrap_or_else(|e| panic!("holder after it was {what}: {e}"))
+            .unwrap_or_else(|| panic!("no holder reported after the lease was {what}"));
+        let server_left = seen
+            .remaining
+            .unwrap_or_else(|| panic!("no remaining time reported after the lease was {what}"))
+            + granularity;
+        let believed = lease.valid_until.saturating_duration_since(Instant::now());
+        let on_a_slow_clock = believed.div_f64(1.0 - fence_core::raw::MAX_CLOCK_DRIFT);
+        assert!(
+            on_a_slow_clock <= server_left,
+            "the lease {what} with {ttl:?}: its holder believes it for {believed:?} more \
+             ({on_a_slow_clock:?} of the server's time on a clock {} % slow), the server \
+             holds it {server_left:?} more",
+            fence_core::raw::MAX_CLOCK_DRIFT * 100.0
+        );
+    }
+    leases
+        .release(&renewed)
+        .await
+        .unwrap_or_else(|e| panic!("release: {e}"));
+}
+
 /// A TTL of zero, or above `i64::MAX` ms, is refused with [`FenceError::InvalidInput`] by
 /// `acquire` and by `renew`, before any I/O: no lease is taken and the held one is unchanged.
 pub async fn ttls_out_of_range_are_refused(leases: &dyn LeaseManager, domain: &Domain) {

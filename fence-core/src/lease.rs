@@ -19,7 +19,8 @@ pub struct Lease {
     /// The token issued with this acquisition: carry it on every protected write.
     pub token: FencingToken,
     /// When the lease ends by the holder's clock, measured from before the request was sent
-    /// (so it errs early). A holder past this instant must assume another owner took over.
+    /// and short of the TTL by the drift bound ([`crate::raw::held_until`]), so it errs early.
+    /// A holder past this instant must assume another owner took over.
     pub valid_until: Instant,
 }
 
@@ -112,6 +113,25 @@ pub trait LeaseManager: Send + Sync + fmt::Debug {
         let _ = domain;
         Err(FenceError::unsupported(self.backend(), "lease inspection"))
     }
+}
+
+/// The bound on clock drift every lease manager of a remote server assumes: the holder's clock
+/// and the server's run at rates that differ by less than this fraction (1 %; clocks kept by
+/// NTP differ by far less). Under it, a holder that counts [`held_until`] on its own clock never
+/// believes it holds a lease the server could already have given to another owner. Above it,
+/// the holder's belief can outlast the server's grant (correctness still holds: the resource
+/// fences its token; only the loss signal comes late).
+pub const MAX_CLOCK_DRIFT: f64 = 0.01;
+
+/// When a lease of `ttl` ends for its holder: from `started`, the holder's clock read *before*
+/// the request was sent (the server starts its own count later), `ttl` less
+/// [`MAX_CLOCK_DRIFT`] of it, so that a holder whose clock runs slow by up to the bound still
+/// gives up first. Every [`LeaseManager`] of a remote server sets [`Lease::valid_until`] with
+/// it. A `ttl` too large for the clock gives `started`: the lease is not counted as held.
+pub fn held_until(started: Instant, ttl: Duration) -> Instant {
+    started
+        .checked_add(ttl.mul_f64(1.0 - MAX_CLOCK_DRIFT))
+        .unwrap_or(started)
 }
 
 /// Refuses a lease TTL outside 1 ms ..= `i64::MAX` ms (what every backend can express), before

@@ -11,7 +11,7 @@ pub use crate::backoff::{random_u64, splitmix64};
 pub use crate::bounded_cache::BoundedCache;
 pub use crate::domain::percent_encode;
 pub use crate::entry_head::EntryHead;
-pub use crate::lease::check_lease_ttl;
+pub use crate::lease::{check_lease_ttl, held_until, MAX_CLOCK_DRIFT};
 pub use crate::op_memory::{OpMemory, OpRecord};
 pub use crate::telemetry::{observe, replay_label, OutcomeLabel};
 pub use crate::token::parse_count;

@@ -10,7 +10,7 @@ use etcd_client::{
     Compare, CompareOp, EventType, KeyValue, LeaseTimeToLiveOptions, PutOptions, Txn, TxnOp,
     TxnOpResponse, WatchFilterType, WatchOptions,
 };
-use fence_core::raw::check_lease_ttl;
+use fence_core::raw::{check_lease_ttl, held_until};
 use fence_core::{
     Domain, FenceError, InvalidInput, Lease, LeaseHolder, LeaseManager, Operation, OwnerId,
 };
@@ -185,7 +185,7 @@ impl EtcdLeases {
                     domain.clone(),
                     owner.clone(),
                     token,
-                    started + ttl,
+                    held_until(started, ttl),
                 ));
             }
             granted.revoke().await;
@@ -299,7 +299,7 @@ impl EtcdLeases {
                     lease.domain.clone(),
                     lease.owner.clone(),
                     lease.token,
-                    started + ttl.min(granted),
+                    held_until(started, ttl.min(granted)),
                 ))
             }
             Ok(_) => Err(lost(lease)),

@@ -56,6 +56,16 @@ async fn an_expired_holder_is_fenced_by_the_next_owner() {
 }
 
 #[tokio::test]
+async fn the_holder_gives_up_first_under_the_drift_bound() {
+    let Some(etcd) = support::shared("lease_drift").await else {
+        return;
+    };
+    // etcd reports a lease's remaining time in whole seconds.
+    let unit = std::time::Duration::from_secs(1);
+    lease::the_holder_gives_up_first_under_the_drift_bound(&etcd.leases(), &d("drift"), unit).await;
+}
+
+#[tokio::test]
 async fn the_holder_is_reported() {
     let Some(etcd) = support::shared("lease_holder").await else {
         return;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fence_core::raw::check_lease_ttl;
+use fence_core::raw::{check_lease_ttl, held_until};
 use fence_core::{
     Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Observed, Operation,
     OwnerId, TokenIssuer,
@@ -196,7 +196,7 @@ impl PostgresLeases {
             domain.clone(),
             owner.clone(),
             token,
-            started + ttl,
+            held_until(started, ttl),
         ))
     }
 
@@ -224,7 +224,7 @@ impl PostgresLeases {
                 domain.clone(),
                 lease.owner.clone(),
                 lease.token,
-                started + ttl,
+                held_until(started, ttl),
             ))
         } else {
             Err(lost(lease))

@@ -31,6 +31,17 @@ async fn an_expired_holder_is_fenced_by_the_next_owner() {
 }
 
 #[tokio::test]
+async fn the_holder_gives_up_first_under_the_drift_bound() {
+    let Some((fence, _)) = shared("lease_drift").await else {
+        return;
+    };
+    // Remaining time in milliseconds.
+    let unit = std::time::Duration::from_millis(1);
+    lease::the_holder_gives_up_first_under_the_drift_bound(&fence.leases(), &d("drift"), unit)
+        .await;
+}
+
+#[tokio::test]
 async fn the_holder_is_reported() {
     let Some((fence, _)) = shared("lease_holder").await else {
         return;

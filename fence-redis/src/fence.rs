@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::raw::pipeline;
+use fence_core::raw::{pipeline, rule};
 use fence_core::{
     Accepted, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
     FencedStore, FencingToken, Mutation, OpIdRetention, OpKind, Operation, Snapshot,
@@ -235,15 +235,7 @@ impl RedisFence {
             tracing::warn!(domain = domain.as_str(), %error, "WAIT failed after a fenced change");
             0
         });
-        if acknowledged < requested {
-            return Err(FenceError::Unreplicated {
-                domain: domain.clone(),
-                operation,
-                requested,
-                acknowledged,
-            });
-        }
-        Ok(Some(acknowledged))
+        rule::check_replicas(domain, operation, requested, acknowledged).map(Some)
     }
 
     pub(crate) fn retention_ms(&self) -> String {

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fence_core::raw::check_lease_ttl;
+use fence_core::raw::{check_lease_ttl, held_until};
 use fence_core::{
     Domain, FenceError, FencingToken, Lease, LeaseHolder, LeaseManager, Observed, Operation,
     OwnerId, TokenIssuer,
@@ -90,7 +90,7 @@ impl RedisLeases {
                 domain.clone(),
                 owner.clone(),
                 issued(&reply, domain)?,
-                started + ttl,
+                held_until(started, ttl),
             )),
             "held" => Err(FenceError::LeaseHeld {
                 domain: domain.clone(),
@@ -134,7 +134,7 @@ impl RedisLeases {
                     lease.domain.clone(),
                     lease.owner.clone(),
                     lease.token,
-                    started + ttl,
+                    held_until(started, ttl),
                 )
             })),
             "lost" => Err(FenceError::LeaseLost {

@@ -66,6 +66,21 @@ async fn the_holder_is_reported() {
 }
 
 #[tokio::test]
+async fn the_holder_gives_up_first_under_the_drift_bound() {
+    let Some(fence) = shared_fence("drift").await else {
+        return;
+    };
+    // PTTL: milliseconds.
+    let unit = std::time::Duration::from_millis(1);
+    let domain = Domain::new("drift").unwrap();
+    lease::the_holder_gives_up_first_under_the_drift_bound(&fence.leases(), &domain, unit).await;
+    let Some(cluster) = shared_cluster_fence("drift").await else {
+        return;
+    };
+    lease::the_holder_gives_up_first_under_the_drift_bound(&cluster.leases(), &domain, unit).await;
+}
+
+#[tokio::test]
 async fn ttls_out_of_range_are_refused() {
     let Some(fence) = shared_fence("ttl").await else {
         return;

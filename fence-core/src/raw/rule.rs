@@ -5,7 +5,9 @@
 //! compare-and-set on state they read first (S3's `If-Match`) call these between the read and the
 //! conditional write; adapters that check inside the server (Redis Lua) mirror them there.
 
-use crate::{Domain, EqualTokenPolicy, FenceError, FencingToken, Revision, WriteCondition};
+use crate::{
+    Domain, EqualTokenPolicy, FenceError, FencingToken, Operation, Revision, WriteCondition,
+};
 
 /// Checks a write's token against the domain's high-water mark.
 ///
@@ -61,6 +63,36 @@ pub fn check_claim(
         presented,
         EqualTokenPolicy::SameOwner,
     )
+}
+
+/// Judges the replicas that acknowledged a change the primary applied: fewer than `requested`
+/// is [`FenceError::Unreplicated`] — the change could be lost on failover, so it is never a
+/// success — else the count. (The change is applied on the primary either way; a retry with
+/// the same operation id waits again.)
+///
+/// ```
+/// use fence_core::raw::rule;
+/// use fence_core::{Domain, Operation};
+/// let d = Domain::new("orders")?;
+/// assert!(rule::check_replicas(&d, Operation::Claim, 1, 0).is_err());
+/// assert_eq!(rule::check_replicas(&d, Operation::Claim, 1, 2)?, 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn check_replicas(
+    domain: &Domain,
+    operation: Operation,
+    requested: u32,
+    acknowledged: u32,
+) -> Result<u32, FenceError> {
+    if acknowledged < requested {
+        return Err(FenceError::Unreplicated {
+            domain: domain.clone(),
+            operation,
+            requested,
+            acknowledged,
+        });
+    }
+    Ok(acknowledged)
 }
 
 /// Checks a revision condition against the stored entry.
