@@ -126,11 +126,13 @@ pub const MAX_CLOCK_DRIFT: f64 = 0.01;
 /// When a lease of `ttl` ends for its holder: from `started`, the holder's clock read *before*
 /// the request was sent (the server starts its own count later), `ttl` less
 /// [`MAX_CLOCK_DRIFT`] of it, so that a holder whose clock runs slow by up to the bound still
-/// gives up first. Every [`LeaseManager`] of a remote server sets [`Lease::valid_until`] with
+/// gives up first. The TTL is first taken down to whole milliseconds, the finest unit the
+/// servers are sent. Every [`LeaseManager`] of a remote server sets [`Lease::valid_until`] with
 /// it. A `ttl` too large for the clock gives `started`: the lease is not counted as held.
 pub fn held_until(started: Instant, ttl: Duration) -> Instant {
+    let sent = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
     started
-        .checked_add(ttl.mul_f64(1.0 - MAX_CLOCK_DRIFT))
+        .checked_add(sent.mul_f64(1.0 - MAX_CLOCK_DRIFT))
         .unwrap_or(started)
 }
 

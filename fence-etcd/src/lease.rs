@@ -30,7 +30,8 @@ const HOLDER_MARKER: &str = "fence-lease/1 ";
 /// - `acquire` grants an etcd lease of the TTL rounded up to whole seconds (etcd raises it to
 ///   its minimum, about 2 s by default: the lease can outlive a shorter TTL, never the
 ///   reverse) and creates the domain's lock key under it if no key exists. The returned
-///   [`Lease::valid_until`] counts the TTL asked for from before the request, so it errs early.
+///   [`Lease::valid_until`] counts the TTL asked for, less the drift bound
+///   ([`fence_core::raw::held_until`]), from before the request, so it errs early.
 /// - `renew` is a keep-alive of the lock key's etcd lease, after checking that the key is still
 ///   this holder's (same `create_revision` and owner); etcd renews to the granted TTL.
 /// - `release` revokes the etcd lease, which deletes the key in the same step.

@@ -16,8 +16,10 @@
 //! pause at any step (every interleaving) and crash at any step. **Not modelled**: several
 //! partitions and transactional ids, the broker's own crashes (the real-server tests kill it),
 //! a commit refused although applied (`Committed::DespiteRefusal`, answered like a success),
-//! and the randomised pause between attempts: holders that keep aborting each other's
-//! transactions exhaust their attempts here, which the pause makes unlikely on a real broker.
+//! the randomised pause between attempts (holders that keep aborting each other's
+//! transactions exhaust their attempts here, which the pause makes unlikely on a real broker),
+//! token bounds (`max_step`, issued-only: fence-kafka then reads the ledger before its first
+//! initialisation too) and Strict appends, which read the ledger on every append.
 
 use std::fmt;
 
@@ -32,8 +34,9 @@ use stateright::{Model, Property};
 pub enum Variant {
     /// fence-kafka's: initialise, then read the ledger and decide, then commit.
     Fence,
-    /// Broken: read the ledger and decide *before* initialising, and never read it again
-    /// (check-then-write). The checker must find a lower mark committed after a higher one.
+    /// Broken: read the ledger and decide *before* initialising, never after it
+    /// (check-then-write; a retry reads and decides again, still before initialising). The
+    /// checker must find a lower mark committed after a higher one.
     DecideBeforeInit,
     /// Broken: no ledger decision at all, only producer epochs (the last initialiser wins).
     EpochsOnly,

@@ -167,7 +167,12 @@ fn counted_until(variant: Variant, sent: u16) -> u16 {
             let base = Instant::now();
             let start = base + Duration::from_millis(u64::from(sent));
             let end = held_until(start, Duration::from_millis(u64::from(TTL)));
-            let steps = end.saturating_duration_since(base).as_millis();
+            // Rounded up to whole steps: a margin short of one step (the drift bound) counts
+            // as none, and the checker refutes it as it refutes the whole TTL.
+            let steps = end
+                .saturating_duration_since(base)
+                .as_nanos()
+                .div_ceil(1_000_000);
             u16::try_from(steps).unwrap_or(u16::MAX)
         }
         Variant::WholeTtl => sent + TTL,
@@ -302,9 +307,6 @@ impl Model for LeaseGuardModel {
             Property::always(NEVER_HELD_AFTER_THE_GRANT, |_, s: &State| {
                 !(s.guard_reports_held() && s.server >= s.granted_until)
             }),
-            Property::always(LOSS_SIGNALLED, |_, s: &State| {
-                !(s.taken_over && s.holder >= s.held_until) || s.lost
-            }),
             Property::sometimes(THE_STORY_HAPPENS, |_, s: &State| {
                 s.taken_over && s.lost && s.renewals > 0
             }),
@@ -316,7 +318,5 @@ impl Model for LeaseGuardModel {
 /// then on the server may give it to another owner).
 pub const NEVER_HELD_AFTER_THE_GRANT: &str =
     "the guard never reports held after the server could have given the lease to another owner";
-/// The loss signal fires once the guard's own count has run out.
-pub const LOSS_SIGNALLED: &str = "the loss signal fires";
 /// Reachability: a renewed lease is lost and taken over.
 pub const THE_STORY_HAPPENS: &str = "a renewed lease is lost and another owner takes over";

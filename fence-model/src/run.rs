@@ -37,9 +37,10 @@ pub struct Report {
     pub model: String,
     /// States generated (with repeats; for a refutation, over all its searches).
     pub states: usize,
-    /// Distinct states (for a refutation, of its first, unbounded search).
+    /// Distinct states (for a refutation, of its last search).
     pub unique_states: usize,
-    /// The longest path explored (for a refutation, by its first search).
+    /// The longest path explored (for a refutation, by its last search: its depth bound when
+    /// one was set).
     pub max_depth: usize,
     /// How long the check took.
     pub elapsed: Duration,
@@ -151,9 +152,16 @@ where
     M::State: Hash + fmt::Debug + Send + Sync + Clone + PartialEq,
     M::Action: fmt::Debug + Send + Sync + Clone + PartialEq,
 {
-    if !model.properties().iter().any(|p| p.name == property) {
+    let refutable = model
+        .properties()
+        .iter()
+        .any(|p| p.name == property && !matches!(p.expectation, Expectation::Sometimes));
+    if !refutable {
         return Err(Report {
-            model: format!("{}: no property named \"{property}\"", name.into()),
+            model: format!(
+                "{}: no always or eventually property named \"{property}\"",
+                name.into()
+            ),
             states: 0,
             unique_states: 0,
             max_depth: 0,

@@ -28,7 +28,8 @@ pub struct PostgresIssuer {
 /// sequence per domain for both). Expiry is decided by the server's clock
 /// (`clock_timestamp()`), never a client's; `renew` and `release` act only for the current
 /// owner and token. [`Lease::valid_until`] is measured on the holder's clock from before the
-/// request was sent, so it errs early. A waiting [`fence_core::LeaseGuard::acquire`] is
+/// request was sent and ends short of the TTL by the drift bound
+/// ([`fence_core::raw::held_until`]), so it errs early. A waiting [`fence_core::LeaseGuard::acquire`] is
 /// woken by the release itself (`NOTIFY` on `fence_lease_released` when the release commits;
 /// each waiter listens on a connection of its own, outside the pool, while it waits) or at the
 /// holder's expiry by the server's clock: no polling.
