@@ -12,6 +12,8 @@
 //! - [`kafka_claim`]: the Kafka ledger claim around `init_transactions` (producer epochs,
 //!   aborted and prepared transactions, zombie appends).
 //! - [`lease_guard`]: the lease guard's count against a server on another clock.
+//! - [`outbox_relay`]: the outbox relay's handover between lease holders (relay marks, zombie
+//!   requests, dead letters).
 //! - [`replica_ack`]: Redis's replica acknowledgement rule across a failover.
 //!
 //! [`check`] runs a model exhaustively (breadth-first) and reports what it visited; the
@@ -20,6 +22,7 @@
 
 pub mod kafka_claim;
 pub mod lease_guard;
+pub mod outbox_relay;
 pub mod replica_ack;
 mod run;
 

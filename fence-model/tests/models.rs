@@ -5,6 +5,7 @@
 
 use fence_model::kafka_claim::{self, KafkaClaim, Variant};
 use fence_model::lease_guard::{self, LeaseGuardModel};
+use fence_model::outbox_relay::{self, OutboxRelay};
 use fence_model::replica_ack::{self, Promotion, ReplicaAck};
 use fence_model::{check, refute, refute_shortening, Profile, Report};
 
@@ -119,5 +120,46 @@ fn counting_the_whole_ttl_is_refuted() {
         name.clone(),
         // Its counterexamples are a TTL of clock ticks long: no search for a shorter one.
         refute_shortening(name, model, lease_guard::NEVER_HELD_AFTER_THE_GRANT, 0),
+    );
+}
+
+#[test]
+fn the_outbox_relay_holds() {
+    let model = OutboxRelay::new(profile(), outbox_relay::Variant::Fence);
+    let name = model.to_string();
+    holds(name.clone(), check(name, model));
+}
+
+#[test]
+fn marking_before_delivery_is_refuted() {
+    let model = OutboxRelay::new(profile(), outbox_relay::Variant::MarkBeforeDelivery);
+    let name = model.to_string();
+    refuted(
+        name.clone(),
+        refute(name, model, outbox_relay::EVERY_EFFECT_SETTLED),
+    );
+}
+
+#[test]
+fn unfenced_relay_marks_are_refuted() {
+    let model = OutboxRelay::new(profile(), outbox_relay::Variant::Unfenced);
+    let name = model.to_string();
+    refuted(
+        name.clone(),
+        refute(
+            name,
+            model,
+            outbox_relay::A_SUPERSEDED_RELAY_SENDS_AT_MOST_ONE,
+        ),
+    );
+}
+
+#[test]
+fn recording_after_the_check_is_refuted() {
+    let model = OutboxRelay::new(profile(), outbox_relay::Variant::CheckThenRecord);
+    let name = model.to_string();
+    refuted(
+        name.clone(),
+        refute(name, model, outbox_relay::NO_STALE_EFFECT_RECORDED),
     );
 }

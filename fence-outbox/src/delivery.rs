@@ -14,6 +14,7 @@ use crate::error::OutboxError;
 use crate::relay_config::{RelayConfig, RelayReport};
 use crate::sink::{Sink, SinkError};
 use crate::store::{Candidate, OutboxStore};
+use crate::verdict;
 
 /// When each backed-off head entry may be tried again; shared by a relay's tasks.
 #[derive(Clone, Debug, Default)]
@@ -102,15 +103,13 @@ impl Worker {
         let domain = &entry.domain;
         let backend = self.store.backend();
         let max = self.config.retry.max_attempts;
-        if entry.attempts() >= max {
-            // Attempts ran out before a crash could record the verdict.
-            let error = match &entry.status {
-                EntryStatus::Pending {
-                    last_error: Some(e),
-                    ..
-                } => e.clone(),
-                _ => format!("{max} attempts used"),
-            };
+        let last_error = match &entry.status {
+            EntryStatus::Pending { last_error, .. } => last_error.as_deref(),
+            _ => None,
+        };
+        if let Some(Settlement::DeadLetter { error }) =
+            verdict::before_attempt(entry.attempts(), last_error, max)
+        {
             return self.dead_letter(entry, error, report).await;
         }
         let Some(attempt) = self.store.begin(domain, self.token, entry.seq).await? else {
@@ -125,15 +124,15 @@ impl Worker {
             attempt
         );
         let delivery = self.sink.deliver(entry).instrument(span);
-        let outcome = match tokio::time::timeout(self.config.delivery_timeout, delivery).await {
-            Ok(outcome) => outcome,
+        let answer = match tokio::time::timeout(self.config.delivery_timeout, delivery).await {
+            Ok(answer) => answer,
             Err(_) => Err(SinkError::retryable(format!(
                 "delivery timed out after {:?}",
                 self.config.delivery_timeout
             ))),
         };
-        match outcome {
-            Ok(()) => {
+        match verdict::after_attempt(&answer, attempt, max) {
+            Settlement::Delivered => {
                 self.store
                     .settle(domain, self.token, entry.seq, &Settlement::Delivered)
                     .await?;
@@ -144,31 +143,24 @@ impl Worker {
                     .record(entry.age().as_secs_f64());
                 Ok(true)
             }
-            Err(SinkError::Permanent { reason }) => self.dead_letter(entry, reason, report).await,
-            Err(SinkError::Retryable {
-                reason,
-                retry_after,
-            }) => {
-                if attempt >= max {
-                    let error = format!("{reason} (attempt {attempt} of {max})");
-                    return self.dead_letter(entry, error, report).await;
-                }
-                let retry = Settlement::Retry {
-                    error: reason.clone(),
-                };
+            Settlement::DeadLetter { error } => self.dead_letter(entry, error, report).await,
+            retry @ Settlement::Retry { .. } => {
                 self.store
                     .settle(domain, self.token, entry.seq, &retry)
                     .await?;
+                let retry_after = match &answer {
+                    Err(SinkError::Retryable { retry_after, .. }) => *retry_after,
+                    _ => None,
+                };
                 let wait = self.config.retry.backoff(attempt, retry_after);
                 self.not_before
                     .set((domain.clone(), entry.seq), Instant::now() + wait);
                 report.retried += 1;
                 metrics::counter!("fence_outbox_retried_total", "backend" => backend).increment(1);
+                let (_, reason) = retry.code();
                 tracing::info!(domain = domain.as_str(), seq = entry.seq, %reason, ?wait, "delivery failed; retrying later");
                 Ok(false)
             }
-            #[allow(unreachable_patterns)]
-            Err(other) => self.dead_letter(entry, other.to_string(), report).await,
         }
     }
 

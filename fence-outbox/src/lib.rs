@@ -12,6 +12,7 @@ mod relay_config;
 mod retry;
 mod sink;
 mod store;
+pub mod verdict;
 #[cfg(feature = "webhook")]
 mod webhook;
 
