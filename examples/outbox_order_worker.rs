@@ -241,10 +241,9 @@ async fn payment(
         .delivery_timeout(Duration::from_secs(1))
         .poll_interval(Duration::from_millis(25));
     let sink = Arc::new(WebhookSink::new()?.timeout(Duration::from_secs(1)));
-    // Stopped if a signal interrupts the story: it must not run on during the cleanup.
-    let relay = fence_examples::RelayGuard::new(
-        Relay::new(orders.relay_store(), sink, leases.clone(), relay_config)?.spawn(),
-    );
+    // Dropped if a signal interrupts the story, the handle stops the relay: it must not run on
+    // during the cleanup.
+    let relay = Relay::new(orders.relay_store(), sink, leases.clone(), relay_config)?.spawn();
     clock.say(
         "R",
         "relay started: it takes the relay lease and delivers pending receipts",

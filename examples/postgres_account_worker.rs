@@ -159,10 +159,9 @@ async fn month_end(fence: &Observed<PostgresFence>, account: &Domain) -> Result<
         .delivery_timeout(Duration::from_secs(1))
         .poll_interval(Duration::from_secs(2));
     let sink = Arc::new(WebhookSink::new()?.timeout(Duration::from_secs(1)));
-    // Stopped if a signal interrupts the story: it must not run on during the cleanup.
-    let relay = fence_examples::RelayGuard::new(
-        Relay::new(Arc::new(outbox.clone()), sink, leases.clone(), relay_config)?.spawn(),
-    );
+    // Dropped if a signal interrupts the story, the handle stops the relay: it must not run on
+    // during the cleanup.
+    let relay = Relay::new(Arc::new(outbox.clone()), sink, leases.clone(), relay_config)?.spawn();
     clock.say(
         "R",
         "relay started: woken by NOTIFY, it delivers the statement",

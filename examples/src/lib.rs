@@ -27,6 +27,5 @@ pub use connect::{
 pub use receipts::{settled_entries, ReceiptWebhook};
 pub use resource::Resource;
 #[cfg(feature = "servers")]
-pub use shutdown::RelayGuard;
 pub use shutdown::{after_cleanup, until_shutdown, Interrupted};
 pub use timeline::Timeline;

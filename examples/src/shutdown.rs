@@ -68,36 +68,6 @@ async fn until_set<T>(
     }
 }
 
-/// A running outbox relay that stops when dropped: a story a signal interrupts drops it, and
-/// its task must not run on while the run is cleaned up.
-#[cfg(feature = "servers")]
-pub struct RelayGuard(Option<fence_outbox::RelayHandle>);
-
-#[cfg(feature = "servers")]
-impl RelayGuard {
-    /// Guards `relay`.
-    pub fn new(relay: fence_outbox::RelayHandle) -> Self {
-        RelayGuard(Some(relay))
-    }
-
-    /// Stops the relay after the entry in flight and returns its report.
-    pub async fn shutdown(mut self) -> Result<fence_outbox::RelayReport, ExampleError> {
-        match self.0.take() {
-            Some(relay) => Ok(relay.shutdown().await?),
-            None => Err("the relay was stopped already".into()),
-        }
-    }
-}
-
-#[cfg(feature = "servers")]
-impl Drop for RelayGuard {
-    fn drop(&mut self) {
-        if let Some(relay) = self.0.take() {
-            relay.abort();
-        }
-    }
-}
-
 /// The outcome of an example's work once its cleanup ran: the work's error first (the
 /// cleanup's is added to it), else the cleanup's.
 pub fn after_cleanup<T>(

@@ -92,7 +92,7 @@ impl Relay {
         let (stop, stopped) = watch::channel(false);
         RelayHandle {
             stop,
-            task: tokio::spawn(self.run(stopped)),
+            task: Some(tokio::spawn(self.run(stopped))),
         }
     }
 
@@ -246,25 +246,153 @@ impl Relay {
     }
 }
 
-/// A running relay.
+/// A running relay. Dropping it stops the relay at once, as [`RelayHandle::abort`] does; call
+/// [`RelayHandle::shutdown`] to stop after the entry in flight and release the lease.
 #[derive(Debug)]
 pub struct RelayHandle {
     stop: watch::Sender<bool>,
-    task: JoinHandle<RelayReport>,
+    /// Taken by `shutdown` and `abort`; what `Drop` finds left, it aborts.
+    task: Option<JoinHandle<RelayReport>>,
 }
 
 impl RelayHandle {
     /// Asks the relay to stop after the entry in flight, waits, and returns its report.
-    pub async fn shutdown(self) -> Result<RelayReport, OutboxError> {
+    pub async fn shutdown(mut self) -> Result<RelayReport, OutboxError> {
         let _ = self.stop.send(true);
-        self.task
-            .await
+        let task = self
+            .task
+            .take()
+            .ok_or_else(|| OutboxError::RelayTask("the relay was stopped already".into()))?;
+        task.await
             .map_err(|e| OutboxError::RelayTask(e.to_string()))
     }
 
     /// Stops the relay at once, as a crash would: no lease release, nothing settled for the
-    /// entry in flight.
-    pub fn abort(self) {
-        self.task.abort();
+    /// entry in flight (the next holder delivers it again, under the same key).
+    pub fn abort(mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+impl Drop for RelayHandle {
+    // A dropped handle must not leave a relay delivering with nobody able to stop it.
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use fence_core::{MemoryLeases, OwnerId};
+
+    use super::*;
+    use crate::entry::{OutboxEntry, Settlement};
+    use crate::sink::SinkError;
+    use crate::store::Purged;
+
+    /// A store with no entries that counts the relay's passes.
+    #[derive(Debug, Default)]
+    struct Passes(AtomicUsize);
+
+    #[async_trait]
+    impl OutboxStore for Passes {
+        fn backend(&self) -> &'static str {
+            "counting"
+        }
+        async fn candidates(&self, _: u16, _: bool) -> Result<Vec<Candidate>, OutboxError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Ok(Vec::new())
+        }
+        async fn pending(&self, _: &Domain, _: usize) -> Result<Vec<OutboxEntry>, OutboxError> {
+            Ok(Vec::new())
+        }
+        async fn begin(
+            &self,
+            _: &Domain,
+            _: FencingToken,
+            _: u64,
+        ) -> Result<Option<u32>, OutboxError> {
+            Ok(None)
+        }
+        async fn settle(
+            &self,
+            _: &Domain,
+            _: FencingToken,
+            _: u64,
+            _: &Settlement,
+        ) -> Result<bool, OutboxError> {
+            Ok(false)
+        }
+        async fn purge(
+            &self,
+            _: &Candidate,
+            _: FencingToken,
+            _: Duration,
+            _: bool,
+        ) -> Result<Purged, OutboxError> {
+            Ok(Purged::new(0))
+        }
+    }
+
+    struct NoSink;
+
+    #[async_trait]
+    impl Sink for NoSink {
+        async fn deliver(&self, _: &OutboxEntry) -> Result<(), SinkError> {
+            Err(SinkError::permanent("no entries expected"))
+        }
+    }
+
+    fn spawn(store: Arc<Passes>) -> RelayHandle {
+        let owner = OwnerId::new("relay-test").unwrap_or_else(|e| unreachable!("{e}"));
+        let config = RelayConfig::new("test", owner).poll_interval(Duration::from_millis(5));
+        Relay::new(
+            store,
+            Arc::new(NoSink),
+            Arc::new(MemoryLeases::new()),
+            config,
+        )
+        .unwrap_or_else(|e| unreachable!("{e}"))
+        .spawn()
+    }
+
+    async fn passes_after(store: &Passes, wait: Duration) -> usize {
+        tokio::time::sleep(wait).await;
+        store.0.load(Ordering::SeqCst)
+    }
+
+    #[tokio::test]
+    async fn a_dropped_handle_stops_the_relay() {
+        let store = Arc::new(Passes::default());
+        let handle = spawn(store.clone());
+        let running = passes_after(&store, Duration::from_millis(100)).await;
+        assert!(running > 0, "the relay ran no pass");
+        drop(handle);
+        let at_drop = passes_after(&store, Duration::from_millis(20)).await;
+        let later = passes_after(&store, Duration::from_millis(200)).await;
+        assert_eq!(
+            at_drop, later,
+            "the relay ran on after its handle was dropped"
+        );
+    }
+
+    #[tokio::test]
+    async fn shutdown_still_returns_the_report() {
+        let store = Arc::new(Passes::default());
+        let handle = spawn(store.clone());
+        passes_after(&store, Duration::from_millis(50)).await;
+        let report = handle
+            .shutdown()
+            .await
+            .unwrap_or_else(|e| unreachable!("{e}"));
+        assert!(report.passes > 0, "{report:?}");
     }
 }
