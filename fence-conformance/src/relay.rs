@@ -18,7 +18,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::relay_kit::{
     all_settled, assert_exactly_once_in_order, delivered, fast_relay, webhook,
-    CrashAfterDeliveries, PausingSink,
+    CrashAfterDeliveries, OlderRelayBeginsFirst, PausingSink,
 };
 use crate::seeded::{self, Rng};
 use crate::services::{domain, token};
@@ -87,6 +87,7 @@ macro_rules! relay_contract_tests {
             delivered_entries_are_purged_after_the_retention_window_dead_letters_stay,
             relays_under_torture_deliver_each_accepted_effect_once_in_order,
             relay_marks_agree_with_the_rule,
+            the_attempt_limit_holds_across_a_handover,
         );
     };
 }
@@ -319,6 +320,67 @@ pub async fn dead_letters_after_the_attempt_limit_and_the_domain_moves_on(o: &dy
     let left: Vec<u64> = o.entries(&d).await.unwrap().iter().map(|e| e.seq).collect();
     assert_eq!(left, vec![2, 3]);
     println!("dead-letter: {:#?}", &entries[..2]);
+}
+
+/// The attempt limit holds across a handover: a relay reads an entry with one of its two
+/// attempts used, and before its `begin` an older relay starts the second; the relay must
+/// dead-letter the entry on the store's count instead of sending a third request (found by
+/// fence-model's relay model: the relay judged only the count it had read).
+pub async fn the_attempt_limit_holds_across_a_handover(o: &dyn OutboxUnderTest) {
+    let server = WebhookServer::start().await;
+    let d = domain("order-limit");
+    o.pay(&d, token(1), "a", &server.url("/ok"), "at most twice")
+        .await
+        .unwrap();
+    let store = o.store().unwrap();
+    store.candidates(0, true).await.unwrap(); // a store that keeps a view refreshes it
+                                              // The older relay (token 1) used the first attempt; it failed.
+    let older = token(1);
+    assert_eq!(store.begin(&d, older, 1).await.unwrap(), Some(1));
+    let retry = fence_outbox::Settlement::Retry {
+        error: "HTTP 503".into(),
+    };
+    assert!(store.settle(&d, older, 1, &retry).await.unwrap());
+    let racing = Arc::new(OlderRelayBeginsFirst::new(store, older));
+    let config = fast_relay("relay").retry(fence_outbox::RetryPolicy::new(
+        2,
+        Duration::from_millis(10),
+        Duration::from_millis(40),
+    ));
+    // Its own leases: the relay's token is 1, not below the older relay's, so the store
+    // accepts both relays' steps and only the attempt count can stop the third request.
+    let mut newer = Relay::new(
+        racing.clone(),
+        webhook(),
+        Arc::new(fence_core::MemoryLeases::new()),
+        config,
+    )
+    .unwrap();
+    let (_stop, stopped) = watch::channel(false);
+    let report = newer.run_once(&stopped).await;
+    let entries = o.entries(&d).await.unwrap();
+    println!(
+        "attempt limit across a handover: {report:?}; {:#?}",
+        entries[0].status
+    );
+    assert!(
+        racing.raced(),
+        "the older relay's second attempt was started"
+    );
+    assert_eq!(
+        server.requests_for(entries[0].key.as_str()),
+        0,
+        "no request beyond the two attempts"
+    );
+    assert!(
+        matches!(
+            entries[0].status,
+            EntryStatus::DeadLettered { attempts: 3, .. }
+        ),
+        "{:#?}",
+        entries[0].status
+    );
+    assert_eq!(report.dead_lettered, 1, "{report:?}");
 }
 
 /// A delivery that hangs times out as a retryable failure; the retry lands once.

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use crate::webhook::WebhookServer;
 use async_trait::async_trait;
+use fence_core::FencingToken;
 use fence_core::{Domain, OperationId, OwnerId};
 use fence_outbox::{
-    DestinationRule, EffectKinds, EntryStatus, OutboxEntry, RelayConfig, RetryPolicy, Sink,
-    SinkError, WebhookSink,
+    Candidate, DestinationRule, EffectKinds, EntryStatus, OutboxEntry, OutboxError, OutboxStore,
+    Purged, RelayConfig, RetryPolicy, Settlement, Sink, SinkError, WebhookSink,
 };
 use tokio::sync::Notify;
 
@@ -172,5 +173,79 @@ pub fn assert_exactly_once_in_order(server: &WebhookServer, entries: &[OutboxEnt
             .map(|a| a.key.as_str())
             .collect();
         assert_eq!(observed, expected, "domain {d} applied out of order");
+    }
+}
+
+/// A relay's store through which, just before the relay's first `begin`, an older relay
+/// (token `older`) begins an attempt on the same entry: the race between a relay's read of
+/// an entry and its `begin` that fence-model's relay model found.
+#[derive(Debug)]
+pub struct OlderRelayBeginsFirst {
+    inner: Arc<dyn OutboxStore>,
+    older: FencingToken,
+    raced: std::sync::atomic::AtomicBool,
+}
+
+impl OlderRelayBeginsFirst {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn OutboxStore>, older: FencingToken) -> Self {
+        OlderRelayBeginsFirst {
+            inner,
+            older,
+            raced: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Whether the older relay's attempt was started (and accepted by the store).
+    pub fn raced(&self) -> bool {
+        self.raced.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl OutboxStore for OlderRelayBeginsFirst {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    async fn candidates(&self, partition: u16, sweep: bool) -> Result<Vec<Candidate>, OutboxError> {
+        self.inner.candidates(partition, sweep).await
+    }
+    async fn pending(
+        &self,
+        domain: &Domain,
+        limit: usize,
+    ) -> Result<Vec<OutboxEntry>, OutboxError> {
+        self.inner.pending(domain, limit).await
+    }
+    async fn begin(
+        &self,
+        domain: &Domain,
+        relay: FencingToken,
+        seq: u64,
+    ) -> Result<Option<u32>, OutboxError> {
+        if !self.raced() {
+            let started = self.inner.begin(domain, self.older, seq).await?;
+            self.raced
+                .store(started.is_some(), std::sync::atomic::Ordering::SeqCst);
+        }
+        self.inner.begin(domain, relay, seq).await
+    }
+    async fn settle(
+        &self,
+        domain: &Domain,
+        relay: FencingToken,
+        seq: u64,
+        settlement: &Settlement,
+    ) -> Result<bool, OutboxError> {
+        self.inner.settle(domain, relay, seq, settlement).await
+    }
+    async fn purge(
+        &self,
+        candidate: &Candidate,
+        relay: FencingToken,
+        retention: Duration,
+        drained: bool,
+    ) -> Result<Purged, OutboxError> {
+        self.inner.purge(candidate, relay, retention, drained).await
     }
 }

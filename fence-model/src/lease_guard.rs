@@ -56,7 +56,7 @@ impl LeaseGuardModel {
                 variant,
             },
             _ => LeaseGuardModel {
-                renewals: 2,
+                renewals: 1,
                 max_delay: 3,
                 variant,
             },

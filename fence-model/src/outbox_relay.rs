@@ -7,8 +7,10 @@
 //! attempt on the head entry, settling it — carries its lease token and is refused below the
 //! newest relay token seen there ([`rule::check_claim`], the rule every store's relay marks are
 //! checked against by the conformance suite's `relay_marks_agree_with_the_rule`), or when the
-//! entry is no longer the head. What to do with the head — try it, retry it, dead-letter it —
-//! is [`verdict::before_attempt`] and [`verdict::after_attempt`], the functions the relay runs.
+//! entry is no longer the head, both in one atomic step per domain: what the Redis scripts and
+//! PostgreSQL's per-step transaction do. What to do with the head — try it, retry it,
+//! dead-letter it — is [`verdict::before_attempt`] (on the count read with the entry, then on
+//! the store's count after `begin`) and [`verdict::after_attempt`], the functions the relay runs.
 //!
 //! **Modelled**: one domain; writers with distinct tokens, each recording one effect; relays
 //! that lease the partition (a lease expires while its holder runs on — a pause past the TTL —
@@ -16,12 +18,20 @@
 //! receiver, settle, and crash at any step; a receiver that applies each effect once (by its
 //! idempotency key) and answers with success, a retryable failure, a timeout after applying it,
 //! or a permanent failure. Every interleaving, so a relay paused between any two steps — a
-//! zombie whose one request arrives late — is covered, and a request delayed in the network is
-//! the same event to the receiver. **Not modelled**: several domains and partitions (each
-//! domain's outbox is decided on its own), the relay's timing guards (no delivery starts that
-//! could outlive the lease, backoff between retries: they make the handover rarer, not safe),
-//! lease renewal (a holder keeps its lease until it expires), a relay noticing it lost its
-//! lease before a store refuses it, purging and the candidate index, redrive of dead letters.
+//! zombie whose one request arrives late — is covered. **Not modelled**: several domains and
+//! partitions (each domain's outbox is decided on its own); a relay's own request that arrives
+//! after the relay timed out and moved on (a timeout here applies at once; the receiver sees
+//! the same late arrival from a paused relay, which is modelled); the relay's timing guards (no
+//! delivery starts that could outlive the lease, backoff between retries: they make handovers
+//! mid-delivery rarer); lease renewal (a holder keeps its lease until it expires); a relay
+//! noticing it lost its lease before a store refuses it; the read's `batch` limit and
+//! PostgreSQL's `SKIP LOCKED` answering "moved" for a domain a writer holds (both only end a
+//! pass early); purging, the candidate index, redrive of dead letters. **Kafka's relay store is
+//! not this model**: it decides "moved" from its own view of the progress records, refreshed
+//! when it lists candidates, and fences each step per relay partition
+//! (`fence-outbox-progress/<relay>/<partition>`), not per domain, so a successor with a stale
+//! view can send an entry its predecessor has just settled (a duplicate the receiver
+//! deduplicates by key).
 
 use std::fmt;
 
@@ -46,6 +56,10 @@ pub enum Variant {
     /// Broken: a transition is decided, then its effect recorded in a later step
     /// (check-then-write). The checker must find an effect recorded after a newer transition.
     CheckThenRecord,
+    /// Broken: the relay judges only the attempt count it read with the entry, not the
+    /// store's count after `begin` (the relay before this model). The checker must find an
+    /// entry sent more often than the attempt limit.
+    CountAsRead,
 }
 
 /// The model's bounds.
@@ -75,7 +89,7 @@ impl OutboxRelay {
                 writers: vec![2, 1, 3],
                 relays: 2,
                 max_attempts: 2,
-                failures: 2,
+                failures: 1,
                 crashes: 1,
                 expiries: 2,
                 variant,
@@ -84,7 +98,7 @@ impl OutboxRelay {
                 writers: vec![2, 1, 3],
                 relays: 3,
                 max_attempts: 2,
-                failures: 2,
+                failures: 1,
                 crashes: 1,
                 expiries: 2,
                 variant,
@@ -140,7 +154,20 @@ pub struct Entry {
     token: u64,
     /// Attempts started.
     attempts: u32,
+    /// Requests sent for it.
+    sent: u32,
     status: Status,
+}
+
+impl Entry {
+    fn new(token: u64) -> Self {
+        Entry {
+            token,
+            attempts: 0,
+            sent: 0,
+            status: Status::Pending,
+        }
+    }
 }
 
 /// What the receiver answered.
@@ -198,13 +225,29 @@ pub enum Phase {
 }
 
 /// One relay.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct RelayState {
     /// The token of the lease it believes it holds.
     token: Option<u64>,
     phase: Phase,
+    /// The attempt counts of the entries, as its last read saw them.
+    seen: Vec<u32>,
     /// Requests it sent, in this lease term, after a newer relay's step was accepted.
     superseded_sends: u8,
+    /// A step of its was accepted after a newer relay's.
+    superseded_mark: bool,
+}
+
+impl RelayState {
+    fn idle(token: Option<u64>) -> Self {
+        RelayState {
+            token,
+            phase: Phase::Idle,
+            seen: Vec::new(),
+            superseded_sends: 0,
+            superseded_mark: false,
+        }
+    }
 }
 
 /// The whole system.
@@ -298,7 +341,7 @@ impl State {
 impl OutboxRelay {
     /// The store's check of a relay step on entry `seq`: the relay's token against the relay
     /// mark, then the head; an accepted step raises the mark to the relay's token.
-    fn relay_step(&self, state: &mut State, relay: u64, seq: usize) -> Step {
+    fn relay_step(&self, state: &mut State, r: usize, relay: u64, seq: usize) -> Step {
         let fenced = self.variant != Variant::Unfenced
             && rule::check_claim(&domain(), state.relay_mark.map(token), token(relay)).is_err();
         if fenced {
@@ -307,6 +350,9 @@ impl OutboxRelay {
         }
         if state.head() != Some(seq) {
             return Step::Moved;
+        }
+        if state.newest_relay > relay {
+            state.relays[r].superseded_mark = true;
         }
         state.relay_mark = Some(relay);
         state.newest_relay = state.newest_relay.max(relay);
@@ -337,7 +383,7 @@ impl OutboxRelay {
         let Some(relay) = state.relays[r].token else {
             return;
         };
-        let phase = match self.relay_step(state, relay, seq) {
+        let phase = match self.relay_step(state, r, relay, seq) {
             Step::Fenced => Self::drop_lease(state, r),
             Step::Moved => match verdict {
                 Settlement::Retry { .. } => Phase::Idle,
@@ -374,6 +420,7 @@ impl OutboxRelay {
 
     /// Relay `r` sends entry `seq`: counted when a newer relay has already acted.
     fn send(state: &mut State, r: usize, seq: usize, applied: bool) {
+        state.entries[seq].sent += 1;
         if state.relays[r]
             .token
             .is_some_and(|t| state.newest_relay > t)
@@ -399,14 +446,7 @@ impl Model for OutboxRelay {
             newest_relay: 0,
             lease: None,
             granted: 0,
-            relays: vec![
-                RelayState {
-                    token: None,
-                    phase: Phase::Idle,
-                    superseded_sends: 0,
-                };
-                self.relays
-            ],
+            relays: vec![RelayState::idle(None); self.relays],
             applied: Vec::new(),
             out_of_order: false,
             late_dead_letter: false,
@@ -482,11 +522,7 @@ impl Model for OutboxRelay {
                     (Ok(()), _) => {
                         // One atomic step: the mark and the effect together.
                         state.mark = Some(presented);
-                        state.entries.push(Entry {
-                            token: presented,
-                            attempts: 0,
-                            status: Status::Pending,
-                        });
+                        state.entries.push(Entry::new(presented));
                         Writer::Recorded
                     }
                 };
@@ -494,24 +530,17 @@ impl Model for OutboxRelay {
             Action::Record(w) => {
                 let presented = self.writers[w];
                 state.mark = Some(presented);
-                state.entries.push(Entry {
-                    token: presented,
-                    attempts: 0,
-                    status: Status::Pending,
-                });
+                state.entries.push(Entry::new(presented));
                 state.writers[w] = Writer::Recorded;
             }
             Action::Acquire(r) => {
                 state.granted += 1;
                 state.lease = Some(state.granted);
-                state.relays[r] = RelayState {
-                    token: Some(state.granted),
-                    phase: Phase::Idle,
-                    superseded_sends: 0,
-                };
+                state.relays[r] = RelayState::idle(Some(state.granted));
             }
             Action::Read(r) => {
                 let next = state.head()?;
+                state.relays[r].seen = state.entries.iter().map(|e| e.attempts).collect();
                 state.relays[r].phase = Phase::Serving {
                     next,
                     last: state.entries.len() - 1,
@@ -522,22 +551,27 @@ impl Model for OutboxRelay {
                     return None;
                 };
                 let relay = state.relays[r].token?;
-                let entry = state.entries[seq];
-                if let Some(dead) = verdict::before_attempt(entry.attempts, None, self.max_attempts)
-                {
+                // The relay judges the count it read; the store's count after `begin` again.
+                let seen = state.relays[r].seen.get(seq).copied().unwrap_or(0);
+                if let Some(dead) = verdict::before_attempt(seen, None, self.max_attempts) {
                     self.settle(&mut state, r, seq, last, &dead);
                     return Some(state);
                 }
-                state.relays[r].phase = match self.relay_step(&mut state, relay, seq) {
+                state.relays[r].phase = match self.relay_step(&mut state, r, relay, seq) {
                     Step::Fenced => Self::drop_lease(&mut state, r),
                     Step::Moved => Self::onwards(seq, last),
                     Step::Accepted => {
                         state.entries[seq].attempts += 1;
-                        Phase::Begun {
-                            seq,
-                            attempt: state.entries[seq].attempts,
-                            last,
+                        let attempt = state.entries[seq].attempts;
+                        let recount = match self.variant {
+                            Variant::CountAsRead => None,
+                            _ => verdict::before_attempt(attempt - 1, None, self.max_attempts),
+                        };
+                        if let Some(dead) = recount {
+                            self.settle(&mut state, r, seq, last, &dead);
+                            return Some(state);
                         }
+                        Phase::Begun { seq, attempt, last }
                     }
                 };
             }
@@ -546,7 +580,7 @@ impl Model for OutboxRelay {
                     return None;
                 };
                 let relay = state.relays[r].token?;
-                state.relays[r].phase = match self.relay_step(&mut state, relay, seq) {
+                state.relays[r].phase = match self.relay_step(&mut state, r, relay, seq) {
                     Step::Fenced => Self::drop_lease(&mut state, r),
                     Step::Moved => Self::onwards(seq, last),
                     Step::Accepted => {
@@ -596,11 +630,7 @@ impl Model for OutboxRelay {
             }
             Action::Crash(r) => {
                 state.crashes += 1;
-                state.relays[r] = RelayState {
-                    token: None,
-                    phase: Phase::Idle,
-                    superseded_sends: 0,
-                };
+                state.relays[r] = RelayState::idle(None);
             }
             Action::Expire => {
                 let lease = state.lease.take()?;
@@ -620,7 +650,12 @@ impl Model for OutboxRelay {
             }),
             Property::always(IN_ORDER, |_, s: &State| !s.out_of_order),
             Property::always(A_SUPERSEDED_RELAY_SENDS_AT_MOST_ONE, |_, s: &State| {
-                s.relays.iter().all(|r| r.superseded_sends <= 1)
+                s.relays
+                    .iter()
+                    .all(|r| r.superseded_sends <= 1 && !r.superseded_mark)
+            }),
+            Property::always(ATTEMPTS_BOUNDED, |model: &OutboxRelay, s: &State| {
+                s.entries.iter().all(|e| e.sent <= model.max_attempts)
             }),
             Property::always(EVERY_EFFECT_SETTLED, |model: &OutboxRelay, s: &State| {
                 !s.terminal(model)
@@ -649,14 +684,18 @@ impl Model for OutboxRelay {
 pub const NO_STALE_EFFECT_RECORDED: &str =
     "no effect is recorded for a transition older than one recorded before it";
 /// Safety: the receiver first applies a domain's effects in the order they were recorded —
-/// except an entry dead-lettered while a request for it was still on its way.
+/// except an entry already dead-lettered when a request for it arrives (see
+/// [`A_DEAD_LETTER_CAN_ARRIVE_LATE`]).
 pub const IN_ORDER: &str = "the receiver applies each domain's effects in order";
 /// Safety: once a newer relay has acted on the domain, an older one sends at most the one
 /// request it had started, and marks nothing.
 pub const A_SUPERSEDED_RELAY_SENDS_AT_MOST_ONE: &str =
     "a superseded relay sends at most the one request it had started";
-/// Liveness, on every run that ends: each recorded effect is delivered (and the receiver has
-/// it) or dead-lettered.
+/// Safety: no entry is sent more often than the attempt limit, across handovers.
+pub const ATTEMPTS_BOUNDED: &str = "no entry is sent more often than the attempt limit";
+/// Liveness, on every run that ends (every run here does: attempts, failures, crashes and
+/// expiries are bounded): nothing is left pending, and each effect marked delivered was applied
+/// by the receiver, else it was dead-lettered.
 pub const EVERY_EFFECT_SETTLED: &str =
     "every run ends with each effect applied and marked delivered, or dead-lettered";
 /// Reachability (the model is not vacuous): a run where a stale transition and a stale relay

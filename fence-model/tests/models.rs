@@ -163,3 +163,20 @@ fn recording_after_the_check_is_refuted() {
         refute(name, model, outbox_relay::NO_STALE_EFFECT_RECORDED),
     );
 }
+
+#[test]
+fn marking_before_delivery_breaks_the_order() {
+    let model = OutboxRelay::new(profile(), outbox_relay::Variant::MarkBeforeDelivery);
+    let name = model.to_string();
+    refuted(name.clone(), refute(name, model, outbox_relay::IN_ORDER));
+}
+
+#[test]
+fn judging_the_attempt_count_as_read_is_refuted() {
+    let model = OutboxRelay::new(profile(), outbox_relay::Variant::CountAsRead);
+    let name = model.to_string();
+    refuted(
+        name.clone(),
+        refute(name, model, outbox_relay::ATTEMPTS_BOUNDED),
+    );
+}

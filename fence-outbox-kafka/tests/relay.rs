@@ -111,4 +111,5 @@ fence_conformance::relay_contract_tests!(under_test;
     a_paused_relay_cannot_complete_after_its_successor,
     domains_are_served_concurrently_each_in_order,
     relays_under_torture_deliver_each_accepted_effect_once_in_order,
+    the_attempt_limit_holds_across_a_handover,
 );

@@ -115,6 +115,13 @@ impl Worker {
         let Some(attempt) = self.store.begin(domain, self.token, entry.seq).await? else {
             return Ok(true); // settled by someone else meanwhile
         };
+        // The count read with the entry may be behind: a relay before this one can have
+        // started attempts since. The store's count decides, so the limit holds across handovers.
+        if let Some(Settlement::DeadLetter { error }) =
+            verdict::before_attempt(attempt.saturating_sub(1), last_error, max)
+        {
+            return self.dead_letter(entry, error, report).await;
+        }
         let span = tracing::info_span!(
             "fence_outbox_delivery",
             backend,
