@@ -25,9 +25,7 @@ mariadb_start() {
   require_free "$MARIADB_PORT" FENCE_MARIADB_PORT mariadb || return 1
   mkdir -p "$mariadb_dir"
   chown mysql "$mariadb_dir"
-  local fresh=0
   if [ ! -d "$mariadb_dir/data/mysql" ]; then
-    fresh=1
     mariadb-install-db --no-defaults --user=mysql --datadir="$mariadb_dir/data" \
       --auth-root-authentication-method=socket --skip-test-db \
       >"$mariadb_dir/install.log" 2>&1 || { cat "$mariadb_dir/install.log" >&2; return 1; }
@@ -38,16 +36,20 @@ mariadb_start() {
     --pid-file="$mariadb_dir/mariadbd.pid" --log-error="$mariadb_dir/error.log" \
     --skip-name-resolve --innodb-flush-log-at-trx-commit=1 \
     >"$mariadb_dir/mariadbd.out" 2>&1 </dev/null &
-  echo $! >"$mariadb_dir/mariadbd.pid"
+  # The server writes its own PID file (as the mysql user); known to the exit trap from now.
   started_here "$mariadb_dir/mariadbd.pid"
-  wait_for_port "$MARIADB_PORT" 30 || { tail -20 "$mariadb_dir/error.log" >&2; return 1; }
-  if [ "$fresh" = 1 ]; then
-    # The tests' account: every privilege on this server only (a private instance on loopback).
-    mariadb --no-defaults -uroot --socket="$mariadb_dir/mariadbd.sock" -e "
-      CREATE USER IF NOT EXISTS 'fence'@'127.0.0.1' IDENTIFIED BY 'fence';
-      GRANT ALL ON *.* TO 'fence'@'127.0.0.1' WITH GRANT OPTION;
-      CREATE DATABASE IF NOT EXISTS fence;" || return 1
-  fi
+  local i
+  for ((i = 0; i < 300; i++)); do
+    [ -s "$mariadb_dir/mariadbd.pid" ] && [ -S "$mariadb_dir/mariadbd.sock" ] && break
+    kill -0 $! 2>/dev/null || break
+    sleep 0.1
+  done
+  # The tests' account (every privilege on this private loopback instance), on every start:
+  # also the proof that the server answers.
+  mariadb --no-defaults -uroot --socket="$mariadb_dir/mariadbd.sock" -e "
+    CREATE USER IF NOT EXISTS 'fence'@'127.0.0.1' IDENTIFIED BY 'fence';
+    GRANT ALL ON *.* TO 'fence'@'127.0.0.1' WITH GRANT OPTION;
+    CREATE DATABASE IF NOT EXISTS fence;" || { tail -20 "$mariadb_dir/error.log" >&2; return 1; }
   echo "mariadb: $FENCE_MYSQL_URL"
 }
 
