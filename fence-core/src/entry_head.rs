@@ -68,6 +68,45 @@ impl EntryHead {
         matches!(self, EntryHead::Value { .. })
     }
 
+    /// The head kept as columns by SQL adapters (fence-postgres, fence-mysql): the kind (`v`
+    /// value, `t` tombstone), the revision and the writer's token, all absent for a domain
+    /// with no entry; the writer never above the domain's `mark`. Anything else is an error
+    /// saying what is wrong (the adapter reports it as corrupt state).
+    ///
+    /// ```
+    /// use fence_core::raw::EntryHead;
+    /// use fence_core::FencingToken;
+    /// let (mark, writer) = (Some(FencingToken::new(9)?), Some(FencingToken::new(7)?));
+    /// let head = EntryHead::from_columns(mark, Some(b'v'), Some(3), writer)?;
+    /// assert_eq!(head.map(|h| (h.token().get(), h.revision().get())), Some((7, 3)));
+    /// assert_eq!(EntryHead::from_columns(mark, None, None, None)?, None);
+    /// assert!(EntryHead::from_columns(mark, Some(b'x'), Some(3), writer).is_err());
+    /// assert!(EntryHead::from_columns(writer, Some(b'v'), Some(3), mark).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_columns(
+        mark: Option<FencingToken>,
+        kind: Option<u8>,
+        revision: Option<u64>,
+        writer: Option<FencingToken>,
+    ) -> Result<Option<EntryHead>, String> {
+        let (kind, revision, token) = match (kind, revision, writer) {
+            (None, None, None) => return Ok(None),
+            (Some(kind @ (b'v' | b't')), Some(revision), Some(token)) if revision >= 1 => {
+                (kind, Revision::new(revision), token)
+            }
+            _ => return Err("entry columns are not a value or a tombstone".into()),
+        };
+        if mark.is_none_or(|mark| token > mark) {
+            return Err("writer token above the high-water mark".into());
+        }
+        Ok(Some(if kind == b'v' {
+            EntryHead::Value { token, revision }
+        } else {
+            EntryHead::Tombstone { token, revision }
+        }))
+    }
+
     /// Parses the text form; the error says what is wrong.
     ///
     /// ```

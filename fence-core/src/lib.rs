@@ -25,9 +25,11 @@ mod request;
 mod retire;
 mod retry;
 mod shards;
+mod sql;
 mod telemetry;
 mod token;
 mod token_bounds;
+mod transaction;
 
 pub use bytes::Bytes;
 
@@ -54,3 +56,4 @@ pub use retire::{Retired, Retirer};
 pub use retry::{Retry, RetryPolicy};
 pub use token::{FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
 pub use token_bounds::{BoundsConfig, IssuerView};
+pub use transaction::{BoxFuture, Transacted, TransactionError, TransactionRequest};

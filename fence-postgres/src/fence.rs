@@ -19,7 +19,8 @@ use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND
 use crate::mark::{
     commit, decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange,
 };
-use crate::schema::{check_shape, Schema, Shape};
+use crate::schema::{check_shape, Schema};
+use fence_core::raw::Shape;
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;

@@ -25,9 +25,9 @@ pub use sqlx;
 pub use config::PostgresFenceBuilder;
 pub use error::PostgresFenceError;
 pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
+/// The fenced-transaction types every SQL adapter shares (defined in fence-core).
+pub use fence_core::{BoxFuture, Transacted, TransactionError, TransactionRequest};
 pub use lease::{PostgresIssuer, PostgresLeases};
 pub use row::RowFence;
 pub use schema::{migrate, SCHEMA_SQL};
-pub use transaction::{
-    Begun, BoxFuture, FencedTransaction, Transacted, TransactionError, TransactionRequest,
-};
+pub use transaction::{Begun, FencedTransaction};

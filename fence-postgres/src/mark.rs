@@ -165,33 +165,13 @@ pub(crate) fn decode_head(
         (None, true) => None,
         (None, false) => return Err(corrupt(domain, "mark row without a high-water mark")),
     };
-    let entry = match (state.map(|s| s as u8), revision, writer) {
-        (None, None, None) => None,
-        (Some(kind @ (b'v' | b't')), Some(revision), Some(writer)) if revision >= 1 => {
-            let writer = token_column(domain, &writer, "writer token")?;
-            if hwm.is_none_or(|hwm| writer > hwm) {
-                return Err(corrupt(domain, "writer token above the high-water mark"));
-            }
-            let revision = Revision::new(revision.unsigned_abs());
-            Some(if kind == b'v' {
-                EntryHead::Value {
-                    token: writer,
-                    revision,
-                }
-            } else {
-                EntryHead::Tombstone {
-                    token: writer,
-                    revision,
-                }
-            })
-        }
-        _ => {
-            return Err(corrupt(
-                domain,
-                "entry columns are not a value or a tombstone",
-            ))
-        }
-    };
+    let writer = writer
+        .map(|w| token_column(domain, &w, "writer token"))
+        .transpose()?;
+    // A negative revision is no revision: the shared check refuses it as malformed.
+    let revision = revision.map(|r| u64::try_from(r).unwrap_or(0));
+    let entry = EntryHead::from_columns(hwm, state.map(|s| s as u8), revision, writer)
+        .map_err(|why| corrupt(domain, why))?;
     Ok((hwm, entry))
 }
 

@@ -1,5 +1,6 @@
 //! The schema: created explicitly by [`migrate`], never implicitly on a call.
 
+use fence_core::raw::{compare_tables, ExpectedTables, Shape};
 use fence_core::{BackendErrorKind, FenceError, InvalidInput};
 use sqlx::PgPool;
 
@@ -8,23 +9,7 @@ use crate::error::{PostgresFenceError, BACKEND};
 /// The schema's SQL, with `fence_schema` standing for the schema you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 
-/// `name` if it is a plain SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to
-/// splice into SQL without quoting; `what` names it in the error.
-pub(crate) fn identifier(what: &str, name: &str) -> Result<String, InvalidInput> {
-    let valid = !name.is_empty()
-        && name.len() <= 63
-        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-    if valid {
-        Ok(name.to_owned())
-    } else {
-        Err(InvalidInput::Configuration(format!(
-            "{what} `{name}` must match [a-z_][a-z0-9_]* and be at most 63 bytes"
-        )))
-    }
-}
+pub(crate) use fence_core::raw::sql_identifier as identifier;
 
 /// A validated schema name (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to splice into SQL.
 #[derive(Clone, Debug)]
@@ -65,7 +50,7 @@ impl Schema {
 }
 
 /// The columns `migrate` creates, as `format_type` spells their types (and `not null`).
-const EXPECTED: &[(&str, &[(&str, &str)])] = &[
+const EXPECTED: ExpectedTables = &[
     (
         "fence_marks",
         &[
@@ -127,14 +112,6 @@ const EXPECTED: &[(&str, &[(&str, &str)])] = &[
     ),
 ];
 
-/// What is wrong with the tables found in a schema.
-pub(crate) enum Shape {
-    /// A table is missing: the schema was not migrated.
-    Missing(&'static str),
-    /// A table exists with other columns.
-    Wrong(String),
-}
-
 /// Compares the fence's tables in `schema` with what [`migrate`] creates.
 pub(crate) async fn check_shape(
     pool: &PgPool,
@@ -151,30 +128,8 @@ pub(crate) async fn check_shape(
     .bind(schema.name())
     .fetch_all(pool)
     .await?;
-    for (table, expected) in EXPECTED {
-        let found: Vec<(&str, &str)> = columns
-            .iter()
-            .filter(|(t, _, _)| t == table)
-            .map(|(_, name, kind)| (name.as_str(), kind.as_str()))
-            .collect();
-        if found.is_empty() {
-            return Ok(Some(Shape::Missing(table)));
-        }
-        if found != *expected {
-            let list = |columns: &[(&str, &str)]| {
-                columns
-                    .iter()
-                    .map(|(name, kind)| format!("{name} {kind}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
-            return Ok(Some(Shape::Wrong(format!(
-                "{}.{table} has columns ({}), expected ({})",
-                schema.name(),
-                list(&found),
-                list(expected)
-            ))));
-        }
+    if let Some(problem) = compare_tables(schema.name(), EXPECTED, &columns) {
+        return Ok(Some(problem));
     }
     // The store's write function, added with the tables (a schema migrated by an older version
     // lacks it, or has one that ignores fence_settings: run `migrate` again).
