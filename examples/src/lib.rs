@@ -26,6 +26,5 @@ pub use connect::{
 #[cfg(feature = "servers")]
 pub use receipts::{settled_entries, ReceiptWebhook};
 pub use resource::Resource;
-#[cfg(feature = "servers")]
 pub use shutdown::{after_cleanup, until_shutdown, Interrupted};
 pub use timeline::Timeline;

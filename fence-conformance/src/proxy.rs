@@ -52,6 +52,10 @@ pub enum Mode {
     /// Read and drop every byte both ways and keep the connection open: requests and replies
     /// vanish, and the client waits until its own timeout.
     BlackHole,
+    /// Forward both ways until a request containing these bytes passes (a SQL `COMMIT`), then
+    /// lose the reply to it as [`Mode::LoseReplies`] does: that one request ran, and the client
+    /// cannot know whether it did.
+    LoseReplyTo(&'static [u8]),
 }
 
 /// A running proxy; it stops (and closes every connection) when dropped.
@@ -209,14 +213,24 @@ async fn accept(
             let _ = server.set_nodelay(true);
             let (client_read, client_write) = client.into_split();
             let (server_read, server_write) = server.into_split();
+            // Set by the request side when the request whose reply is to be lost passed.
+            let lose_next_reply = Arc::new(AtomicBool::new(false));
             let mut requests = tokio::spawn(pump(
                 client_read,
                 server_write,
                 mode.clone(),
                 false,
                 activity.clone(),
+                lose_next_reply.clone(),
             ));
-            let mut replies = tokio::spawn(pump(server_read, client_write, mode, true, activity));
+            let mut replies = tokio::spawn(pump(
+                server_read,
+                client_write,
+                mode,
+                true,
+                activity,
+                lose_next_reply,
+            ));
             // Either direction ending (or a cut) closes the whole connection.
             tokio::select! {
                 _ = &mut requests => {}
@@ -235,6 +249,7 @@ async fn pump(
     mut mode: watch::Receiver<Mode>,
     replies: bool,
     activity: Activity,
+    lose_next_reply: Arc<AtomicBool>,
 ) {
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -255,6 +270,16 @@ async fn pump(
         let forward = match (current, replies) {
             (Mode::BlackHole, _) => continue,
             (Mode::LoseReplies, true) => return linger_then_close(from).await,
+            (Mode::LoseReplyTo(_), true) if lose_next_reply.load(Ordering::SeqCst) => {
+                return linger_then_close(from).await
+            }
+            (Mode::LoseReplyTo(needle), false) => {
+                // One read holds the whole of a short request (a `COMMIT` packet).
+                if !needle.is_empty() && buffer[..n].windows(needle.len()).any(|w| w == needle) {
+                    lose_next_reply.store(true, Ordering::SeqCst);
+                }
+                n
+            }
             (Mode::LoseRequests, false) => return,
             (Mode::CutMidRequest, false) => {
                 let _ = to.write_all(&buffer[..n.div_ceil(2)]).await;

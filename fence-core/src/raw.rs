@@ -13,7 +13,7 @@ pub use crate::domain::percent_encode;
 pub use crate::entry_head::EntryHead;
 pub use crate::lease::{check_lease_ttl, held_until, MAX_CLOCK_DRIFT};
 pub use crate::op_memory::{OpMemory, OpRecord};
-pub use crate::sql::{compare_tables, sql_identifier, ExpectedTables, Shape};
+pub use crate::sql::{compare_tables, sql_identifier, ExpectedTables, Shape, StoredOp};
 pub use crate::telemetry::{observe, replay_label, OutcomeLabel};
 pub use crate::token::parse_count;
 pub use crate::token_bounds::TokenBounds;

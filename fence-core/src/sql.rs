@@ -1,6 +1,10 @@
 //! What SQL adapters share beyond the decision: names they splice into their statements.
 
-use crate::InvalidInput;
+use crate::op_memory::{OpMemory, OpRecord};
+use crate::{
+    Domain, FenceError, FencingToken, InvalidInput, OpKind, OpOutcome, OperationId, RememberedOp,
+    Revision,
+};
 
 /// `name` if it is a plain SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes): safe to
 /// splice into SQL without quoting on PostgreSQL, MySQL and MariaDB alike; `what` names it in
@@ -85,4 +89,110 @@ pub fn compare_tables(
         }
     }
     None
+}
+
+/// An operation id's record as SQL adapters keep it (a row of kind `write`, with the revision
+/// the write produced, or `transaction`, with none; and the mark before it), validated once
+/// when decoded.
+// Closed: a new kind of record is a new schema version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoredOp {
+    /// A fenced write or delete.
+    Write {
+        /// The revision it produced.
+        revision: Revision,
+        /// The mark before it.
+        previous: Option<FencingToken>,
+    },
+    /// A fenced transaction (its outcome is the user's: nothing else is kept).
+    Transaction {
+        /// The mark before it.
+        previous: Option<FencingToken>,
+    },
+}
+
+impl StoredOp {
+    /// The record from its columns: `kind` (`write` or `transaction`), the revision (only, and
+    /// always, for a write: at least 1) and the previous mark. Anything else is an error saying
+    /// what is wrong (the adapter reports it as corrupt state).
+    ///
+    /// ```
+    /// use fence_core::raw::StoredOp;
+    /// assert!(matches!(StoredOp::from_columns("write", Some(3), None), Ok(StoredOp::Write { .. })));
+    /// assert!(StoredOp::from_columns("transaction", Some(3), None).is_err());
+    /// assert!(StoredOp::from_columns("append", None, None).is_err());
+    /// ```
+    pub fn from_columns(
+        kind: &str,
+        revision: Option<u64>,
+        previous: Option<FencingToken>,
+    ) -> Result<StoredOp, String> {
+        match (kind, revision) {
+            ("write", Some(revision)) if revision >= 1 => Ok(StoredOp::Write {
+                revision: Revision::new(revision),
+                previous,
+            }),
+            ("transaction", None) => Ok(StoredOp::Transaction { previous }),
+            _ => Err(format!(
+                "operation record of kind `{}` with revision {revision:?}",
+                kind.chars().take(32).collect::<String>()
+            )),
+        }
+    }
+
+    /// As an operator sees it.
+    pub fn remembered(&self, token: FencingToken, op_id: OperationId) -> RememberedOp {
+        let (kind, previous, outcome) = match *self {
+            StoredOp::Write { revision, previous } => {
+                (OpKind::Write, previous, revision.to_string())
+            }
+            StoredOp::Transaction { previous } => (OpKind::Transaction, previous, String::new()),
+        };
+        RememberedOp::new(token, op_id, kind, previous, outcome)
+    }
+
+    /// As a write's memory; an op id first used for a transaction is `OpIdReused`.
+    pub fn as_write(
+        &self,
+        domain: &Domain,
+        token: FencingToken,
+        op_id: &OperationId,
+    ) -> Result<OpMemory, FenceError> {
+        match *self {
+            StoredOp::Write { revision, previous } => Ok(OpMemory::from_records([OpRecord::new(
+                token,
+                op_id.clone(),
+                previous,
+                OpOutcome::Write { revision },
+            )])),
+            StoredOp::Transaction { .. } => {
+                Err(reused(domain, op_id, OpKind::Transaction, OpKind::Write))
+            }
+        }
+    }
+
+    /// As a fenced transaction's: the mark before it; an op id first used for a write is
+    /// `OpIdReused`.
+    pub fn as_transaction(
+        &self,
+        domain: &Domain,
+        op_id: &OperationId,
+    ) -> Result<Option<FencingToken>, FenceError> {
+        match *self {
+            StoredOp::Transaction { previous } => Ok(previous),
+            StoredOp::Write { .. } => {
+                Err(reused(domain, op_id, OpKind::Write, OpKind::Transaction))
+            }
+        }
+    }
+}
+
+fn reused(domain: &Domain, op_id: &OperationId, first: OpKind, now: OpKind) -> FenceError {
+    InvalidInput::OpIdReused {
+        domain: domain.clone(),
+        op_id: op_id.clone(),
+        first,
+        now,
+    }
+    .into()
 }

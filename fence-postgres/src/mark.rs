@@ -1,14 +1,13 @@
 //! A domain's mark row as claims and fenced transactions see it: what the lock read
-//! ([`Locked`]), a remembered operation ([`OpRow`]), the change a transaction makes
+//! ([`Locked`]), a remembered operation (fence-core's `StoredOp`), the change a transaction makes
 //! ([`MarkChange`], [`Remember`]) and the column decoders. The statements that lock and change
 //! the row are in `mark_rows.rs`. (Store writes run the schema's `fence_write` instead.)
 
 use std::num::NonZeroU64;
 
-use fence_core::raw::{EntryHead, OpMemory, OpRecord, TokenBounds};
+use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
 use fence_core::{
-    BoundsConfig, Domain, FenceError, FencingToken, InvalidInput, IssuerView, OpKind, OpOutcome,
-    Operation, OperationId, RememberedOp, Revision,
+    BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Operation, OperationId, Revision,
 };
 use sqlx::postgres::PgRow;
 use sqlx::{Postgres, Row, Transaction};
@@ -20,7 +19,7 @@ pub(crate) struct Locked {
     /// The mark.
     pub(crate) hwm: Option<FencingToken>,
     /// The record of the request's (token, op id), if one was asked for and is remembered.
-    pub(crate) op: Option<OpRow>,
+    pub(crate) op: Option<StoredOp>,
     /// The admission settings in force: the client's and the schema's, the tighter of each.
     pub(crate) settings: BoundsConfig,
     /// The domain's counter's last token, read after the lock.
@@ -33,73 +32,6 @@ impl Locked {
         self.settings
             .with_issuer(IssuerView::IssuedUpTo(self.issued))
     }
-}
-
-/// A remembered operation as stored, validated once when decoded: a write (with the revision
-/// it produced) or a fenced transaction, and the mark before it.
-pub(crate) enum OpRow {
-    Write {
-        revision: Revision,
-        previous: Option<FencingToken>,
-    },
-    Transaction {
-        previous: Option<FencingToken>,
-    },
-}
-
-impl OpRow {
-    /// As an operator sees it.
-    pub(crate) fn remembered(&self, token: FencingToken, op_id: OperationId) -> RememberedOp {
-        let (kind, previous, outcome) = match *self {
-            OpRow::Write { revision, previous } => (OpKind::Write, previous, revision.to_string()),
-            // A transaction's outcome is the user's: nothing is kept.
-            OpRow::Transaction { previous } => (OpKind::Transaction, previous, String::new()),
-        };
-        RememberedOp::new(token, op_id, kind, previous, outcome)
-    }
-
-    /// As a write's memory; an op id first used for a transaction is `OpIdReused`.
-    pub(crate) fn as_write(
-        &self,
-        domain: &Domain,
-        token: FencingToken,
-        op_id: &OperationId,
-    ) -> Result<OpMemory, FenceError> {
-        match *self {
-            OpRow::Write { revision, previous } => Ok(OpMemory::from_records([OpRecord::new(
-                token,
-                op_id.clone(),
-                previous,
-                OpOutcome::Write { revision },
-            )])),
-            OpRow::Transaction { .. } => {
-                Err(reused(domain, op_id, OpKind::Transaction, OpKind::Write))
-            }
-        }
-    }
-
-    /// As a fenced transaction's: the mark before it; an op id first used for a write is
-    /// `OpIdReused`.
-    pub(crate) fn as_transaction(
-        &self,
-        domain: &Domain,
-        op_id: &OperationId,
-    ) -> Result<Option<FencingToken>, FenceError> {
-        match *self {
-            OpRow::Transaction { previous } => Ok(previous),
-            OpRow::Write { .. } => Err(reused(domain, op_id, OpKind::Write, OpKind::Transaction)),
-        }
-    }
-}
-
-fn reused(domain: &Domain, op_id: &OperationId, first: OpKind, now: OpKind) -> FenceError {
-    InvalidInput::OpIdReused {
-        domain: domain.clone(),
-        op_id: op_id.clone(),
-        first,
-        now,
-    }
-    .into()
 }
 
 /// How a transaction changes the locked mark row.
@@ -181,7 +113,7 @@ pub(crate) fn decode_op(
     domain: &Domain,
     row: &PgRow,
     first: usize,
-) -> Result<Option<OpRow>, FenceError> {
+) -> Result<Option<StoredOp>, FenceError> {
     let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
     let kind: Option<String> = row.try_get(first).map_err(column)?;
     let revision: Option<i64> = row.try_get(first + 1).map_err(column)?;
@@ -192,17 +124,10 @@ pub(crate) fn decode_op(
     let previous = previous
         .map(|p| token_column(domain, &p, "operation record's previous mark"))
         .transpose()?;
-    match (kind.as_str(), revision) {
-        ("write", Some(revision)) if revision >= 1 => Ok(Some(OpRow::Write {
-            revision: Revision::new(revision.unsigned_abs()),
-            previous,
-        })),
-        ("transaction", None) => Ok(Some(OpRow::Transaction { previous })),
-        _ => Err(corrupt(
-            domain,
-            format!("operation record of kind `{kind}` with revision {revision:?}"),
-        )),
-    }
+    let revision = revision.map(|r| u64::try_from(r).unwrap_or(0));
+    StoredOp::from_columns(&kind, revision, previous)
+        .map(Some)
+        .map_err(|why| corrupt(domain, why))
 }
 
 /// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent

@@ -22,6 +22,8 @@ pub mod kafka_broker;
 #[cfg(feature = "kafka")]
 pub mod kafka_sasl;
 pub mod metrics;
+#[cfg(feature = "mysql")]
+pub mod mysql;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod process;

@@ -1,0 +1,28 @@
+-- fence-mysql schema, version 1. `fence_db` is replaced by the database you choose.
+-- Tokens are u64: BIGINT UNSIGNED holds every one exactly. Domains and op ids are bytes
+-- (VARBINARY: compared byte for byte, no collation). Rows Fence would never write fail closed
+-- when read. One statement per line group, separated by `;` at the end of a line.
+CREATE DATABASE IF NOT EXISTS fence_db;
+
+-- One row per domain: its high-water mark and its entry (value or tombstone).
+CREATE TABLE IF NOT EXISTS fence_db.fence_marks (
+    domain   VARBINARY(256) NOT NULL PRIMARY KEY,
+    hwm      BIGINT UNSIGNED NULL,       -- NULL only inside the transaction that creates the row
+    state    BINARY(1) NULL,             -- 'v' value, 't' tombstone, NULL: no entry (a claim alone)
+    revision BIGINT UNSIGNED NULL,
+    writer   BIGINT UNSIGNED NULL,       -- the token that wrote the entry
+    value    LONGBLOB NULL
+) ENGINE = InnoDB;
+
+-- Operation ids of recent fenced operations, the newest `op_id_retention` per domain.
+CREATE TABLE IF NOT EXISTS fence_db.fence_ops (
+    seq      BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    domain   VARBINARY(256) NOT NULL,
+    token    BIGINT UNSIGNED NOT NULL,
+    op_id    VARBINARY(128) NOT NULL,
+    kind     VARBINARY(16) NOT NULL,     -- 'write' or 'transaction' (a fenced transaction)
+    revision BIGINT UNSIGNED NULL,       -- the revision a write produced; NULL for a transaction
+    previous BIGINT UNSIGNED NULL,       -- the mark before it
+    UNIQUE KEY fence_ops_op (domain, token, op_id),
+    KEY fence_ops_domain_seq (domain, seq)
+) ENGINE = InnoDB;

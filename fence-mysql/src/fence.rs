@@ -1,0 +1,345 @@
+//! `MySqlFence`: the fenced store on MySQL and MariaDB.
+
+use std::fmt;
+use std::num::NonZeroU64;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::{EntryHead, OpMemory, Shape};
+use fence_core::{
+    BoundsConfig, Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore,
+    FencingToken, Mutation, Observed, OpIdRetention, Operation, RememberedOp, Snapshot,
+    WriteOutcome, WriteRequest,
+};
+use sqlx::{MySqlPool, Row};
+
+use crate::error::{corrupt, map_error, MySqlFenceError, BACKEND};
+use crate::mark::{commit, decode_head, decode_op, token_column, MarkChange, Remember};
+use crate::schema::{check_shape, Database};
+
+/// Values larger than this are refused by default (keep it under the server's
+/// `max_allowed_packet`, 16 MiB by default on MariaDB 10.11 and 64 MiB on MySQL 8).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
+/// Operation ids remembered per domain by default.
+pub const DEFAULT_OP_ID_RETENTION: usize = 1024;
+
+/// The fenced store on MySQL or MariaDB: one mark row per domain in `<database>.fence_marks`,
+/// locked (`SELECT … FOR UPDATE`) and decided by fence-core's pipeline in the transaction that
+/// changes it, so two holders of one domain serialize at the server and a stale one changes
+/// nothing. The rule is not copied into SQL: the lock holds from the read to the commit.
+///
+/// Create the tables first with [`crate::migrate`]. Cheap to clone (the pool is shared).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use fence_core::{Domain, FencedStoreExt, FencingToken};
+/// let pool = sqlx::MySqlPool::connect("mysql://fence:fence@127.0.0.1:3340/fence").await?;
+/// fence_mysql::migrate(&pool, "fence").await?;
+/// let fence = fence_mysql::MySqlFence::builder(pool, "fence").build()?;
+/// fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MySqlFence {
+    pool: MySqlPool,
+    database: Database,
+    max_value_bytes: usize,
+    op_id_retention: usize,
+    bounds: BoundsConfig,
+    /// Set once the tables were found with the expected shape (checked on first use).
+    shape_checked: Arc<AtomicBool>,
+}
+
+/// Builds a [`MySqlFence`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct MySqlFenceBuilder {
+    pool: MySqlPool,
+    database: String,
+    max_value_bytes: usize,
+    op_id_retention: usize,
+    max_step: Option<NonZeroU64>,
+}
+
+impl MySqlFenceBuilder {
+    /// The largest value accepted (refused before any I/O above it).
+    pub fn max_value_bytes(mut self, max: usize) -> Self {
+        self.max_value_bytes = max;
+        self
+    }
+
+    /// Operation ids remembered per domain (0: none).
+    pub fn op_id_retention(mut self, count: usize) -> Self {
+        self.op_id_retention = count;
+        self
+    }
+
+    /// Refuses tokens more than `max_step` above the domain's mark (a forged or corrupted
+    /// token would otherwise fence every honest holder out).
+    pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {
+        self.max_step = Some(max_step);
+        self
+    }
+
+    /// The fence, observed (metrics and spans as every backend reports them); an invalid
+    /// database name is refused.
+    pub fn build(self) -> Result<Observed<MySqlFence>, FenceError> {
+        Ok(Observed::new(MySqlFence {
+            pool: self.pool,
+            database: Database::new(&self.database)?,
+            max_value_bytes: self.max_value_bytes,
+            op_id_retention: self.op_id_retention,
+            bounds: BoundsConfig::new(self.max_step, false),
+            shape_checked: Arc::new(AtomicBool::new(false)),
+        }))
+    }
+}
+
+impl MySqlFence {
+    /// A builder on `pool`, with the fence's tables in `database` (created by
+    /// [`crate::migrate`]).
+    pub fn builder(pool: MySqlPool, database: &str) -> MySqlFenceBuilder {
+        MySqlFenceBuilder {
+            pool,
+            database: database.to_owned(),
+            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
+            op_id_retention: DEFAULT_OP_ID_RETENTION,
+            max_step: None,
+        }
+    }
+
+    /// The database holding the fence's tables.
+    pub fn database(&self) -> &str {
+        self.database.name()
+    }
+
+    /// The pool the fence runs on.
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+
+    pub(crate) fn tables(&self) -> &Database {
+        &self.database
+    }
+
+    pub(crate) fn client_bounds(&self) -> BoundsConfig {
+        self.bounds
+    }
+
+    pub(crate) fn op_id_retention(&self) -> usize {
+        self.op_id_retention
+    }
+
+    /// Checks, once per fence, that the tables have the shape [`crate::migrate`] gives them:
+    /// tables of another shape fail closed (`CorruptState`) before anything is read or written.
+    pub(crate) async fn ensure_shape(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+    ) -> Result<(), FenceError> {
+        if self.shape_checked.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match check_shape(&self.pool, &self.database)
+            .await
+            .map_err(|e| map_error(e, domain, operation, false))?
+        {
+            None => {
+                self.shape_checked.store(true, Ordering::Release);
+                Ok(())
+            }
+            Some(Shape::Wrong(detail)) => Err(corrupt(domain, detail)),
+            Some(Shape::Missing(table)) => Err(FenceError::backend(
+                BACKEND,
+                fence_core::BackendErrorKind::NotFound,
+                Some(domain),
+                MySqlFenceError::NotMigrated {
+                    database: self.database.name().to_owned(),
+                    table,
+                },
+            )),
+        }
+    }
+
+    /// A write: the mark row locked, fence-core's decision on it, the change and the op id
+    /// in the same transaction.
+    async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        pipeline::validate_write(request, Some(self.max_value_bytes))?;
+        let value = match request.mutation() {
+            Mutation::Put(value) => Some(value.to_vec()),
+            Mutation::Delete => None,
+            _ => return Err(FenceError::unsupported(BACKEND, "this mutation")),
+        };
+        let (domain, token, operation) = (request.domain(), request.token(), request.operation());
+        let op = request.op_id().map(|op_id| (token, op_id));
+        let (mut tx, locked) = self.lock(domain, operation, op).await?;
+        let remembered = match (request.op_id(), &locked.op) {
+            (Some(op_id), Some(op)) => op.as_write(domain, token, op_id)?,
+            _ => OpMemory::new(),
+        };
+        let current = match locked.entry {
+            Some(head) => Current::new(locked.hwm, head.is_live(), Some(head.revision())),
+            None => Current::mark(locked.hwm),
+        };
+        // A refusal or a replay drops the transaction: nothing changes.
+        let accepted = match pipeline::decide_write(request, current, &remembered, self.bounds())? {
+            Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
+            Decision::Apply { outcome, .. } => outcome,
+        };
+        let head = match value {
+            Some(_) => EntryHead::Value {
+                token,
+                revision: accepted.revision,
+            },
+            None => EntryHead::Tombstone {
+                token,
+                revision: accepted.revision,
+            },
+        };
+        let remember = request.op_id().map(|op_id| Remember {
+            token,
+            op_id: op_id.clone(),
+            previous: locked.hwm,
+            revision: Some(accepted.revision),
+        });
+        self.apply(
+            &mut tx,
+            domain,
+            operation,
+            MarkChange::Write { head, value },
+            remember,
+        )
+        .await?;
+        commit(tx, domain, operation).await?;
+        Ok(WriteOutcome::Accepted(accepted))
+    }
+
+    async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
+        let decision = pipeline::decide_claim(domain, locked.hwm, token, self.bounds())?;
+        if let ClaimDecision::Raise(_) = decision {
+            self.apply(
+                &mut tx,
+                domain,
+                Operation::Claim,
+                MarkChange::Raise(token),
+                None,
+            )
+            .await?;
+            commit(tx, domain, Operation::Claim).await?;
+        }
+        Ok(decision.claimed())
+    }
+
+    /// The operation ids `domain` still remembers, oldest first: for operators.
+    pub async fn remembered_ops(&self, domain: &Domain) -> Result<Vec<RememberedOp>, FenceError> {
+        self.ensure_shape(domain, Operation::Read).await?;
+        let rows = sqlx::query(&format!(
+            "SELECT token, op_id, kind, revision, previous FROM {} WHERE domain = ? ORDER BY seq",
+            self.database.ops()
+        ))
+        .bind(domain.as_str().as_bytes())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| map_error(e, domain, Operation::Read, false))?;
+        rows.iter()
+            .map(|row| {
+                let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
+                let token: u64 = row.try_get(0).map_err(column)?;
+                let token = token_column(domain, token, "operation record's token")?;
+                let op_id: Vec<u8> = row.try_get(1).map_err(column)?;
+                let op_id = fence_core::OperationId::new(String::from_utf8_lossy(&op_id))
+                    .map_err(|e| corrupt(domain, format!("operation record's op id: {e}")))?;
+                Ok(decode_op(domain, row, 2)?.remembered(token, op_id))
+            })
+            .collect()
+    }
+
+    async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        self.ensure_shape(domain, Operation::Read).await?;
+        // An autocommit read: the latest committed row (a row another transaction is creating
+        // is not seen until it commits).
+        let row = sqlx::query(&format!(
+            "SELECT hwm, state, revision, writer, value FROM {} WHERE domain = ?",
+            self.database.marks()
+        ))
+        .bind(domain.as_str().as_bytes())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| map_error(e, domain, Operation::Read, false))?;
+        let Some(row) = row else {
+            return Ok(Snapshot::new(None, Entry::Absent));
+        };
+        let (hwm, entry) = decode_head(domain, &row)?;
+        if hwm.is_none() {
+            return Err(corrupt(
+                domain,
+                "committed mark row without a high-water mark",
+            ));
+        }
+        let entry = match entry {
+            None => Entry::Absent,
+            Some(EntryHead::Value { token, revision }) => {
+                let value: Option<Vec<u8>> = row
+                    .try_get(4)
+                    .map_err(|e| corrupt(domain, format!("value: {e}")))?;
+                let value = value.ok_or_else(|| corrupt(domain, "live entry without a value"))?;
+                Entry::Value {
+                    value: value.into(),
+                    token,
+                    revision,
+                }
+            }
+            Some(EntryHead::Tombstone { token, revision }) => Entry::Tombstone { token, revision },
+        };
+        Ok(Snapshot::new(hwm, entry))
+    }
+}
+
+impl fmt::Debug for MySqlFence {
+    // The pool's options hold the password: only the database and limits are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlFence")
+            .field("database", &self.database.name())
+            .field("max_value_bytes", &self.max_value_bytes)
+            .field("op_id_retention", &self.op_id_retention)
+            .field("bounds", &self.bounds)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl Fence for MySqlFence {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::store()
+            .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
+            .with_max_value_bytes(Some(self.max_value_bytes))
+            .with_survives_restart(true)
+            .with_bounds(self.bounds)
+    }
+
+    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
+        self.claim_now(domain, token).await
+    }
+
+    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
+        Ok(self.read_now(domain).await?.high_water_mark)
+    }
+}
+
+#[async_trait]
+impl FencedStore for MySqlFence {
+    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
+        self.write_now(request).await
+    }
+
+    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
+        self.read_now(domain).await
+    }
+}

@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod error;
+mod fence;
+mod mark;
+mod row;
+mod schema;
+mod transaction;
+
+/// The contract this crate implements, so users need one dependency.
+pub use fence_core;
+pub use sqlx;
+
+pub use error::MySqlFenceError;
+pub use fence::{MySqlFence, MySqlFenceBuilder, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
+/// The fenced-transaction types every SQL adapter shares (defined in fence-core).
+pub use fence_core::{BoxFuture, Transacted, TransactionError, TransactionRequest};
+pub use row::RowFence;
+pub use schema::{migrate, SCHEMA_SQL};
+pub use transaction::{Begun, FencedTransaction};

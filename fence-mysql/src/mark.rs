@@ -1,0 +1,265 @@
+//! A domain's mark row: locked and read in the transaction that decides on it, decoded with
+//! fence-core's column checks, and changed by the statements a decision calls for.
+
+use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
+use fence_core::{Domain, FenceError, FencingToken, IssuerView, Operation, OperationId, Revision};
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySql, Row, Transaction};
+
+use crate::error::{corrupt, map_error};
+use crate::fence::MySqlFence;
+
+/// What a locked mark row holds.
+pub(crate) struct Locked {
+    /// The mark.
+    pub(crate) hwm: Option<FencingToken>,
+    /// The entry's head.
+    pub(crate) entry: Option<EntryHead>,
+    /// The record of the request's (token, op id), if one was asked for and is remembered.
+    pub(crate) op: Option<StoredOp>,
+}
+
+/// How a transaction changes the locked mark row.
+pub(crate) enum MarkChange {
+    /// Leave it as it is.
+    Keep,
+    /// Raise the mark to `to`; the entry stays.
+    Raise(FencingToken),
+    /// Raise the mark to the writer's token and replace the entry (a value, or a tombstone
+    /// without one).
+    Write {
+        head: EntryHead,
+        value: Option<Vec<u8>>,
+    },
+}
+
+/// An operation to remember with the change (same transaction): its token, op id, the mark
+/// before it and, for a write, the revision it produced.
+pub(crate) struct Remember {
+    pub(crate) token: FencingToken,
+    pub(crate) op_id: OperationId,
+    pub(crate) previous: Option<FencingToken>,
+    pub(crate) revision: Option<Revision>,
+}
+
+/// A token read from a column (`what` names it), or `CorruptState` when it is 0.
+pub(crate) fn token_column(
+    domain: &Domain,
+    value: u64,
+    what: &str,
+) -> Result<FencingToken, FenceError> {
+    FencingToken::new(value).map_err(|e| corrupt(domain, format!("{what} {value}: {e}")))
+}
+
+/// The mark and the entry's head of a row (columns 0..4: hwm, state, revision, writer),
+/// validated: anything not Fence's fails closed. A NULL mark with no entry is a row created
+/// by the transaction reading it (only that transaction sees it: no mark yet).
+pub(crate) fn decode_head(
+    domain: &Domain,
+    row: &MySqlRow,
+) -> Result<(Option<FencingToken>, Option<EntryHead>), FenceError> {
+    let column = |e: sqlx::Error| corrupt(domain, format!("mark row: {e}"));
+    let hwm: Option<u64> = row.try_get(0).map_err(column)?;
+    let state: Option<Vec<u8>> = row.try_get(1).map_err(column)?;
+    let revision: Option<u64> = row.try_get(2).map_err(column)?;
+    let writer: Option<u64> = row.try_get(3).map_err(column)?;
+    let hwm = hwm
+        .map(|h| token_column(domain, h, "high-water mark"))
+        .transpose()?;
+    let writer = writer
+        .map(|w| token_column(domain, w, "writer token"))
+        .transpose()?;
+    let kind = match state.as_deref() {
+        None => None,
+        Some([kind]) => Some(*kind),
+        Some(_) => return Err(corrupt(domain, "entry state is not one byte")),
+    };
+    let entry =
+        EntryHead::from_columns(hwm, kind, revision, writer).map_err(|why| corrupt(domain, why))?;
+    Ok((hwm, entry))
+}
+
+impl MySqlFence {
+    /// Begins a transaction and locks the domain's mark row in it (creating the row if missing:
+    /// `INSERT … ON DUPLICATE KEY UPDATE` takes the row's exclusive lock either way, so holders
+    /// of one domain queue on it and never deadlock over its creation), reads it with a locking
+    /// read (the latest committed row, whatever the isolation level), and the record of `op`.
+    /// A refusal drops the transaction, which rolls the creation back.
+    pub(crate) async fn lock(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+        op: Option<(FencingToken, &OperationId)>,
+    ) -> Result<(Transaction<'static, MySql>, Locked), FenceError> {
+        self.ensure_shape(domain, operation).await?;
+        let sql_error = |e| map_error(e, domain, operation, false);
+        let mut tx = self.pool().begin().await.map_err(sql_error)?;
+        let marks = self.tables().marks();
+        sqlx::query(&format!(
+            "INSERT INTO {marks} (domain) VALUES (?) ON DUPLICATE KEY UPDATE domain = domain"
+        ))
+        .bind(domain.as_str().as_bytes())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql_error)?;
+        let row = sqlx::query(&format!(
+            "SELECT hwm, state, revision, writer FROM {marks} WHERE domain = ? FOR UPDATE"
+        ))
+        .bind(domain.as_str().as_bytes())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(sql_error)?
+        .ok_or_else(|| corrupt(domain, "the mark row vanished"))?;
+        let (hwm, entry) = decode_head(domain, &row)?;
+        let op = match op {
+            None => None,
+            Some((token, op_id)) => {
+                // A plain read, the transaction's first: under REPEATABLE READ its snapshot is
+                // taken now, once the mark's lock is held, so every record written under that
+                // lock before (an earlier retry's) is seen. Not a locking read: one of a missing
+                // row would take a gap lock, and holders of other domains inserting their
+                // records into that gap would deadlock with it.
+                let row = sqlx::query(&format!(
+                    "SELECT kind, revision, previous FROM {} \
+                     WHERE domain = ? AND token = ? AND op_id = ?",
+                    self.tables().ops()
+                ))
+                .bind(domain.as_str().as_bytes())
+                .bind(token.get())
+                .bind(op_id.as_str().as_bytes())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql_error)?;
+                row.map(|row| decode_op(domain, &row, 0)).transpose()?
+            }
+        };
+        Ok((tx, Locked { hwm, entry, op }))
+    }
+
+    /// The checks beyond the rule this client applies (its own settings; no issuer is kept
+    /// in this database, so issued-only does not apply).
+    pub(crate) fn bounds(&self) -> TokenBounds {
+        self.client_bounds().with_issuer(IssuerView::Unchecked)
+    }
+
+    /// Applies `change` and remembers `remember` in `tx` (the mark row locked by
+    /// [`MySqlFence::lock`]), pruning the domain's op ids to the retention.
+    pub(crate) async fn apply(
+        &self,
+        tx: &mut Transaction<'static, MySql>,
+        domain: &Domain,
+        operation: Operation,
+        change: MarkChange,
+        remember: Option<Remember>,
+    ) -> Result<(), FenceError> {
+        let sql_error = |e| map_error(e, domain, operation, false);
+        let marks = self.tables().marks();
+        let changed = match change {
+            MarkChange::Keep => None,
+            MarkChange::Raise(to) => Some(
+                sqlx::query(&format!("UPDATE {marks} SET hwm = ? WHERE domain = ?"))
+                    .bind(to.get())
+                    .bind(domain.as_str().as_bytes())
+                    .execute(&mut **tx)
+                    .await
+                    .map_err(sql_error)?,
+            ),
+            MarkChange::Write { head, value } => Some(
+                sqlx::query(&format!(
+                    "UPDATE {marks} SET hwm = ?, state = ?, revision = ?, writer = ?, value = ? \
+                     WHERE domain = ?"
+                ))
+                .bind(head.token().get())
+                .bind(if head.is_live() { &b"v"[..] } else { &b"t"[..] })
+                .bind(head.revision().get())
+                .bind(head.token().get())
+                .bind(value)
+                .bind(domain.as_str().as_bytes())
+                .execute(&mut **tx)
+                .await
+                .map_err(sql_error)?,
+            ),
+        };
+        // Matched rows (sqlx connects with CLIENT_FOUND_ROWS): 1 even when nothing changed.
+        if changed.is_some_and(|done| done.rows_affected() != 1) {
+            return Err(corrupt(domain, "the locked mark row was not updated"));
+        }
+        let Some(remember) = remember else {
+            return Ok(());
+        };
+        let retention = self.op_id_retention();
+        if retention == 0 {
+            return Ok(());
+        }
+        let ops = self.tables().ops();
+        let kind: &[u8] = if remember.revision.is_some() {
+            b"write"
+        } else {
+            b"transaction"
+        };
+        sqlx::query(&format!(
+            "INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) \
+             VALUES (?, ?, ?, ?, ?, ?)"
+        ))
+        .bind(domain.as_str().as_bytes())
+        .bind(remember.token.get())
+        .bind(remember.op_id.as_str().as_bytes())
+        .bind(kind)
+        .bind(remember.revision.map(Revision::get))
+        .bind(remember.previous.map(FencingToken::get))
+        .execute(&mut **tx)
+        .await
+        .map_err(sql_error)?;
+        // The newest `retention` records stay; older ones go, deleted by primary key: a range
+        // delete on (domain, seq) would take next-key locks into other domains' gaps.
+        let old: Vec<u64> = sqlx::query_scalar(&format!(
+            "SELECT seq FROM {ops} WHERE domain = ? ORDER BY seq DESC \
+             LIMIT 18446744073709551615 OFFSET ?"
+        ))
+        .bind(domain.as_str().as_bytes())
+        .bind(u64::try_from(retention).unwrap_or(u64::MAX))
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(sql_error)?;
+        if !old.is_empty() {
+            let marks = vec!["?"; old.len()].join(", ");
+            let statement = format!("DELETE FROM {ops} WHERE seq IN ({marks})");
+            let mut delete = sqlx::query(&statement);
+            for seq in old {
+                delete = delete.bind(seq);
+            }
+            delete.execute(&mut **tx).await.map_err(sql_error)?;
+        }
+        Ok(())
+    }
+}
+
+/// A remembered operation's row: kind, revision and previous mark in columns
+/// `first..first + 3`.
+pub(crate) fn decode_op(
+    domain: &Domain,
+    row: &MySqlRow,
+    first: usize,
+) -> Result<StoredOp, FenceError> {
+    let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
+    let kind: Vec<u8> = row.try_get(first).map_err(column)?;
+    let revision: Option<u64> = row.try_get(first + 1).map_err(column)?;
+    let previous: Option<u64> = row.try_get(first + 2).map_err(column)?;
+    let previous = previous
+        .map(|p| token_column(domain, p, "operation record's previous mark"))
+        .transpose()?;
+    StoredOp::from_columns(&String::from_utf8_lossy(&kind), revision, previous)
+        .map_err(|why| corrupt(domain, why))
+}
+
+/// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent
+/// leaves the outcome unknown (`Ambiguous`).
+pub(crate) async fn commit(
+    tx: Transaction<'static, MySql>,
+    domain: &Domain,
+    operation: Operation,
+) -> Result<(), FenceError> {
+    tx.commit()
+        .await
+        .map_err(|e| map_error(e, domain, operation, true))
+}

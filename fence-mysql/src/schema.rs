@@ -1,0 +1,181 @@
+//! The schema: created explicitly by [`migrate`], never implicitly on a call.
+
+use fence_core::raw::{compare_tables, sql_identifier, ExpectedTables, Shape};
+use fence_core::{BackendErrorKind, FenceError, InvalidInput};
+use sqlx::MySqlPool;
+
+use crate::error::{kind_of, MySqlFenceError, BACKEND};
+
+/// The schema's SQL, with `fence_db` standing for the database you choose.
+pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
+
+/// A validated database name (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to splice into SQL.
+#[derive(Clone, Debug)]
+pub(crate) struct Database(String);
+
+impl Database {
+    pub(crate) fn new(name: &str) -> Result<Self, InvalidInput> {
+        Ok(Database(sql_identifier("database name", name)?))
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.0
+    }
+
+    pub(crate) fn marks(&self) -> String {
+        format!("{}.fence_marks", self.0)
+    }
+
+    pub(crate) fn ops(&self) -> String {
+        format!("{}.fence_ops", self.0)
+    }
+}
+
+/// The columns `migrate` creates, as `information_schema.COLUMNS.COLUMN_TYPE` spells them
+/// (display widths dropped: MariaDB writes `bigint(20) unsigned`, MySQL 8 `bigint unsigned`),
+/// with ` not null` where the column is.
+const EXPECTED: ExpectedTables = &[
+    (
+        "fence_marks",
+        &[
+            ("domain", "varbinary(256) not null"),
+            ("hwm", "bigint unsigned"),
+            ("state", "binary(1)"),
+            ("revision", "bigint unsigned"),
+            ("writer", "bigint unsigned"),
+            ("value", "longblob"),
+        ],
+    ),
+    (
+        "fence_ops",
+        &[
+            ("seq", "bigint unsigned not null"),
+            ("domain", "varbinary(256) not null"),
+            ("token", "bigint unsigned not null"),
+            ("op_id", "varbinary(128) not null"),
+            ("kind", "varbinary(16) not null"),
+            ("revision", "bigint unsigned"),
+            ("previous", "bigint unsigned"),
+        ],
+    ),
+];
+
+/// `bigint(20) unsigned` as `bigint unsigned`: the display width means nothing to Fence.
+fn without_display_width(column_type: &str) -> String {
+    match column_type.strip_prefix("bigint(") {
+        Some(rest) => match rest.split_once(')') {
+            Some((_, tail)) => format!("bigint{tail}"),
+            None => column_type.to_owned(),
+        },
+        None => column_type.to_owned(),
+    }
+}
+
+/// Compares the fence's tables in `database` with what [`migrate`] creates.
+pub(crate) async fn check_shape(
+    pool: &MySqlPool,
+    database: &Database,
+) -> Result<Option<Shape>, sqlx::Error> {
+    let rows: Vec<(String, String, String, String)> = sqlx::query_as(
+        "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR), \
+         CAST(COLUMN_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR) \
+         FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN ('fence_marks', 'fence_ops') \
+         ORDER BY TABLE_NAME, ORDINAL_POSITION",
+    )
+    .bind(database.name())
+    .fetch_all(pool)
+    .await?;
+    let columns: Vec<(String, String, String)> = rows
+        .into_iter()
+        .map(|(table, column, kind, nullable)| {
+            let kind = without_display_width(&kind.to_ascii_lowercase());
+            let kind = if nullable == "NO" {
+                format!("{kind} not null")
+            } else {
+                kind
+            };
+            (table, column, kind)
+        })
+        .collect();
+    Ok(compare_tables(database.name(), EXPECTED, &columns))
+}
+
+/// Creates the database and the fence's tables in it (idempotent: existing tables are left as
+/// they are), then checks their shape: tables that existed with another shape are an error
+/// (nothing is altered). Run it from your migrations, or run [`SCHEMA_SQL`] with `fence_db`
+/// replaced yourself.
+pub async fn migrate(pool: &MySqlPool, database: &str) -> Result<(), FenceError> {
+    let database = Database::new(database)?;
+    let sql = SCHEMA_SQL.replace("fence_db", database.name());
+    for statement in statements(&sql) {
+        sqlx::raw_sql(&statement)
+            .execute(pool)
+            .await
+            .map_err(sql_error)?;
+    }
+    require_shape(pool, &database).await
+}
+
+/// The statements of a schema file: `--` comment lines dropped, split at a `;` ending a line.
+fn statements(sql: &str) -> Vec<String> {
+    let code: Vec<&str> = sql
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect();
+    code.join("\n")
+        .split(";\n")
+        .map(|s| s.trim().trim_end_matches(';').trim().to_owned())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// [`check_shape`] as an error for calls that concern no domain.
+pub(crate) async fn require_shape(pool: &MySqlPool, database: &Database) -> Result<(), FenceError> {
+    match check_shape(pool, database).await.map_err(sql_error)? {
+        None => Ok(()),
+        Some(Shape::Wrong(detail)) => Err(FenceError::backend(
+            BACKEND,
+            BackendErrorKind::Rejected,
+            None,
+            MySqlFenceError::Shape(detail),
+        )),
+        Some(Shape::Missing(table)) => Err(FenceError::backend(
+            BACKEND,
+            BackendErrorKind::NotFound,
+            None,
+            MySqlFenceError::NotMigrated {
+                database: database.name().to_owned(),
+                table,
+            },
+        )),
+    }
+}
+
+/// A driver or server error in a call that concerns no domain.
+pub(crate) fn sql_error(error: sqlx::Error) -> FenceError {
+    FenceError::backend(BACKEND, kind_of(&error), None, MySqlFenceError::Sql(error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_schema_splits_into_its_statements() {
+        let statements = statements(SCHEMA_SQL);
+        assert_eq!(statements.len(), 3, "{statements:#?}");
+        assert!(statements[0].starts_with("CREATE DATABASE"));
+        assert!(statements.iter().all(|s| !s.starts_with("--")));
+    }
+
+    #[test]
+    fn display_widths_are_dropped() {
+        assert_eq!(
+            without_display_width("bigint(20) unsigned"),
+            "bigint unsigned"
+        );
+        assert_eq!(without_display_width("bigint unsigned"), "bigint unsigned");
+        assert_eq!(without_display_width("varbinary(256)"), "varbinary(256)");
+    }
+}

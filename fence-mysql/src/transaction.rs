@@ -1,0 +1,277 @@
+//! Fenced transactions: your SQL on your tables, in the transaction that holds the domain's
+//! mark row, so a stale holder's SQL never commits.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+
+use fence_core::raw::{observe, pipeline, replay_label, OutcomeLabel};
+use fence_core::{
+    BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation, OperationId, Transacted,
+    TransactionError, TransactionRequest,
+};
+use sqlx::{MySql, MySqlConnection, Transaction};
+
+use crate::error::{corrupt, map_error, user_sql_error, BACKEND};
+use crate::fence::MySqlFence;
+use crate::mark::{commit, MarkChange, Remember};
+
+/// Set when the mark row is locked and released just before `COMMIT`: a transaction the server
+/// rolled back meanwhile (a deadlock) has lost it, so it is never committed as a success.
+const SAVEPOINT: &str = "fence_admitted";
+
+/// What [`MySqlFence::begin`] found.
+// Not boxed: the transaction is used through `&mut *tx`, once per call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Begun {
+    /// The token was admitted: the transaction holds the domain's mark row locked. Run your
+    /// statements on it, then [`FencedTransaction::commit`].
+    Admitted(FencedTransaction),
+    /// The op id had committed before: nothing to run again.
+    Duplicate {
+        /// The mark before the first run.
+        previous_high_water_mark: Option<FencingToken>,
+    },
+}
+
+/// A database transaction admitted by the fence: it holds the domain's mark row locked until it
+/// ends, so no other holder of the domain commits in between; its commit raises the mark to
+/// its token with your statements. Dereferences to the transaction's `MySqlConnection`;
+/// dropping it without [`FencedTransaction::commit`] rolls everything back, the mark included.
+pub struct FencedTransaction {
+    tx: Transaction<'static, MySql>,
+    fence: MySqlFence,
+    fencing: Fencing,
+    previous_high_water_mark: Option<FencingToken>,
+    change: MarkChange,
+    remember: Option<Remember>,
+}
+
+impl FencedTransaction {
+    /// The domain.
+    pub fn domain(&self) -> &Domain {
+        self.fencing.domain()
+    }
+
+    /// The admitted token (the mark once committed).
+    pub fn token(&self) -> FencingToken {
+        self.fencing.token()
+    }
+
+    /// The op id the transaction is remembered under, if any.
+    pub fn op_id(&self) -> Option<&OperationId> {
+        self.fencing.op_id()
+    }
+
+    /// The mark before this transaction.
+    pub fn previous_high_water_mark(&self) -> Option<FencingToken> {
+        self.previous_high_water_mark
+    }
+
+    /// A failure of your own statements in this transaction as this backend's error on its
+    /// domain (a lost connection is `Unavailable`, never `Ambiguous`: nothing commits before
+    /// [`FencedTransaction::commit`]).
+    pub fn sql_error(&self, error: sqlx::Error) -> FenceError {
+        user_sql_error(error, self.domain(), Operation::Write, false)
+    }
+
+    /// Commits your statements and the mark together. A connection lost once `COMMIT` was sent
+    /// is [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome. A
+    /// transaction the server rolled back under your statements (a deadlock) commits nothing
+    /// and is an error here, never a success. (A statement that failed otherwise was rolled
+    /// back alone, as MySQL does; the rest of the transaction commits.)
+    ///
+    /// Counted as a `commit` of the domain in the `mysql` backend's metrics.
+    pub async fn commit(self) -> Result<(), FenceError> {
+        let domain = self.fencing.domain().clone();
+        let token = self.fencing.token();
+        observe(
+            BACKEND,
+            Operation::Commit,
+            &domain,
+            Some(token),
+            self.commit_now(),
+        )
+        .await
+    }
+
+    async fn commit_now(mut self) -> Result<(), FenceError> {
+        let domain = self.fencing.domain().clone();
+        let released = sqlx::query(&format!("RELEASE SAVEPOINT {SAVEPOINT}"))
+            .execute(&mut *self.tx)
+            .await;
+        if let Err(error) = released {
+            // 1305: no such savepoint. The transaction that set it is gone.
+            let gone = matches!(&error, sqlx::Error::Database(db)
+                if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|e| e.number() == 1305));
+            return Err(if gone {
+                corrupt(
+                    &domain,
+                    "the fenced transaction was rolled back by the server (a deadlock?) or \
+                     ended by a COMMIT or ROLLBACK sent inside it: nothing of it is committed",
+                )
+            } else {
+                map_error(error, &domain, Operation::Write, false)
+            });
+        }
+        let change = std::mem::replace(&mut self.change, MarkChange::Keep);
+        let remember = self.remember.take();
+        self.fence
+            .apply(&mut self.tx, &domain, Operation::Write, change, remember)
+            .await?;
+        commit(self.tx, &domain, Operation::Write).await
+    }
+
+    /// Rolls everything back, the mark included.
+    pub async fn rollback(self) -> Result<(), FenceError> {
+        self.tx
+            .rollback()
+            .await
+            .map_err(|e| map_error(e, self.fencing.domain(), Operation::Write, false))
+    }
+}
+
+impl Deref for FencedTransaction {
+    type Target = MySqlConnection;
+
+    fn deref(&self) -> &MySqlConnection {
+        &self.tx
+    }
+}
+
+impl DerefMut for FencedTransaction {
+    fn deref_mut(&mut self) -> &mut MySqlConnection {
+        &mut self.tx
+    }
+}
+
+impl fmt::Debug for FencedTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FencedTransaction")
+            .field("fencing", &self.fencing)
+            .field("previous_high_water_mark", &self.previous_high_water_mark)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutcomeLabel for Begun {
+    fn outcome_label(&self) -> &'static str {
+        replay_label(matches!(self, Begun::Duplicate { .. }))
+    }
+}
+
+impl MySqlFence {
+    /// Begins a fenced transaction: locks the domain's mark row, answers a remembered op id
+    /// with [`Begun::Duplicate`], refuses a stale token ([`FenceError::Fenced`]: below the
+    /// mark, or equal under [`fence_core::EqualTokenPolicy::Strict`]) before any of your SQL
+    /// runs, and hands you the transaction, which holds the mark row until it ends.
+    /// [`FencedTransaction::commit`] raises the mark to the token and remembers the op id in
+    /// it, just before `COMMIT`.
+    ///
+    /// Holders of one domain serialize on the mark row: keep the transaction short. The mark
+    /// is read with a locking read, so the isolation level (REPEATABLE READ by default) does
+    /// not matter to the fence; your own reads follow it. Never send `COMMIT` or `ROLLBACK`
+    /// yourself.
+    ///
+    /// ```no_run
+    /// # async fn run(fence: fence_mysql::MySqlFence) -> Result<(), Box<dyn std::error::Error>> {
+    /// use fence_core::{Domain, FencingToken, TransactionRequest};
+    /// use fence_mysql::Begun;
+    /// let request = TransactionRequest::new(Domain::new("account-7")?, FencingToken::new(12)?);
+    /// if let Begun::Admitted(mut tx) = fence.begin(&request).await? {
+    ///     sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 7")
+    ///         .execute(&mut *tx)
+    ///         .await?;
+    ///     tx.commit().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
+        observe(
+            BACKEND,
+            Operation::Write,
+            request.domain(),
+            Some(request.token()),
+            self.begin_now(request),
+        )
+        .await
+    }
+
+    /// Runs `work` — your SQL on your tables — in a fenced transaction ([`MySqlFence::begin`])
+    /// and commits only if the fence admitted the token and `work` succeeded; an error from
+    /// `work` rolls everything back. `work` gets the transaction's connection and may capture
+    /// only owned data (clone or move what it needs); use [`MySqlFence::begin`] to borrow.
+    pub async fn transaction<T, E, F>(
+        &self,
+        request: &TransactionRequest,
+        work: F,
+    ) -> Result<Transacted<T>, TransactionError<E>>
+    where
+        F: for<'c> FnOnce(&'c mut MySqlConnection) -> BoxFuture<'c, Result<T, E>> + Send,
+        T: Send,
+        E: Send,
+    {
+        let mut tx = match self.begin(request).await? {
+            Begun::Admitted(tx) => tx,
+            Begun::Duplicate {
+                previous_high_water_mark,
+            } => {
+                return Ok(Transacted::Duplicate {
+                    previous_high_water_mark,
+                })
+            }
+        };
+        let previous_high_water_mark = tx.previous_high_water_mark();
+        match work(&mut tx).await {
+            Ok(value) => {
+                tx.commit().await?;
+                Ok(Transacted::Committed {
+                    value,
+                    previous_high_water_mark,
+                })
+            }
+            // Dropping the transaction rolls it back, the mark included.
+            Err(error) => Err(TransactionError::Work {
+                domain: request.domain().clone(),
+                error,
+            }),
+        }
+    }
+
+    async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
+        let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
+        let op = request.op_id().map(|op_id| (token, op_id));
+        let (mut tx, locked) = self.lock(domain, operation, op).await?;
+        // The pipeline's order: op-id replay, then the token rule, then apply.
+        if let (Some(op_id), Some(stored)) = (request.op_id(), &locked.op) {
+            return Ok(Begun::Duplicate {
+                previous_high_water_mark: stored.as_transaction(domain, op_id)?,
+            });
+        }
+        pipeline::admit(domain, locked.hwm, token, request.policy(), self.bounds())?;
+        sqlx::query(&format!("SAVEPOINT {SAVEPOINT}"))
+            .execute(&mut *tx)
+            .await
+            .map_err(|e| map_error(e, domain, operation, false))?;
+        let change = if locked.hwm == Some(token) {
+            MarkChange::Keep
+        } else {
+            MarkChange::Raise(token)
+        };
+        let remember = request.op_id().map(|op_id| Remember {
+            token,
+            op_id: op_id.clone(),
+            previous: locked.hwm,
+            revision: None,
+        });
+        Ok(Begun::Admitted(FencedTransaction {
+            tx,
+            fence: self.clone(),
+            fencing: request.fencing().clone(),
+            previous_high_water_mark: locked.hwm,
+            change,
+            remember,
+        }))
+    }
+}

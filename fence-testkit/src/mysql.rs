@@ -1,0 +1,211 @@
+//! MariaDB: the shared server `scripts/test` starts, and dedicated servers a test owns (to
+//! kill -9 and restart them), run as the `mysql` user like the shared one.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use sqlx::mysql::MySqlPoolOptions;
+use sqlx::MySqlPool;
+
+use crate::process::ManagedProcess;
+use crate::unavailable;
+
+/// The shared server's URL, if it listens.
+pub fn shared_url() -> Option<String> {
+    let url = std::env::var("FENCE_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://fence:fence@127.0.0.1:3340/fence".into());
+    if crate::shared_server_answers(&url, || crate::listens(&address(&url))) {
+        Some(url)
+    } else {
+        unavailable(&format!("the shared MariaDB at {url}")).map(|_| String::new())
+    }
+}
+
+/// The `host:port` of a `mysql://user:password@host:port/db` URL.
+pub fn address(url: &str) -> String {
+    url.rsplit('@')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A unique database name for `test` (`[a-z_][a-z0-9_]*`, at most 63 bytes).
+pub fn unique_database(test: &str) -> String {
+    let test: String = test
+        .chars()
+        .take(24)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("ft_{test}_{}", crate::unique_suffix().replace('.', "_"))
+}
+
+/// A pool of up to 16 connections to `url`.
+pub async fn pool(url: &str) -> MySqlPool {
+    MySqlPoolOptions::new()
+        .max_connections(16)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(url)
+        .await
+        .expect("connect to MariaDB")
+}
+
+/// The uid and gid of the `mysql` user, from /etc/passwd.
+fn mysql_user() -> Option<(u32, u32)> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        (fields.first() == Some(&"mysql"))
+            .then(|| Some((fields.get(2)?.parse().ok()?, fields.get(3)?.parse().ok()?)))
+            .flatten()
+    })
+}
+
+/// Whether the MariaDB binaries are installed (`scripts/test` installs them).
+fn installed() -> bool {
+    ["mariadbd", "mariadb-install-db"].iter().all(|bin| {
+        Command::new("sh")
+            .args(["-c", &format!("command -v {bin}")])
+            .stdout(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    })
+}
+
+/// `chown -R` to the mysql user.
+fn give_to_mysql(path: &Path, user: (u32, u32)) {
+    let status = Command::new("chown")
+        .arg("-R")
+        .arg(format!("{}:{}", user.0, user.1))
+        .arg(path)
+        .status()
+        .expect("chown runs");
+    assert!(status.success(), "chown -R mysql {}", path.display());
+}
+
+/// An initialised data dir for this test process, copied for each dedicated server (one
+/// `mariadb-install-db` per process instead of one per server).
+fn template(user: (u32, u32)) -> &'static Path {
+    static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
+    TEMPLATE.get_or_init(|| {
+        let dir =
+            crate::data_root("mariadb-tests").join(format!("template-{}", crate::unique_suffix()));
+        std::fs::create_dir_all(&dir).expect("template dir");
+        give_to_mysql(&dir, user);
+        let status = Command::new("mariadb-install-db")
+            .args(["--no-defaults", "--user=mysql", "--skip-test-db"])
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("mariadb-install-db runs");
+        assert!(
+            status.success(),
+            "mariadb-install-db failed in {}",
+            dir.display()
+        );
+        dir.join("data")
+    })
+}
+
+/// A MariaDB server owned by the test (its own port and data dir), stopped when dropped.
+pub struct MariaDbServer {
+    /// The port it listens on.
+    pub port: u16,
+    process: ManagedProcess,
+}
+
+impl MariaDbServer {
+    /// Starts a server on a free port with a fresh copy of an initialised data dir; `None`
+    /// (loud skip) without the MariaDB binaries or the `mysql` user.
+    pub fn start(name: &str) -> Option<Self> {
+        let (Some(user), true) = (mysql_user(), installed()) else {
+            unavailable("the MariaDB binaries and the mysql user (run scripts/test)")?;
+            return None;
+        };
+        let template = template(user);
+        Some(ManagedProcess::start(
+            "mariadbd",
+            "mariadb-tests",
+            name,
+            |process| {
+                let dir = process.dir().to_path_buf();
+                let copied = Command::new("cp")
+                    .arg("-a")
+                    .arg(template)
+                    .arg(dir.join("data"))
+                    .status()
+                    .expect("cp runs");
+                assert!(copied.success(), "copying the data dir template");
+                // The tests' account, on every start (the server runs this before serving).
+                std::fs::write(
+                    dir.join("init.sql"),
+                    "CREATE USER IF NOT EXISTS 'fence'@'127.0.0.1' IDENTIFIED BY 'fence';\n\
+                     GRANT ALL ON *.* TO 'fence'@'127.0.0.1' WITH GRANT OPTION;\n\
+                     CREATE DATABASE IF NOT EXISTS fence;\n",
+                )
+                .expect("init file");
+                give_to_mysql(&dir, user);
+                let server = MariaDbServer {
+                    port: crate::free_port(),
+                    process,
+                };
+                server.spawn().then_some(server)
+            },
+        ))
+    }
+
+    /// Starts the server on its port and data; false if the port turned out to be taken.
+    fn spawn(&self) -> bool {
+        let dir = self.process.dir();
+        let log = dir.join("error.log");
+        // A restart must not find the last run's "ready" line.
+        let _ = std::fs::remove_file(&log);
+        let mut command = Command::new("mariadbd");
+        command
+            .args(["--no-defaults", "--user=mysql", "--bind-address=127.0.0.1"])
+            .arg(format!("--datadir={}", dir.join("data").display()))
+            .arg(format!("--port={}", self.port))
+            .arg(format!("--socket={}", dir.join("mariadbd.sock").display()))
+            .arg(format!("--pid-file={}", dir.join("mariadbd.pid").display()))
+            .arg(format!("--log-error={}", log.display()))
+            .arg(format!("--init-file={}", dir.join("init.sql").display()))
+            .args(["--skip-name-resolve", "--innodb-flush-log-at-trx-commit=1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let address = format!("127.0.0.1:{}", self.port);
+        self.process
+            .spawn_and_wait(&mut command, self.port, Duration::from_secs(30), || {
+                crate::listens(&address)
+                    && std::fs::read_to_string(&log)
+                        .is_ok_and(|text| text.contains("ready for connections"))
+            })
+    }
+
+    /// Its connection URL.
+    pub fn url(&self) -> String {
+        format!("mysql://fence:fence@127.0.0.1:{}/fence", self.port)
+    }
+
+    /// SIGKILL (a crash: no shutdown, InnoDB recovers from its redo log) and start again on
+    /// the same port and data.
+    pub fn kill_and_restart(&self) {
+        self.process.kill();
+        if !self.spawn() {
+            let log =
+                std::fs::read_to_string(self.process.dir().join("error.log")).unwrap_or_default();
+            panic!(
+                "mariadbd did not come back on port {}; its log:\n{log}",
+                self.port
+            );
+        }
+    }
+}
