@@ -12,7 +12,7 @@
 
 use std::fmt;
 
-use crate::{FencingToken, Revision};
+use crate::{Entry, FencingToken, Revision};
 
 /// An entry without its bytes.
 /// Closed on purpose: a new kind of entry is a new format version.
@@ -105,6 +105,31 @@ impl EntryHead {
         } else {
             EntryHead::Tombstone { token, revision }
         }))
+    }
+
+    /// The entry a read reports for `head` (`None`: nothing written) and the stored `value`:
+    /// a live head needs its value, and a tombstone keeps none worth reporting. The error says
+    /// what is wrong (the adapter reports it as corrupt state).
+    ///
+    /// ```
+    /// use fence_core::raw::EntryHead;
+    /// use fence_core::{Entry, FencingToken, Revision};
+    /// let head = EntryHead::Value { token: FencingToken::new(3)?, revision: Revision::new(1) };
+    /// assert!(matches!(EntryHead::entry(Some(head), Some(b"v".to_vec())), Ok(Entry::Value { .. })));
+    /// assert!(EntryHead::entry(Some(head), None).is_err());
+    /// assert_eq!(EntryHead::entry(None, None), Ok(Entry::Absent));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn entry(head: Option<EntryHead>, value: Option<Vec<u8>>) -> Result<Entry, String> {
+        Ok(match head {
+            None => Entry::Absent,
+            Some(EntryHead::Value { token, revision }) => Entry::Value {
+                value: value.ok_or("live entry without a value")?.into(),
+                token,
+                revision,
+            },
+            Some(EntryHead::Tombstone { token, revision }) => Entry::Tombstone { token, revision },
+        })
     }
 
     /// Parses the text form; the error says what is wrong.

@@ -56,4 +56,6 @@ pub use retire::{Retired, Retirer};
 pub use retry::{Retry, RetryPolicy};
 pub use token::{FencingToken, OperationId, OwnerId, Revision, MAX_IDENTIFIER_BYTES};
 pub use token_bounds::{BoundsConfig, IssuerView};
-pub use transaction::{BoxFuture, Transacted, TransactionError, TransactionRequest};
+pub use transaction::{
+    AdmittedTransaction, Begun, BoxFuture, Transacted, TransactionError, TransactionRequest,
+};

@@ -1,9 +1,11 @@
 //! What SQL adapters share beyond the decision: names they splice into their statements.
 
+use std::fmt;
+
 use crate::op_memory::{OpMemory, OpRecord};
 use crate::{
-    Domain, FenceError, FencingToken, InvalidInput, OpKind, OpOutcome, OperationId, RememberedOp,
-    Revision,
+    Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, OpKind, OpOutcome,
+    OperationId, RememberedOp, Revision,
 };
 
 /// `name` if it is a plain SQL identifier (`[a-z_][a-z0-9_]*`, at most 63 bytes): safe to
@@ -195,4 +197,93 @@ fn reused(domain: &Domain, op_id: &OperationId, first: OpKind, now: OpKind) -> F
         now,
     }
     .into()
+}
+
+/// The table, key column, token column and equal-token policy of a per-row fence (the seeds'
+/// `UPDATE … WHERE key = ? AND token <= ?` on your own table), validated once: what every SQL
+/// adapter's `RowFence` shares. Each row is its own domain, `<namespace>.<table>/<key>`.
+///
+/// ```
+/// use fence_core::raw::RowTarget;
+/// let rows = RowTarget::new("schema name", "shop", "accounts", "id", "fence_token")?;
+/// assert_eq!(rows.table(), "shop.accounts");
+/// assert_eq!(rows.domain(7).as_str(), "shop.accounts/7");
+/// assert_eq!(rows.comparison(), "<=");
+/// assert!(RowTarget::new("schema name", "shop", "accounts", "id; --", "t").is_err());
+/// # Ok::<(), fence_core::InvalidInput>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct RowTarget {
+    table: String,
+    key: String,
+    token: String,
+    policy: EqualTokenPolicy,
+}
+
+impl RowTarget {
+    /// Rows of `namespace.table` (`namespace_what` names the namespace in errors: a schema, a
+    /// database), found by `key_column`, with their token in `token_column`; all plain
+    /// identifiers ([`sql_identifier`]); the same-owner policy.
+    pub fn new(
+        namespace_what: &str,
+        namespace: &str,
+        table: &str,
+        key_column: &str,
+        token_column: &str,
+    ) -> Result<Self, InvalidInput> {
+        Ok(RowTarget {
+            table: format!(
+                "{}.{}",
+                sql_identifier(namespace_what, namespace)?,
+                sql_identifier("table name", table)?
+            ),
+            key: sql_identifier("key column", key_column)?,
+            token: sql_identifier("token column", token_column)?,
+            policy: EqualTokenPolicy::SameOwner,
+        })
+    }
+
+    /// The equal-token policy.
+    pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// `namespace.table`.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// The key column.
+    pub fn key_column(&self) -> &str {
+        &self.key
+    }
+
+    /// The token column.
+    pub fn token_column(&self) -> &str {
+        &self.token
+    }
+
+    /// The equal-token policy.
+    pub fn policy(&self) -> EqualTokenPolicy {
+        self.policy
+    }
+
+    /// The SQL comparison of the row's token with the presented one that admits it: `<=`
+    /// under the same-owner policy, `<` under the strict one.
+    pub fn comparison(&self) -> &'static str {
+        match self.policy {
+            EqualTokenPolicy::Strict => "<",
+            _ => "<=",
+        }
+    }
+
+    /// The domain of the row with `key`, as errors name it: `<namespace>.<table>/<key>`, or
+    /// the table alone when that is not a valid domain (a key too long, or with control
+    /// characters).
+    pub fn domain(&self, key: impl fmt::Display) -> Domain {
+        Domain::new(format!("{}/{key}", self.table))
+            .or_else(|_| Domain::new(self.table.clone()))
+            .unwrap_or_else(|_| unreachable!("a validated `namespace.table` is a valid domain"))
+    }
 }

@@ -3,7 +3,10 @@
 //! alike. Each adapter's `begin` and `transaction` run them on its own database.
 
 use std::future::Future;
+use std::ops::DerefMut;
 use std::pin::Pin;
+
+use async_trait::async_trait;
 
 use crate::{Domain, FenceError, Fencing, FencingToken};
 
@@ -88,4 +91,81 @@ pub enum TransactionError<E> {
         /// What your work returned.
         error: E,
     },
+}
+
+/// What an SQL adapter's `begin` found: the token admitted, with the transaction that holds
+/// the domain's mark (run your statements on it, then commit), or an op id that had committed
+/// before (nothing to run again).
+// Not boxed: the transaction is used through `&mut *tx`, once per call.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug)]
+pub enum Begun<Tx> {
+    /// The token was admitted: the transaction holds the domain's mark row locked.
+    Admitted(Tx),
+    /// The op id had committed before: nothing to run again.
+    Duplicate {
+        /// The mark before the first run.
+        previous_high_water_mark: Option<FencingToken>,
+    },
+}
+
+impl<Tx> crate::raw::OutcomeLabel for Begun<Tx> {
+    fn outcome_label(&self) -> &'static str {
+        crate::raw::replay_label(matches!(self, Begun::Duplicate { .. }))
+    }
+}
+
+/// A database transaction a fence admitted: it dereferences to the database connection your
+/// statements run on, and commits them with the raised mark.
+#[async_trait]
+pub trait AdmittedTransaction: DerefMut<Target = Self::Connection> + Send + Sized {
+    /// The connection your statements run on.
+    type Connection: ?Sized + Send;
+
+    /// The mark before this transaction.
+    fn previous_high_water_mark(&self) -> Option<FencingToken>;
+
+    /// Commits your statements and the mark together (`Ambiguous` when the answer to `COMMIT`
+    /// was lost).
+    async fn commit(self) -> Result<(), FenceError>;
+}
+
+/// Runs `work` in the transaction `begun` admitted and commits only if it succeeded (an error
+/// from `work` drops the transaction, which rolls everything back, the mark included); a
+/// replayed op id runs nothing. The one body of every SQL adapter's `transaction`.
+pub async fn run_transaction<Tx, T, E, F>(
+    domain: &Domain,
+    begun: Begun<Tx>,
+    work: F,
+) -> Result<Transacted<T>, TransactionError<E>>
+where
+    Tx: AdmittedTransaction,
+    F: for<'c> FnOnce(&'c mut Tx::Connection) -> BoxFuture<'c, Result<T, E>> + Send,
+    T: Send,
+    E: Send,
+{
+    let mut tx = match begun {
+        Begun::Admitted(tx) => tx,
+        Begun::Duplicate {
+            previous_high_water_mark,
+        } => {
+            return Ok(Transacted::Duplicate {
+                previous_high_water_mark,
+            })
+        }
+    };
+    let previous_high_water_mark = tx.previous_high_water_mark();
+    match work(&mut tx).await {
+        Ok(value) => {
+            tx.commit().await?;
+            Ok(Transacted::Committed {
+                value,
+                previous_high_water_mark,
+            })
+        }
+        Err(error) => Err(TransactionError::Work {
+            domain: domain.clone(),
+            error,
+        }),
+    }
 }

@@ -279,21 +279,14 @@ impl MySqlFence {
                 "committed mark row without a high-water mark",
             ));
         }
-        let entry = match entry {
-            None => Entry::Absent,
-            Some(EntryHead::Value { token, revision }) => {
-                let value: Option<Vec<u8>> = row
-                    .try_get(4)
-                    .map_err(|e| corrupt(domain, format!("value: {e}")))?;
-                let value = value.ok_or_else(|| corrupt(domain, "live entry without a value"))?;
-                Entry::Value {
-                    value: value.into(),
-                    token,
-                    revision,
-                }
-            }
-            Some(EntryHead::Tombstone { token, revision }) => Entry::Tombstone { token, revision },
+        // Read only for a live entry: a tombstone's stale bytes are never shown.
+        let value: Option<Vec<u8>> = match entry {
+            Some(EntryHead::Value { .. }) => row
+                .try_get(4)
+                .map_err(|e| corrupt(domain, format!("value: {e}")))?,
+            _ => None,
         };
+        let entry = EntryHead::entry(entry, value).map_err(|why| corrupt(domain, why))?;
         Ok(Snapshot::new(hwm, entry))
     }
 }

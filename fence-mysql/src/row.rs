@@ -3,7 +3,7 @@
 
 use std::fmt::Display;
 
-use fence_core::raw::{observe, sql_identifier};
+use fence_core::raw::{observe, RowTarget};
 use fence_core::{
     BackendErrorKind, Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, Operation,
 };
@@ -45,10 +45,7 @@ use crate::mark::token_column;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RowFence {
-    table: String,
-    key: String,
-    token: String,
-    policy: EqualTokenPolicy,
+    target: RowTarget,
 }
 
 impl RowFence {
@@ -61,29 +58,20 @@ impl RowFence {
         token_column: &str,
     ) -> Result<Self, InvalidInput> {
         Ok(RowFence {
-            table: format!(
-                "{}.{}",
-                sql_identifier("database name", database)?,
-                sql_identifier("table name", table)?
-            ),
-            key: sql_identifier("key column", key_column)?,
-            token: sql_identifier("token column", token_column)?,
-            policy: EqualTokenPolicy::SameOwner,
+            target: RowTarget::new("database name", database, table, key_column, token_column)?,
         })
     }
 
     /// The equal-token policy (same owner by default).
     pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
+        self.target = self.target.with_policy(policy);
         self
     }
 
     /// The domain of the row with `key`, as errors name it: `<database>.<table>/<key>`, or the
     /// table alone when that is not a valid domain (a key too long, or with control characters).
     pub fn domain(&self, key: impl Display) -> Domain {
-        Domain::new(format!("{}/{key}", self.table))
-            .or_else(|_| Domain::new(self.table.clone()))
-            .unwrap_or_else(|_| unreachable_domain())
+        self.target.domain(key)
     }
 
     /// Updates the row with `key` under `token`: `set` appends the `SET` list's assignments
@@ -103,11 +91,8 @@ impl RowFence {
         let domain = self.domain(&key);
         let domain = &domain;
         observe(BACKEND, Operation::Write, domain, Some(token), async move {
-            let compare = match self.policy {
-                EqualTokenPolicy::Strict => "<",
-                _ => "<=",
-            };
-            let head = format!("UPDATE {} SET ", self.table);
+            let compare = self.target.comparison();
+            let head = format!("UPDATE {} SET ", self.target.table());
             let mut query = QueryBuilder::new(&head);
             set(&mut query);
             if query.sql().len() == head.len() {
@@ -117,14 +102,14 @@ impl RowFence {
                 .into());
             }
             query
-                .push(format!(", {} = ", self.token))
+                .push(format!(", {} = ", self.target.token_column()))
                 .push_bind(token.get())
-                .push(format!(" WHERE {} = ", self.key))
+                .push(format!(" WHERE {} = ", self.target.key_column()))
                 .push_bind(key.clone())
                 // A token of 0 is not Fence's: the row is refused and reported corrupt.
                 .push(format!(
                     " AND ({0} IS NULL OR ({0} >= 1 AND {0} {compare} ",
-                    self.token
+                    self.target.token_column()
                 ))
                 .push_bind(token.get())
                 .push("))");
@@ -141,7 +126,7 @@ impl RowFence {
                     domain,
                     format!(
                         "{n} rows have this key in {}: the key column is not unique",
-                        self.table
+                        self.target.table()
                     ),
                 )),
             }
@@ -165,7 +150,9 @@ impl RowFence {
     {
         let mut query = QueryBuilder::new(format!(
             "SELECT {} FROM {} WHERE {} = ",
-            self.token, self.table, self.key
+            self.target.token_column(),
+            self.target.table(),
+            self.target.key_column()
         ));
         query.push_bind(key).push(" LOCK IN SHARE MODE");
         let current: Option<Option<u64>> = query
@@ -180,7 +167,7 @@ impl RowFence {
                     BackendErrorKind::NotFound,
                     Some(domain),
                     MySqlFenceError::RowMissing {
-                        table: self.table.clone(),
+                        table: self.target.table().to_owned(),
                     },
                 ))
             }
@@ -188,7 +175,7 @@ impl RowFence {
                 .map(|c| token_column(domain, c, "token column"))
                 .transpose()?,
         };
-        match zero_rows_verdict(self.policy, current, token) {
+        match zero_rows_verdict(self.target.policy(), current, token) {
             ZeroRows::Matched => Ok(()),
             ZeroRows::Fenced(current) => Err(FenceError::Fenced {
                 domain: domain.clone(),
@@ -234,12 +221,6 @@ fn zero_rows_verdict(
         )),
         (false, _) => ZeroRows::Fenced(current),
     }
-}
-
-/// A domain that is always valid, for the impossible case of a database-qualified table name
-/// that is not one (both parts are validated identifiers).
-fn unreachable_domain() -> Domain {
-    Domain::new("mysql-row").unwrap_or_else(|e| unreachable!("a literal domain: {e}"))
 }
 
 #[cfg(test)]

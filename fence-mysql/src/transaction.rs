@@ -4,10 +4,10 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use fence_core::raw::{observe, pipeline, replay_label, OutcomeLabel};
+use fence_core::raw::{observe, pipeline};
 use fence_core::{
-    BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation, OperationId, Transacted,
-    TransactionError, TransactionRequest,
+    AdmittedTransaction, BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation,
+    OperationId, Transacted, TransactionError, TransactionRequest,
 };
 use sqlx::{MySql, MySqlConnection, Transaction};
 
@@ -19,20 +19,8 @@ use crate::mark::{commit, MarkChange, Remember};
 /// rolled back meanwhile (a deadlock) has lost it, so it is never committed as a success.
 const SAVEPOINT: &str = "fence_admitted";
 
-/// What [`MySqlFence::begin`] found.
-// Not boxed: the transaction is used through `&mut *tx`, once per call.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Begun {
-    /// The token was admitted: the transaction holds the domain's mark row locked. Run your
-    /// statements on it, then [`FencedTransaction::commit`].
-    Admitted(FencedTransaction),
-    /// The op id had committed before: nothing to run again.
-    Duplicate {
-        /// The mark before the first run.
-        previous_high_water_mark: Option<FencingToken>,
-    },
-}
+/// What [`MySqlFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
+pub type Begun = fence_core::Begun<FencedTransaction>;
 
 /// A database transaction admitted by the fence: it holds the domain's mark row locked until it
 /// ends, so no other holder of the domain commits in between; its commit raises the mark to
@@ -132,6 +120,19 @@ impl FencedTransaction {
     }
 }
 
+#[async_trait::async_trait]
+impl AdmittedTransaction for FencedTransaction {
+    type Connection = MySqlConnection;
+
+    fn previous_high_water_mark(&self) -> Option<FencingToken> {
+        FencedTransaction::previous_high_water_mark(self)
+    }
+
+    async fn commit(self) -> Result<(), FenceError> {
+        FencedTransaction::commit(self).await
+    }
+}
+
 impl Deref for FencedTransaction {
     type Target = MySqlConnection;
 
@@ -152,12 +153,6 @@ impl fmt::Debug for FencedTransaction {
             .field("fencing", &self.fencing)
             .field("previous_high_water_mark", &self.previous_high_water_mark)
             .finish_non_exhaustive()
-    }
-}
-
-impl OutcomeLabel for Begun {
-    fn outcome_label(&self) -> &'static str {
-        replay_label(matches!(self, Begun::Duplicate { .. }))
     }
 }
 
@@ -212,31 +207,8 @@ impl MySqlFence {
         T: Send,
         E: Send,
     {
-        let mut tx = match self.begin(request).await? {
-            Begun::Admitted(tx) => tx,
-            Begun::Duplicate {
-                previous_high_water_mark,
-            } => {
-                return Ok(Transacted::Duplicate {
-                    previous_high_water_mark,
-                })
-            }
-        };
-        let previous_high_water_mark = tx.previous_high_water_mark();
-        match work(&mut tx).await {
-            Ok(value) => {
-                tx.commit().await?;
-                Ok(Transacted::Committed {
-                    value,
-                    previous_high_water_mark,
-                })
-            }
-            // Dropping the transaction rolls it back, the mark included.
-            Err(error) => Err(TransactionError::Work {
-                domain: request.domain().clone(),
-                error,
-            }),
-        }
+        let begun = self.begin(request).await?;
+        fence_core::raw::run_transaction(request.domain(), begun, work).await
     }
 
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {

@@ -3,7 +3,7 @@
 
 use std::fmt::Display;
 
-use fence_core::raw::observe;
+use fence_core::raw::{observe, RowTarget};
 use fence_core::{
     BackendErrorKind, Domain, EqualTokenPolicy, FenceError, FencingToken, InvalidInput, Operation,
 };
@@ -11,7 +11,6 @@ use sqlx::postgres::Postgres;
 use sqlx::{Encode, PgConnection, QueryBuilder, Type};
 
 use crate::error::{corrupt, token_column, user_sql_error, PostgresFenceError, BACKEND};
-use crate::schema::identifier;
 
 /// Fenced updates of single rows of your table, each row its own domain (`<table>/<key>`).
 ///
@@ -39,10 +38,7 @@ use crate::schema::identifier;
 /// ```
 #[derive(Clone, Debug)]
 pub struct RowFence {
-    table: String,
-    key: String,
-    token: String,
-    policy: EqualTokenPolicy,
+    target: RowTarget,
 }
 
 impl RowFence {
@@ -55,29 +51,20 @@ impl RowFence {
         token_column: &str,
     ) -> Result<Self, fence_core::InvalidInput> {
         Ok(RowFence {
-            table: format!(
-                "{}.{}",
-                identifier("schema name", schema)?,
-                identifier("table name", table)?
-            ),
-            key: identifier("key column", key_column)?,
-            token: identifier("token column", token_column)?,
-            policy: EqualTokenPolicy::SameOwner,
+            target: RowTarget::new("schema name", schema, table, key_column, token_column)?,
         })
     }
 
     /// The equal-token policy (same owner by default).
     pub fn with_policy(mut self, policy: EqualTokenPolicy) -> Self {
-        self.policy = policy;
+        self.target = self.target.with_policy(policy);
         self
     }
 
     /// The domain of the row with `key`, as errors name it: `<schema>.<table>/<key>`, or the
     /// table alone when that is not a valid domain (a key too long, or with control characters).
     pub fn domain(&self, key: impl Display) -> Domain {
-        Domain::new(format!("{}/{key}", self.table))
-            .or_else(|_| Domain::new(self.table.clone()))
-            .unwrap_or_else(|_| unreachable_domain())
+        self.target.domain(key)
     }
 
     /// Updates the row with `key` under `token`: `set` appends the `SET` list's assignments
@@ -98,11 +85,8 @@ impl RowFence {
         let domain = &domain;
         observe(BACKEND, Operation::Write, domain, Some(token), async move {
             let operation = Operation::Write;
-            let compare = match self.policy {
-                EqualTokenPolicy::Strict => "<",
-                _ => "<=",
-            };
-            let head = format!("UPDATE {} SET ", self.table);
+            let compare = self.target.comparison();
+            let head = format!("UPDATE {} SET ", self.target.table());
             let mut query = QueryBuilder::new(&head);
             set(&mut query);
             if query.sql().len() == head.len() {
@@ -112,14 +96,14 @@ impl RowFence {
                 .into());
             }
             query
-                .push(format!(", {} = ", self.token))
+                .push(format!(", {} = ", self.target.token_column()))
                 .push_bind(token.to_string())
-                .push(format!("::numeric WHERE {} = ", self.key))
+                .push(format!("::numeric WHERE {} = ", self.target.key_column()))
                 .push_bind(key.clone())
                 // A negative token is not Fence's: the row is refused and reported corrupt.
                 .push(format!(
                     " AND ({0} IS NULL OR ({0} >= 0 AND {0} {compare} ",
-                    self.token
+                    self.target.token_column()
                 ))
                 .push_bind(token.to_string())
                 .push("::numeric))");
@@ -136,7 +120,7 @@ impl RowFence {
                     domain,
                     format!(
                         "{n} rows have this key in {}: the key column is not unique",
-                        self.table
+                        self.target.table()
                     ),
                 )),
             }
@@ -157,7 +141,9 @@ impl RowFence {
     {
         let mut query = QueryBuilder::new(format!(
             "SELECT {}::text FROM {} WHERE {} = ",
-            self.token, self.table, self.key
+            self.target.token_column(),
+            self.target.table(),
+            self.target.key_column()
         ));
         query.push_bind(key);
         let current: Result<Option<Option<String>>, sqlx::Error> =
@@ -178,15 +164,9 @@ impl RowFence {
                 BackendErrorKind::NotFound,
                 Some(domain),
                 PostgresFenceError::RowMissing {
-                    table: self.table.clone(),
+                    table: self.target.table().to_owned(),
                 },
             ),
         }
     }
-}
-
-/// A domain that is always valid, for the impossible case of a schema-qualified table name that
-/// is not one (both parts are validated identifiers).
-fn unreachable_domain() -> Domain {
-    Domain::new("postgres-row").unwrap_or_else(|e| unreachable!("a literal domain: {e}"))
 }

@@ -1,6 +1,6 @@
 //! The schema: created explicitly by [`migrate`], never implicitly on a call.
 
-use fence_core::raw::{compare_tables, ExpectedTables, Shape};
+use fence_core::raw::{compare_tables, sql_identifier, ExpectedTables, Shape};
 use fence_core::{BackendErrorKind, FenceError, InvalidInput};
 use sqlx::PgPool;
 
@@ -9,15 +9,13 @@ use crate::error::{PostgresFenceError, BACKEND};
 /// The schema's SQL, with `fence_schema` standing for the schema you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 
-pub(crate) use fence_core::raw::sql_identifier as identifier;
-
 /// A validated schema name (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to splice into SQL.
 #[derive(Clone, Debug)]
 pub(crate) struct Schema(String);
 
 impl Schema {
     pub(crate) fn new(name: &str) -> Result<Self, InvalidInput> {
-        Ok(Schema(identifier("schema name", name)?))
+        Ok(Schema(sql_identifier("schema name", name)?))
     }
 
     pub(crate) fn name(&self) -> &str {

@@ -4,11 +4,11 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
+use fence_core::raw::observe;
 use fence_core::raw::pipeline;
-use fence_core::raw::{observe, OutcomeLabel};
 use fence_core::{
-    BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation, OperationId, Transacted,
-    TransactionError, TransactionRequest,
+    AdmittedTransaction, BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation,
+    OperationId, Transacted, TransactionError, TransactionRequest,
 };
 use sqlx::{PgConnection, Postgres, Transaction};
 
@@ -16,21 +16,8 @@ use crate::error::{map_error, user_sql_error, BACKEND};
 use crate::fence::PostgresFence;
 use crate::mark::{commit, MarkChange, Remember};
 
-/// What [`PostgresFence::begin`] found.
-// Not boxed: the transaction is used through `&mut *tx`, once per call; a box would make that
-// `&mut **tx`.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub enum Begun {
-    /// The token was admitted: the transaction holds the domain's mark row locked. Run your
-    /// statements on it, then [`FencedTransaction::commit`].
-    Admitted(FencedTransaction),
-    /// The op id had committed before: nothing to run again.
-    Duplicate {
-        /// The mark before the first run.
-        previous_high_water_mark: Option<FencingToken>,
-    },
-}
+/// What [`PostgresFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
+pub type Begun = fence_core::Begun<FencedTransaction>;
 
 /// A database transaction admitted by the fence: it holds the domain's mark row locked until it
 /// ends, so no other holder of the domain commits in between; its commit raises the mark to
@@ -126,6 +113,19 @@ impl FencedTransaction {
     }
 }
 
+#[async_trait::async_trait]
+impl AdmittedTransaction for FencedTransaction {
+    type Connection = PgConnection;
+
+    fn previous_high_water_mark(&self) -> Option<FencingToken> {
+        FencedTransaction::previous_high_water_mark(self)
+    }
+
+    async fn commit(self) -> Result<(), FenceError> {
+        FencedTransaction::commit(self).await
+    }
+}
+
 impl Deref for FencedTransaction {
     type Target = PgConnection;
 
@@ -146,12 +146,6 @@ impl fmt::Debug for FencedTransaction {
             .field("fencing", &self.fencing)
             .field("previous_high_water_mark", &self.previous_high_water_mark)
             .finish_non_exhaustive()
-    }
-}
-
-impl OutcomeLabel for Begun {
-    fn outcome_label(&self) -> &'static str {
-        fence_core::raw::replay_label(matches!(self, Begun::Duplicate { .. }))
     }
 }
 
@@ -222,31 +216,8 @@ impl PostgresFence {
         T: Send,
         E: Send,
     {
-        let mut tx = match self.begin(request).await? {
-            Begun::Admitted(tx) => tx,
-            Begun::Duplicate {
-                previous_high_water_mark,
-            } => {
-                return Ok(Transacted::Duplicate {
-                    previous_high_water_mark,
-                })
-            }
-        };
-        let previous_high_water_mark = tx.previous_high_water_mark();
-        match work(&mut tx).await {
-            Ok(value) => {
-                tx.commit().await?;
-                Ok(Transacted::Committed {
-                    value,
-                    previous_high_water_mark,
-                })
-            }
-            // Dropping the transaction rolls it back, the mark included.
-            Err(error) => Err(TransactionError::Work {
-                domain: request.domain().clone(),
-                error,
-            }),
-        }
+        let begun = self.begin(request).await?;
+        fence_core::raw::run_transaction(request.domain(), begun, work).await
     }
 
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
