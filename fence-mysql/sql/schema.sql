@@ -26,3 +26,19 @@ CREATE TABLE IF NOT EXISTS fence_db.fence_ops (
     UNIQUE KEY fence_ops_op (domain, token, op_id),
     KEY fence_ops_domain_seq (domain, seq)
 ) ENGINE = InnoDB;
+
+-- Token counters of the issuer and the leases: one row per domain, never deleted by Fence.
+-- Each issue is floored at the domain's mark, so a recreated row never issues a used token.
+CREATE TABLE IF NOT EXISTS fence_db.fence_counters (
+    domain   VARBINARY(256) NOT NULL PRIMARY KEY,
+    last     BIGINT UNSIGNED NOT NULL    -- the last token issued (0: none yet)
+) ENGINE = InnoDB;
+
+-- Leases: the current owner, its token and its expiry by the server's clock, in UTC
+-- (UTC_TIMESTAMP(6): no session time zone or daylight-saving change moves it).
+CREATE TABLE IF NOT EXISTS fence_db.fence_leases (
+    domain   VARBINARY(256) NOT NULL PRIMARY KEY,
+    owner    VARBINARY(128) NOT NULL,
+    token    BIGINT UNSIGNED NOT NULL,
+    expires  DATETIME(6) NOT NULL
+) ENGINE = InnoDB;

@@ -3,6 +3,7 @@
 
 mod error;
 mod fence;
+mod lease;
 mod mark;
 mod row;
 mod schema;
@@ -16,6 +17,7 @@ pub use error::MySqlFenceError;
 pub use fence::{MySqlFence, MySqlFenceBuilder, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
 /// The fenced-transaction types every SQL adapter shares (defined in fence-core).
 pub use fence_core::{BoxFuture, Transacted, TransactionError, TransactionRequest};
+pub use lease::{MySqlIssuer, MySqlLeases, MAX_LEASE_TTL};
 pub use row::RowFence;
 pub use schema::{migrate, SCHEMA_SQL};
 pub use transaction::{Begun, FencedTransaction};

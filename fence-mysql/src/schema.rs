@@ -29,6 +29,14 @@ impl Database {
     pub(crate) fn ops(&self) -> String {
         format!("{}.fence_ops", self.0)
     }
+
+    pub(crate) fn counters(&self) -> String {
+        format!("{}.fence_counters", self.0)
+    }
+
+    pub(crate) fn leases(&self) -> String {
+        format!("{}.fence_leases", self.0)
+    }
 }
 
 /// The columns `migrate` creates, as `information_schema.COLUMNS.COLUMN_TYPE` spells them
@@ -58,6 +66,22 @@ const EXPECTED: ExpectedTables = &[
             ("previous", "bigint unsigned"),
         ],
     ),
+    (
+        "fence_counters",
+        &[
+            ("domain", "varbinary(256) not null"),
+            ("last", "bigint unsigned not null"),
+        ],
+    ),
+    (
+        "fence_leases",
+        &[
+            ("domain", "varbinary(256) not null"),
+            ("owner", "varbinary(128) not null"),
+            ("token", "bigint unsigned not null"),
+            ("expires", "datetime(6) not null"),
+        ],
+    ),
 ];
 
 /// `bigint(20) unsigned` as `bigint unsigned`: the display width means nothing to Fence.
@@ -80,7 +104,8 @@ pub(crate) async fn check_shape(
         "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR), \
          CAST(COLUMN_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR) \
          FROM information_schema.COLUMNS \
-         WHERE TABLE_SCHEMA = ? AND TABLE_NAME IN ('fence_marks', 'fence_ops') \
+         WHERE TABLE_SCHEMA = ? \
+         AND TABLE_NAME IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases') \
          ORDER BY TABLE_NAME, ORDINAL_POSITION",
     )
     .bind(database.name())
@@ -164,7 +189,7 @@ mod tests {
     #[test]
     fn the_schema_splits_into_its_statements() {
         let statements = statements(SCHEMA_SQL);
-        assert_eq!(statements.len(), 3, "{statements:#?}");
+        assert_eq!(statements.len(), 5, "{statements:#?}");
         assert!(statements[0].starts_with("CREATE DATABASE"));
         assert!(statements.iter().all(|s| !s.starts_with("--")));
     }

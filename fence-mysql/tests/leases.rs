@@ -1,0 +1,194 @@
+//! The MySQL issuer and leases against MariaDB: the shared lease contract, a counter floored at
+//! the mark when its row is recreated, exhaustion, and the issuer monotonic across a kill -9 of
+//! the server.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fence_conformance::lease;
+use fence_conformance::services::{domain as d, token as t};
+use fence_core::{Fence, FenceError, LeaseManager, OwnerId, TokenIssuer};
+use fence_mysql::MySqlFence;
+use fence_testkit::mysql::{pool, MariaDbServer};
+use support::shared;
+
+#[tokio::test]
+async fn an_expired_holder_is_fenced_by_the_next_owner() {
+    let Some((fence, _)) = shared("lease_story").await else {
+        return;
+    };
+    let (leases, issuer) = (fence.leases(), fence.issuer());
+    lease::expired_holder_is_fenced_by_the_next_owner(
+        &fence,
+        &leases,
+        Some(&issuer),
+        &d("shard-7"),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_holder_gives_up_first_under_the_drift_bound() {
+    let Some((fence, _)) = shared("lease_drift").await else {
+        return;
+    };
+    // Remaining time in microseconds.
+    let unit = Duration::from_micros(1);
+    lease::the_holder_gives_up_first_under_the_drift_bound(&fence.leases(), &d("drift"), unit)
+        .await;
+}
+
+#[tokio::test]
+async fn the_holder_is_reported() {
+    let Some((fence, _)) = shared("lease_holder").await else {
+        return;
+    };
+    lease::holder_is_reported(&fence.leases(), &d("held")).await;
+}
+
+#[tokio::test]
+async fn ttls_out_of_range_are_refused() {
+    let Some((fence, _)) = shared("lease_ttl").await else {
+        return;
+    };
+    lease::ttls_out_of_range_are_refused(&fence.leases(), &d("ttl")).await;
+    // Past what a DATETIME holds: refused before any I/O, not an overflow at the server.
+    let too_long = fence
+        .leases()
+        .acquire(
+            &d("ttl"),
+            &OwnerId::new("x").unwrap(),
+            fence_mysql::MAX_LEASE_TTL + Duration::from_secs(1),
+        )
+        .await;
+    assert!(
+        matches!(too_long, Err(FenceError::InvalidInput(_))),
+        "{too_long:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_acquires_have_exactly_one_winner() {
+    let Some((fence, _)) = shared("lease_race").await else {
+        return;
+    };
+    lease::concurrent_acquires_have_exactly_one_winner(
+        Arc::new(fence.leases()),
+        &d("contended"),
+        lease::TokenSequence::Consecutive,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_guard_renews_waits_and_signals_loss() {
+    let Some((fence, _)) = shared("lease_guard").await else {
+        return;
+    };
+    lease::guard_renews_waits_and_signals_loss(Arc::new(fence.leases()), &d("guarded")).await;
+}
+
+#[tokio::test]
+async fn the_counter_is_floored_at_the_mark_and_exhausts_cleanly() {
+    let Some((fence, pool)) = shared("issuer").await else {
+        return;
+    };
+    let (issuer, leases) = (fence.issuer(), fence.leases());
+    lease::issuer_is_strictly_increasing(&issuer, &d("issued")).await;
+
+    let domain = d("recreated");
+    assert_eq!(issuer.issue(&domain).await.unwrap().get(), 1);
+    fence.claim(&domain, t(12)).await.unwrap();
+    let counters = format!("{}.fence_counters", fence.database());
+    let deleted = sqlx::query(&format!(
+        "DELETE FROM {counters} WHERE domain = 'recreated'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(deleted, 1);
+    assert_eq!(
+        issuer.issue(&domain).await.unwrap().get(),
+        13,
+        "floored above the mark 12"
+    );
+    fence.claim(&domain, t(20)).await.unwrap();
+    let lease = leases
+        .acquire(
+            &domain,
+            &OwnerId::new("after").unwrap(),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+    assert_eq!(lease.token.get(), 21, "the lease's token is floored too");
+
+    // The last token: then exhausted, with the counter left as it was.
+    sqlx::query(&format!(
+        "UPDATE {counters} SET last = 18446744073709551614 WHERE domain = 'recreated'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        issuer.issue(&domain).await.unwrap(),
+        fence_core::FencingToken::MAX
+    );
+    assert!(matches!(
+        issuer.issue(&domain).await,
+        Err(FenceError::TokenExhausted { .. })
+    ));
+    let kept: u64 = sqlx::query_scalar(&format!(
+        "SELECT last FROM {counters} WHERE domain = 'recreated'"
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(kept, u64::MAX);
+}
+
+#[tokio::test]
+async fn the_issuer_is_monotonic_across_a_crash_of_the_server() {
+    let Some(server) = MariaDbServer::start("issuer-restart") else {
+        return;
+    };
+    let connect = |url: String| async move {
+        let pool = pool(&url).await;
+        fence_mysql::migrate(&pool, "fence").await.unwrap();
+        MySqlFence::builder(pool, "fence").build().unwrap()
+    };
+    let fence = connect(server.url()).await;
+    let domain = d("durable");
+    let mut last = fence_core::FencingToken::MIN;
+    for _ in 0..5 {
+        last = fence.issuer().issue(&domain).await.unwrap();
+    }
+    let lease = fence
+        .leases()
+        .acquire(
+            &domain,
+            &OwnerId::new("a").unwrap(),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(lease.token > last);
+    server.kill_and_restart();
+    let fence = connect(server.url()).await;
+    let next = fence.issuer().issue(&domain).await.unwrap();
+    assert!(
+        next > lease.token,
+        "after a crash the issuer went on from {}: issued {next}",
+        lease.token
+    );
+    let held = fence.leases().holder(&domain).await.unwrap();
+    assert_eq!(
+        held.map(|h| h.token),
+        Some(lease.token),
+        "the lease survived the crash"
+    );
+}
