@@ -198,6 +198,57 @@ pub async fn issuer_is_strictly_increasing(issuer: &dyn TokenIssuer, domain: &Do
     }
 }
 
+/// How a test sets an issuer's stored counter for a domain, going around Fence: `None` deletes
+/// the counter (a lost or restored-from-an-old-backup row), `Some(last)` sets the last issued
+/// token.
+pub type SetCounter<'a> = &'a (dyn Fn(Option<u64>) -> fence_core::BoxFuture<'static, ()> + Sync);
+
+/// An issuer whose counter lives beside the marks, on the fresh `domain`: a counter row lost
+/// and recreated is floored at the domain's mark (for an issue and a lease alike), so no
+/// token the resource has seen is issued again; at the last token the issuer is
+/// `TokenExhausted` and leaves the counter as it was (checked by the next issue).
+pub async fn issuer_is_floored_at_the_mark_and_exhausts_cleanly(
+    fence: &dyn fence_core::Fence,
+    issuer: &dyn TokenIssuer,
+    leases: &dyn LeaseManager,
+    domain: &Domain,
+    set_counter: SetCounter<'_>,
+) {
+    let issue = || async {
+        issuer
+            .issue(domain)
+            .await
+            .unwrap_or_else(|e| panic!("issue: {e}"))
+            .get()
+    };
+    let token = |n: u64| fence_core::FencingToken::new(n).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(issue().await, 1);
+    fence
+        .claim(domain, token(12))
+        .await
+        .unwrap_or_else(|e| panic!("claim: {e}"));
+    set_counter(None).await;
+    assert_eq!(issue().await, 13, "floored above the mark 12");
+    fence
+        .claim(domain, token(20))
+        .await
+        .unwrap_or_else(|e| panic!("claim: {e}"));
+    let lease = leases
+        .acquire(domain, &owner("after"), Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("acquire: {e}"));
+    assert_eq!(lease.token.get(), 21, "the lease's token is floored too");
+    set_counter(Some(u64::MAX - 1)).await;
+    assert_eq!(issue().await, u64::MAX);
+    for _ in 0..2 {
+        let exhausted = issuer.issue(domain).await;
+        assert!(
+            matches!(exhausted, Err(FenceError::TokenExhausted { .. })),
+            "{exhausted:?}"
+        );
+    }
+}
+
 /// The lease guard on `leases` (fresh `domain`): it keeps the lease across several TTLs by
 /// renewing it in the background, with one token; a second owner's acquire with a wait
 /// deadline is `LeaseHeld` once the deadline passes, and gets the lease soon after the first

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fence_conformance::lease;
-use fence_conformance::services::{domain as d, token as t};
-use fence_core::{Fence, FenceError, LeaseManager, OwnerId, TokenIssuer};
+use fence_conformance::services::domain as d;
+use fence_core::{FenceError, LeaseManager, OwnerId, TokenIssuer};
 use fence_postgres::PostgresFence;
 use fence_testkit::postgres::{pool, PostgresServer};
 use support::shared;
@@ -78,49 +78,28 @@ async fn the_counter_is_floored_at_the_mark_and_corrupt_rows_fail_closed() {
     let (issuer, leases) = (fence.issuer(), fence.leases());
     lease::issuer_is_strictly_increasing(&issuer, &d("issued")).await;
 
-    let domain = d("recreated");
-    assert_eq!(issuer.issue(&domain).await.unwrap().get(), 1);
-    fence.claim(&domain, t(12)).await.unwrap();
     let counters = format!("{}.fence_counters", fence.schema());
-    let deleted = sqlx::query(&format!(
-        "DELETE FROM {counters} WHERE domain = 'recreated'"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap()
-    .rows_affected();
-    assert_eq!(deleted, 1);
-    assert_eq!(
-        issuer.issue(&domain).await.unwrap().get(),
-        13,
-        "floored above the mark 12"
-    );
-    fence.claim(&domain, t(20)).await.unwrap();
-    let lease = leases
-        .acquire(
-            &domain,
-            &OwnerId::new("after").unwrap(),
-            Duration::from_secs(5),
-        )
-        .await
-        .unwrap();
-    assert_eq!(lease.token.get(), 21, "the lease's token is floored too");
-
-    // The last token: then exhausted, with the counter left as it was.
-    sqlx::query(&format!(
-        "UPDATE {counters} SET last = 18446744073709551614 WHERE domain = 'recreated'"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
-    assert_eq!(
-        issuer.issue(&domain).await.unwrap(),
-        fence_core::FencingToken::MAX
-    );
-    assert!(matches!(
-        issuer.issue(&domain).await,
-        Err(FenceError::TokenExhausted { .. })
-    ));
+    let set_counter = |last: Option<u64>| -> fence_core::BoxFuture<'static, ()> {
+        let (pool, counters) = (pool.clone(), counters.clone());
+        Box::pin(async move {
+            let sql = match last {
+                None => format!("DELETE FROM {counters} WHERE domain = 'recreated'"),
+                Some(last) => {
+                    format!("UPDATE {counters} SET last = {last} WHERE domain = 'recreated'")
+                }
+            };
+            let changed = sqlx::query(&sql).execute(&pool).await.unwrap();
+            assert_eq!(changed.rows_affected(), 1, "{sql}");
+        })
+    };
+    lease::issuer_is_floored_at_the_mark_and_exhausts_cleanly(
+        &fence,
+        &issuer,
+        &leases,
+        &d("recreated"),
+        &set_counter,
+    )
+    .await;
 
     sqlx::query(&format!(
         "ALTER TABLE {counters} DROP CONSTRAINT fence_counters_last_u64"
