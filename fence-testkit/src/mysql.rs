@@ -195,6 +195,11 @@ impl MariaDbServer {
         format!("mysql://fence:fence@127.0.0.1:{}/fence", self.port)
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the server: one process, so a pause stops it all.
+    pub fn signal(&self, signal: &str) {
+        self.process.signal(signal);
+    }
+
     /// SIGKILL (a crash: no shutdown, InnoDB recovers from its redo log) and start again on
     /// the same port and data.
     pub fn kill_and_restart(&self) {
