@@ -24,6 +24,18 @@ pub enum MySqlFenceError {
     /// The fence's tables exist with another shape than [`crate::migrate`] gives them.
     #[error("mysql: {0}")]
     Shape(String),
+    /// The fenced transaction had ended before its commit: an implicit commit inside it (DDL,
+    /// `LOCK TABLES`, `BEGIN`, `SET autocommit = 1`) committed what ran before it, the mark and
+    /// the op id included, or the server rolled it back (a deadlock); reported `Ambiguous`.
+    #[error("mysql: the fenced transaction ended before its commit (an implicit commit inside it committed what ran before, or the server rolled it back): retry with the same op id to learn which")]
+    TransactionEnded,
+    /// A fenced row update matched no row although the row now admits its token: the row was
+    /// inserted or changed meanwhile. Retryable.
+    #[error("mysql: the row changed under the fenced update of `{table}`: retry")]
+    RowChanged {
+        /// The table.
+        table: String,
+    },
     /// A fenced row update found no row with its key.
     #[error("mysql: no row with this key in `{table}`")]
     RowMissing {
@@ -49,10 +61,13 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
         Some(1044 | 1045 | 1142 | 1143 | 1227 | 1290 | 1792) => BackendErrorKind::PermissionDenied,
         // unknown database, no such table: not migrated
         Some(1049 | 1146) => BackendErrorKind::NotFound,
-        // deadlock (the transaction was rolled back), lock wait timeout
-        Some(1213 | 1205) => BackendErrorKind::Contention,
-        // too many connections, server shutting down, query interrupted
-        Some(1040 | 1053 | 1317) => BackendErrorKind::Unavailable,
+        // deadlock (the transaction was rolled back), lock wait timeout, a snapshot conflict
+        Some(1213 | 1205 | 1020) => BackendErrorKind::Contention,
+        // too many connections, shutting down, interrupted, statement timeouts (MariaDB's
+        // max_statement_time, MySQL's max_execution_time), a connection killed or dropped
+        Some(1040 | 1053 | 1317 | 1969 | 3024 | 1927 | 4031 | 1158..=1161) => {
+            BackendErrorKind::Unavailable
+        }
         Some(_) => BackendErrorKind::Rejected,
         None => match error {
             sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
@@ -93,7 +108,10 @@ pub(crate) fn user_sql_error(
     // The connection lost, or the server shutting down, once `COMMIT` was sent: the commit may
     // have been made durable before the answer was lost.
     let lost = matches!(error, sqlx::Error::Io(_) | sqlx::Error::Protocol(_))
-        || matches!(number(&error), Some(1053));
+        || matches!(
+            number(&error),
+            Some(1053 | 1317 | 1927 | 4031 | 1158..=1161)
+        );
     if after_send && lost {
         return FenceError::Ambiguous {
             domain: domain.clone(),

@@ -208,7 +208,11 @@ impl MySqlFence {
             &mut tx,
             domain,
             operation,
-            MarkChange::Write { head, value },
+            MarkChange::Write {
+                from: locked.hwm,
+                head,
+                value,
+            },
             remember,
         )
         .await?;
@@ -224,7 +228,10 @@ impl MySqlFence {
                 &mut tx,
                 domain,
                 Operation::Claim,
-                MarkChange::Raise(token),
+                MarkChange::Raise {
+                    from: locked.hwm,
+                    to: token,
+                },
                 None,
             )
             .await?;

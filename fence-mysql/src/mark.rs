@@ -23,11 +23,15 @@ pub(crate) struct Locked {
 pub(crate) enum MarkChange {
     /// Leave it as it is.
     Keep,
-    /// Raise the mark to `to`; the entry stays.
-    Raise(FencingToken),
-    /// Raise the mark to the writer's token and replace the entry (a value, or a tombstone
-    /// without one).
+    /// Raise the mark from `from` (what the lock read) to `to`; the entry stays.
+    Raise {
+        from: Option<FencingToken>,
+        to: FencingToken,
+    },
+    /// Raise the mark from `from` to the writer's token and replace the entry (a value, or a
+    /// tombstone without one).
     Write {
+        from: Option<FencingToken>,
         head: EntryHead,
         value: Option<Vec<u8>>,
     },
@@ -52,8 +56,8 @@ pub(crate) fn token_column(
 }
 
 /// The mark and the entry's head of a row (columns 0..4: hwm, state, revision, writer),
-/// validated: anything not Fence's fails closed. A NULL mark with no entry is a row created
-/// by the transaction reading it (only that transaction sees it: no mark yet).
+/// validated: anything not Fence's fails closed. A NULL mark is read only on a row [`lock`]
+/// created (no mark yet); a committed one was turned to 0 there, and `read` refuses it.
 pub(crate) fn decode_head(
     domain: &Domain,
     row: &MySqlRow,
@@ -95,8 +99,11 @@ impl MySqlFence {
         let sql_error = |e| map_error(e, domain, operation, false);
         let mut tx = self.pool().begin().await.map_err(sql_error)?;
         let marks = self.tables().marks();
+        // A committed row never has a NULL mark: one found is set to 0 here, which the decoding
+        // refuses (and the refusal rolls back), so NULL below means "created by this statement".
         sqlx::query(&format!(
-            "INSERT INTO {marks} (domain) VALUES (?) ON DUPLICATE KEY UPDATE domain = domain"
+            "INSERT INTO {marks} (domain) VALUES (?) \
+             ON DUPLICATE KEY UPDATE hwm = IF(hwm IS NULL, 0, hwm)"
         ))
         .bind(domain.as_str().as_bytes())
         .execute(&mut *tx)
@@ -156,18 +163,23 @@ impl MySqlFence {
         let marks = self.tables().marks();
         let changed = match change {
             MarkChange::Keep => None,
-            MarkChange::Raise(to) => Some(
-                sqlx::query(&format!("UPDATE {marks} SET hwm = ? WHERE domain = ?"))
-                    .bind(to.get())
-                    .bind(domain.as_str().as_bytes())
-                    .execute(&mut **tx)
-                    .await
-                    .map_err(sql_error)?,
+            // Each change names the mark it decided on: the row cannot have moved under the
+            // lock, and if it did (a transaction ended early), nothing is changed.
+            MarkChange::Raise { from, to } => Some(
+                sqlx::query(&format!(
+                    "UPDATE {marks} SET hwm = ? WHERE domain = ? AND hwm <=> ?"
+                ))
+                .bind(to.get())
+                .bind(domain.as_str().as_bytes())
+                .bind(from.map(FencingToken::get))
+                .execute(&mut **tx)
+                .await
+                .map_err(sql_error)?,
             ),
-            MarkChange::Write { head, value } => Some(
+            MarkChange::Write { from, head, value } => Some(
                 sqlx::query(&format!(
                     "UPDATE {marks} SET hwm = ?, state = ?, revision = ?, writer = ?, value = ? \
-                     WHERE domain = ?"
+                     WHERE domain = ? AND hwm <=> ?"
                 ))
                 .bind(head.token().get())
                 .bind(if head.is_live() { &b"v"[..] } else { &b"t"[..] })
@@ -175,6 +187,7 @@ impl MySqlFence {
                 .bind(head.token().get())
                 .bind(value)
                 .bind(domain.as_str().as_bytes())
+                .bind(from.map(FencingToken::get))
                 .execute(&mut **tx)
                 .await
                 .map_err(sql_error)?,
@@ -182,7 +195,10 @@ impl MySqlFence {
         };
         // Matched rows (sqlx connects with CLIENT_FOUND_ROWS): 1 even when nothing changed.
         if changed.is_some_and(|done| done.rows_affected() != 1) {
-            return Err(corrupt(domain, "the locked mark row was not updated"));
+            return Err(corrupt(
+                domain,
+                "the locked mark row changed under its transaction",
+            ));
         }
         let Some(remember) = remember else {
             return Ok(());

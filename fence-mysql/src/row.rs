@@ -23,12 +23,14 @@ use crate::mark::token_column;
 ///
 /// **The affected-rows trap**: MySQL reports *changed* rows unless the client asked for
 /// matched rows (`CLIENT_FOUND_ROWS`), so an update that writes the values a row already has
-/// reports 0 and would look refused. sqlx connects with `CLIENT_FOUND_ROWS`, and when 0 rows
-/// are reported this fence reads the row's token anyway: a token the update's condition
-/// admits means the row matched and the update is a success, whatever the count said.
+/// would report 0 and look refused. sqlx connects with `CLIENT_FOUND_ROWS` (this crate's tests
+/// check it), so 0 means no row matched, and is never reported as a success.
 ///
-/// Zero rows matched becomes [`FenceError::Fenced`] with the row's current token, or a
-/// `NotFound` backend error when the row does not exist. Run it inside your own transaction
+/// Zero rows matched becomes [`FenceError::Fenced`] with the row's current token, a
+/// `NotFound` backend error when the row does not exist, or a retryable `Contention` error
+/// when the row admits the token by the time it is read (it was inserted or changed
+/// meanwhile). A connection lost during the update is `Ambiguous`: outside a transaction the
+/// update commits by itself. Run it inside your own transaction
 /// (any `&mut MySqlConnection`, a `Transaction` included) to combine it with other statements.
 ///
 /// ```no_run
@@ -117,11 +119,12 @@ impl RowFence {
                 .build()
                 .execute(&mut *conn)
                 .await
-                .map_err(|e| user_sql_error(e, domain, Operation::Write, false))?
+                // Outside a transaction the update commits by itself: a lost answer may hide it.
+                .map_err(|e| user_sql_error(e, domain, Operation::Write, true))?
                 .rows_affected();
             match matched {
                 1 => Ok(()),
-                0 => self.zero_rows(conn, domain, key, token).await,
+                0 => Err(self.zero_rows(conn, domain, key, token).await),
                 n => Err(corrupt(
                     domain,
                     format!(
@@ -134,17 +137,15 @@ impl RowFence {
         .await
     }
 
-    /// Zero rows reported: the row's current token, read with a locking read (the latest
-    /// committed one, whatever the isolation level). The presented token itself, admitted —
-    /// the update matched a row it left as it was, counted as changed rows — is a success;
-    /// a newer one is `Fenced`; no row is `NotFound`.
+    /// Zero rows matched: why, from the row's current token, read with a locking read (the
+    /// latest committed one, whatever the isolation level).
     async fn zero_rows<'a, K>(
         &self,
         conn: &mut MySqlConnection,
         domain: &Domain,
         key: K,
         token: FencingToken,
-    ) -> Result<(), FenceError>
+    ) -> FenceError
     where
         K: Send + Encode<'a, MySql> + Type<MySql> + 'a,
     {
@@ -155,47 +156,54 @@ impl RowFence {
             self.target.key_column()
         ));
         query.push_bind(key).push(" LOCK IN SHARE MODE");
-        let current: Option<Option<u64>> = query
-            .build_query_scalar()
-            .fetch_optional(&mut *conn)
-            .await
-            .map_err(|e| user_sql_error(e, domain, Operation::Write, false))?;
+        let current: Result<Option<Option<u64>>, _> =
+            query.build_query_scalar().fetch_optional(&mut *conn).await;
         let current = match current {
-            None => {
-                return Err(FenceError::backend(
+            Err(e) => return user_sql_error(e, domain, Operation::Write, false),
+            Ok(None) => {
+                return FenceError::backend(
                     BACKEND,
                     BackendErrorKind::NotFound,
                     Some(domain),
                     MySqlFenceError::RowMissing {
                         table: self.target.table().to_owned(),
                     },
-                ))
+                )
             }
-            Some(current) => current
+            Ok(Some(current)) => match current
                 .map(|c| token_column(domain, c, "token column"))
-                .transpose()?,
+                .transpose()
+            {
+                Ok(current) => current,
+                Err(corrupt) => return corrupt,
+            },
         };
         match zero_rows_verdict(self.target.policy(), current, token) {
-            ZeroRows::Matched => Ok(()),
-            ZeroRows::Fenced(current) => Err(FenceError::Fenced {
+            ZeroRows::Fenced(current) => FenceError::Fenced {
                 domain: domain.clone(),
                 presented: token,
                 current,
-            }),
-            ZeroRows::Contradiction(why) => Err(corrupt(domain, why)),
+            },
+            ZeroRows::Changed => FenceError::backend(
+                BACKEND,
+                BackendErrorKind::Contention,
+                Some(domain),
+                MySqlFenceError::RowChanged {
+                    table: self.target.table().to_owned(),
+                },
+            ),
         }
     }
 }
 
-/// What zero reported rows mean, given the row's token read after the update.
+/// What zero matched rows mean, given the row's token read after the update.
 #[derive(Debug, PartialEq, Eq)]
 enum ZeroRows {
-    /// The update matched a row it left as it was (the count was of changed rows).
-    Matched,
     /// The row's token refuses the presented one.
     Fenced(FencingToken),
-    /// The row's token admits the presented one, yet the update matched nothing.
-    Contradiction(String),
+    /// The row's token admits the presented one now: it was inserted or changed after the
+    /// update looked (sqlx counts matched rows, so zero means no match).
+    Changed,
 }
 
 fn zero_rows_verdict(
@@ -203,23 +211,13 @@ fn zero_rows_verdict(
     current: Option<FencingToken>,
     token: FencingToken,
 ) -> ZeroRows {
-    let Some(current) = current else {
-        // The update would have set the token: it did not match this row.
-        return ZeroRows::Contradiction(
-            "the row's token is NULL, yet the update matched nothing".into(),
-        );
-    };
-    let admits = match policy {
+    let admits = current.is_none_or(|current| match policy {
         EqualTokenPolicy::Strict => current < token,
         _ => current <= token,
-    };
-    match (admits, current == token) {
-        // The trap: the values and the token were already these, counted as unchanged.
-        (true, true) => ZeroRows::Matched,
-        (true, false) => ZeroRows::Contradiction(format!(
-            "the row's token {current} admits {token}, yet the update matched nothing"
-        )),
-        (false, _) => ZeroRows::Fenced(current),
+    });
+    match current {
+        Some(current) if !admits => ZeroRows::Fenced(current),
+        _ => ZeroRows::Changed,
     }
 }
 
@@ -232,21 +230,16 @@ mod tests {
     }
 
     #[test]
-    fn zero_changed_rows_under_the_same_token_is_a_match() {
+    fn zero_matched_rows_are_fenced_or_a_row_that_changed() {
         let same = EqualTokenPolicy::SameOwner;
-        assert_eq!(zero_rows_verdict(same, Some(t(5)), t(5)), ZeroRows::Matched);
         assert_eq!(
             zero_rows_verdict(same, Some(t(6)), t(5)),
             ZeroRows::Fenced(t(6))
         );
-        assert!(matches!(
-            zero_rows_verdict(same, Some(t(4)), t(5)),
-            ZeroRows::Contradiction(_)
-        ));
-        assert!(matches!(
-            zero_rows_verdict(same, None, t(5)),
-            ZeroRows::Contradiction(_)
-        ));
+        // Never a success: zero matched rows wrote nothing.
+        assert_eq!(zero_rows_verdict(same, Some(t(5)), t(5)), ZeroRows::Changed);
+        assert_eq!(zero_rows_verdict(same, Some(t(4)), t(5)), ZeroRows::Changed);
+        assert_eq!(zero_rows_verdict(same, None, t(5)), ZeroRows::Changed);
         let strict = EqualTokenPolicy::Strict;
         assert_eq!(
             zero_rows_verdict(strict, Some(t(5)), t(5)),

@@ -4,20 +4,24 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 
-use fence_core::raw::{observe, pipeline};
+use fence_core::raw::observe;
+use fence_core::raw::pipeline::{self, TransactionDecision};
 use fence_core::{
     AdmittedTransaction, BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation,
     OperationId, Transacted, TransactionError, TransactionRequest,
 };
-use sqlx::{MySql, MySqlConnection, Transaction};
+use sqlx::{Executor, MySql, MySqlConnection, Transaction};
 
-use crate::error::{corrupt, map_error, user_sql_error, BACKEND};
+use crate::error::{map_error, user_sql_error, MySqlFenceError, BACKEND};
 use crate::fence::MySqlFence;
 use crate::mark::{commit, MarkChange, Remember};
 
-/// Set when the mark row is locked and released just before `COMMIT`: a transaction the server
-/// rolled back meanwhile (a deadlock) has lost it, so it is never committed as a success.
-const SAVEPOINT: &str = "fence_admitted";
+/// Set once the mark is raised and released just before `COMMIT`: a transaction that ended
+/// meanwhile (an implicit commit, a deadlock's rollback) has lost it, so its end is never
+/// reported as this commit's success. Sent as text (a query without arguments): MySQL 8
+/// refuses savepoint statements as prepared statements.
+const SAVEPOINT: &str = "SAVEPOINT fence_admitted";
+const RELEASE: &str = "RELEASE SAVEPOINT fence_admitted";
 
 /// What [`MySqlFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
 pub type Begun = fence_core::Begun<FencedTransaction>;
@@ -28,11 +32,8 @@ pub type Begun = fence_core::Begun<FencedTransaction>;
 /// dropping it without [`FencedTransaction::commit`] rolls everything back, the mark included.
 pub struct FencedTransaction {
     tx: Transaction<'static, MySql>,
-    fence: MySqlFence,
     fencing: Fencing,
     previous_high_water_mark: Option<FencingToken>,
-    change: MarkChange,
-    remember: Option<Remember>,
 }
 
 impl FencedTransaction {
@@ -63,11 +64,15 @@ impl FencedTransaction {
         user_sql_error(error, self.domain(), Operation::Write, false)
     }
 
-    /// Commits your statements and the mark together. A connection lost once `COMMIT` was sent
-    /// is [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome. A
-    /// transaction the server rolled back under your statements (a deadlock) commits nothing
-    /// and is an error here, never a success. (A statement that failed otherwise was rolled
-    /// back alone, as MySQL does; the rest of the transaction commits.)
+    /// Commits your statements and the mark together (the mark was raised and the op id
+    /// recorded when the transaction began, before your first statement, so whatever commits
+    /// of it commits with them). A connection lost once `COMMIT` was sent is
+    /// [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome. So is a
+    /// transaction that ended before this commit: an implicit commit inside it (DDL,
+    /// `LOCK TABLES`, `BEGIN`, `SET autocommit = 1`) committed what ran before it, or the
+    /// server rolled it back (a deadlock, error 1213) — never reported as this commit's
+    /// success. (A statement that failed otherwise was rolled back alone, as MySQL does; the
+    /// rest of the transaction commits.)
     ///
     /// Counted as a `commit` of the domain in the `mysql` backend's metrics.
     pub async fn commit(self) -> Result<(), FenceError> {
@@ -85,29 +90,22 @@ impl FencedTransaction {
 
     async fn commit_now(mut self) -> Result<(), FenceError> {
         let domain = self.fencing.domain().clone();
-        let released = sqlx::query(&format!("RELEASE SAVEPOINT {SAVEPOINT}"))
-            .execute(&mut *self.tx)
-            .await;
+        let released = (&mut *self.tx).execute(RELEASE).await;
         if let Err(error) = released {
             // 1305: no such savepoint. The transaction that set it is gone.
             let gone = matches!(&error, sqlx::Error::Database(db)
                 if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
                     .is_some_and(|e| e.number() == 1305));
             return Err(if gone {
-                corrupt(
-                    &domain,
-                    "the fenced transaction was rolled back by the server (a deadlock?) or \
-                     ended by a COMMIT or ROLLBACK sent inside it: nothing of it is committed",
-                )
+                FenceError::Ambiguous {
+                    domain,
+                    operation: Operation::Commit,
+                    source: Box::new(MySqlFenceError::TransactionEnded),
+                }
             } else {
                 map_error(error, &domain, Operation::Write, false)
             });
         }
-        let change = std::mem::replace(&mut self.change, MarkChange::Keep);
-        let remember = self.remember.take();
-        self.fence
-            .apply(&mut self.tx, &domain, Operation::Write, change, remember)
-            .await?;
         commit(self.tx, &domain, Operation::Write).await
     }
 
@@ -215,21 +213,30 @@ impl MySqlFence {
         let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
         let op = request.op_id().map(|op_id| (token, op_id));
         let (mut tx, locked) = self.lock(domain, operation, op).await?;
-        // The pipeline's order: op-id replay, then the token rule, then apply.
-        if let (Some(op_id), Some(stored)) = (request.op_id(), &locked.op) {
-            return Ok(Begun::Duplicate {
-                previous_high_water_mark: stored.as_transaction(domain, op_id)?,
-            });
-        }
-        pipeline::admit(domain, locked.hwm, token, request.policy(), self.bounds())?;
-        sqlx::query(&format!("SAVEPOINT {SAVEPOINT}"))
-            .execute(&mut *tx)
-            .await
-            .map_err(|e| map_error(e, domain, operation, false))?;
-        let change = if locked.hwm == Some(token) {
-            MarkChange::Keep
+        let raise = match pipeline::decide_transaction(
+            request,
+            locked.hwm,
+            locked.op.as_ref(),
+            self.bounds(),
+        )? {
+            TransactionDecision::Replay {
+                previous_high_water_mark,
+            } => {
+                return Ok(Begun::Duplicate {
+                    previous_high_water_mark,
+                })
+            }
+            TransactionDecision::Admit { raise } => raise,
+        };
+        // The mark and the op id before the caller's first statement: an implicit commit
+        // inside the transaction commits them with what ran before it, never that alone.
+        let change = if raise {
+            MarkChange::Raise {
+                from: locked.hwm,
+                to: token,
+            }
         } else {
-            MarkChange::Raise(token)
+            MarkChange::Keep
         };
         let remember = request.op_id().map(|op_id| Remember {
             token,
@@ -237,13 +244,16 @@ impl MySqlFence {
             previous: locked.hwm,
             revision: None,
         });
+        self.apply(&mut tx, domain, operation, change, remember)
+            .await?;
+        (&mut *tx)
+            .execute(SAVEPOINT)
+            .await
+            .map_err(|e| map_error(e, domain, operation, false))?;
         Ok(Begun::Admitted(FencedTransaction {
             tx,
-            fence: self.clone(),
             fencing: request.fencing().clone(),
             previous_high_water_mark: locked.hwm,
-            change,
-            remember,
         }))
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use fence_conformance::proxy::{Mode, TcpProxy};
 use fence_core::{
-    BoxFuture, Domain, EqualTokenPolicy, Fence, FenceError, FencedStoreExt, FencingToken,
-    OperationId, Transacted, TransactionRequest,
+    BoxFuture, Domain, EqualTokenPolicy, Fence, FenceError, FencedStore, FencedStoreExt,
+    FencingToken, OperationId, Transacted, TransactionRequest,
 };
 use fence_mysql::{Begun, MySqlFence, RowFence};
 use fence_testkit::mysql::{address, pool, shared_url};
@@ -71,11 +71,11 @@ async fn a_row_update_that_changes_nothing_is_still_a_success() {
         set.push("balance = ").push_bind(90_i64);
     };
     rows.update(&mut conn, 7_i64, t(5), set_90).await.unwrap();
-    // The same values under the same token: a changed-rows count would be 0. It matched, so
-    // it is a success, not `Fenced`.
+    // The same values under the same token: a changed-rows count would be 0 and look like a
+    // refusal. It matched, so it is a success, not `Fenced`.
     rows.update(&mut conn, 7_i64, t(5), set_90).await.unwrap();
-    // sqlx connects with CLIENT_FOUND_ROWS (matched rows): checked here, as RowFence's
-    // zero-rows fallback is only for a count of changed rows.
+    // Because sqlx connects with CLIENT_FOUND_ROWS (matched rows), which RowFence relies on:
+    // checked here, so a driver that stops asking for it fails this test.
     let matched = sqlx::query(&format!(
         "UPDATE {}.accounts SET balance = 90 WHERE id = 7",
         fence.database()
@@ -352,4 +352,152 @@ async fn tables_of_another_shape_fail_closed() {
     assert_eq!(columns, 2);
     let invalid = MySqlFence::builder(pool, "Not-A-Name").build();
     assert!(invalid.is_err());
+}
+
+#[tokio::test]
+async fn an_implicit_commit_inside_commits_the_mark_with_the_work() {
+    let Some((fence, pool)) = shared("implicit").await else {
+        return;
+    };
+    let database = fence.database().to_owned();
+    accounts(&pool, &database).await;
+    let domain = d("account-7");
+    fence.claim(&domain, t(3)).await.unwrap();
+    let request =
+        TransactionRequest::new(domain.clone(), t(4)).with_op_id(OperationId::new("ddl").unwrap());
+    let Begun::Admitted(mut tx) = fence.begin(&request).await.unwrap() else {
+        panic!("admitted");
+    };
+    sqlx::query(&format!(
+        "UPDATE {database}.accounts SET balance = 50 WHERE id = 7"
+    ))
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    // DDL commits the open transaction: the update, and the mark raised at begin with it.
+    sqlx::query(&format!("CREATE TABLE {database}.audit (n INT)"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let committed = tx.commit().await;
+    assert!(
+        matches!(committed, Err(FenceError::Ambiguous { .. })),
+        "an ended transaction must be ambiguous, not a success: {committed:?}"
+    );
+    assert_eq!(
+        balance(&pool, &database).await.0,
+        50,
+        "the update committed"
+    );
+    assert_eq!(fence.high_water_mark(&domain).await.unwrap(), Some(t(4)));
+    // A stale holder is refused after it, and the op id learns that it committed.
+    let stale = fence
+        .begin(&TransactionRequest::new(domain.clone(), t(3)))
+        .await;
+    assert!(stale.is_err_and(|e| e.is_fenced()));
+    let retry = fence
+        .transaction(&request, run_sql("DO 0".into()))
+        .await
+        .unwrap();
+    assert!(retry.is_duplicate(), "{retry:?}");
+}
+
+#[tokio::test]
+async fn a_committed_mark_of_null_fails_closed() {
+    let Some((fence, pool)) = shared("null_mark").await else {
+        return;
+    };
+    let domain = d("nulled");
+    fence.put(&domain, t(5), "v").await.unwrap();
+    sqlx::query(&format!(
+        "UPDATE {}.fence_marks SET hwm = NULL, state = NULL, revision = NULL, writer = NULL \
+         WHERE domain = 'nulled'",
+        fence.database()
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let write = fence.put(&domain, t(1), "stale").await;
+    assert!(
+        matches!(write, Err(FenceError::CorruptState { .. })),
+        "{write:?}"
+    );
+    let begun = fence
+        .begin(&TransactionRequest::new(domain.clone(), t(1)))
+        .await;
+    assert!(
+        matches!(begun, Err(FenceError::CorruptState { .. })),
+        "{begun:?}"
+    );
+    assert!(matches!(
+        fence.read(&domain).await,
+        Err(FenceError::CorruptState { .. })
+    ));
+    // Left as it was: the refusal rolled back.
+    let hwm: Option<u64> = sqlx::query_scalar(&format!(
+        "SELECT hwm FROM {}.fence_marks WHERE domain = 'nulled'",
+        fence.database()
+    ))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(hwm, None);
+}
+
+/// A harness over a fence whose sessions run READ COMMITTED.
+struct ReadCommitted(fence_core::Observed<MySqlFence>);
+
+#[async_trait::async_trait]
+impl fence_conformance::StoreHarness for ReadCommitted {
+    fn store(&self) -> std::sync::Arc<dyn fence_core::FencedStore> {
+        std::sync::Arc::new(self.0.clone())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn read_committed_sessions_hold_the_contract() {
+    let Some((fence, _)) = shared("read_committed").await else {
+        return;
+    };
+    let url = shared_url().unwrap();
+    let pool = sqlx::mysql::MySqlPoolOptions::new()
+        .max_connections(16)
+        .after_connect(|conn, _| {
+            Box::pin(async move {
+                sqlx::Executor::execute(
+                    conn,
+                    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+                )
+                .await
+                .map(|_| ())
+            })
+        })
+        .connect(&url)
+        .await
+        .unwrap();
+    let isolation: String = sqlx::query_scalar("SELECT @@tx_isolation")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(isolation, "READ-COMMITTED");
+    let harness = ReadCommitted(MySqlFence::builder(pool, fence.database()).build().unwrap());
+    let ns = fence_conformance::Namespace::new("read_committed");
+    for (name, result) in [
+        (
+            "every vector",
+            fence_conformance::store::every_vector_agrees_with_the_rule(&harness, &ns).await,
+        ),
+        (
+            "mixed tokens race",
+            fence_conformance::store::concurrent_writers_with_mixed_tokens(&harness, &ns).await,
+        ),
+        (
+            "claims and writes race",
+            fence_conformance::store::concurrent_claims_and_writes(&harness, &ns).await,
+        ),
+    ] {
+        if let Err(failure) = result {
+            panic!("{name} under READ COMMITTED: {failure}");
+        }
+    }
 }

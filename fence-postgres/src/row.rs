@@ -111,7 +111,8 @@ impl RowFence {
                 .build()
                 .execute(&mut *conn)
                 .await
-                .map_err(|e| user_sql_error(e, domain, operation, false))?
+                // Outside a transaction the update commits by itself: a lost answer may hide it.
+                .map_err(|e| user_sql_error(e, domain, operation, true))?
                 .rows_affected();
             match updated {
                 1 => Ok(()),

@@ -5,7 +5,7 @@ use std::fmt;
 use std::ops::{Deref, DerefMut};
 
 use fence_core::raw::observe;
-use fence_core::raw::pipeline;
+use fence_core::raw::pipeline::{self, TransactionDecision};
 use fence_core::{
     AdmittedTransaction, BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation,
     OperationId, Transacted, TransactionError, TransactionRequest,
@@ -224,20 +224,28 @@ impl PostgresFence {
         let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
         let op = request.op_id().map(|op_id| (token, op_id));
         let (tx, locked) = self.lock(domain, operation, op).await?;
-        // The pipeline's order: op-id replay, then the token rule, then apply.
-        if let (Some(op_id), Some(row)) = (request.op_id(), &locked.op) {
-            return Ok(Begun::Duplicate {
-                previous_high_water_mark: row.as_transaction(domain, op_id)?,
-            });
-        }
-        pipeline::admit(domain, locked.hwm, token, request.policy(), locked.bounds())?;
-        let change = if locked.hwm == Some(token) {
-            MarkChange::Keep
-        } else {
+        let raise = match pipeline::decide_transaction(
+            request,
+            locked.hwm,
+            locked.op.as_ref(),
+            locked.bounds(),
+        )? {
+            TransactionDecision::Replay {
+                previous_high_water_mark,
+            } => {
+                return Ok(Begun::Duplicate {
+                    previous_high_water_mark,
+                })
+            }
+            TransactionDecision::Admit { raise } => raise,
+        };
+        let change = if raise {
             MarkChange::Raise {
                 from: locked.hwm,
                 to: token,
             }
+        } else {
+            MarkChange::Keep
         };
         let remember = request.op_id().map(|op_id| Remember {
             token,

@@ -370,3 +370,41 @@ mod tests {
         Ok(())
     }
 }
+
+/// What to do with a fenced transaction (the SQL adapters' `begin`), on the locked mark row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum TransactionDecision {
+    /// The op id had committed before: answer with the mark before that run, run nothing.
+    Replay {
+        /// The mark before the first run.
+        previous_high_water_mark: Option<FencingToken>,
+    },
+    /// Admitted: the caller's statements may run; the mark rises to the token when `raise`
+    /// (it is the token already otherwise), and the request's op id, if any, is remembered
+    /// with the mark before it.
+    Admit {
+        /// Whether the mark changes.
+        raise: bool,
+    },
+}
+
+/// Decides a fenced transaction in the pipeline's order: a remembered op id replays (one first
+/// used for a write is `OpIdReused`), else the token is admitted against the mark and `bounds`.
+pub fn decide_transaction(
+    request: &crate::TransactionRequest,
+    high_water_mark: Option<FencingToken>,
+    stored: Option<&crate::raw::StoredOp>,
+    bounds: TokenBounds,
+) -> Result<TransactionDecision, FenceError> {
+    let (domain, token) = (request.domain(), request.token());
+    if let (Some(op_id), Some(stored)) = (request.op_id(), stored) {
+        return Ok(TransactionDecision::Replay {
+            previous_high_water_mark: stored.as_transaction(domain, op_id)?,
+        });
+    }
+    admit(domain, high_water_mark, token, request.policy(), bounds)?;
+    Ok(TransactionDecision::Admit {
+        raise: high_water_mark != Some(token),
+    })
+}
