@@ -27,8 +27,8 @@ const RELEASE: &str = "RELEASE SAVEPOINT fence_admitted";
 pub type Begun = fence_core::Begun<FencedTransaction>;
 
 /// A database transaction admitted by the fence: it holds the domain's mark row locked until it
-/// ends, so no other holder of the domain commits in between; its commit raises the mark to
-/// its token with your statements. Dereferences to the transaction's `MySqlConnection`;
+/// ends, so no other holder of the domain commits in between; the mark was raised to its token
+/// (and its op id recorded) before your first statement, and commits with them. Dereferences to the transaction's `MySqlConnection`;
 /// dropping it without [`FencedTransaction::commit`] rolls everything back, the mark included.
 pub struct FencedTransaction {
     tx: Transaction<'static, MySql>,
@@ -159,8 +159,9 @@ impl MySqlFence {
     /// with [`Begun::Duplicate`], refuses a stale token ([`FenceError::Fenced`]: below the
     /// mark, or equal under [`fence_core::EqualTokenPolicy::Strict`]) before any of your SQL
     /// runs, and hands you the transaction, which holds the mark row until it ends.
-    /// [`FencedTransaction::commit`] raises the mark to the token and remembers the op id in
-    /// it, just before `COMMIT`.
+    /// The mark is raised to the token and the op id remembered in it right away, before your
+    /// first statement, so whatever of the transaction commits, commits with them;
+    /// [`FencedTransaction::commit`] checks that the transaction is still the one it began.
     ///
     /// Holders of one domain serialize on the mark row: keep the transaction short. The mark
     /// is read with a locking read, so the isolation level (REPEATABLE READ by default) does
