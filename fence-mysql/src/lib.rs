@@ -5,6 +5,7 @@ mod error;
 mod fence;
 mod lease;
 mod mark;
+mod retire;
 mod row;
 mod schema;
 mod transaction;

@@ -171,3 +171,29 @@ async fn the_issuer_is_monotonic_across_a_crash_of_the_server() {
         "the lease survived the crash"
     );
 }
+
+#[tokio::test]
+async fn a_retired_domain_leaves_no_rows() {
+    let Some((fence, pool)) = shared("retire").await else {
+        return;
+    };
+    let domain = d("retired");
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &fence,
+        &fence,
+        Some(&fence.leases()),
+        &domain,
+    )
+    .await;
+    for table in ["fence_marks", "fence_counters", "fence_ops", "fence_leases"] {
+        let rows: i64 = sqlx::query_scalar(&format!(
+            "SELECT COUNT(*) FROM {}.{table} WHERE domain = ?",
+            fence.database()
+        ))
+        .bind(domain.as_str().as_bytes())
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(rows, 0, "{table} kept rows of the retired domain");
+    }
+}
