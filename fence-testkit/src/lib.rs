@@ -61,6 +61,31 @@ pub fn listens(address: &str) -> bool {
         .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok())
 }
 
+/// The `host:port` of a `scheme://user[:password]@host:port/db` URL.
+pub fn url_address(url: &str) -> String {
+    url.rsplit('@')
+        .next()
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A unique SQL schema or database name for `test` (`[a-z_][a-z0-9_]*`, at most 63 bytes).
+pub fn unique_sql_name(test: &str) -> String {
+    let test: String = test
+        .chars()
+        .take(24)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("ft_{test}_{}", unique_suffix().replace('.', "_"))
+}
+
 /// Whether the shared server `name` passes `probe`, asked up to three times a few hundred
 /// milliseconds apart: on a loaded two-core machine one probe can miss its timeout, and a shared
 /// server wrongly taken for absent fails a test under the test command. A server found absent

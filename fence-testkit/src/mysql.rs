@@ -23,29 +23,11 @@ pub fn shared_url() -> Option<String> {
     }
 }
 
-/// The `host:port` of a `mysql://user:password@host:port/db` URL.
-pub fn address(url: &str) -> String {
-    url.rsplit('@')
-        .next()
-        .and_then(|rest| rest.split('/').next())
-        .unwrap_or_default()
-        .to_owned()
-}
+pub use crate::url_address as address;
 
-/// A unique database name for `test` (`[a-z_][a-z0-9_]*`, at most 63 bytes).
+/// A unique database name for `test` (see [`crate::unique_sql_name`]).
 pub fn unique_database(test: &str) -> String {
-    let test: String = test
-        .chars()
-        .take(24)
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    format!("ft_{test}_{}", crate::unique_suffix().replace('.', "_"))
+    crate::unique_sql_name(test)
 }
 
 /// A pool of up to 16 connections to `url`.
