@@ -21,6 +21,8 @@ pub mod retirement;
 mod scenario;
 pub mod seeded;
 pub mod services;
+#[cfg(feature = "relay")]
+pub mod sql_relay;
 pub mod store;
 pub mod vectors;
 pub mod wait;
@@ -33,6 +35,10 @@ pub use scenario::{report, Failure, ScenarioResult, Verdict};
 
 #[doc(hidden)]
 pub mod __private {
+    pub use async_trait::async_trait;
+    pub use fence_core;
+    #[cfg(feature = "relay")]
+    pub use fence_outbox;
     pub use tokio;
 }
 

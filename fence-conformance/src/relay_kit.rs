@@ -121,6 +121,77 @@ pub fn fence_error(error: fence_outbox::OutboxError) -> fence_core::FenceError {
     }
 }
 
+/// The entry-point conformance suite ([`crate::entry_conformance`]) for the transitions of a
+/// SQL outbox (`fence-outbox-postgres`, `fence-outbox-mysql`): `$make(test)` gives the outbox
+/// (`None`: skipped), which has `transition(&TransactionRequest, &[Effect])` returning
+/// [`fence_outbox::Recorded`], `entries(&Domain)` and `fence()`. Each run records one effect,
+/// so the entries recorded count the runs.
+#[macro_export]
+macro_rules! sql_transition_conformance {
+    ($outbox:ty, $make:path) => {
+        struct TransitionHarness {
+            outbox: $outbox,
+        }
+
+        #[$crate::__private::async_trait]
+        impl $crate::entry::EntryHarness for TransitionHarness {
+            async fn run(
+                &self,
+                call: &$crate::entry::Call,
+            ) -> Result<$crate::entry::Ran, $crate::__private::fence_core::FenceError> {
+                let op_id = call
+                    .op_id
+                    .clone()
+                    .expect("the suite gives every call an op id");
+                let request = $crate::__private::fence_core::TransactionRequest::new(
+                    call.domain.clone(),
+                    call.token,
+                )
+                .with_op_id(op_id)
+                .with_policy(call.policy);
+                let effect =
+                    $crate::__private::fence_outbox::Effect::new("enqueue", "jobs", "payload");
+                let recorded = self
+                    .outbox
+                    .transition(&request, &[effect])
+                    .await
+                    .map_err($crate::relay_kit::fence_error)?;
+                Ok($crate::entry::Ran {
+                    duplicate: recorded.duplicate,
+                    previous: recorded.previous_high_water_mark,
+                })
+            }
+
+            async fn applied(
+                &self,
+                domain: &$crate::__private::fence_core::Domain,
+            ) -> Result<u64, $crate::__private::fence_core::FenceError> {
+                let entries = self
+                    .outbox
+                    .entries(domain)
+                    .await
+                    .map_err($crate::relay_kit::fence_error)?;
+                Ok(entries.len() as u64)
+            }
+
+            fn fence(&self) -> std::sync::Arc<dyn $crate::__private::fence_core::Fence> {
+                std::sync::Arc::new(self.outbox.fence().clone())
+            }
+
+            fn requires_op_id(&self) -> bool {
+                true
+            }
+        }
+
+        async fn harness() -> Option<&'static TransitionHarness> {
+            let outbox = $make("transition_entry").await?;
+            Some(Box::leak(Box::new(TransitionHarness { outbox })))
+        }
+
+        $crate::entry_conformance!(harness);
+    };
+}
+
 /// True when no entry is pending.
 pub fn all_settled(entries: &[OutboxEntry]) -> bool {
     entries

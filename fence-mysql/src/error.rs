@@ -4,7 +4,8 @@ use fence_core::{BackendErrorKind, Domain, FenceError, Operation};
 use sqlx::mysql::MySqlDatabaseError;
 
 /// The backend's name in errors and metrics.
-pub(crate) const BACKEND: &str = "mysql";
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
+pub const BACKEND: &str = "mysql";
 
 /// What went wrong at MySQL or MariaDB.
 #[derive(Debug, thiserror::Error)]
@@ -81,7 +82,8 @@ pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
 /// Maps a sqlx error of the fence's own SQL for `operation` on `domain` to the fence's error.
 /// `after_send`: the request may have taken effect (a `COMMIT` whose answer was lost), so a
 /// lost connection is `Ambiguous`, never a guess.
-pub(crate) fn map_error(
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
+pub fn map_error(
     error: sqlx::Error,
     domain: &Domain,
     operation: Operation,
@@ -128,6 +130,7 @@ pub(crate) fn user_sql_error(
 }
 
 /// State at the resource that is not Fence's, or is damaged.
-pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
+pub fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
     FenceError::corrupt(BACKEND, domain, detail)
 }

@@ -2,6 +2,8 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod error;
+#[cfg(feature = "unstable-raw")]
+pub mod extension;
 mod fence;
 mod lease;
 mod mark;

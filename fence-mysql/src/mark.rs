@@ -47,11 +47,8 @@ pub(crate) struct Remember {
 }
 
 /// A token read from a column (`what` names it), or `CorruptState` when it is 0.
-pub(crate) fn token_column(
-    domain: &Domain,
-    value: u64,
-    what: &str,
-) -> Result<FencingToken, FenceError> {
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
+pub fn token_column(domain: &Domain, value: u64, what: &str) -> Result<FencingToken, FenceError> {
     FencingToken::new(value).map_err(|e| corrupt(domain, format!("{what} {value}: {e}")))
 }
 
@@ -270,7 +267,8 @@ pub(crate) fn decode_op(
 
 /// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent
 /// leaves the outcome unknown (`Ambiguous`).
-pub(crate) async fn commit(
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
+pub async fn commit(
     tx: Transaction<'static, MySql>,
     domain: &Domain,
     operation: Operation,

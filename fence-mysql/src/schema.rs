@@ -132,14 +132,24 @@ pub(crate) async fn check_shape(
 /// replaced yourself.
 pub async fn migrate(pool: &MySqlPool, database: &str) -> Result<(), FenceError> {
     let database = Database::new(database)?;
-    let sql = SCHEMA_SQL.replace("fence_db", database.name());
+    run_script(pool, &database, SCHEMA_SQL).await?;
+    require_shape(pool, &database).await
+}
+
+/// Runs a schema script, `fence_db` standing for `database`, one statement at a time.
+pub(crate) async fn run_script(
+    pool: &MySqlPool,
+    database: &Database,
+    script: &str,
+) -> Result<(), FenceError> {
+    let sql = script.replace("fence_db", database.name());
     for statement in statements(&sql) {
         sqlx::raw_sql(&statement)
             .execute(pool)
             .await
             .map_err(sql_error)?;
     }
-    require_shape(pool, &database).await
+    Ok(())
 }
 
 /// The statements of a schema file: `--` comment lines dropped, split at a `;` ending a line.

@@ -5,12 +5,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{Domain, FencingToken, Observed, Operation};
+use fence_core::{Domain, Observed, Operation};
 use fence_outbox::{
-    Effect, EffectKinds, EntryStatus, IdempotencyKey, OutboxConfig, OutboxEntry, OutboxError,
+    record_transition, Effect, EffectKinds, EntryStatus, IdempotencyKey, OutboxConfig, OutboxEntry,
+    OutboxError,
 };
 use fence_postgres::extension::{map_error, token_column};
-use fence_postgres::{Begun, FencedTransaction, PostgresFence, TransactionRequest};
+use fence_postgres::{FencedTransaction, PostgresFence, TransactionRequest};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 
@@ -54,17 +55,8 @@ pub struct PostgresOutbox {
 /// by default: half the default relay lease (`RelayConfig`'s 10 s).
 pub const DEFAULT_STEP_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// What a transition recorded.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct PostgresRecorded {
-    /// The keys of the recorded effects, in order (empty for a duplicate: recorded before).
-    pub keys: Vec<IdempotencyKey>,
-    /// True when the op id had committed before: nothing was recorded again.
-    pub duplicate: bool,
-    /// The domain's mark before the (first) transition.
-    pub previous_high_water_mark: Option<FencingToken>,
-}
+/// What a transition recorded (the type every SQL outbox shares).
+pub type PostgresRecorded = fence_outbox::Recorded;
 
 impl PostgresOutbox {
     /// An outbox on `fence`'s pool and schema accepting `kinds`, with the default limits and
@@ -152,12 +144,7 @@ impl PostgresOutbox {
     ) -> Result<Vec<IdempotencyKey>, OutboxError> {
         let domain = tx.domain().clone();
         let token = tx.token();
-        let Some(op_id) = tx.op_id().cloned() else {
-            return Err(OutboxError::Configuration(format!(
-                "a transition on domain `{domain}` records effects only with an op id \
-                 (TransactionRequest::with_op_id)"
-            )));
-        };
+        let op_id = IdempotencyKey::op_id_of(&domain, tx.op_id())?.clone();
         if effects.is_empty() {
             return Ok(Vec::new());
         }
@@ -263,25 +250,8 @@ impl PostgresOutbox {
         effects: &[Effect],
     ) -> Result<PostgresRecorded, OutboxError> {
         self.config.check_effects(request.domain(), effects)?;
-        match self.fence.begin(request).await? {
-            Begun::Duplicate {
-                previous_high_water_mark,
-            } => Ok(PostgresRecorded {
-                keys: Vec::new(),
-                duplicate: true,
-                previous_high_water_mark,
-            }),
-            Begun::Admitted(mut tx) => {
-                let previous_high_water_mark = tx.previous_high_water_mark();
-                let keys = self.record_checked(&mut tx, effects).await?;
-                tx.commit().await?;
-                Ok(PostgresRecorded {
-                    keys,
-                    duplicate: false,
-                    previous_high_water_mark,
-                })
-            }
-        }
+        let begun = self.fence.begin(request).await?;
+        record_transition(begun, async |tx| self.record_checked(tx, effects).await).await
     }
 
     /// Every entry of `domain` still kept (pending, delivered within retention, dead letters),
@@ -300,7 +270,7 @@ impl PostgresOutbox {
     /// The dead letters of `domain`, in order: entries given up on, kept until an operator acts.
     pub async fn dead_letters(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
         let mut entries = self.entries(domain).await?;
-        entries.retain(|e| matches!(e.status, EntryStatus::DeadLettered { .. }));
+        entries.retain(OutboxEntry::is_dead_letter);
         Ok(entries)
     }
 

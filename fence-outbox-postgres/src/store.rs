@@ -5,9 +5,8 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::raw::rule;
-use fence_core::{Domain, EqualTokenPolicy, FencingToken, Operation};
-use fence_outbox::{Candidate, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement};
+use fence_core::{Domain, FencingToken, Operation};
+use fence_outbox::{verdict, Candidate, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement};
 use fence_postgres::extension::{commit, map_error, token_column, BACKEND};
 use sqlx::{Postgres, Transaction};
 
@@ -64,6 +63,7 @@ impl PostgresOutbox {
         .await
         .map_err(sql_error)?;
         let Some((last, done, newest)) = row else {
+            release(tx).await;
             return Ok(None);
         };
         if done < 0 || done > last {
@@ -72,8 +72,10 @@ impl PostgresOutbox {
         let newest = newest
             .map(|newest| token_column(domain, &newest, "relay token"))
             .transpose()?;
-        // The relay's mark follows fence-core's rule, same-owner policy: a relay retries.
-        rule::check_token(domain, newest, relay, EqualTokenPolicy::SameOwner)?;
+        if let Err(stale) = verdict::relay_may_step(domain, newest, relay) {
+            release(tx).await;
+            return Err(stale.into());
+        }
         sqlx::query(&format!(
             "UPDATE {} SET relay = $2::numeric WHERE domain = $1",
             self.table("domains")
@@ -85,6 +87,14 @@ impl PostgresOutbox {
         .map_err(sql_error)?;
         Ok(Some((tx, Progress { last, done })))
     }
+}
+
+/// Ends a step that changes nothing, so the domain's row is unlocked before the call returns
+/// (a dropped transaction is rolled back later, on another task, when the pool takes its
+/// connection back: a relay's next step could find the row still locked and skip it).
+async fn release(tx: Transaction<'static, Postgres>) {
+    // A rollback that fails leaves a broken connection, whose transaction the server ends.
+    let _ = tx.rollback().await;
 }
 
 fn seq_i64(seq: u64) -> i64 {
@@ -119,14 +129,7 @@ impl OutboxStore for PostgresOutbox {
                 Err(invalid) => invalid.into(),
             }
         })?;
-        let mut candidates = Vec::with_capacity(rows.len());
-        for (domain, version) in rows {
-            match Domain::new(domain.clone()) {
-                Ok(domain) => candidates.push(Candidate::new(domain, version)),
-                Err(error) => tracing::warn!(domain, %error, "outbox lists an invalid domain"),
-            }
-        }
-        Ok(candidates)
+        Ok(Candidate::listed(rows))
     }
 
     async fn pending(
@@ -168,6 +171,7 @@ impl OutboxStore for PostgresOutbox {
         };
         let seq = seq_i64(seq);
         if seq != progress.done + 1 || seq > progress.last {
+            release(tx).await;
             return Ok(None);
         }
         let attempts: Option<i32> = sqlx::query_scalar(&format!(
@@ -202,6 +206,7 @@ impl OutboxStore for PostgresOutbox {
         };
         let seq = seq_i64(seq);
         if seq != progress.done + 1 || seq > progress.last {
+            release(tx).await;
             return Ok(false);
         }
         let (code, error) = settlement.code();

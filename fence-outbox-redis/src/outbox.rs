@@ -13,10 +13,10 @@ use fence_redis::{FencedBody, RedisFence, ScriptCall, ScriptValue};
 use crate::codec::pack;
 use crate::reply::{corrupt, parse, BACKEND};
 use crate::scripts;
-use fence_outbox::IdempotencyKey;
 use fence_outbox::OutboxConfig;
 use fence_outbox::OutboxError;
 use fence_outbox::{Effect, EffectKinds};
+use fence_outbox::{IdempotencyKey, OutboxEntry};
 
 pub(crate) const META: &str = "ob:meta";
 pub(crate) const ENTRIES: &str = "ob:entries";
@@ -356,7 +356,7 @@ impl RedisOutbox {
         domain: &Domain,
     ) -> Result<Vec<fence_outbox::OutboxEntry>, OutboxError> {
         let mut entries = self.entries(domain).await?;
-        entries.retain(|e| matches!(e.status, fence_outbox::EntryStatus::DeadLettered { .. }));
+        entries.retain(OutboxEntry::is_dead_letter);
         Ok(entries)
     }
 

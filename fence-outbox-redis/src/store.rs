@@ -102,16 +102,7 @@ impl OutboxStore for RedisOutbox {
         let pairs: Vec<(String, String)> = redis::from_redis_value(value).map_err(|e| {
             OutboxError::Configuration(format!("outbox index is not a hash of versions: {e}"))
         })?;
-        let mut candidates = Vec::with_capacity(pairs.len());
-        for (domain, version) in pairs {
-            match Domain::new(domain.clone()) {
-                Ok(domain) => candidates.push(Candidate::new(domain, version)),
-                Err(error) => {
-                    tracing::warn!(domain, %error, "outbox index holds an invalid domain")
-                }
-            }
-        }
-        Ok(candidates)
+        Ok(Candidate::listed(pairs))
     }
 
     async fn pending(

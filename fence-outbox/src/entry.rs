@@ -95,6 +95,11 @@ impl OutboxEntry {
         }
     }
 
+    /// True for a dead letter: given up on, kept until an operator acts.
+    pub fn is_dead_letter(&self) -> bool {
+        matches!(self.status, EntryStatus::DeadLettered { .. })
+    }
+
     /// How long ago it was recorded, by this machine's clock.
     pub fn age(&self) -> Duration {
         let now = SystemTime::now()

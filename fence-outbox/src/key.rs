@@ -4,6 +4,8 @@ use std::fmt;
 
 use fence_core::{Domain, Fencing, FencingToken, InvalidInput, OperationId};
 
+use crate::error::OutboxError;
+
 /// The idempotency key of an effect: `<domain>:<token>:<op id>:<effect index>`, with domain and
 /// op id in their escaped form (`[A-Za-z0-9._-]` and `%XX`), so distinct effects never share a
 /// key and every key is a valid HTTP header value.
@@ -51,6 +53,21 @@ impl IdempotencyKey {
         Ok((0..count)
             .map(|i| Self::new(fencing.domain(), fencing.token(), op_id, i))
             .collect())
+    }
+
+    /// The op id the effects a transition records in a fenced transaction are keyed by:
+    /// without one they would have no key (and a retried transition would record them again),
+    /// so recording is refused, before any I/O.
+    pub fn op_id_of<'a>(
+        domain: &Domain,
+        op_id: Option<&'a OperationId>,
+    ) -> Result<&'a OperationId, OutboxError> {
+        op_id.ok_or_else(|| {
+            OutboxError::Configuration(format!(
+                "a transition on domain `{domain}` records effects only with an op id \
+                 (TransactionRequest::with_op_id)"
+            ))
+        })
     }
 
     /// A key read back from storage, as it was recorded (for [`OutboxStore`] implementations).

@@ -12,6 +12,7 @@ mod relay_config;
 mod retry;
 mod sink;
 mod store;
+mod transition;
 pub mod verdict;
 #[cfg(feature = "webhook")]
 mod webhook;
@@ -34,5 +35,6 @@ pub use retry::RetryPolicy;
 pub use rustls;
 pub use sink::{Sink, SinkError};
 pub use store::{Candidate, OutboxStore, Purged};
+pub use transition::{record_transition, Recorded};
 #[cfg(feature = "webhook")]
 pub use webhook::{ConflictRule, WebhookSink, EFFECT_KIND_HEADER, IDEMPOTENCY_KEY_HEADER};

@@ -29,6 +29,28 @@ impl Candidate {
             version: version.into(),
         }
     }
+
+    /// The candidates of a store's listing of (domain name, version): a name that is not a
+    /// valid domain (foreign or damaged state) is logged and skipped, never relayed.
+    pub fn listed<N, V>(listing: impl IntoIterator<Item = (N, V)>) -> Vec<Self>
+    where
+        N: Into<String>,
+        V: Into<String>,
+    {
+        listing
+            .into_iter()
+            .filter_map(|(name, version)| {
+                let name = name.into();
+                match Domain::new(name.clone()) {
+                    Ok(domain) => Some(Candidate::new(domain, version)),
+                    Err(error) => {
+                        tracing::warn!(domain = name, %error, "outbox lists an invalid domain");
+                        None
+                    }
+                }
+            })
+            .collect()
+    }
 }
 
 /// The result of a purge.

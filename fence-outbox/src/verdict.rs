@@ -1,8 +1,34 @@
 //! The relay's verdict on a head entry, as pure functions: what the relay runs (and what
 //! fence-model's relay model runs, so the checked protocol is this one, not a copy).
 
+use fence_core::raw::rule;
+use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken};
+
 use crate::entry::Settlement;
 use crate::sink::SinkError;
+
+/// Whether relay token `relay` may take a step on `domain`, whose newest relay token is
+/// `newest`: fence-core's rule with the same-owner policy (a relay retries its own steps), so a
+/// relay older than one that stepped there is `Fenced`. SQL stores run it in the step's
+/// transaction, under the domain's row lock, then record `relay` as the newest.
+///
+/// ```
+/// use fence_core::{Domain, FencingToken};
+/// use fence_outbox::verdict;
+/// let d = Domain::new("order-7")?;
+/// let (older, newer) = (FencingToken::new(3)?, FencingToken::new(4)?);
+/// assert!(verdict::relay_may_step(&d, None, older).is_ok());
+/// assert!(verdict::relay_may_step(&d, Some(newer), newer).is_ok());
+/// assert!(verdict::relay_may_step(&d, Some(newer), older).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn relay_may_step(
+    domain: &Domain,
+    newest: Option<FencingToken>,
+    relay: FencingToken,
+) -> Result<(), FenceError> {
+    rule::check_token(domain, newest, relay, EqualTokenPolicy::SameOwner)
+}
 
 /// Before an attempt on a head entry that has used `attempts` of `max_attempts`: a dead letter
 /// when none is left (a crash came between the last attempt and its verdict), with the last

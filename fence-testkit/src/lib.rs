@@ -61,6 +61,22 @@ pub fn listens(address: &str) -> bool {
         .is_some_and(|a| TcpStream::connect_timeout(&a, Duration::from_millis(300)).is_ok())
 }
 
+/// Waits up to 10 s until `seen()` counts at least `count` sessions (`what` names them): the
+/// body of the SQL modules' `wait_for_sessions`.
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub(crate) async fn wait_for_count<F, Fut>(what: &str, count: i64, seen: F)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = i64>,
+{
+    fence_conformance::wait::until_async(
+        &format!("{count} session(s): {what}"),
+        Duration::from_secs(10),
+        || async { seen().await >= count },
+    )
+    .await;
+}
+
 /// The `host:port` of a `scheme://user[:password]@host:port/db` URL.
 pub fn url_address(url: &str) -> String {
     url.rsplit('@')

@@ -196,3 +196,24 @@ impl MariaDbServer {
         }
     }
 }
+
+/// Waits up to 10 s until at least `count` sessions in `information_schema.PROCESSLIST` meet
+/// `condition` (SQL with one `?`, bound to `argument`): a statement waiting for a lock, an idle
+/// session.
+pub async fn wait_for_sessions(
+    pool: &MySqlPool,
+    condition: &str,
+    argument: &str,
+    count: i64,
+    what: &str,
+) {
+    let query = format!("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE {condition}");
+    crate::wait_for_count(what, count, || async {
+        sqlx::query_scalar(&query)
+            .bind(argument)
+            .fetch_one(pool)
+            .await
+            .expect("read information_schema.PROCESSLIST")
+    })
+    .await;
+}

@@ -162,17 +162,12 @@ pub async fn wait_for_sessions(
     what: &str,
 ) {
     let query = format!("SELECT count(*) FROM pg_stat_activity WHERE {condition}");
-    fence_conformance::wait::until_async(
-        &format!("{count} session(s): {what}"),
-        Duration::from_secs(10),
-        || async {
-            let seen: i64 = sqlx::query_scalar(&query)
-                .bind(argument)
-                .fetch_one(pool)
-                .await
-                .expect("read pg_stat_activity");
-            seen >= count
-        },
-    )
+    crate::wait_for_count(what, count, || async {
+        sqlx::query_scalar(&query)
+            .bind(argument)
+            .fetch_one(pool)
+            .await
+            .expect("read pg_stat_activity")
+    })
     .await;
 }

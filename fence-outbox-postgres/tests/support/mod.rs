@@ -10,8 +10,13 @@
     unused_imports
 )]
 
+pub use fence_conformance::proxy::TcpProxy;
+pub use fence_conformance::relay::OutboxUnderTest;
 pub use fence_conformance::relay_kit::*;
 pub use fence_conformance::services::{domain, token};
+pub use fence_conformance::sql_relay::{
+    pay_and_commit, Admitted, BoundedSteps, OpenTransition, SqlOutboxUnderTest,
+};
 pub use fence_conformance::webhook::WebhookServer;
 
 use std::sync::Arc;
@@ -22,8 +27,8 @@ use fence_outbox::{
     Effect, IdempotencyKey, OutboxConfig, OutboxEntry, OutboxError, Relay, RelayConfig, Sink,
 };
 use fence_outbox_postgres::PostgresOutbox;
-use fence_postgres::{Begun, PostgresFence, TransactionRequest};
-use fence_testkit::postgres::{pool, shared_url, unique_schema};
+use fence_postgres::{Begun, FencedTransaction, PostgresFence, TransactionRequest};
+use fence_testkit::postgres::{pool, shared_url, unique_schema, wait_for_sessions};
 
 /// An outbox in a freshly migrated schema on the shared server, with an `orders(domain, status)`
 /// table for the transitions' own state change.
@@ -46,7 +51,7 @@ pub async fn outbox(test: &str) -> Option<PostgresOutbox> {
 }
 
 /// Marks the order paid and records one receipt effect to `url`, in one fenced transaction;
-/// the keys recorded (none when the op id had committed before).
+/// how many entries it recorded (0 when the op id had committed before).
 pub async fn pay(
     outbox: &PostgresOutbox,
     domain: &Domain,
@@ -54,39 +59,15 @@ pub async fn pay(
     op_id: &str,
     url: &str,
     payload: &str,
-) -> Result<Vec<IdempotencyKey>, OutboxError> {
-    let request = TransactionRequest::new(domain.clone(), token).with_op_id(op(op_id));
-    let Begun::Admitted(mut tx) = outbox.fence().begin(&request).await? else {
-        return Ok(Vec::new());
-    };
-    sqlx::query(&format!(
-        "INSERT INTO {}.orders (domain, status) VALUES ($1, $2)
-         ON CONFLICT (domain) DO UPDATE SET status = excluded.status",
-        outbox.fence().schema()
-    ))
-    .bind(domain.as_str())
-    .bind(format!("paid by {token}"))
-    .execute(&mut *tx)
-    .await
-    .unwrap();
-    let effect = Effect::new("send-receipt-email", url, payload.to_owned());
-    let keys = outbox.record(&mut tx, &[effect]).await?;
-    tx.commit().await?;
-    Ok(keys)
+) -> Result<usize, OutboxError> {
+    pay_and_commit(&under(outbox), domain, token, op_id, url, payload).await
 }
 
-/// A relay of `outbox`'s partition 0, leased from the same PostgreSQL.
+/// A relay of `outbox`'s partition 0, leased from the same database.
 pub fn relay(outbox: &PostgresOutbox, sink: Arc<dyn Sink>, config: RelayConfig) -> Relay {
-    relay_result(outbox, sink, config).expect("valid relay config")
-}
-
-pub fn relay_result(
-    outbox: &PostgresOutbox,
-    sink: Arc<dyn Sink>,
-    config: RelayConfig,
-) -> Result<Relay, OutboxError> {
-    let leases: Arc<dyn LeaseManager> = Arc::new(outbox.fence().leases());
-    Relay::new(Arc::new(outbox.clone()), sink, leases, config)
+    under(outbox)
+        .relay(sink, config)
+        .expect("valid relay config")
 }
 
 /// Waits until `check` holds on the entries of `domains`, or fails after `limit`.
@@ -96,15 +77,18 @@ pub async fn wait_for(
     limit: Duration,
     check: impl Fn(&[OutboxEntry]) -> bool,
 ) -> Vec<OutboxEntry> {
-    let o = PostgresUnderTest {
-        outbox: outbox.clone(),
-    };
-    fence_conformance::relay::wait_for(&o, domains, limit, check).await
+    fence_conformance::relay::wait_for(&under(outbox), domains, limit, check).await
 }
 
-/// The PostgreSQL outbox as fence-testkit's relay contract drives it.
+/// The outbox as the relay contracts drive it.
 pub struct PostgresUnderTest {
     pub outbox: PostgresOutbox,
+}
+
+fn under(outbox: &PostgresOutbox) -> PostgresUnderTest {
+    PostgresUnderTest {
+        outbox: outbox.clone(),
+    }
 }
 
 /// A fresh outbox on the shared server.
@@ -114,43 +98,120 @@ pub async fn under_test(test: &str) -> Option<PostgresUnderTest> {
     })
 }
 
+fence_conformance::sql_outbox_under_test!(PostgresUnderTest, expire_relay_lease);
+
 #[async_trait::async_trait]
-impl fence_conformance::relay::OutboxUnderTest for PostgresUnderTest {
-    async fn pay(
+impl SqlOutboxUnderTest for PostgresUnderTest {
+    async fn open(
         &self,
         domain: &Domain,
         token: FencingToken,
-        op_id: &str,
+        op_id: Option<&str>,
         url: &str,
         payload: &str,
-    ) -> Result<usize, OutboxError> {
-        Ok(pay(&self.outbox, domain, token, op_id, url, payload)
-            .await?
-            .len())
+    ) -> Result<Option<Box<dyn OpenTransition>>, OutboxError> {
+        let mut request = TransactionRequest::new(domain.clone(), token);
+        if let Some(op_id) = op_id {
+            request = request.with_op_id(op(op_id));
+        }
+        let Begun::Admitted(mut tx) = self.outbox.fence().begin(&request).await? else {
+            return Ok(None);
+        };
+        sqlx::query(&format!(
+            "INSERT INTO {}.orders (domain, status) VALUES ($1, $2)
+                 ON CONFLICT (domain) DO UPDATE SET status = excluded.status",
+            self.outbox.fence().schema()
+        ))
+        .bind(domain.as_str())
+        .bind(format!("paid by {token}"))
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        let effect = Effect::new("send-receipt-email", url, payload.to_owned());
+        self.outbox.record(&mut tx, &[effect]).await?;
+        Ok(Some(Box::new(Admitted(tx))))
+    }
+}
+
+#[async_trait::async_trait]
+impl BoundedSteps for PostgresUnderTest {
+    fn with_step_timeout(&self, timeout: Duration) -> Self {
+        under(&self.outbox.clone().with_step_timeout(timeout))
     }
 
-    async fn entries(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
-        self.outbox.entries(domain).await
+    async fn through_proxy(&self, timeout: Duration) -> (Self, TcpProxy) {
+        let url = shared_url().unwrap();
+        let upstream = fence_testkit::postgres::address(&url);
+        let proxy = TcpProxy::start(upstream.parse().unwrap()).await.unwrap();
+        let proxied = url.replace(&upstream, &proxy.address().to_string());
+        let fence = PostgresFence::builder(pool(&proxied).await, self.outbox.fence().schema())
+            .build()
+            .unwrap();
+        let outbox = PostgresOutbox::new(fence, kinds()).with_step_timeout(timeout);
+        (under(&outbox), proxy)
     }
 
-    async fn dead_letters(&self, domain: &Domain) -> Result<Vec<OutboxEntry>, OutboxError> {
-        self.outbox.dead_letters(domain).await
+    async fn hold_first_entry(&self, domain: &Domain) -> Box<dyn Send> {
+        let mut tx = self.outbox.fence().pool().begin().await.unwrap();
+        sqlx::query(&format!(
+            "SELECT 1 FROM {} WHERE domain = $1 AND seq = 1 FOR UPDATE",
+            self.entries_table()
+        ))
+        .bind(domain.as_str())
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+        Box::new(tx)
     }
 
-    async fn discard_dead_letter(&self, domain: &Domain, seq: u64) -> Result<bool, OutboxError> {
-        self.outbox.discard_dead_letter(domain, seq).await
+    async fn step_waiting(&self) -> String {
+        let waiting = "wait_event_type = 'Lock' AND position($1 in query) > 0";
+        let pool = self.outbox.fence().pool();
+        let table = self.entries_table();
+        wait_for_sessions(
+            pool,
+            waiting,
+            &table,
+            1,
+            "a relay step waiting on the held entry",
+        )
+        .await;
+        let pid: i32 =
+            sqlx::query_scalar(&format!("SELECT pid FROM pg_stat_activity WHERE {waiting}"))
+                .bind(&table)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        pid.to_string()
     }
 
-    fn relay(&self, sink: Arc<dyn Sink>, config: RelayConfig) -> Result<Relay, OutboxError> {
-        relay_result(&self.outbox, sink, config)
+    async fn step_idle(&self, id: &str) {
+        let pool = self.outbox.fence().pool();
+        let idle = "state = 'idle in transaction' AND pid = $1::int";
+        wait_for_sessions(
+            pool,
+            idle,
+            id,
+            1,
+            "the frozen relay's step idle in transaction",
+        )
+        .await;
     }
 
-    fn store(&self) -> Result<Arc<dyn fence_outbox::OutboxStore>, OutboxError> {
-        Ok(Arc::new(self.outbox.clone()))
+    async fn session_alive(&self, id: &str) -> bool {
+        let alive: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = $1::int")
+                .bind(id)
+                .fetch_one(self.outbox.fence().pool())
+                .await
+                .unwrap();
+        alive > 0
     }
+}
 
-    async fn expire_relay_lease(&self) {
-        expire_relay_lease(&self.outbox).await;
+impl PostgresUnderTest {
+    fn entries_table(&self) -> String {
+        format!("{}.fence_outbox_entries", self.outbox.fence().schema())
     }
 }
 
