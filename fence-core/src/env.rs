@@ -185,6 +185,130 @@ impl Env {
     }
 }
 
+/// The variables a SQL adapter's `from_env` reads for its pool (one shape for fence-postgres
+/// and fence-mysql).
+#[derive(Clone, Copy, Debug)]
+pub struct SqlPoolVariables {
+    /// The server's URL (required; sqlx's `DATABASE_URL` must agree with it when set).
+    pub url: &'static str,
+    /// The schema or database of the fence's tables.
+    pub namespace: &'static str,
+    /// The namespace when unset.
+    pub default_namespace: &'static str,
+    /// The pool's size (default 10, at least 1).
+    pub max_connections: &'static str,
+    /// How long a request waits for a pooled connection, in milliseconds (default 5000).
+    pub acquire_timeout_ms: &'static str,
+    /// The product, in errors (`PostgreSQL`).
+    pub product: &'static str,
+    /// The URL schemes accepted (`postgres://`).
+    pub schemes: &'static [&'static str],
+}
+
+/// A SQL adapter's pool settings, read and checked by [`Env::sql_pool`].
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct SqlPool {
+    /// The server's URL (may hold a password: never shown).
+    pub url: String,
+    /// The schema or database of the fence's tables.
+    pub namespace: String,
+    /// The pool's size.
+    pub max_connections: u32,
+    /// How long a request waits for a pooled connection.
+    pub acquire_timeout: std::time::Duration,
+    /// The token step bound ([`MAX_TOKEN_STEP`]).
+    pub max_token_step: Option<NonZeroU64>,
+    /// [`ISSUED_ONLY`].
+    pub issued_only: bool,
+    url_variable: &'static str,
+    product: &'static str,
+}
+
+impl SqlPool {
+    /// The error for a URL the driver cannot parse (the URL itself is not repeated).
+    pub fn invalid_url(&self) -> FenceError {
+        invalid_url(self.url_variable, self.product)
+    }
+}
+
+impl fmt::Debug for SqlPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqlPool")
+            .field("url", &redact_url(&self.url))
+            .field("namespace", &self.namespace)
+            .field("max_connections", &self.max_connections)
+            .field("acquire_timeout", &self.acquire_timeout)
+            .field("max_token_step", &self.max_token_step)
+            .field("issued_only", &self.issued_only)
+            .finish()
+    }
+}
+
+fn invalid_url(variable: &str, product: &str) -> FenceError {
+    configuration(format!("{variable} is not a valid {product} URL"))
+}
+
+impl Env {
+    /// A SQL adapter's pool settings from `variables`, checked before any connection is tried.
+    ///
+    /// ```
+    /// use fence_core::env::{Env, SqlPoolVariables};
+    /// const VARIABLES: SqlPoolVariables = SqlPoolVariables {
+    ///     url: "FENCE_X_URL", namespace: "FENCE_X_SCHEMA", default_namespace: "fence",
+    ///     max_connections: "FENCE_X_MAX_CONNECTIONS", acquire_timeout_ms: "FENCE_X_ACQUIRE_TIMEOUT_MS",
+    ///     product: "X", schemes: &["x://"],
+    /// };
+    /// let env = Env::from_pairs([("FENCE_X_URL", "x://app:secret@db:1/app")]);
+    /// let pool = env.sql_pool(&VARIABLES)?;
+    /// assert_eq!((pool.namespace.as_str(), pool.max_connections), ("fence", 10));
+    /// assert!(!format!("{pool:?}").contains("secret"));
+    /// let wrong = Env::from_pairs([("FENCE_X_URL", "y://db")]).sql_pool(&VARIABLES).unwrap_err();
+    /// assert_eq!(wrong.to_string(), "invalid configuration: FENCE_X_URL is not a valid X URL");
+    /// # Ok::<(), fence_core::FenceError>(())
+    /// ```
+    pub fn sql_pool(&self, variables: &SqlPoolVariables) -> Result<SqlPool, FenceError> {
+        let url = self
+            .agreeing(variables.url, "DATABASE_URL")?
+            .ok_or_else(|| {
+                configuration(format!(
+                    "no {} configured: set {}",
+                    variables.product, variables.url
+                ))
+            })?;
+        let max_connections = self.parse::<u32>(variables.max_connections)?.unwrap_or(10);
+        if max_connections == 0 {
+            return Err(configuration(format!(
+                "{} must be at least 1",
+                variables.max_connections
+            )));
+        }
+        let acquire_timeout = self.parse::<u64>(variables.acquire_timeout_ms)?.map_or(
+            std::time::Duration::from_secs(5),
+            std::time::Duration::from_millis,
+        );
+        if !variables
+            .schemes
+            .iter()
+            .any(|scheme| url.starts_with(scheme))
+        {
+            return Err(invalid_url(variables.url, variables.product));
+        }
+        Ok(SqlPool {
+            url,
+            namespace: self
+                .get(variables.namespace)
+                .unwrap_or_else(|| variables.default_namespace.to_owned()),
+            max_connections,
+            acquire_timeout,
+            max_token_step: self.max_token_step()?,
+            issued_only: self.issued_only()?,
+            url_variable: variables.url,
+            product: variables.product,
+        })
+    }
+}
+
 impl fmt::Debug for Env {
     // Values may be secrets, and a lookup has no list of names: nothing to show.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod env;
 mod error;
 #[cfg(feature = "unstable-raw")]
 pub mod extension;

@@ -13,9 +13,8 @@
 //! refused: two answers to one question.
 
 use std::str::FromStr;
-use std::time::Duration;
 
-use fence_core::env::{configuration, Env};
+use fence_core::env::{Env, SqlPoolVariables};
 use fence_core::FenceError;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 
@@ -35,6 +34,16 @@ pub const ACQUIRE_TIMEOUT_MS: &str = "FENCE_POSTGRES_ACQUIRE_TIMEOUT_MS";
 /// The schema when [`SCHEMA`] is unset.
 pub const DEFAULT_SCHEMA: &str = "fence";
 
+const VARIABLES: SqlPoolVariables = SqlPoolVariables {
+    url: URL,
+    namespace: SCHEMA,
+    default_namespace: DEFAULT_SCHEMA,
+    max_connections: MAX_CONNECTIONS,
+    acquire_timeout_ms: ACQUIRE_TIMEOUT_MS,
+    product: "PostgreSQL",
+    schemes: &["postgres://", "postgresql://"],
+};
+
 impl PostgresFenceBuilder {
     /// A builder on a pool opened from the process environment (see [`crate::env`]); the
     /// connection is tried here, so an unreachable server fails now, as a backend error of
@@ -45,39 +54,21 @@ impl PostgresFenceBuilder {
 
     /// [`Self::from_env`] from `env`.
     pub async fn from_env_with(env: &Env) -> Result<Self, FenceError> {
-        let url = env
-            .agreeing(URL, "DATABASE_URL")?
-            .ok_or_else(|| configuration(format!("no PostgreSQL configured: set {URL}")))?;
-        let schema = env.get(SCHEMA).unwrap_or_else(|| DEFAULT_SCHEMA.to_owned());
-        let max_connections = env.parse::<u32>(MAX_CONNECTIONS)?.unwrap_or(10);
-        if max_connections == 0 {
-            return Err(configuration(format!(
-                "{MAX_CONNECTIONS} must be at least 1"
-            )));
-        }
-        let acquire = env
-            .parse::<u64>(ACQUIRE_TIMEOUT_MS)?
-            .map_or(Duration::from_secs(5), Duration::from_millis);
-        let max_token_step = env.max_token_step()?;
-        let issued_only = env.issued_only()?;
-        // The URL is not repeated in errors: it may hold a password.
-        let invalid = || configuration(format!("{URL} is not a valid PostgreSQL URL"));
-        if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-            return Err(invalid());
-        }
-        let options = PgConnectOptions::from_str(&url).map_err(|_| invalid())?;
-        let schema = Schema::new(&schema)?; // checked before any connection is tried
+        let settings = env.sql_pool(&VARIABLES)?;
+        let options =
+            PgConnectOptions::from_str(&settings.url).map_err(|_| settings.invalid_url())?;
+        let schema = Schema::new(&settings.namespace)?; // checked before any connection is tried
         let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .acquire_timeout(acquire)
+            .max_connections(settings.max_connections)
+            .acquire_timeout(settings.acquire_timeout)
             .connect_with(options)
             .await
             .map_err(|e| FenceError::backend(BACKEND, kind_of(&e), None, e))?;
         let mut builder = PostgresFence::builder(pool, schema.name());
-        if let Some(step) = max_token_step {
+        if let Some(step) = settings.max_token_step {
             builder = builder.max_token_step(step);
         }
-        if issued_only {
+        if settings.issued_only {
             builder = builder.issued_only();
         }
         Ok(builder)
