@@ -8,6 +8,7 @@ pub mod extension;
 mod fence;
 mod lease;
 mod mark;
+mod permissions;
 mod retire;
 mod row;
 mod schema;

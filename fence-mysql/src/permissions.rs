@@ -1,0 +1,133 @@
+//! Which of the privileges the fence needs its user has, asked of the server itself: each
+//! privilege is probed with an `EXPLAIN` of a statement that needs it and nothing else
+//! (`EXPLAIN` checks privileges and plans, it never runs the statement), so grants on the
+//! table, the database or globally, to the user or to its enabled roles, all count: nothing is
+//! written.
+
+use fence_core::permissions::{Permission, PermissionReport};
+use fence_core::FenceError;
+use sqlx::mysql::MySqlDatabaseError;
+
+use crate::schema::sql_error;
+use crate::MySqlFence;
+
+/// (privileges, table, what the fence needs them for, operators only)
+const TABLES: [(&str, &str, &str, bool); 6] = [
+    (
+        "SELECT, INSERT, UPDATE",
+        "fence_marks",
+        "every fenced operation (the row is locked with INSERT … ON DUPLICATE KEY UPDATE and read FOR UPDATE)",
+        false,
+    ),
+    (
+        "DELETE",
+        "fence_marks",
+        "retire",
+        true,
+    ),
+    (
+        "SELECT, INSERT, DELETE",
+        "fence_ops",
+        "operation ids (the oldest beyond the retention are deleted)",
+        false,
+    ),
+    (
+        "SELECT, INSERT, UPDATE",
+        "fence_counters",
+        "the issuer and leases",
+        false,
+    ),
+    (
+        "DELETE",
+        "fence_counters",
+        "retire (a worker's user must never have it: a deleted counter would issue its tokens again)",
+        true,
+    ),
+    (
+        "SELECT, INSERT, UPDATE, DELETE",
+        "fence_leases",
+        "leases",
+        false,
+    ),
+];
+
+/// What a privilege probe found.
+enum Probe {
+    Granted,
+    Denied,
+    /// The table does not exist.
+    Missing,
+}
+
+impl MySqlFence {
+    /// Checks, without writing, that the pool's user has every privilege the fence, its issuer
+    /// and its leases need on the fence's tables (see the crate docs, "Permissions"): the
+    /// server answers for each, however it was granted. Tables that do not exist are reported
+    /// as unknown: run [`crate::migrate`].
+    pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+        let database = self.database();
+        let mut report =
+            PermissionReport::new(crate::error::BACKEND, format!("database {database}"));
+        for (privileges, table, needed_for, operators) in TABLES {
+            let qualified = format!("{database}.{table}");
+            let name = format!("{privileges} on {qualified}");
+            let mut missing = Vec::new();
+            let mut absent = false;
+            for privilege in privileges.split(", ") {
+                match self.probe(privilege, &qualified).await? {
+                    Probe::Granted => {}
+                    Probe::Denied => missing.push(privilege),
+                    Probe::Missing => absent = true,
+                }
+            }
+            let permission = if absent {
+                Permission::unknown(
+                    name,
+                    needed_for,
+                    format!("{qualified} does not exist: run fence_mysql::migrate"),
+                )
+            } else if missing.is_empty() {
+                Permission::granted(name, needed_for)
+            } else {
+                Permission::denied(
+                    name,
+                    needed_for,
+                    format!("the user lacks {}", missing.join(", ")),
+                )
+            };
+            report.push(if operators {
+                permission.for_operators()
+            } else {
+                permission
+            });
+        }
+        Ok(report)
+    }
+
+    /// Asks the server whether the user may run `privilege` on `table`: an `EXPLAIN` of a
+    /// statement needing that privilege alone (no column is read, no row matches).
+    async fn probe(&self, privilege: &str, table: &str) -> Result<Probe, FenceError> {
+        let statement = match privilege {
+            "SELECT" => format!("EXPLAIN SELECT 1 FROM {table} WHERE FALSE"),
+            "INSERT" => format!("EXPLAIN INSERT INTO {table} () VALUES ()"),
+            "UPDATE" => format!("EXPLAIN UPDATE {table} SET domain = NULL WHERE FALSE"),
+            _ => format!("EXPLAIN DELETE FROM {table} WHERE FALSE"),
+        };
+        match sqlx::raw_sql(&statement).execute(self.pool()).await {
+            Ok(_) => Ok(Probe::Granted),
+            Err(sqlx::Error::Database(db)) => {
+                match db
+                    .try_downcast_ref::<MySqlDatabaseError>()
+                    .map(MySqlDatabaseError::number)
+                {
+                    // command or column denied, no access to the database
+                    Some(1142 | 1143 | 1044) => Ok(Probe::Denied),
+                    // no such table
+                    Some(1146) => Ok(Probe::Missing),
+                    _ => Err(sql_error(sqlx::Error::Database(db))),
+                }
+            }
+            Err(error) => Err(sql_error(error)),
+        }
+    }
+}
