@@ -9,6 +9,7 @@ use fence_etcd::Etcd;
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use fence_kafka::rdkafka::client::DefaultClientContext;
 use fence_kafka::rdkafka::ClientConfig;
+use fence_mysql::MySqlFence;
 use fence_object_store::object_store::ObjectStore;
 use fence_object_store::ObjectStoreFence;
 use fence_postgres::PostgresFence;
@@ -42,6 +43,11 @@ pub(crate) enum Cleanup {
     Postgres {
         pool: fence_postgres::sqlx::PgPool,
         schema: String,
+    },
+    /// The run's database.
+    Mysql {
+        pool: fence_mysql::sqlx::MySqlPool,
+        database: String,
     },
     /// Keys under the run's prefix.
     Etcd { etcd: Box<Etcd> },
@@ -82,6 +88,13 @@ impl Cleanup {
         Cleanup::Postgres {
             pool: fence.pool().clone(),
             schema: fence.schema().to_owned(),
+        }
+    }
+
+    pub(crate) fn mysql(fence: &Observed<MySqlFence>) -> Self {
+        Cleanup::Mysql {
+            pool: fence.pool().clone(),
+            database: fence.database().to_owned(),
         }
     }
 
@@ -131,6 +144,7 @@ impl Cleanup {
             Cleanup::S3 { bucket, prefix, .. } => format!("objects s3://{bucket}/{prefix}"),
             Cleanup::ObjectStore { store, prefix } => format!("objects `{prefix}` in {store}"),
             Cleanup::Postgres { schema, .. } => format!("PostgreSQL schema {schema}"),
+            Cleanup::Mysql { database, .. } => format!("MySQL database {database}"),
             Cleanup::Etcd { etcd } => format!("etcd keys {}/*", etcd.prefix()),
             Cleanup::Kafka { topics, .. } => format!("Kafka topics {}", topics.join(", ")),
         }
@@ -164,6 +178,26 @@ impl Cleanup {
                     .await
                     .map_err(|e| e.to_string())?;
                 Ok(if existed { "1 schema" } else { "0 schemas" }.to_owned())
+            }
+            Cleanup::Mysql { pool, database } => {
+                let existed: i64 = fence_mysql::sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+                )
+                .bind(database)
+                .fetch_one(pool)
+                .await
+                .map_err(|e| e.to_string())?;
+                // The database name was validated by MySqlFence (an identifier).
+                fence_mysql::sqlx::query(&format!("DROP DATABASE IF EXISTS `{database}`"))
+                    .execute(pool)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok(if existed > 0 {
+                    "1 database"
+                } else {
+                    "0 databases"
+                }
+                .to_owned())
             }
             Cleanup::Etcd { etcd } => {
                 // Every key of the fence is `<prefix>/...`: the slash keeps a longer prefix

@@ -210,6 +210,8 @@ enum OutboxBackend {
     Redis,
     /// fence-outbox-postgres.
     Postgres,
+    /// fence-outbox-mysql.
+    Mysql,
 }
 
 /// A backend with fenced domains.
@@ -222,6 +224,8 @@ enum Backend {
     S3,
     /// PostgreSQL (`FENCE_POSTGRES_URL`).
     Postgres,
+    /// MySQL or MariaDB (`FENCE_MYSQL_URL`).
+    Mysql,
     /// etcd (`FENCE_ETCD_ENDPOINTS`).
     Etcd,
     /// Any object store object_store speaks, by URL (`FENCE_OBJECT_STORE_URL`: `az://container`,
@@ -245,6 +249,8 @@ enum RetireBackend {
     ObjectStore,
     /// PostgreSQL.
     Postgres,
+    /// MySQL or MariaDB.
+    Mysql,
     /// etcd.
     Etcd,
 }
@@ -256,6 +262,7 @@ impl From<RetireBackend> for Backend {
             RetireBackend::S3 => Backend::S3,
             RetireBackend::ObjectStore => Backend::ObjectStore,
             RetireBackend::Postgres => Backend::Postgres,
+            RetireBackend::Mysql => Backend::Mysql,
             RetireBackend::Etcd => Backend::Etcd,
         }
     }

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use fence_core::Domain;
 use fence_outbox::{EffectKinds, EntryStatus, OutboxEntry, OutboxError};
+use fence_outbox_mysql::MySqlOutbox;
 use fence_outbox_postgres::PostgresOutbox;
 use fence_outbox_redis::RedisOutbox;
 use serde_json::{json, Value};
@@ -17,6 +18,7 @@ use crate::OutboxBackend;
 enum Outbox {
     Redis(RedisOutbox),
     Postgres(PostgresOutbox),
+    Mysql(MySqlOutbox),
 }
 
 impl Outbox {
@@ -30,6 +32,9 @@ impl Outbox {
                 targets.postgres().await?,
                 EffectKinds::new(),
             )),
+            OutboxBackend::Mysql => {
+                Outbox::Mysql(MySqlOutbox::new(targets.mysql().await?, EffectKinds::new()))
+            }
         })
     }
 
@@ -37,6 +42,7 @@ impl Outbox {
         match self {
             Outbox::Redis(outbox) => outbox.entries(domain).await,
             Outbox::Postgres(outbox) => outbox.entries(domain).await,
+            Outbox::Mysql(outbox) => outbox.entries(domain).await,
         }
     }
 
@@ -44,6 +50,7 @@ impl Outbox {
         match self {
             Outbox::Redis(outbox) => outbox.redrive_dead_letter(domain, seq).await,
             Outbox::Postgres(outbox) => outbox.redrive_dead_letter(domain, seq).await,
+            Outbox::Mysql(outbox) => outbox.redrive_dead_letter(domain, seq).await,
         }
     }
 
@@ -51,6 +58,7 @@ impl Outbox {
         match self {
             Outbox::Redis(outbox) => outbox.discard_dead_letter(domain, seq).await,
             Outbox::Postgres(outbox) => outbox.discard_dead_letter(domain, seq).await,
+            Outbox::Mysql(outbox) => outbox.discard_dead_letter(domain, seq).await,
         }
     }
 }

@@ -149,7 +149,9 @@ fn profile(backend: Backend, seed: u64, args: &QualifyArgs) -> Profile {
     let windows = (args.operations / (args.workers * 5)).max(1) as u32;
     let ttl = match backend {
         Backend::Redis => Duration::from_millis(250),
-        Backend::S3 | Backend::ObjectStore | Backend::Postgres => Duration::from_millis(300),
+        Backend::S3 | Backend::ObjectStore | Backend::Postgres | Backend::Mysql => {
+            Duration::from_millis(300)
+        }
         Backend::Kafka => Duration::from_millis(400),
         Backend::Etcd => Duration::from_secs(1),
     };
@@ -175,6 +177,27 @@ struct Clients {
     per_worker: Vec<Subject>,
     leases: Arc<dyn LeaseManager>,
     cleanup: Cleanup,
+}
+
+/// The clients of a SQL fence, whose run's tables `migrated` created (on failure the run's
+/// schema or database is removed and the error reported).
+async fn sql_clients(
+    fence: Arc<dyn FencedStore>,
+    leases: Arc<dyn LeaseManager>,
+    cleanup: Cleanup,
+    migrated: Result<(), FenceError>,
+) -> Result<Clients, Report> {
+    if let Err(error) = migrated {
+        let _ = cleanup.run().await;
+        return Err(Report::failed(&error));
+    }
+    Ok(Clients {
+        leases,
+        fresh: Subject::Register(fence.clone()),
+        subject: Subject::Register(fence),
+        per_worker: Vec::new(),
+        cleanup,
+    })
 }
 
 /// Connects to the backend under the run's own names, through the fault proxy if asked.
@@ -283,18 +306,27 @@ async fn clients(
         }
         Backend::Postgres => {
             let fence = scoped.postgres().await?;
-            let cleanup = Cleanup::postgres(&fence);
-            if let Err(error) = fence_postgres::migrate(fence.pool(), fence.schema()).await {
-                let _ = cleanup.run().await;
-                return Err(Report::failed(&error));
-            }
-            Clients {
-                leases: Arc::new(fence.leases()),
-                fresh: Subject::Register(Arc::new(fence.clone())),
-                subject: Subject::Register(Arc::new(fence)),
-                per_worker: Vec::new(),
-                cleanup,
-            }
+            let migrated = fence_postgres::migrate(fence.pool(), fence.schema()).await;
+            let leases = Arc::new(fence.leases());
+            sql_clients(
+                Arc::new(fence.clone()),
+                leases,
+                Cleanup::postgres(&fence),
+                migrated,
+            )
+            .await?
+        }
+        Backend::Mysql => {
+            let fence = scoped.mysql().await?;
+            let migrated = fence_mysql::migrate(fence.pool(), fence.database()).await;
+            let leases = Arc::new(fence.leases());
+            sql_clients(
+                Arc::new(fence.clone()),
+                leases,
+                Cleanup::mysql(&fence),
+                migrated,
+            )
+            .await?
         }
         Backend::Etcd => {
             let etcd = scoped.etcd().await?;

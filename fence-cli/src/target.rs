@@ -10,6 +10,7 @@ use fence_core::{
 };
 use fence_etcd::{Etcd, EtcdFence};
 use fence_kafka::KafkaFence;
+use fence_mysql::MySqlFence;
 use fence_object_store::ObjectStoreFence;
 use fence_postgres::PostgresFence;
 use fence_redis::RedisFence;
@@ -75,6 +76,7 @@ impl Targets {
             Backend::S3 => Box::new(self.s3().await?),
             Backend::ObjectStore => Box::new(self.object_store()?),
             Backend::Postgres => Box::new(self.postgres().await?),
+            Backend::Mysql => Box::new(self.mysql().await?),
             Backend::Etcd => {
                 let etcd = self.etcd().await?;
                 Box::new(EtcdTarget {
@@ -149,6 +151,7 @@ macro_rules! store_target {
 
 store_target!(RedisFence, leased);
 store_target!(PostgresFence, leased);
+store_target!(MySqlFence, leased);
 store_target!(S3Fence, objects);
 store_target!(ObjectStoreFence, objects);
 

@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use fence_core::env::Env;
 use fence_core::Observed;
 use fence_etcd::Etcd;
+use fence_mysql::MySqlFence;
 use fence_object_store::{ObjectStoreFence, ObjectStoreFenceBuilder};
 use fence_postgres::PostgresFence;
 use fence_redis::{RedisFence, RedisFenceBuilder};
@@ -141,6 +142,17 @@ pub(crate) struct Targets {
         default_value = fence_postgres::env::DEFAULT_SCHEMA
     )]
     postgres_schema: String,
+    /// MySQL or MariaDB URL.
+    #[arg(long, env = fence_mysql::env::URL, global = true, hide_env_values = true)]
+    mysql_url: Option<String>,
+    /// Database of the fence's tables on MySQL.
+    #[arg(
+        long,
+        env = fence_mysql::env::DATABASE,
+        global = true,
+        default_value = fence_mysql::env::DEFAULT_DATABASE
+    )]
+    mysql_database: String,
     /// Kafka bootstrap servers.
     #[arg(long, env = fence_kafka::env::BOOTSTRAP, global = true)]
     kafka_bootstrap: Option<String>,
@@ -197,6 +209,7 @@ impl fmt::Debug for Targets {
             .field("s3_bucket", &self.s3_bucket)
             .field("object_store", &self.object_store_url.is_some())
             .field("postgres", &self.postgres_url.is_some())
+            .field("mysql", &self.mysql_url.is_some())
             .field("etcd_endpoints", &self.etcd_endpoints)
             .field("kafka_topic", &self.kafka_topic)
             .finish_non_exhaustive()
@@ -220,6 +233,7 @@ impl Targets {
         scoped.s3_prefix = format!("{}qualify-{run}/", self.s3_prefix);
         scoped.object_store_prefix = format!("{}qualify-{run}/", self.object_store_prefix);
         scoped.postgres_schema = format!("{}_qualify_{run}", self.postgres_schema);
+        scoped.mysql_database = format!("{}_qualify_{run}", self.mysql_database);
         scoped.etcd_prefix = Some(format!(
             "{}/qualify-{run}",
             set(&self.etcd_prefix).unwrap_or("fence")
@@ -266,6 +280,7 @@ impl Targets {
             Backend::Redis => self.redis_url = Some(routed),
             Backend::S3 => self.s3_endpoint = Some(routed),
             Backend::Postgres => self.postgres_url = Some(routed),
+            Backend::Mysql => self.mysql_url = Some(routed),
             Backend::Etcd => self.etcd_endpoints = vec![routed],
             Backend::Kafka | Backend::ObjectStore => {}
         }
@@ -282,6 +297,7 @@ impl Targets {
             Backend::Redis => set(&self.redis_url),
             Backend::S3 => set(&self.s3_endpoint),
             Backend::Postgres => set(&self.postgres_url),
+            Backend::Mysql => set(&self.mysql_url),
             Backend::Etcd if self.etcd_endpoints.len() == 1 => {
                 Some(self.etcd_endpoints[0].as_str())
             }
@@ -396,6 +412,8 @@ impl Targets {
         );
         put(fence_postgres::env::URL, set(&self.postgres_url));
         put(fence_postgres::env::SCHEMA, Some(&self.postgres_schema));
+        put(fence_mysql::env::URL, set(&self.mysql_url));
+        put(fence_mysql::env::DATABASE, Some(&self.mysql_database));
         put(fence_kafka::env::BOOTSTRAP, set(&self.kafka_bootstrap));
         put(fence_kafka::env::PROPERTIES, set(&self.kafka_properties));
         put(fence_kafka::env::TOPIC, set(&self.kafka_topic));
@@ -415,7 +433,10 @@ impl Targets {
         put(fence_etcd::env::USER, set(&self.etcd_user));
         put(fence_etcd::env::PASSWORD, set(&self.etcd_password));
         // An operator's command needs few connections, unless the environment says otherwise.
-        let defaults = Env::from_pairs([(fence_postgres::env::MAX_CONNECTIONS, "2")]);
+        let defaults = Env::from_pairs([
+            (fence_postgres::env::MAX_CONNECTIONS, "2"),
+            (fence_mysql::env::MAX_CONNECTIONS, "2"),
+        ]);
         Env::from_pairs(flags)
             .or_else(Env::process())
             .or_else(defaults)
@@ -477,6 +498,14 @@ impl Targets {
         fence_postgres::PostgresFenceBuilder::from_env_with(&self.env())
             .await
             .and_then(fence_postgres::PostgresFenceBuilder::build)
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// A MySQL fence on a small pool.
+    pub(crate) async fn mysql(&self) -> Connect<Observed<MySqlFence>> {
+        fence_mysql::MySqlFenceBuilder::from_env_with(&self.env())
+            .await
+            .and_then(fence_mysql::MySqlFenceBuilder::build)
             .map_err(|e| Report::failed(&e))
     }
 

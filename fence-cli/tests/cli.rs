@@ -567,18 +567,25 @@ async fn s3_inspect_adopt_and_decode() {
 }
 
 #[tokio::test]
-async fn postgres_and_etcd_inspect_show_the_lease_and_retire() {
-    let (Some(pg_url), Some(endpoints)) = (
+async fn sql_and_etcd_inspect_show_the_lease_and_retire() {
+    let (Some(pg_url), Some(my_url), Some(endpoints)) = (
         fence_testkit::postgres::shared_url(),
+        fence_testkit::mysql::shared_url(),
         fence_testkit::etcd::shared_endpoints(),
     ) else {
-        unavailable("the shared PostgreSQL and etcd");
+        unavailable("the shared PostgreSQL, MariaDB and etcd");
         return;
     };
     let schema = fence_testkit::postgres::unique_schema("cli");
     let pool = fence_testkit::postgres::pool(&pg_url).await;
     fence_postgres::migrate(&pool, &schema).await.unwrap();
     let postgres = fence_postgres::PostgresFence::builder(pool, &schema)
+        .build()
+        .unwrap();
+    let database = fence_testkit::mysql::unique_database("cli");
+    let my_pool = fence_testkit::mysql::pool(&my_url).await;
+    fence_mysql::migrate(&my_pool, &database).await.unwrap();
+    let mysql = fence_mysql::MySqlFence::builder(my_pool, &database)
         .build()
         .unwrap();
     let etcd_prefix = fence_testkit::etcd::unique_prefix("cli");
@@ -600,6 +607,14 @@ async fn postgres_and_etcd_inspect_show_the_lease_and_retire() {
         )
         .await
         .unwrap();
+    let my_lease = mysql.leases().acquire(&domain, &owner, ttl).await.unwrap();
+    mysql
+        .write(
+            &WriteRequest::put(domain.clone(), my_lease.token, "100")
+                .with_op_id(OperationId::new("deposit 1").unwrap()),
+        )
+        .await
+        .unwrap();
     let etcd_lease = etcd.leases().acquire(&domain, &owner, ttl).await.unwrap();
     etcd.fence()
         .write(
@@ -612,10 +627,16 @@ async fn postgres_and_etcd_inspect_show_the_lease_and_retire() {
     let env = vec![
         ("FENCE_POSTGRES_URL", pg_url),
         ("FENCE_POSTGRES_SCHEMA", schema),
+        ("FENCE_MYSQL_URL", my_url),
+        ("FENCE_MYSQL_DATABASE", database),
         ("FENCE_ETCD_ENDPOINTS", endpoints.join(",")),
         ("FENCE_ETCD_PREFIX", etcd_prefix),
     ];
-    for (backend, lease) in [("postgres", &pg_lease), ("etcd", &etcd_lease)] {
+    for (backend, lease) in [
+        ("postgres", &pg_lease),
+        ("mysql", &my_lease),
+        ("etcd", &etcd_lease),
+    ] {
         let json = fence(&env, &["--json", "inspect", backend, "account-9"], b"")
             .expect(0)
             .json();
@@ -660,9 +681,10 @@ async fn postgres_and_etcd_inspect_show_the_lease_and_retire() {
     }
 
     // Retiring: only when confirmed, never under a live lease, then the domain is gone.
-    let (pg_leases, etcd_leases) = (postgres.leases(), etcd.leases());
-    let held: [(&str, &dyn LeaseManager, &fence_core::Lease); 2] = [
+    let (pg_leases, my_leases, etcd_leases) = (postgres.leases(), mysql.leases(), etcd.leases());
+    let held: [(&str, &dyn LeaseManager, &fence_core::Lease); 3] = [
         ("postgres", &pg_leases, &pg_lease),
+        ("mysql", &my_leases, &my_lease),
         ("etcd", &etcd_leases, &etcd_lease),
     ];
     for (backend, leases, lease) in held {
@@ -738,6 +760,7 @@ fn kafka_ledger_and_manifest_records_decode() {
 enum TestOutbox {
     Redis(fence_outbox_redis::RedisOutbox),
     Postgres(fence_outbox_postgres::PostgresOutbox),
+    Mysql(fence_outbox_mysql::MySqlOutbox),
 }
 
 impl TestOutbox {
@@ -759,6 +782,11 @@ impl TestOutbox {
                     .with_op_id(op);
                 outbox.transition(&request, &[effect]).await.unwrap();
             }
+            TestOutbox::Mysql(outbox) => {
+                let request =
+                    fence_mysql::TransactionRequest::new(domain.clone(), t(token)).with_op_id(op);
+                outbox.transition(&request, &[effect]).await.unwrap();
+            }
         }
     }
 
@@ -766,6 +794,7 @@ impl TestOutbox {
         match self {
             TestOutbox::Redis(outbox) => outbox.entries(domain).await.unwrap(),
             TestOutbox::Postgres(outbox) => outbox.entries(domain).await.unwrap(),
+            TestOutbox::Mysql(outbox) => outbox.entries(domain).await.unwrap(),
         }
     }
 
@@ -787,20 +816,29 @@ impl TestOutbox {
                 Arc::new(outbox.fence().leases()),
                 config,
             ),
+            TestOutbox::Mysql(outbox) => fence_outbox::Relay::new(
+                Arc::new(outbox.clone()),
+                sink,
+                Arc::new(outbox.fence().leases()),
+                config,
+            ),
         };
         relay.unwrap().spawn()
     }
 }
 
 #[tokio::test]
-async fn outbox_list_and_discard_on_redis_and_postgres() {
+async fn outbox_list_and_discard_on_redis_postgres_and_mysql() {
     use fence_conformance::relay_kit::kinds;
     use fence_conformance::wait::until_async;
     use fence_outbox::EntryStatus;
 
-    let (Some(redis_url), Some(pg_url)) = (shared_url(), fence_testkit::postgres::shared_url())
-    else {
-        unavailable("the shared Redis and PostgreSQL");
+    let (Some(redis_url), Some(pg_url), Some(my_url)) = (
+        shared_url(),
+        fence_testkit::postgres::shared_url(),
+        fence_testkit::mysql::shared_url(),
+    ) else {
+        unavailable("the shared Redis, PostgreSQL and MariaDB");
         return;
     };
     let prefix = unique_prefix("cli-outbox");
@@ -817,6 +855,13 @@ async fn outbox_list_and_discard_on_redis_and_postgres() {
         .build()
         .unwrap();
     fence_outbox_postgres::migrate(&pg_fence).await.unwrap();
+    let database = fence_testkit::mysql::unique_database("cli_outbox");
+    let my_pool = fence_testkit::mysql::pool(&my_url).await;
+    fence_mysql::migrate(&my_pool, &database).await.unwrap();
+    let my_fence = fence_mysql::MySqlFence::builder(my_pool, &database)
+        .build()
+        .unwrap();
+    fence_outbox_mysql::migrate(&my_fence).await.unwrap();
     let runs = [
         (
             "redis",
@@ -835,6 +880,14 @@ async fn outbox_list_and_discard_on_redis_and_postgres() {
             vec![
                 ("FENCE_POSTGRES_URL", pg_url.clone()),
                 ("FENCE_POSTGRES_SCHEMA", schema.clone()),
+            ],
+        ),
+        (
+            "mysql",
+            TestOutbox::Mysql(fence_outbox_mysql::MySqlOutbox::new(my_fence, kinds())),
+            vec![
+                ("FENCE_MYSQL_URL", my_url.clone()),
+                ("FENCE_MYSQL_DATABASE", database.clone()),
             ],
         ),
     ];
@@ -983,9 +1036,12 @@ async fn kafka_inspect_shows_the_committed_ledger() {
 
 #[tokio::test]
 async fn permissions_are_named_and_decide_the_exit_code() {
-    let (Some(redis_url), Some(pg_url)) = (shared_url(), fence_testkit::postgres::shared_url())
-    else {
-        unavailable("the shared Redis and PostgreSQL");
+    let (Some(redis_url), Some(pg_url), Some(my_url)) = (
+        shared_url(),
+        fence_testkit::postgres::shared_url(),
+        fence_testkit::mysql::shared_url(),
+    ) else {
+        unavailable("the shared Redis, PostgreSQL and MariaDB");
         return;
     };
     let redis_env = vec![
@@ -1078,4 +1134,24 @@ async fn permissions_are_named_and_decide_the_exit_code() {
     let out = fence(&pg_env, &["permissions", "postgres"], b"").expect(1);
     let printed = format!("{}{}", out.stdout, out.stderr);
     assert!(printed.contains("run fence_postgres::migrate"), "{printed}");
+    // The same on MySQL, and a migrated database whose user has everything passes.
+    let database = fence_testkit::mysql::unique_database("cli_perm");
+    let my_env = vec![
+        ("FENCE_MYSQL_URL", my_url.clone()),
+        ("FENCE_MYSQL_DATABASE", database.clone()),
+    ];
+    let out = fence(&my_env, &["permissions", "mysql"], b"").expect(1);
+    let printed = format!("{}{}", out.stdout, out.stderr);
+    assert!(printed.contains("run fence_mysql::migrate"), "{printed}");
+    fence_mysql::migrate(&fence_testkit::mysql::pool(&my_url).await, &database)
+        .await
+        .unwrap();
+    let granted = fence(
+        &my_env,
+        &["--json", "permissions", "mysql", "--operator"],
+        b"",
+    )
+    .expect(0)
+    .json();
+    assert_eq!(granted["all_granted"], true, "{granted}");
 }

@@ -9,7 +9,9 @@ mod support;
 use fence_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use fence_redis::redis;
 use fence_testkit::s3 as s3_support;
-use fence_testkit::{etcd as etcd_support, kafka as kafka_support, postgres as pg_support};
+use fence_testkit::{
+    etcd as etcd_support, kafka as kafka_support, mysql as my_support, postgres as pg_support,
+};
 use serde_json::Value;
 use support::fence;
 
@@ -235,6 +237,28 @@ async fn postgres_qualifies_and_its_schema_is_dropped() {
         "SELECT count(*) FROM information_schema.schemata WHERE schema_name = $1",
     )
     .bind(format!("{schema}_qualify_{}", run_id(&json)))
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+}
+
+#[tokio::test]
+async fn mysql_qualifies_and_its_database_is_dropped() {
+    let Some(url) = my_support::shared_url() else {
+        return;
+    };
+    let database = my_support::unique_database("qualify");
+    let env = vec![
+        ("FENCE_MYSQL_URL", url.clone()),
+        ("FENCE_MYSQL_DATABASE", database.clone()),
+    ];
+    let json = qualifies(&env, "mysql", true);
+    let pool = my_support::pool(&url).await;
+    let left: i64 = fence_mysql::sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?",
+    )
+    .bind(format!("{database}_qualify_{}", run_id(&json)))
     .fetch_one(&pool)
     .await
     .unwrap();
