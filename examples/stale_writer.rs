@@ -2,7 +2,7 @@
 //! after worker B took over. The resource rejects A's write because B's token is newer.
 //!
 //! `cargo run --example stale_writer` (memory, embedded: nothing else is compiled), or
-//! `cargo run --features servers --example stale_writer -- --backend redis|s3|kafka|postgres`
+//! `cargo run --features servers --example stale_writer -- --backend redis|s3|kafka|postgres|mysql`
 
 use std::process::ExitCode;
 use std::sync::Arc;

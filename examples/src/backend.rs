@@ -26,6 +26,9 @@ pub enum Backend {
     /// PostgreSQL: `FENCE_POSTGRES_URL`, else the project's PostgreSQL; the fence's tables in
     /// schema `fence_demo`. Leases in PostgreSQL too.
     Postgres,
+    /// MySQL or MariaDB: `FENCE_MYSQL_URL`, else the project's MariaDB; the fence's tables in
+    /// database `fence_demo`. Leases in MySQL too.
+    Mysql,
 }
 
 impl Backend {
@@ -36,6 +39,7 @@ impl Backend {
         ("s3", Backend::S3),
         ("kafka", Backend::Kafka),
         ("postgres", Backend::Postgres),
+        ("mysql", Backend::Mysql),
     ];
 
     /// Reads `--backend NAME` (or `--backend=NAME`) from the arguments; memory by default.

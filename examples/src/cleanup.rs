@@ -60,3 +60,27 @@ pub async fn retire_postgres_run(
     tx.commit().await?;
     retire_run(fence, domain).await
 }
+
+/// [`retire_postgres_run`] on MySQL: the run's rows of `table` and of the outbox tables, then
+/// the domain's fence rows.
+#[cfg(feature = "servers")]
+pub async fn retire_mysql_run(
+    fence: &fence_core::Observed<fence_mysql::MySqlFence>,
+    table: &str,
+    domain: &Domain,
+) -> Result<(), ExampleError> {
+    let database = fence.database();
+    let mut tx = fence.pool().begin().await?;
+    for statement in [
+        format!("DELETE FROM {database}.{table} WHERE id = ?"),
+        format!("DELETE FROM {database}.fence_outbox_entries WHERE domain = ?"),
+        format!("DELETE FROM {database}.fence_outbox_domains WHERE domain = ?"),
+    ] {
+        sqlx::query(&statement)
+            .bind(domain.as_str())
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    retire_run(fence, domain).await
+}

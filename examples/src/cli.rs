@@ -12,6 +12,7 @@ Servers (each defaults to the project's own, which `scripts/services up` starts;
                          server's), region (default us-east-1)
   FENCE_KAFKA_BOOTSTRAP  Kafka bootstrap servers (default 127.0.0.1:19092, Apache Kafka)
   FENCE_POSTGRES_URL     PostgreSQL (default postgres://fence@127.0.0.1:5440/postgres)
+  FENCE_MYSQL_URL        MySQL or MariaDB (default mysql://fence:fence@127.0.0.1:3340/fence, MariaDB)
   FENCE_AZURITE_URL      Azurite's account URL for table_commit --backend azure
                          (default http://127.0.0.1:10100/devstoreaccount1)";
 

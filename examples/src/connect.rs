@@ -55,6 +55,16 @@ pub(crate) async fn open(backend: Backend) -> Result<DemoBackend, Box<dyn Error>
                 kafka: None,
             }
         }
+        Backend::Mysql => {
+            let fence = Arc::new(mysql_fence().await?);
+            DemoBackend {
+                description: format!("mysql database `{}`", fence.database()),
+                leases: Arc::new(fence.leases()),
+                resource: Resource::Store(fence.clone()),
+                retirer: Some(fence),
+                kafka: None,
+            }
+        }
         Backend::Memory => return Err("the memory backend needs no server".into()),
     })
 }
@@ -76,6 +86,8 @@ pub mod local {
     pub const KAFKA_BOOTSTRAP: &str = "127.0.0.1:19092";
     /// PostgreSQL.
     pub const POSTGRES_URL: &str = "postgres://fence@127.0.0.1:5440/postgres";
+    /// MariaDB (the test user of the project's server, not a secret).
+    pub const MYSQL_URL: &str = "mysql://fence:fence@127.0.0.1:3340/fence";
     /// Azurite's blob service, its development account's URL.
     pub const AZURITE_ACCOUNT_URL: &str = "http://127.0.0.1:10100/devstoreaccount1";
     /// The variable that moves it (`scripts/services env` prints it; `FENCE_AZURITE_PORT`
@@ -296,6 +308,33 @@ pub async fn delete_kafka_topics(
         })?;
     }
     Ok(())
+}
+
+/// The database the MySQL examples keep the fence's tables in.
+pub const MYSQL_DATABASE: &str = "fence_demo";
+
+/// A MySQL fence on `FENCE_MYSQL_URL` (else the project's MariaDB) with its tables in
+/// [`MYSQL_DATABASE`], created if missing (an example may; an application runs
+/// `fence_mysql::migrate` from its migrations).
+pub async fn mysql_fence() -> Result<Observed<fence_mysql::MySqlFence>, Unreachable> {
+    use fence_mysql::env::{ACQUIRE_TIMEOUT_MS, DATABASE, MAX_CONNECTIONS, URL};
+    let timeout = CONNECT_TIMEOUT.as_millis().to_string();
+    let env = Env::from_pairs([(DATABASE, MYSQL_DATABASE)])
+        .or_else(env_or_local(&[URL], &[(URL, local::MYSQL_URL)]))
+        .or_else(Env::from_pairs([
+            (MAX_CONNECTIONS, "8"),
+            (ACQUIRE_TIMEOUT_MS, timeout.as_str()),
+        ]));
+    let url = env.get(URL).unwrap_or_default();
+    let unreachable = |e: Box<dyn Error + Send + Sync>| Unreachable::new("MySQL", &url, URL, e);
+    let fence = fence_mysql::MySqlFenceBuilder::from_env_with(&env)
+        .await
+        .and_then(fence_mysql::MySqlFenceBuilder::build)
+        .map_err(|e| unreachable(e.into()))?;
+    fence_mysql::migrate(fence.pool(), fence.database())
+        .await
+        .map_err(|e| unreachable(e.into()))?;
+    Ok(fence)
 }
 
 /// The schema the PostgreSQL examples keep the fence's tables in.

@@ -2,6 +2,8 @@
 //! `servers` feature only the embedded memory backend is built, so the first demo compiles no
 //! server client (no AWS SDK, no librdkafka).
 
+#[cfg(feature = "servers")]
+mod accounts;
 mod backend;
 mod cleanup;
 mod cli;
@@ -13,15 +15,18 @@ mod resource;
 mod shutdown;
 mod timeline;
 
-pub use backend::{Backend, DemoBackend};
 #[cfg(feature = "servers")]
-pub use cleanup::retire_postgres_run;
+pub use accounts::{account_worker, Accounts};
+pub use backend::{Backend, DemoBackend};
 pub use cleanup::retire_run;
+#[cfg(feature = "servers")]
+pub use cleanup::{retire_mysql_run, retire_postgres_run};
 pub use cli::{backend_arg, help_requested, no_arguments, run_example, ExampleError, ENVIRONMENT};
 #[cfg(feature = "servers")]
 pub use connect::{
-    create_kafka_topics, delete_kafka_topics, kafka_fence_for_run, local, postgres_fence,
-    redis_fence, s3_fence, Unreachable, CONNECT_TIMEOUT, POSTGRES_SCHEMA,
+    create_kafka_topics, delete_kafka_topics, kafka_fence_for_run, local, mysql_fence,
+    postgres_fence, redis_fence, s3_fence, Unreachable, CONNECT_TIMEOUT, MYSQL_DATABASE,
+    POSTGRES_SCHEMA,
 };
 #[cfg(feature = "servers")]
 pub use receipts::{settled_entries, ReceiptWebhook};

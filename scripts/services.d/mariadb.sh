@@ -56,3 +56,4 @@ mariadb_start() {
 mariadb_stop() {
   stop_pidfile "$mariadb_dir/mariadbd.pid" 20
 }
+mariadb_demo_backend() { echo mysql; }
