@@ -17,6 +17,7 @@ mod history;
 mod kafka;
 mod measure;
 mod memory;
+mod mysql;
 mod object_store;
 mod outbox;
 mod postgres;
@@ -24,6 +25,7 @@ mod probe;
 mod redis;
 mod report;
 mod s3;
+mod sql;
 mod state;
 
 use std::path::Path;
@@ -32,13 +34,14 @@ use std::process::ExitCode;
 use report::Row;
 
 /// The backends `--only` may name.
-const BACKENDS: [&str; 8] = [
+const BACKENDS: [&str; 9] = [
     "memory",
     "redis",
     "outbox",
     "s3",
     "object_store",
     "postgres",
+    "mysql",
     "etcd",
     "kafka",
 ];
@@ -113,6 +116,10 @@ async fn main() -> ExitCode {
     if wanted("postgres") {
         eprintln!("benchmarking postgres…");
         rows.extend(postgres::run().await);
+    }
+    if wanted("mysql") {
+        eprintln!("benchmarking mysql…");
+        rows.extend(mysql::run().await);
     }
     if wanted("etcd") {
         eprintln!("benchmarking etcd…");

@@ -1,0 +1,69 @@
+//! MySQL (MariaDB here): fenced write vs the same plain `UPDATE`, and a fenced transaction vs
+//! the same plain transaction (the cases are `sql.rs`'s).
+
+use std::sync::Arc;
+
+use fence_mysql::MySqlFence;
+use sqlx::mysql::MySqlPoolOptions;
+
+use crate::probe::Probe;
+use crate::report::Row;
+use crate::sql::{cases, Sql, ROWS};
+
+pub(crate) async fn run() -> Vec<Row> {
+    let url = std::env::var("FENCE_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://fence:fence@127.0.0.1:3340/fence".into());
+    match setup(&url).await {
+        Ok((fence, pool, accounts)) => {
+            let begin_fence = fence.clone();
+            cases(Sql {
+                backend: "mysql",
+                fence: Arc::new(fence),
+                begin: move |request| {
+                    let fence = begin_fence.clone();
+                    async move { fence.begin(&request).await }
+                },
+                pool,
+                update_payload: format!("UPDATE {accounts} SET payload = ? WHERE id = ?"),
+                credit: format!("UPDATE {accounts} SET balance = balance + 1 WHERE id = ?"),
+                probe: Probe::server("mariadb/mariadbd.pid"),
+            })
+            .await
+        }
+        Err(error) => vec![Row::note("mysql", "all cases", error)],
+    }
+}
+
+/// A fresh database with the fence's tables and `accounts(id, balance, payload)`, rows 0..64.
+async fn setup(
+    url: &str,
+) -> Result<(fence_core::Observed<MySqlFence>, sqlx::MySqlPool, String), String> {
+    let pool = MySqlPoolOptions::new()
+        .max_connections(16)
+        .connect(url)
+        .await
+        .map_err(|e| e.to_string())?;
+    let database = format!("bench_{}", crate::measure::run_id());
+    fence_mysql::migrate(&pool, &database)
+        .await
+        .map_err(|e| e.to_string())?;
+    let accounts = format!("{database}.accounts");
+    sqlx::raw_sql(&format!(
+        "CREATE TABLE {accounts} (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL, payload LONGBLOB)"
+    ))
+    .execute(&pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    let values: Vec<String> = (0..ROWS).map(|i| format!("({i}, 0)")).collect();
+    sqlx::raw_sql(&format!(
+        "INSERT INTO {accounts} (id, balance) VALUES {}",
+        values.join(", ")
+    ))
+    .execute(&pool)
+    .await
+    .map_err(|e| e.to_string())?;
+    let fence = MySqlFence::builder(pool.clone(), &database)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok((fence, pool, accounts))
+}

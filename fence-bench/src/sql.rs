@@ -1,0 +1,147 @@
+//! The SQL cases, one body for every SQL adapter (PostgreSQL, MySQL): a fenced write vs the same
+//! plain `UPDATE`, and a fenced transaction vs the same plain transaction. Each adapter's module
+//! sets up its tables and statements.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use fence_core::{
+    AdmittedTransaction, Begun, Domain, FenceError, FencedStore, FencingToken, TransactionRequest,
+    WriteRequest,
+};
+use sqlx::{Database, Executor, IntoArguments, Pool};
+
+use crate::measure::{compare, done, Plan, CONCURRENCY};
+use crate::probe::Probe;
+use crate::report::Row;
+
+/// Rows (and domains) the cases spread over.
+pub(crate) const ROWS: usize = 64;
+
+/// One adapter's side of the cases.
+pub(crate) struct Sql<DB: Database, B> {
+    /// The backend's name in the report.
+    pub(crate) backend: &'static str,
+    /// The fence, as a store.
+    pub(crate) fence: Arc<dyn FencedStore>,
+    /// Begins a fenced transaction.
+    pub(crate) begin: B,
+    /// The same database, plain.
+    pub(crate) pool: Pool<DB>,
+    /// `UPDATE accounts SET payload = <2nd> WHERE id = <1st>`, in the dialect.
+    pub(crate) update_payload: String,
+    /// `UPDATE accounts SET balance = balance + 1 WHERE id = <1st>`, in the dialect.
+    pub(crate) credit: String,
+    /// The server's processes.
+    pub(crate) probe: Probe,
+}
+
+/// The domains of the rows.
+pub(crate) fn domains() -> Result<Arc<Vec<Domain>>, String> {
+    (0..ROWS)
+        .map(|i| Domain::new(format!("account-{i}")))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Arc::new)
+        .map_err(|e| e.to_string())
+}
+
+pub(crate) async fn cases<DB, B, BF, Tx>(sql: Sql<DB, B>) -> Vec<Row>
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Vec<u8>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    B: Fn(TransactionRequest) -> BF + Clone + Send + Sync + 'static,
+    BF: Future<Output = Result<Begun<Tx>, FenceError>> + Send,
+    Tx: AdmittedTransaction<Connection = DB::Connection> + 'static,
+{
+    let domains = match domains() {
+        Ok(domains) => domains,
+        Err(error) => return vec![Row::note(sql.backend, "all cases", error)],
+    };
+    let payload = Arc::new(vec![b'x'; 1024]);
+    let token = FencingToken::MIN;
+    let update = Arc::new(sql.update_payload);
+    let credit = Arc::new(sql.credit);
+    let mut rows = Vec::new();
+    for concurrency in CONCURRENCY {
+        let plan = Plan {
+            rounds: 10,
+            batch: 200 * concurrency.min(4),
+            concurrency,
+            group: 1,
+        };
+
+        // A fenced write of 1 KiB vs the same UPDATE of one row, each its own transaction.
+        let (f, d, p) = (sql.fence.clone(), domains.clone(), payload.clone());
+        let (pool, p2, update) = (sql.pool.clone(), payload.clone(), update.clone());
+        let (fenced, unfenced) = compare(
+            plan,
+            &sql.probe,
+            move |i| {
+                let fence = f.clone();
+                let request = WriteRequest::put(d[i % d.len()].clone(), token, p.to_vec());
+                async move { done(fence.write(&request).await) }
+            },
+            move |i| {
+                let (pool, value, statement) = (pool.clone(), p2.clone(), update.clone());
+                async move {
+                    let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+                    let query = sqlx::query::<DB>(&statement)
+                        .bind((i % ROWS) as i64)
+                        .bind(value.to_vec());
+                    done((&mut *conn).execute(query).await)
+                }
+            },
+        )
+        .await;
+        rows.push(Row::new(
+            sql.backend,
+            "write 1 KiB vs UPDATE",
+            concurrency,
+            &fenced,
+            &unfenced,
+        ));
+
+        // A fenced transaction vs the same plain transaction: one UPDATE of the user's row.
+        let (begin, d, fenced_credit) = (sql.begin.clone(), domains.clone(), credit.clone());
+        let (pool, plain_credit) = (sql.pool.clone(), credit.clone());
+        let (fenced, unfenced) = compare(
+            plan,
+            &sql.probe,
+            move |i| {
+                let (begin, statement) = (begin.clone(), fenced_credit.clone());
+                let request = TransactionRequest::new(d[i % d.len()].clone(), token);
+                async move {
+                    let Begun::Admitted(mut tx) =
+                        begin(request).await.map_err(|e| e.to_string())?
+                    else {
+                        return Err("a duplicate without an op id".into());
+                    };
+                    let query = sqlx::query::<DB>(&statement).bind((i % ROWS) as i64);
+                    (&mut *tx).execute(query).await.map_err(|e| e.to_string())?;
+                    done(tx.commit().await)
+                }
+            },
+            move |i| {
+                let (pool, statement) = (pool.clone(), plain_credit.clone());
+                async move {
+                    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+                    let query = sqlx::query::<DB>(&statement).bind((i % ROWS) as i64);
+                    (&mut *tx).execute(query).await.map_err(|e| e.to_string())?;
+                    done(tx.commit().await)
+                }
+            },
+        )
+        .await;
+        rows.push(Row::new(
+            sql.backend,
+            "transaction vs plain transaction",
+            concurrency,
+            &fenced,
+            &unfenced,
+        ));
+    }
+    rows
+}
