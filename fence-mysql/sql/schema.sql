@@ -42,3 +42,28 @@ CREATE TABLE IF NOT EXISTS fence_db.fence_leases (
     token    BIGINT UNSIGNED NOT NULL,
     expires  DATETIME(6) NOT NULL
 ) ENGINE = InnoDB;
+
+-- The database's own admission settings, one row (`one` = 1) that every client of the database
+-- obeys, whatever it was built with (MySqlFence::set_resource_bounds). Created with none; a
+-- missing row fails closed.
+CREATE TABLE IF NOT EXISTS fence_db.fence_settings (
+    one         TINYINT UNSIGNED NOT NULL PRIMARY KEY,  -- 1
+    max_step    BIGINT UNSIGNED NULL,                    -- NULL: no step bound; never 0
+    issued_only TINYINT UNSIGNED NOT NULL,               -- 1: only tokens the counter issued
+    CONSTRAINT fence_settings_one CHECK (one = 1),
+    CONSTRAINT fence_settings_step CHECK (max_step IS NULL OR max_step > 0)
+) ENGINE = InnoDB;
+
+INSERT IGNORE INTO fence_db.fence_settings (one, max_step, issued_only) VALUES (1, NULL, 0);
+
+-- Re-bases: an operator lowered a domain's mark that was pushed to a token no one issued.
+CREATE TABLE IF NOT EXISTS fence_db.fence_rebases (
+    seq       BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
+    domain    VARBINARY(256) NOT NULL,
+    from_mark BIGINT UNSIGNED NOT NULL,
+    to_mark   BIGINT UNSIGNED NOT NULL,
+    operator  VARBINARY(128) NOT NULL,
+    reason    BLOB NOT NULL,
+    at        DATETIME(6) NOT NULL,                    -- UTC_TIMESTAMP(6)
+    KEY fence_rebases_domain (domain, seq)
+) ENGINE = InnoDB;

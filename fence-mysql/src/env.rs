@@ -7,14 +7,14 @@
 //! | `FENCE_MYSQL_MAX_CONNECTIONS` | the pool's size (default 10) |
 //! | `FENCE_MYSQL_ACQUIRE_TIMEOUT_MS` | how long a request waits for a connection (default 5000) |
 //! | `FENCE_MAX_TOKEN_STEP` | refuse tokens more than this above a domain's mark |
-//! | `FENCE_ISSUED_ONLY` | refused when `1`: fence-mysql does not keep issued-only bounds yet |
+//! | `FENCE_ISSUED_ONLY` | `1`: accept only tokens this database's issuer issued for the domain |
 //!
 //! `DATABASE_URL` (sqlx's variable) naming another server than `FENCE_MYSQL_URL` is refused:
 //! two answers to one question.
 
 use std::str::FromStr;
 
-use fence_core::env::{configuration, Env, SqlPoolVariables, ISSUED_ONLY};
+use fence_core::env::{Env, SqlPoolVariables};
 use fence_core::FenceError;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 
@@ -55,13 +55,6 @@ impl MySqlFenceBuilder {
     /// [`Self::from_env`] from `env`.
     pub async fn from_env_with(env: &Env) -> Result<Self, FenceError> {
         let settings = env.sql_pool(&VARIABLES)?;
-        // Fail closed: a worker told to accept only issued tokens must not accept others.
-        if settings.issued_only {
-            return Err(configuration(format!(
-                "{ISSUED_ONLY} is not supported by fence-mysql yet (no issued-only bound is kept \
-                 in the database): unset it, or use fence-postgres"
-            )));
-        }
         let options =
             MySqlConnectOptions::from_str(&settings.url).map_err(|_| settings.invalid_url())?;
         let database = Database::new(&settings.namespace)?; // checked before any connection
@@ -74,6 +67,9 @@ impl MySqlFenceBuilder {
         let mut builder = MySqlFence::builder(pool, database.name());
         if let Some(step) = settings.max_token_step {
             builder = builder.max_token_step(step);
+        }
+        if settings.issued_only {
+            builder = builder.issued_only();
         }
         Ok(builder)
     }
@@ -108,9 +104,6 @@ mod tests {
         assert!(refused(&[(URL, url), (MAX_CONNECTIONS, "0")])
             .await
             .contains("at least 1"));
-        assert!(refused(&[(URL, url), ("FENCE_ISSUED_ONLY", "1")])
-            .await
-            .contains("not supported by fence-mysql yet"));
         assert!(refused(&[(URL, url), ("FENCE_ISSUED_ONLY", "sometimes")])
             .await
             .contains("FENCE_ISSUED_ONLY must be"));

@@ -61,7 +61,7 @@ pub struct MySqlFenceBuilder {
     database: String,
     max_value_bytes: usize,
     op_id_retention: usize,
-    max_step: Option<NonZeroU64>,
+    bounds: BoundsConfig,
 }
 
 impl MySqlFenceBuilder {
@@ -78,9 +78,21 @@ impl MySqlFenceBuilder {
     }
 
     /// Refuses tokens more than `max_step` above the domain's mark (a forged or corrupted
-    /// token would otherwise fence every honest holder out).
+    /// token would otherwise fence every honest holder out), in the transaction that locks the
+    /// mark. This client's setting: to make every client of the database obey it, store it with
+    /// [`MySqlFence::set_resource_bounds`].
     pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {
-        self.max_step = Some(max_step);
+        self.bounds.max_step = Some(max_step);
+        self
+    }
+
+    /// Accepts only tokens this database's issuer or leases issued for the domain (up to the
+    /// domain's counter, read after the mark row's lock): a token nobody issued is refused with
+    /// [`FenceError::Unissued`]. Use it only for domains whose tokens come from this database.
+    /// This client's setting: to make every client obey it, store it with
+    /// [`MySqlFence::set_resource_bounds`].
+    pub fn issued_only(mut self) -> Self {
+        self.bounds.issued_only = true;
         self
     }
 
@@ -92,7 +104,7 @@ impl MySqlFenceBuilder {
             database: Database::new(&self.database)?,
             max_value_bytes: self.max_value_bytes,
             op_id_retention: self.op_id_retention,
-            bounds: BoundsConfig::new(self.max_step, false),
+            bounds: self.bounds,
             shape_checked: Arc::new(AtomicBool::new(false)),
         }))
     }
@@ -107,7 +119,19 @@ impl MySqlFence {
             database: database.to_owned(),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
-            max_step: None,
+            bounds: BoundsConfig::NONE,
+        }
+    }
+
+    /// A builder with this fence's pool, database and settings: build a fence that differs in
+    /// some of them.
+    pub fn to_builder(&self) -> MySqlFenceBuilder {
+        MySqlFenceBuilder {
+            pool: self.pool.clone(),
+            database: self.database.name().to_owned(),
+            max_value_bytes: self.max_value_bytes,
+            op_id_retention: self.op_id_retention,
+            bounds: self.bounds,
         }
     }
 
@@ -185,7 +209,8 @@ impl MySqlFence {
             None => Current::mark(locked.hwm),
         };
         // A refusal or a replay drops the transaction: nothing changes.
-        let accepted = match pipeline::decide_write(request, current, &remembered, self.bounds())? {
+        let accepted = match pipeline::decide_write(request, current, &remembered, locked.bounds())?
+        {
             Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
             Decision::Apply { outcome, .. } => outcome,
         };
@@ -223,7 +248,7 @@ impl MySqlFence {
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let decision = pipeline::decide_claim(domain, locked.hwm, token, self.bounds())?;
+        let decision = pipeline::decide_claim(domain, locked.hwm, token, locked.bounds())?;
         if let ClaimDecision::Raise(_) = decision {
             self.apply(
                 &mut tx,
@@ -260,7 +285,9 @@ impl MySqlFence {
                 let op_id: Vec<u8> = row.try_get(1).map_err(column)?;
                 let op_id = fence_core::OperationId::new(String::from_utf8_lossy(&op_id))
                     .map_err(|e| corrupt(domain, format!("operation record's op id: {e}")))?;
-                Ok(decode_op(domain, row, 2)?.remembered(token, op_id))
+                decode_op(domain, row, 2)?
+                    .map(|op| op.remembered(token, op_id))
+                    .ok_or_else(|| corrupt(domain, "operation record without a kind"))
             })
             .collect()
     }

@@ -9,9 +9,11 @@ mod fence;
 mod lease;
 mod mark;
 mod permissions;
+mod rebase;
 mod retire;
 mod row;
 mod schema;
+mod settings;
 mod transaction;
 
 /// The contract this crate implements, so users need one dependency.

@@ -2,12 +2,29 @@
 //! fence-core's column checks, and changed by the statements a decision calls for.
 
 use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
-use fence_core::{Domain, FenceError, FencingToken, IssuerView, Operation, OperationId, Revision};
+use std::num::NonZeroU64;
+use std::time::Duration;
+
+use fence_core::{
+    Backoff, BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Operation, OperationId,
+    Revision,
+};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, Row, Transaction};
 
 use crate::error::{corrupt, map_error};
 use crate::fence::MySqlFence;
+
+/// Attempts at locking a mark row past deadlocks, and the wait between them.
+const LOCK_ATTEMPTS: u32 = 12;
+const LOCK_BACKOFF: Backoff = Backoff::new(Duration::from_millis(2), Duration::from_millis(100));
+
+/// True for a deadlock: the server rolled the whole transaction back.
+fn is_deadlock(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db)
+        if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|e| e.number() == 1213))
+}
 
 /// What a locked mark row holds.
 pub(crate) struct Locked {
@@ -17,6 +34,18 @@ pub(crate) struct Locked {
     pub(crate) entry: Option<EntryHead>,
     /// The record of the request's (token, op id), if one was asked for and is remembered.
     pub(crate) op: Option<StoredOp>,
+    /// The admission settings in force: the client's and the database's, the tighter of each.
+    pub(crate) settings: BoundsConfig,
+    /// The domain's counter's last token, read after the lock (`None`: nothing issued).
+    pub(crate) issued: Option<FencingToken>,
+}
+
+impl Locked {
+    /// The checks beyond the rule, as the settings in force ask for them.
+    pub(crate) fn bounds(&self) -> TokenBounds {
+        self.settings
+            .with_issuer(IssuerView::IssuedUpTo(self.issued))
+    }
 }
 
 /// How a transaction changes the locked mark row.
@@ -94,7 +123,96 @@ impl MySqlFence {
     ) -> Result<(Transaction<'static, MySql>, Locked), FenceError> {
         self.ensure_shape(domain, operation).await?;
         let sql_error = |e| map_error(e, domain, operation, false);
-        let mut tx = self.pool().begin().await.map_err(sql_error)?;
+        // Concurrent first writers of a domain queue on the row one of them is creating; when
+        // that one is refused, its rollback can leave two waiters in a deadlock (error 1213,
+        // one of them rolled back). Nothing was decided yet: the victim locks again.
+        let mut attempt = 0;
+        let (mut tx, row) = loop {
+            match self.lock_row(domain).await {
+                Err(error) if is_deadlock(&error) && attempt < LOCK_ATTEMPTS => {
+                    tokio::time::sleep(LOCK_BACKOFF.delay(attempt)).await;
+                    attempt += 1;
+                }
+                locked => break locked.map_err(sql_error)?,
+            }
+        };
+        let row = row.ok_or_else(|| corrupt(domain, "the mark row vanished"))?;
+        let (hwm, entry) = decode_head(domain, &row)?;
+        // One plain read, the transaction's first: under REPEATABLE READ its snapshot is taken
+        // now, once the mark's lock is held, so every op record written under that lock before
+        // (an earlier retry's), every token issued before and the settings stored before
+        // (`set_resource_bounds` waits for the transactions holding marks) are seen. Not a
+        // locking read: one of a missing op record would take a gap lock, and holders of other
+        // domains inserting their records into that gap would deadlock with it.
+        let (token, op_id) = match op {
+            Some((token, op_id)) => (Some(token.get()), Some(op_id.as_str().as_bytes())),
+            None => (None, None),
+        };
+        let row = sqlx::query(&format!(
+            "SELECT s.max_step, s.issued_only, \
+             (SELECT last FROM {counters} WHERE domain = ?), o.kind, o.revision, o.previous \
+             FROM {settings} s LEFT JOIN {ops} o \
+             ON o.domain = ? AND o.token = ? AND o.op_id = ? WHERE s.one = 1",
+            counters = self.tables().counters(),
+            settings = self.tables().settings(),
+            ops = self.tables().ops(),
+        ))
+        .bind(domain.as_str().as_bytes())
+        .bind(domain.as_str().as_bytes())
+        .bind(token)
+        .bind(op_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(sql_error)?
+        .ok_or_else(|| {
+            corrupt(
+                domain,
+                format!(
+                    "{} has no row: run fence_mysql::migrate",
+                    self.tables().settings()
+                ),
+            )
+        })?;
+        let column = |e: sqlx::Error| corrupt(domain, format!("settings or counter: {e}"));
+        let step: Option<u64> = row.try_get(0).map_err(column)?;
+        let issued_only: u8 = row.try_get(1).map_err(column)?;
+        let last: Option<u64> = row.try_get(2).map_err(column)?;
+        let step = match step {
+            None => None,
+            Some(step) => Some(
+                NonZeroU64::new(step)
+                    .ok_or_else(|| corrupt(domain, "the database's step bound is 0"))?,
+            ),
+        };
+        let settings = self
+            .client_bounds()
+            .tighter(BoundsConfig::new(step, issued_only != 0));
+        let issued = match last {
+            None | Some(0) => None,
+            Some(last) => Some(token_column(domain, last, "issued counter")?),
+        };
+        let op = match op {
+            None => None,
+            Some(_) => decode_op(domain, &row, 3)?,
+        };
+        Ok((
+            tx,
+            Locked {
+                hwm,
+                entry,
+                op,
+                settings,
+                issued,
+            },
+        ))
+    }
+
+    /// Begins a transaction and locks the domain's mark row in it, creating it if missing.
+    async fn lock_row(
+        &self,
+        domain: &Domain,
+    ) -> Result<(Transaction<'static, MySql>, Option<MySqlRow>), sqlx::Error> {
+        let mut tx = self.pool().begin().await?;
         let marks = self.tables().marks();
         // A committed row never has a NULL mark: one found is set to 0 here, which the decoding
         // refuses (and the refusal rolls back), so NULL below means "created by this statement".
@@ -104,46 +222,14 @@ impl MySqlFence {
         ))
         .bind(domain.as_str().as_bytes())
         .execute(&mut *tx)
-        .await
-        .map_err(sql_error)?;
+        .await?;
         let row = sqlx::query(&format!(
             "SELECT hwm, state, revision, writer FROM {marks} WHERE domain = ? FOR UPDATE"
         ))
         .bind(domain.as_str().as_bytes())
         .fetch_optional(&mut *tx)
-        .await
-        .map_err(sql_error)?
-        .ok_or_else(|| corrupt(domain, "the mark row vanished"))?;
-        let (hwm, entry) = decode_head(domain, &row)?;
-        let op = match op {
-            None => None,
-            Some((token, op_id)) => {
-                // A plain read, the transaction's first: under REPEATABLE READ its snapshot is
-                // taken now, once the mark's lock is held, so every record written under that
-                // lock before (an earlier retry's) is seen. Not a locking read: one of a missing
-                // row would take a gap lock, and holders of other domains inserting their
-                // records into that gap would deadlock with it.
-                let row = sqlx::query(&format!(
-                    "SELECT kind, revision, previous FROM {} \
-                     WHERE domain = ? AND token = ? AND op_id = ?",
-                    self.tables().ops()
-                ))
-                .bind(domain.as_str().as_bytes())
-                .bind(token.get())
-                .bind(op_id.as_str().as_bytes())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(sql_error)?;
-                row.map(|row| decode_op(domain, &row, 0)).transpose()?
-            }
-        };
-        Ok((tx, Locked { hwm, entry, op }))
-    }
-
-    /// The checks beyond the rule this client applies (its own settings; no issuer is kept
-    /// in this database, so issued-only does not apply).
-    pub(crate) fn bounds(&self) -> TokenBounds {
-        self.client_bounds().with_issuer(IssuerView::Unchecked)
+        .await?;
+        Ok((tx, row))
     }
 
     /// Applies `change` and remembers `remember` in `tx` (the mark row locked by
@@ -248,20 +334,24 @@ impl MySqlFence {
 }
 
 /// A remembered operation's row: kind, revision and previous mark in columns
-/// `first..first + 3`.
+/// `first..first + 3` (`None` when the kind is NULL: nothing remembered).
 pub(crate) fn decode_op(
     domain: &Domain,
     row: &MySqlRow,
     first: usize,
-) -> Result<StoredOp, FenceError> {
+) -> Result<Option<StoredOp>, FenceError> {
     let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-    let kind: Vec<u8> = row.try_get(first).map_err(column)?;
+    let kind: Option<Vec<u8>> = row.try_get(first).map_err(column)?;
     let revision: Option<u64> = row.try_get(first + 1).map_err(column)?;
     let previous: Option<u64> = row.try_get(first + 2).map_err(column)?;
+    let Some(kind) = kind else {
+        return Ok(None);
+    };
     let previous = previous
         .map(|p| token_column(domain, p, "operation record's previous mark"))
         .transpose()?;
     StoredOp::from_columns(&String::from_utf8_lossy(&kind), revision, previous)
+        .map(Some)
         .map_err(|why| corrupt(domain, why))
 }
 

@@ -12,19 +12,14 @@ use crate::schema::sql_error;
 use crate::MySqlFence;
 
 /// (privileges, table, what the fence needs them for, operators only)
-const TABLES: [(&str, &str, &str, bool); 6] = [
+const TABLES: [(&str, &str, &str, bool); 9] = [
     (
         "SELECT, INSERT, UPDATE",
         "fence_marks",
         "every fenced operation (the row is locked with INSERT … ON DUPLICATE KEY UPDATE and read FOR UPDATE)",
         false,
     ),
-    (
-        "DELETE",
-        "fence_marks",
-        "retire",
-        true,
-    ),
+    ("DELETE", "fence_marks", "retire", true),
     (
         "SELECT, INSERT, DELETE",
         "fence_ops",
@@ -34,7 +29,7 @@ const TABLES: [(&str, &str, &str, bool); 6] = [
     (
         "SELECT, INSERT, UPDATE",
         "fence_counters",
-        "the issuer and leases",
+        "the issuer, leases and issued-only checks",
         false,
     ),
     (
@@ -49,7 +44,29 @@ const TABLES: [(&str, &str, &str, bool); 6] = [
         "leases",
         false,
     ),
+    (
+        "SELECT",
+        "fence_settings",
+        "the database's admission settings, read by every fenced operation",
+        false,
+    ),
+    (
+        "UPDATE",
+        "fence_settings",
+        "storing admission settings (with LOCK TABLES on the database)",
+        true,
+    ),
+    ("SELECT, INSERT", "fence_rebases", "re-bases", true),
 ];
+
+/// The first column of one of the fence's tables (`table` is `<database>.<name>`).
+fn first_column(table: &str) -> &'static str {
+    if table.ends_with(".fence_settings") {
+        "max_step"
+    } else {
+        "domain"
+    }
+}
 
 /// What a privilege probe found.
 enum Probe {
@@ -110,7 +127,11 @@ impl MySqlFence {
         let statement = match privilege {
             "SELECT" => format!("EXPLAIN SELECT 1 FROM {table} WHERE FALSE"),
             "INSERT" => format!("EXPLAIN INSERT INTO {table} () VALUES ()"),
-            "UPDATE" => format!("EXPLAIN UPDATE {table} SET domain = NULL WHERE FALSE"),
+            // Every table's first column, NULL whatever it holds: nothing is read.
+            "UPDATE" => format!(
+                "EXPLAIN UPDATE {table} SET {} = NULL WHERE FALSE",
+                first_column(table)
+            ),
             _ => format!("EXPLAIN DELETE FROM {table} WHERE FALSE"),
         };
         match sqlx::raw_sql(&statement).execute(self.pool()).await {

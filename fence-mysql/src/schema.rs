@@ -37,6 +37,14 @@ impl Database {
     pub(crate) fn leases(&self) -> String {
         format!("{}.fence_leases", self.0)
     }
+
+    pub(crate) fn settings(&self) -> String {
+        format!("{}.fence_settings", self.0)
+    }
+
+    pub(crate) fn rebases(&self) -> String {
+        format!("{}.fence_rebases", self.0)
+    }
 }
 
 /// The columns `migrate` creates, as `information_schema.COLUMNS.COLUMN_TYPE` spells them
@@ -82,17 +90,41 @@ const EXPECTED: ExpectedTables = &[
             ("expires", "datetime(6) not null"),
         ],
     ),
+    (
+        "fence_settings",
+        &[
+            ("one", "tinyint unsigned not null"),
+            ("max_step", "bigint unsigned"),
+            ("issued_only", "tinyint unsigned not null"),
+        ],
+    ),
+    (
+        "fence_rebases",
+        &[
+            ("seq", "bigint unsigned not null"),
+            ("domain", "varbinary(256) not null"),
+            ("from_mark", "bigint unsigned not null"),
+            ("to_mark", "bigint unsigned not null"),
+            ("operator", "varbinary(128) not null"),
+            ("reason", "blob not null"),
+            ("at", "datetime(6) not null"),
+        ],
+    ),
 ];
 
-/// `bigint(20) unsigned` as `bigint unsigned`: the display width means nothing to Fence.
+/// `bigint(20) unsigned` as `bigint unsigned` (and so for every integer type): the display
+/// width means nothing to Fence, and MySQL 8 no longer shows it.
 fn without_display_width(column_type: &str) -> String {
-    match column_type.strip_prefix("bigint(") {
-        Some(rest) => match rest.split_once(')') {
-            Some((_, tail)) => format!("bigint{tail}"),
-            None => column_type.to_owned(),
-        },
-        None => column_type.to_owned(),
+    for integer in ["tinyint", "smallint", "mediumint", "int", "bigint"] {
+        if let Some((_, tail)) = column_type
+            .strip_prefix(integer)
+            .and_then(|rest| rest.strip_prefix('('))
+            .and_then(|rest| rest.split_once(')'))
+        {
+            return format!("{integer}{tail}");
+        }
     }
+    column_type.to_owned()
 }
 
 /// Compares the fence's tables in `database` with what [`migrate`] creates.
@@ -105,7 +137,8 @@ pub(crate) async fn check_shape(
          CAST(COLUMN_TYPE AS CHAR), CAST(IS_NULLABLE AS CHAR) \
          FROM information_schema.COLUMNS \
          WHERE TABLE_SCHEMA = ? \
-         AND TABLE_NAME IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases') \
+         AND TABLE_NAME IN ('fence_marks', 'fence_ops', 'fence_counters', 'fence_leases', \
+         'fence_settings', 'fence_rebases') \
          ORDER BY TABLE_NAME, ORDINAL_POSITION",
     )
     .bind(database.name())
@@ -169,12 +202,7 @@ fn statements(sql: &str) -> Vec<String> {
 pub(crate) async fn require_shape(pool: &MySqlPool, database: &Database) -> Result<(), FenceError> {
     match check_shape(pool, database).await.map_err(sql_error)? {
         None => Ok(()),
-        Some(Shape::Wrong(detail)) => Err(FenceError::backend(
-            BACKEND,
-            BackendErrorKind::Rejected,
-            None,
-            MySqlFenceError::Shape(detail),
-        )),
+        Some(Shape::Wrong(detail)) => Err(shape_error(detail)),
         Some(Shape::Missing(table)) => Err(FenceError::backend(
             BACKEND,
             BackendErrorKind::NotFound,
@@ -185,6 +213,16 @@ pub(crate) async fn require_shape(pool: &MySqlPool, database: &Database) -> Resu
             },
         )),
     }
+}
+
+/// The fence's tables found in another shape than [`migrate`] gives them (no domain concerned).
+pub(crate) fn shape_error(detail: String) -> FenceError {
+    FenceError::backend(
+        BACKEND,
+        BackendErrorKind::Rejected,
+        None,
+        MySqlFenceError::Shape(detail),
+    )
 }
 
 /// A driver or server error in a call that concerns no domain.
@@ -199,7 +237,7 @@ mod tests {
     #[test]
     fn the_schema_splits_into_its_statements() {
         let statements = statements(SCHEMA_SQL);
-        assert_eq!(statements.len(), 5, "{statements:#?}");
+        assert_eq!(statements.len(), 8, "{statements:#?}");
         assert!(statements[0].starts_with("CREATE DATABASE"));
         assert!(statements.iter().all(|s| !s.starts_with("--")));
     }
@@ -212,5 +250,10 @@ mod tests {
         );
         assert_eq!(without_display_width("bigint unsigned"), "bigint unsigned");
         assert_eq!(without_display_width("varbinary(256)"), "varbinary(256)");
+        assert_eq!(
+            without_display_width("tinyint(3) unsigned"),
+            "tinyint unsigned"
+        );
+        assert_eq!(without_display_width("int(10) unsigned"), "int unsigned");
     }
 }

@@ -218,7 +218,7 @@ impl MySqlFence {
             request,
             locked.hwm,
             locked.op.as_ref(),
-            self.bounds(),
+            locked.bounds(),
         )? {
             TransactionDecision::Replay {
                 previous_high_water_mark,

@@ -84,7 +84,11 @@ async fn the_check_names_each_missing_privilege() {
         access(&format!("DELETE on {db}.fence_counters")),
         Access::Denied("the user lacks DELETE".into())
     );
-    assert_eq!(report.denied().count(), 4, "{report}");
+    assert_eq!(
+        access(&format!("SELECT on {db}.fence_settings")),
+        Access::Granted
+    );
+    assert_eq!(report.denied().count(), 6, "{report}");
     let operators: Vec<&str> = report
         .permissions
         .iter()
@@ -95,7 +99,9 @@ async fn the_check_names_each_missing_privilege() {
         operators,
         [
             format!("DELETE on {db}.fence_marks"),
-            format!("DELETE on {db}.fence_counters")
+            format!("DELETE on {db}.fence_counters"),
+            format!("UPDATE on {db}.fence_settings"),
+            format!("SELECT, INSERT on {db}.fence_rebases"),
         ],
         "{report}"
     );
