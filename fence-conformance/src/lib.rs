@@ -6,6 +6,7 @@
 pub mod admission;
 pub mod ambiguity;
 pub mod entry;
+pub mod from_env;
 mod harness;
 pub mod lease;
 pub mod log;
@@ -21,6 +22,7 @@ pub mod retirement;
 mod scenario;
 pub mod seeded;
 pub mod services;
+pub mod sql_admission;
 #[cfg(feature = "relay")]
 pub mod sql_relay;
 pub mod store;

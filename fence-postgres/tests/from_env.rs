@@ -1,9 +1,13 @@
-//! `PostgresFenceBuilder::from_env` against the shared PostgreSQL.
+//! `PostgresFenceBuilder::from_env` against the shared PostgreSQL (fence-conformance's
+//! `from_env` checks).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use fence_conformance::services::{domain as d, put, token as t, value_of};
+use fence_conformance::from_env::{
+    a_fence_from_the_variables_obeys_them,
+    an_unreachable_server_is_unavailable_without_its_password,
+};
 use fence_core::env::Env;
-use fence_core::{BackendErrorKind, Fence, FenceError};
+use fence_postgres::env::{ACQUIRE_TIMEOUT_MS, MAX_CONNECTIONS, SCHEMA, URL};
 use fence_postgres::PostgresFenceBuilder;
 use fence_testkit::postgres as support;
 
@@ -17,9 +21,9 @@ async fn a_fence_from_the_postgres_variables_writes() {
         .await
         .unwrap();
     let env = Env::from_pairs([
-        (fence_postgres::env::URL, url.as_str()),
-        (fence_postgres::env::SCHEMA, schema.as_str()),
-        (fence_postgres::env::MAX_CONNECTIONS, "2"),
+        (URL, url.as_str()),
+        (SCHEMA, schema.as_str()),
+        (MAX_CONNECTIONS, "2"),
         ("FENCE_MAX_TOKEN_STEP", "10"),
     ]);
     let fence = PostgresFenceBuilder::from_env_with(&env)
@@ -27,39 +31,16 @@ async fn a_fence_from_the_postgres_variables_writes() {
         .and_then(PostgresFenceBuilder::build)
         .unwrap();
     assert_eq!(fence.schema(), schema);
-    let domain = d("configured");
-    put(&fence, &domain, 3, "from the environment")
-        .await
-        .unwrap();
-    assert_eq!(
-        value_of(&fence, &domain).await.as_deref(),
-        Some("from the environment")
-    );
-    // The step from the environment applies: 3 + 10 < 20.
-    assert!(matches!(
-        fence.claim(&domain, t(20)).await,
-        Err(FenceError::TokenTooFar { .. })
-    ));
+    a_fence_from_the_variables_obeys_them(&fence).await;
 }
 
 #[tokio::test]
 async fn an_unreachable_server_is_unavailable_and_its_password_is_not_shown() {
     let env = Env::from_pairs([
-        (
-            fence_postgres::env::URL,
-            "postgres://app:s3cret@127.0.0.1:1/postgres",
-        ),
-        (fence_postgres::env::ACQUIRE_TIMEOUT_MS, "500"),
+        (URL, "postgres://app:s3cret@127.0.0.1:1/postgres"),
+        (ACQUIRE_TIMEOUT_MS, "500"),
     ]);
-    match PostgresFenceBuilder::from_env_with(&env).await {
-        Err(
-            error @ FenceError::Backend {
-                kind: BackendErrorKind::Unavailable,
-                ..
-            },
-        ) => {
-            assert!(!error.to_string().contains("s3cret"), "{error}");
-        }
-        other => panic!("expected unavailable, got {other:?}"),
-    }
+    an_unreachable_server_is_unavailable_without_its_password(
+        PostgresFenceBuilder::from_env_with(&env).await,
+    );
 }
