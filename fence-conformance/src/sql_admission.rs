@@ -5,6 +5,9 @@
 //! database's settings binding a client built without them, and storing them waiting for the
 //! transactions in flight. Each function panics (failing the calling test) on a breach.
 
+// A broken set-up or a breached contract fails the calling test: panicking is the job here.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::num::NonZeroU64;
 use std::sync::Arc;
 use std::time::Duration;
