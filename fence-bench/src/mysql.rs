@@ -24,7 +24,9 @@ pub(crate) async fn run() -> Vec<Row> {
                     async move { fence.begin(&request).await }
                 },
                 pool,
-                update_payload: format!("UPDATE {accounts} SET payload = ? WHERE id = ?"),
+                update_payload: format!(
+                    "UPDATE {accounts} SET payload = ?, balance = balance + 1 WHERE id = ?"
+                ),
                 credit: format!("UPDATE {accounts} SET balance = balance + 1 WHERE id = ?"),
                 probe: Probe::server("mariadb/mariadbd.pid"),
             })

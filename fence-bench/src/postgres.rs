@@ -25,7 +25,9 @@ pub(crate) async fn run() -> Vec<Row> {
                     async move { fence.begin(&request).await }
                 },
                 pool,
-                update_payload: format!("UPDATE {accounts} SET payload = $2 WHERE id = $1"),
+                update_payload: format!(
+                    "UPDATE {accounts} SET payload = $1, balance = balance + 1 WHERE id = $2"
+                ),
                 credit: format!("UPDATE {accounts} SET balance = balance + 1 WHERE id = $1"),
                 probe: Probe::server("postgres/postgres.pid"),
             })

@@ -28,7 +28,10 @@ pub(crate) struct Sql<DB: Database, B> {
     pub(crate) begin: B,
     /// The same database, plain.
     pub(crate) pool: Pool<DB>,
-    /// `UPDATE accounts SET payload = <2nd> WHERE id = <1st>`, in the dialect.
+    /// `UPDATE accounts SET payload = <1st>, balance = balance + 1 WHERE id = <2nd>`, in the
+    /// dialect (MySQL's placeholders are positional: the binds follow the text's order). The
+    /// balance changes so that every UPDATE writes, as every fenced write does: MySQL skips
+    /// writing a row an UPDATE leaves as it was.
     pub(crate) update_payload: String,
     /// `UPDATE accounts SET balance = balance + 1 WHERE id = <1st>`, in the dialect.
     pub(crate) credit: String,
@@ -89,8 +92,8 @@ where
                 async move {
                     let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
                     let query = sqlx::query::<DB>(&statement)
-                        .bind((i % ROWS) as i64)
-                        .bind(value.to_vec());
+                        .bind(value.to_vec())
+                        .bind((i % ROWS) as i64);
                     done((&mut *conn).execute(query).await)
                 }
             },

@@ -144,6 +144,8 @@ pub async fn forged_tokens_never_land_under_concurrency(sql: &dyn SqlAdmission) 
 pub async fn fenced_transactions_are_admitted_like_writes(sql: &dyn SqlAdmission) {
     let client = sql.client(BoundsConfig::new(step(), true));
     let domain = d("account");
+    // Two tokens issued: the older one is stale once the newer one committed.
+    let older = client.issuer().issue(&domain).await.unwrap();
     let issued = client.issuer().issue(&domain).await.unwrap();
     match client.begin(&domain, t(issued.get() + 1)).await {
         Err(FenceError::Unissued { presented, .. }) => {
@@ -171,13 +173,8 @@ pub async fn fenced_transactions_are_admitted_like_writes(sql: &dyn SqlAdmission
             other.map(|_| ())
         ),
     }
-    if issued.get() > 1 {
-        let fenced = stepped
-            .begin(&domain, t(issued.get() - 1))
-            .await
-            .map(|_| ());
-        assert_fenced(fenced, issued.get() - 1, issued.get());
-    }
+    let fenced = stepped.begin(&domain, older).await.map(|_| ());
+    assert_fenced(fenced, older.get(), issued.get());
 }
 
 /// The database's own settings bind a client built without any: the step bound and
@@ -246,15 +243,22 @@ pub async fn storing_settings_waits_for_fenced_transactions_in_flight(operator: 
         .expect("admitted without settings");
     let storing = operator.set_resource_bounds(BoundsConfig::new(step(), false));
     tokio::pin!(storing);
-    let waited = tokio::time::timeout(Duration::from_millis(500), &mut storing).await;
+    // Storing takes milliseconds; 1.5 s unfinished means it waits for the transaction.
+    let waited = tokio::time::timeout(Duration::from_millis(1500), &mut storing).await;
     assert!(
         waited.is_err(),
         "the settings were stored while a transaction held a mark: {waited:?}"
     );
-    // The store waits on the server; the transaction commits beside it.
-    let (stored, committed) = tokio::join!(storing, open.commit());
+    // The store waits on the server; the transaction commits beside it, and the store
+    // finishes promptly after.
+    let (stored, committed) = tokio::join!(
+        tokio::time::timeout(Duration::from_secs(5), storing),
+        open.commit()
+    );
     committed.unwrap();
-    stored.expect("stored once the transaction ended");
+    stored
+        .expect("stored within 5 s of the transaction's end")
+        .expect("stored once the transaction ended");
     match plain.begin(&d("after"), t(u64::MAX)).await {
         Err(FenceError::TokenTooFar { .. }) => {}
         other => panic!("after the settings: {:?}", other.map(|_| ())),

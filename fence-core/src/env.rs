@@ -189,7 +189,8 @@ impl Env {
 /// and fence-mysql).
 #[derive(Clone, Copy, Debug)]
 pub struct SqlPoolVariables {
-    /// The server's URL (required; sqlx's `DATABASE_URL` must agree with it when set).
+    /// The server's URL (required; sqlx's `DATABASE_URL` must agree with it when it names
+    /// a server of the same kind: one of [`SqlPoolVariables::schemes`]).
     pub url: &'static str,
     /// The schema or database of the fence's tables.
     pub namespace: &'static str,
@@ -263,19 +264,28 @@ impl Env {
     /// let pool = env.sql_pool(&VARIABLES)?;
     /// assert_eq!((pool.namespace.as_str(), pool.max_connections), ("fence", 10));
     /// assert!(!format!("{pool:?}").contains("secret"));
+    /// // sqlx's DATABASE_URL of another kind is not this adapter's business.
+    /// let beside = Env::from_pairs([("FENCE_X_URL", "x://db:1/app"), ("DATABASE_URL", "y://other")]);
+    /// assert!(beside.sql_pool(&VARIABLES).is_ok());
     /// let wrong = Env::from_pairs([("FENCE_X_URL", "y://db")]).sql_pool(&VARIABLES).unwrap_err();
     /// assert_eq!(wrong.to_string(), "invalid configuration: FENCE_X_URL is not a valid X URL");
     /// # Ok::<(), fence_core::FenceError>(())
     /// ```
     pub fn sql_pool(&self, variables: &SqlPoolVariables) -> Result<SqlPool, FenceError> {
-        let url = self
-            .agreeing(variables.url, "DATABASE_URL")?
-            .ok_or_else(|| {
-                configuration(format!(
-                    "no {} configured: set {}",
-                    variables.product, variables.url
-                ))
-            })?;
+        // A `DATABASE_URL` of another kind (a PostgreSQL one beside a MySQL fence) answers
+        // another question: only one of the same kind must agree.
+        let same_kind = |url: &str| variables.schemes.iter().any(|s| url.starts_with(s));
+        let url = if self.get("DATABASE_URL").is_some_and(|url| same_kind(&url)) {
+            self.agreeing(variables.url, "DATABASE_URL")?
+        } else {
+            self.get(variables.url)
+        };
+        let url = url.ok_or_else(|| {
+            configuration(format!(
+                "no {} configured: set {}",
+                variables.product, variables.url
+            ))
+        })?;
         let max_connections = self.parse::<u32>(variables.max_connections)?.unwrap_or(10);
         if max_connections == 0 {
             return Err(configuration(format!(

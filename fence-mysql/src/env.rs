@@ -96,6 +96,16 @@ mod tests {
             refused(&[(URL, url), ("DATABASE_URL", "mysql://other@h/db")]).await,
             "FENCE_MYSQL_URL and DATABASE_URL are both set and disagree: set one"
         );
+        // A DATABASE_URL of another kind is left alone: the connection is tried (and fails).
+        let env = Env::from_pairs([
+            (URL, url),
+            ("DATABASE_URL", "postgres://other@h/db"),
+            (ACQUIRE_TIMEOUT_MS, "200"),
+        ]);
+        assert!(matches!(
+            MySqlFenceBuilder::from_env_with(&env).await,
+            Err(FenceError::Backend { .. })
+        ));
         let why = refused(&[(URL, "postgres://app:s3cret@h/db")]).await;
         assert_eq!(why, "FENCE_MYSQL_URL is not a valid MySQL URL");
         assert!(refused(&[(URL, url), (DATABASE, "Bad-Name")])

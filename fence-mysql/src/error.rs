@@ -46,7 +46,7 @@ pub enum MySqlFenceError {
 }
 
 /// The server's error number, for a database error.
-fn number(error: &sqlx::Error) -> Option<u16> {
+pub(crate) fn number(error: &sqlx::Error) -> Option<u16> {
     match error {
         sqlx::Error::Database(db) => db
             .try_downcast_ref::<MySqlDatabaseError>()

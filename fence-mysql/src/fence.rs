@@ -16,7 +16,7 @@ use fence_core::{
 use sqlx::{MySqlPool, Row};
 
 use crate::error::{corrupt, map_error, MySqlFenceError, BACKEND};
-use crate::mark::{commit, decode_head, decode_op, token_column, MarkChange, Remember};
+use crate::mark::{commit, decode_head, decode_op, release, token_column, MarkChange, Remember};
 use crate::schema::{check_shape, Database};
 
 /// Values larger than this are refused by default (keep it under the server's
@@ -208,11 +208,18 @@ impl MySqlFence {
             Some(head) => Current::new(locked.hwm, head.is_live(), Some(head.revision())),
             None => Current::mark(locked.hwm),
         };
-        // A refusal or a replay drops the transaction: nothing changes.
-        let accepted = match pipeline::decide_write(request, current, &remembered, locked.bounds())?
-        {
-            Decision::Replay(first) => return Ok(WriteOutcome::Duplicate(first)),
-            Decision::Apply { outcome, .. } => outcome,
+        // A refusal or a replay ends the transaction: nothing changes.
+        let decided = pipeline::decide_write(request, current, &remembered, locked.bounds());
+        let accepted = match decided {
+            Ok(Decision::Apply { outcome, .. }) => outcome,
+            Ok(Decision::Replay(first)) => {
+                release(tx).await;
+                return Ok(WriteOutcome::Duplicate(first));
+            }
+            Err(refused) => {
+                release(tx).await;
+                return Err(refused);
+            }
         };
         let head = match value {
             Some(_) => EntryHead::Value {
@@ -248,7 +255,13 @@ impl MySqlFence {
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
         let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let decision = pipeline::decide_claim(domain, locked.hwm, token, locked.bounds())?;
+        let decision = match pipeline::decide_claim(domain, locked.hwm, token, locked.bounds()) {
+            Ok(decision) => decision,
+            Err(refused) => {
+                release(tx).await;
+                return Err(refused);
+            }
+        };
         if let ClaimDecision::Raise(_) = decision {
             self.apply(
                 &mut tx,
@@ -262,6 +275,8 @@ impl MySqlFence {
             )
             .await?;
             commit(tx, domain, Operation::Claim).await?;
+        } else {
+            release(tx).await;
         }
         Ok(decision.claimed())
     }

@@ -21,9 +21,7 @@ const LOCK_BACKOFF: Backoff = Backoff::new(Duration::from_millis(2), Duration::f
 
 /// True for a deadlock: the server rolled the whole transaction back.
 fn is_deadlock(error: &sqlx::Error) -> bool {
-    matches!(error, sqlx::Error::Database(db)
-        if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-            .is_some_and(|e| e.number() == 1213))
+    crate::error::number(error) == Some(1213)
 }
 
 /// What a locked mark row holds.
@@ -353,6 +351,15 @@ pub(crate) fn decode_op(
     StoredOp::from_columns(&String::from_utf8_lossy(&kind), revision, previous)
         .map(Some)
         .map_err(|why| corrupt(domain, why))
+}
+
+/// Ends a transaction that changes nothing (a refusal, a replay, a claim at the mark) now, so
+/// the mark row's lock is gone when the call returns: a dropped transaction is rolled back
+/// later, on another task, once the pool takes its connection back, and the domain's next
+/// holder would wait for that. A rollback that fails leaves a broken connection, whose
+/// transaction the server ends.
+pub(crate) async fn release(tx: Transaction<'static, MySql>) {
+    let _ = tx.rollback().await;
 }
 
 /// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent

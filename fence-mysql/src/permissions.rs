@@ -6,7 +6,7 @@
 
 use fence_core::permissions::{Permission, PermissionReport};
 use fence_core::FenceError;
-use sqlx::mysql::MySqlDatabaseError;
+use sqlx::{Connection, Executor};
 
 use crate::schema::sql_error;
 use crate::MySqlFence;
@@ -51,9 +51,9 @@ const TABLES: [(&str, &str, &str, bool); 9] = [
         false,
     ),
     (
-        "UPDATE",
+        "UPDATE, LOCK TABLES",
         "fence_settings",
-        "storing admission settings (with LOCK TABLES on the database)",
+        "storing admission settings",
         true,
     ),
     ("SELECT, INSERT", "fence_rebases", "re-bases", true),
@@ -124,6 +124,9 @@ impl MySqlFence {
     /// Asks the server whether the user may run `privilege` on `table`: an `EXPLAIN` of a
     /// statement needing that privilege alone (no column is read, no row matches).
     async fn probe(&self, privilege: &str, table: &str) -> Result<Probe, FenceError> {
+        if privilege == "LOCK TABLES" {
+            return self.probe_lock_tables(table).await;
+        }
         let statement = match privilege {
             "SELECT" => format!("EXPLAIN SELECT 1 FROM {table} WHERE FALSE"),
             "INSERT" => format!("EXPLAIN INSERT INTO {table} () VALUES ()"),
@@ -134,21 +137,39 @@ impl MySqlFence {
             ),
             _ => format!("EXPLAIN DELETE FROM {table} WHERE FALSE"),
         };
-        match sqlx::raw_sql(&statement).execute(self.pool()).await {
-            Ok(_) => Ok(Probe::Granted),
-            Err(sqlx::Error::Database(db)) => {
-                match db
-                    .try_downcast_ref::<MySqlDatabaseError>()
-                    .map(MySqlDatabaseError::number)
-                {
-                    // command or column denied, no access to the database
-                    Some(1142 | 1143 | 1044) => Ok(Probe::Denied),
-                    // no such table
-                    Some(1146) => Ok(Probe::Missing),
-                    _ => Err(sql_error(sqlx::Error::Database(db))),
-                }
-            }
-            Err(error) => Err(sql_error(error)),
+        probed(
+            sqlx::raw_sql(&statement)
+                .execute(self.pool())
+                .await
+                .map(|_| ()),
+        )
+    }
+
+    /// `LOCK TABLES` cannot be explained: the table is locked for reading and unlocked at once,
+    /// on a connection of its own (closed afterwards, never back in the pool with a lock).
+    async fn probe_lock_tables(&self, table: &str) -> Result<Probe, FenceError> {
+        let mut conn = self.pool().acquire().await.map_err(sql_error)?.detach();
+        let locked = conn
+            .execute(format!("LOCK TABLES {table} READ").as_str())
+            .await
+            .map(|_| ());
+        if locked.is_ok() {
+            conn.execute("UNLOCK TABLES").await.map_err(sql_error)?;
         }
+        conn.close().await.map_err(sql_error)?;
+        probed(locked)
+    }
+}
+
+/// What a probe's answer says: granted, denied (command or column denied, no access to the
+/// database), or a table that does not exist.
+fn probed(answer: Result<(), sqlx::Error>) -> Result<Probe, FenceError> {
+    match answer {
+        Ok(()) => Ok(Probe::Granted),
+        Err(error) => match crate::error::number(&error) {
+            Some(1142 | 1143 | 1044) => Ok(Probe::Denied),
+            Some(1146) => Ok(Probe::Missing),
+            _ => Err(sql_error(error)),
+        },
     }
 }

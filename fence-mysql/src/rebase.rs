@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use crate::error::{corrupt, map_error};
 use crate::fence::MySqlFence;
-use crate::mark::{commit, token_column};
+use crate::mark::{commit, release, token_column};
 
 #[async_trait]
 impl Rebaser for MySqlFence {
@@ -24,8 +24,14 @@ impl Rebaser for MySqlFence {
         let operation = Operation::Rebase;
         let sql_error = |e| map_error(e, domain, operation, false);
         let (mut tx, locked) = self.lock(domain, operation, None).await?;
-        // A refusal drops the transaction: nothing changes.
-        let to = rebase.decide(domain, locked.hwm, IssuerView::IssuedUpTo(locked.issued))?;
+        // A refusal ends the transaction: nothing changes.
+        let to = match rebase.decide(domain, locked.hwm, IssuerView::IssuedUpTo(locked.issued)) {
+            Ok(to) => to,
+            Err(refused) => {
+                release(tx).await;
+                return Err(refused);
+            }
+        };
         let lowered = sqlx::query(&format!(
             "UPDATE {} SET hwm = ?, writer = IF(writer > ?, ?, writer) WHERE domain = ? AND hwm = ?",
             self.tables().marks()

@@ -27,7 +27,8 @@ impl MySqlFence {
     /// holds new ones off until the change commits, so once this returns none decided under the
     /// old settings can still change a mark. Reads of the marks are not blocked. Needs the
     /// `LOCK TABLES` privilege (an operator's). Runs on a connection of its own, closed
-    /// afterwards.
+    /// afterwards. An error once its `COMMIT` was sent may hide a stored change: calling it
+    /// again with the same bounds is safe.
     ///
     /// ```no_run
     /// # async fn run(fence: fence_mysql::MySqlFence) -> Result<(), fence_core::FenceError> {

@@ -14,7 +14,7 @@ use sqlx::{Executor, MySql, MySqlConnection, Transaction};
 
 use crate::error::{map_error, user_sql_error, MySqlFenceError, BACKEND};
 use crate::fence::MySqlFence;
-use crate::mark::{commit, MarkChange, Remember};
+use crate::mark::{commit, release, MarkChange, Remember};
 
 /// Set once the mark is raised and released just before `COMMIT`: a transaction that ended
 /// meanwhile (an implicit commit, a deadlock's rollback) has lost it, so its end is never
@@ -214,20 +214,22 @@ impl MySqlFence {
         let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
         let op = request.op_id().map(|op_id| (token, op_id));
         let (mut tx, locked) = self.lock(domain, operation, op).await?;
-        let raise = match pipeline::decide_transaction(
-            request,
-            locked.hwm,
-            locked.op.as_ref(),
-            locked.bounds(),
-        )? {
-            TransactionDecision::Replay {
+        let decided =
+            pipeline::decide_transaction(request, locked.hwm, locked.op.as_ref(), locked.bounds());
+        let raise = match decided {
+            Ok(TransactionDecision::Admit { raise }) => raise,
+            Ok(TransactionDecision::Replay {
                 previous_high_water_mark,
-            } => {
+            }) => {
+                release(tx).await;
                 return Ok(Begun::Duplicate {
                     previous_high_water_mark,
-                })
+                });
             }
-            TransactionDecision::Admit { raise } => raise,
+            Err(refused) => {
+                release(tx).await;
+                return Err(refused);
+            }
         };
         // The mark and the op id before the caller's first statement: an implicit commit
         // inside the transaction commits them with what ran before it, never that alone.

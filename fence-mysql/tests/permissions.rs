@@ -100,7 +100,7 @@ async fn the_check_names_each_missing_privilege() {
         [
             format!("DELETE on {db}.fence_marks"),
             format!("DELETE on {db}.fence_counters"),
-            format!("UPDATE on {db}.fence_settings"),
+            format!("UPDATE, LOCK TABLES on {db}.fence_settings"),
             format!("SELECT, INSERT on {db}.fence_rebases"),
         ],
         "{report}"

@@ -68,7 +68,7 @@ impl MySqlOutbox {
     }
 
     /// Bounds each relay step at the server: the connections relay steps run on carry
-    /// `wait_timeout` = `timeout` (whole seconds, rounded up, at least 1), so a relay frozen
+    /// `wait_timeout` = `timeout` (whole seconds, rounded up, from 1 s to a year), so a relay frozen
     /// inside a step (a GC pause, SIGSTOP, a blocked thread) has its connection closed by the
     /// server, which rolls the step back and frees the domain's row for the relay that holds the
     /// lease next. Keep it below the relay lease TTL. Default [`DEFAULT_STEP_TIMEOUT`]. Call it
@@ -261,7 +261,9 @@ impl MySqlOutbox {
         let Some(last) = last else {
             return Ok(None);
         };
-        let new_seq = last + 1;
+        let Some(new_seq) = last.checked_add(1) else {
+            return Err(corrupt(domain, format!("outbox numbering at {last}")));
+        };
         // The dead letter moves to the new position (its key stays unique: one row holds it).
         let moved = sqlx::query(&format!(
             "UPDATE {entries} SET seq = ?, status = 'p', attempts = 0, last_error = NULL,
@@ -320,13 +322,21 @@ impl MySqlOutbox {
     }
 }
 
-/// The relay steps' pool: the fence's connect options and size; each connection carries the
-/// server's idle bound. sqlx closes idle connections before the server would.
+/// The most `wait_timeout` MySQL accepts (a year), in seconds.
+const MAX_WAIT_TIMEOUT_S: u64 = 31_536_000;
+
+/// The relay steps' pool: the fence pool's connect options, size and acquire timeout (not its
+/// `after_connect` hook); each connection carries the server's idle bound. sqlx closes idle
+/// connections before the server would.
 fn step_pool(pool: &MySqlPool, timeout: Duration) -> MySqlPool {
-    let seconds = timeout.as_secs() + u64::from(timeout.subsec_nanos() > 0);
-    let set = format!("SET SESSION wait_timeout = {}", seconds.max(1));
+    let seconds = timeout
+        .as_secs()
+        .saturating_add(u64::from(timeout.subsec_nanos() > 0))
+        .clamp(1, MAX_WAIT_TIMEOUT_S);
+    let set = format!("SET SESSION wait_timeout = {seconds}");
     MySqlPoolOptions::new()
         .max_connections(pool.options().get_max_connections())
+        .acquire_timeout(pool.options().get_acquire_timeout())
         .min_connections(0)
         .idle_timeout(Some(timeout / 2))
         .after_connect(move |conn, _| {

@@ -24,7 +24,7 @@ struct Progress {
 impl Progress {
     /// True when `seq` is the domain's head entry: the next one to settle.
     fn is_head(&self, seq: u64) -> bool {
-        seq == self.done + 1 && seq <= self.last
+        self.done.checked_add(1) == Some(seq) && seq <= self.last
     }
 }
 
@@ -126,13 +126,14 @@ impl OutboxStore for MySqlOutbox {
                 Err(invalid) => invalid.into(),
             }
         })?;
-        // Domains are stored as bytes: one that is not UTF-8 is listed as is, and refused.
-        Ok(Candidate::listed(rows.into_iter().map(
-            |(domain, version)| {
-                (
-                    String::from_utf8_lossy(&domain).into_owned(),
-                    version.to_string(),
-                )
+        // Domains are stored as bytes: one that is not UTF-8 is not Fence's, and skipped.
+        Ok(Candidate::listed(rows.into_iter().filter_map(
+            |(domain, version)| match String::from_utf8(domain) {
+                Ok(domain) => Some((domain, version.to_string())),
+                Err(error) => {
+                    tracing::warn!(%error, "outbox lists a domain that is not UTF-8");
+                    None
+                }
             },
         )))
     }

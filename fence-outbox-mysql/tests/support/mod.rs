@@ -17,14 +17,12 @@ pub use fence_conformance::services::{domain, token};
 pub use fence_conformance::sql_relay::{
     pay_and_commit, Admitted, BoundedSteps, OpenTransition, SqlOutboxUnderTest,
 };
-pub use fence_conformance::webhook::WebhookServer;
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use fence_core::{Domain, FencingToken, LeaseManager};
-use fence_mysql::{Begun, FencedTransaction, MySqlFence, TransactionRequest};
-use fence_outbox::{Effect, IdempotencyKey, OutboxEntry, OutboxError, Relay, RelayConfig, Sink};
+use fence_core::{Domain, FencingToken};
+use fence_mysql::{Begun, MySqlFence, TransactionRequest};
+use fence_outbox::{Effect, OutboxError};
 use fence_outbox_mysql::MySqlOutbox;
 use fence_testkit::mysql::{pool, shared_url, unique_database, wait_for_sessions};
 
@@ -62,23 +60,6 @@ pub async fn pay(
     payload: &str,
 ) -> Result<usize, OutboxError> {
     pay_and_commit(&under(outbox), domain, token, op_id, url, payload).await
-}
-
-/// A relay of `outbox`'s partition 0, leased from the same database.
-pub fn relay(outbox: &MySqlOutbox, sink: Arc<dyn Sink>, config: RelayConfig) -> Relay {
-    under(outbox)
-        .relay(sink, config)
-        .expect("valid relay config")
-}
-
-/// Waits until `check` holds on the entries of `domains`, or fails after `limit`.
-pub async fn wait_for(
-    outbox: &MySqlOutbox,
-    domains: &[Domain],
-    limit: Duration,
-    check: impl Fn(&[OutboxEntry]) -> bool,
-) -> Vec<OutboxEntry> {
-    fence_conformance::relay::wait_for(&under(outbox), domains, limit, check).await
 }
 
 /// The outbox as the relay contracts drive it.
@@ -178,8 +159,9 @@ impl BoundedSteps for MySqlUnderTest {
             "a relay step waiting on the held entry",
         )
         .await;
+        // Signed on MariaDB, unsigned on MySQL 8: one type for both.
         let id: i64 = sqlx::query_scalar(&format!(
-            "SELECT ID FROM information_schema.PROCESSLIST WHERE {waiting}"
+            "SELECT CAST(ID AS SIGNED) FROM information_schema.PROCESSLIST WHERE {waiting}"
         ))
         .bind(&table)
         .fetch_one(pool)
