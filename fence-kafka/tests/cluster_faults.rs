@@ -80,13 +80,15 @@ fn batch(domain: &Domain, token: u64, value: &str) -> AppendRequest {
 }
 
 /// Runs `attempt` again while it fails retryably (a broker fault may leave an attempt
-/// unavailable or ambiguous, never applied twice), for up to two minutes; its last answer.
+/// unavailable or ambiguous, never applied twice), for up to four minutes (a node killed on
+/// this 2-core machine once left metadata unavailable for over two minutes in a full run), its
+/// last answer.
 async fn retried<T, F, Fut>(mut attempt: F) -> Result<T, FenceError>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, FenceError>>,
 {
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(240);
     loop {
         match attempt().await {
             Err(error) if error.is_retryable() && Instant::now() < deadline => {
