@@ -78,8 +78,9 @@ fn give_to_mysql(path: &Path, user: (u32, u32)) {
 fn template(user: (u32, u32)) -> &'static Path {
     static TEMPLATE: OnceLock<PathBuf> = OnceLock::new();
     TEMPLATE.get_or_init(|| {
-        let dir =
-            crate::data_root("mariadb-tests").join(format!("template-{}", crate::unique_suffix()));
+        let root = crate::data_root("mariadb-tests");
+        remove_orphan_templates(&root);
+        let dir = root.join(format!("template-{}", crate::unique_suffix()));
         std::fs::create_dir_all(&dir).expect("template dir");
         give_to_mysql(&dir, user);
         let status = Command::new("mariadb-install-db")
@@ -96,6 +97,26 @@ fn template(user: (u32, u32)) -> &'static Path {
         );
         dir.join("data")
     })
+}
+
+/// Removes the templates of test processes that have ended (`template-<pid>.…`, the pid no
+/// longer running): a template lives as long as its process, which cannot remove it on exit.
+fn remove_orphan_templates(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let pid = name
+            .strip_prefix("template-")
+            .and_then(|rest| rest.split('.').next())
+            .and_then(|pid| pid.parse::<u32>().ok());
+        if let Some(pid) = pid {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
 }
 
 /// A MariaDB server owned by the test (its own port and data dir), stopped when dropped.
