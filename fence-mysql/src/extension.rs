@@ -5,8 +5,9 @@
 
 use fence_core::FenceError;
 
+pub use crate::error::commit;
 pub use crate::error::{corrupt, map_error, BACKEND};
-pub use crate::mark::{commit, token_column};
+pub use crate::mark::token_column;
 
 use crate::fence::MySqlFence;
 

@@ -15,9 +15,11 @@ use fence_core::{
 };
 use sqlx::{MySqlPool, Row};
 
+use crate::error::commit;
 use crate::error::{corrupt, map_error, MySqlFenceError, BACKEND};
-use crate::mark::{commit, decode_head, decode_op, release, token_column, MarkChange, Remember};
+use crate::mark::{decode_head, decode_op, token_column, MarkChange, Remember};
 use crate::schema::{check_shape, Database};
+use fence_sql::release;
 
 /// Values larger than this are refused by default (keep it under the server's
 /// `max_allowed_packet`: 16 MiB by default on MariaDB 10.11, measured here; 64 MiB on MySQL 8

@@ -11,9 +11,10 @@ use fence_core::{
 };
 use sqlx::MySqlConnection;
 
+use crate::error::commit;
 use crate::error::{corrupt, map_error, BACKEND};
 use crate::fence::MySqlFence;
-use crate::mark::{commit, token_column};
+use crate::mark::token_column;
 
 /// The longest lease TTL: a `DATETIME(6)` ends in the year 9999.
 pub const MAX_LEASE_TTL: Duration = Duration::from_secs(100 * 365 * 24 * 3600);

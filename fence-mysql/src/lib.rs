@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod dialect;
 pub mod env;
 mod error;
 #[cfg(feature = "unstable-raw")]
@@ -20,6 +21,7 @@ mod transaction;
 pub use fence_core;
 pub use sqlx;
 
+pub use dialect::MySqlDialect;
 pub use error::MySqlFenceError;
 pub use fence::{MySqlFence, MySqlFenceBuilder, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
 /// The fenced-transaction types every SQL adapter shares (defined in fence-core).

@@ -21,7 +21,7 @@ const LOCK_BACKOFF: Backoff = Backoff::new(Duration::from_millis(2), Duration::f
 
 /// True for a deadlock: the server rolled the whole transaction back.
 fn is_deadlock(error: &sqlx::Error) -> bool {
-    crate::error::number(error) == Some(1213)
+    crate::dialect::number(error) == Some(1213)
 }
 
 /// What a locked mark row holds.
@@ -351,26 +351,4 @@ pub(crate) fn decode_op(
     StoredOp::from_columns(&String::from_utf8_lossy(&kind), revision, previous)
         .map(Some)
         .map_err(|why| corrupt(domain, why))
-}
-
-/// Ends a transaction that changes nothing (a refusal, a replay, a claim at the mark) now, so
-/// the mark row's lock is gone when the call returns: a dropped transaction is rolled back
-/// later, on another task, once the pool takes its connection back, and the domain's next
-/// holder would wait for that. A rollback that fails leaves a broken connection, whose
-/// transaction the server ends.
-pub(crate) async fn release(tx: Transaction<'static, MySql>) {
-    let _ = tx.rollback().await;
-}
-
-/// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent
-/// leaves the outcome unknown (`Ambiguous`).
-#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
-pub async fn commit(
-    tx: Transaction<'static, MySql>,
-    domain: &Domain,
-    operation: Operation,
-) -> Result<(), FenceError> {
-    tx.commit()
-        .await
-        .map_err(|e| map_error(e, domain, operation, true))
 }

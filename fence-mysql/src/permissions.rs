@@ -166,7 +166,7 @@ impl MySqlFence {
 fn probed(answer: Result<(), sqlx::Error>) -> Result<Probe, FenceError> {
     match answer {
         Ok(()) => Ok(Probe::Granted),
-        Err(error) => match crate::error::number(&error) {
+        Err(error) => match crate::dialect::number(&error) {
             Some(1142 | 1143 | 1044) => Ok(Probe::Denied),
             Some(1146) => Ok(Probe::Missing),
             _ => Err(sql_error(error)),

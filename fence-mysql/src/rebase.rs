@@ -10,9 +10,11 @@ use fence_core::{
 };
 use sqlx::Row;
 
+use crate::error::commit;
 use crate::error::{corrupt, map_error};
 use crate::fence::MySqlFence;
-use crate::mark::{commit, release, token_column};
+use crate::mark::token_column;
+use fence_sql::release;
 
 #[async_trait]
 impl Rebaser for MySqlFence {

@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use fence_core::{Domain, FenceError, Operation, Retired, Retirer};
 
+use crate::error::commit;
 use crate::error::map_error;
-use crate::mark::commit;
 use crate::MySqlFence;
 
 #[async_trait]

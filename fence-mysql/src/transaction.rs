@@ -1,158 +1,35 @@
 //! Fenced transactions: your SQL on your tables, in the transaction that holds the domain's
 //! mark row, so a stale holder's SQL never commits.
 
-use std::fmt;
-use std::ops::{Deref, DerefMut};
-
 use fence_core::raw::observe;
 use fence_core::raw::pipeline::{self, TransactionDecision};
 use fence_core::{
-    AdmittedTransaction, BoxFuture, Domain, FenceError, Fencing, FencingToken, Operation,
-    OperationId, Transacted, TransactionError, TransactionRequest,
+    BoxFuture, FenceError, Operation, Transacted, TransactionError, TransactionRequest,
 };
-use sqlx::{Executor, MySql, MySqlConnection, Transaction};
+use fence_sql::release;
+use sqlx::{Executor, MySqlConnection};
 
-use crate::error::{map_error, user_sql_error, MySqlFenceError, BACKEND};
+use crate::dialect::{MySqlDialect, SAVEPOINT};
+use crate::error::{map_error, BACKEND};
 use crate::fence::MySqlFence;
-use crate::mark::{commit, release, MarkChange, Remember};
-
-/// Set once the mark is raised and released just before `COMMIT`: a transaction that ended
-/// meanwhile (an implicit commit, a deadlock's rollback) has lost it, so its end is never
-/// reported as this commit's success. Sent as text (a query without arguments): MySQL 8
-/// refuses savepoint statements as prepared statements.
-const SAVEPOINT: &str = "SAVEPOINT fence_admitted";
-const RELEASE: &str = "RELEASE SAVEPOINT fence_admitted";
+use crate::mark::{MarkChange, Remember};
 
 /// What [`MySqlFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
 pub type Begun = fence_core::Begun<FencedTransaction>;
 
-/// A database transaction admitted by the fence: it holds the domain's mark row locked until it
-/// ends, so no other holder of the domain commits in between; the mark was raised to its token
-/// (and its op id recorded) before your first statement, and commits with them. Dereferences to the transaction's `MySqlConnection`;
-/// dropping it without [`FencedTransaction::commit`] rolls everything back, the mark included.
-pub struct FencedTransaction {
-    tx: Transaction<'static, MySql>,
-    fencing: Fencing,
-    previous_high_water_mark: Option<FencingToken>,
-}
-
-impl FencedTransaction {
-    /// The domain.
-    pub fn domain(&self) -> &Domain {
-        self.fencing.domain()
-    }
-
-    /// The admitted token (the mark once committed).
-    pub fn token(&self) -> FencingToken {
-        self.fencing.token()
-    }
-
-    /// The op id the transaction is remembered under, if any.
-    pub fn op_id(&self) -> Option<&OperationId> {
-        self.fencing.op_id()
-    }
-
-    /// The mark before this transaction.
-    pub fn previous_high_water_mark(&self) -> Option<FencingToken> {
-        self.previous_high_water_mark
-    }
-
-    /// A failure of your own statements in this transaction as this backend's error on its
-    /// domain (a lost connection is `Unavailable`, never `Ambiguous`: nothing commits before
-    /// [`FencedTransaction::commit`]).
-    pub fn sql_error(&self, error: sqlx::Error) -> FenceError {
-        user_sql_error(error, self.domain(), Operation::Write, false)
-    }
-
-    /// Commits your statements and the mark together (the mark was raised and the op id
-    /// recorded when the transaction began, before your first statement, so whatever commits
-    /// of it commits with them). A connection lost once `COMMIT` was sent is
-    /// [`FenceError::Ambiguous`]: retry with the same op id to learn the outcome. So is a
-    /// transaction that ended before this commit: an implicit commit inside it (DDL,
-    /// `LOCK TABLES`, `BEGIN`, `SET autocommit = 1`) committed what ran before it, or the
-    /// server rolled it back (a deadlock, error 1213) — never reported as this commit's
-    /// success. (A statement that failed otherwise was rolled back alone, as MySQL does; the
-    /// rest of the transaction commits.)
-    ///
-    /// Counted as a `commit` of the domain in the `mysql` backend's metrics.
-    pub async fn commit(self) -> Result<(), FenceError> {
-        let domain = self.fencing.domain().clone();
-        let token = self.fencing.token();
-        observe(
-            BACKEND,
-            Operation::Commit,
-            &domain,
-            Some(token),
-            self.commit_now(),
-        )
-        .await
-    }
-
-    async fn commit_now(mut self) -> Result<(), FenceError> {
-        let domain = self.fencing.domain().clone();
-        let released = (&mut *self.tx).execute(RELEASE).await;
-        if let Err(error) = released {
-            // 1305: no such savepoint. The transaction that set it is gone.
-            let gone = matches!(&error, sqlx::Error::Database(db)
-                if db.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .is_some_and(|e| e.number() == 1305));
-            return Err(if gone {
-                FenceError::Ambiguous {
-                    domain,
-                    operation: Operation::Commit,
-                    source: Box::new(MySqlFenceError::TransactionEnded),
-                }
-            } else {
-                map_error(error, &domain, Operation::Write, false)
-            });
-        }
-        commit(self.tx, &domain, Operation::Write).await
-    }
-
-    /// Rolls everything back, the mark included.
-    pub async fn rollback(self) -> Result<(), FenceError> {
-        self.tx
-            .rollback()
-            .await
-            .map_err(|e| map_error(e, self.fencing.domain(), Operation::Write, false))
-    }
-}
-
-#[async_trait::async_trait]
-impl AdmittedTransaction for FencedTransaction {
-    type Connection = MySqlConnection;
-
-    fn previous_high_water_mark(&self) -> Option<FencingToken> {
-        FencedTransaction::previous_high_water_mark(self)
-    }
-
-    async fn commit(self) -> Result<(), FenceError> {
-        FencedTransaction::commit(self).await
-    }
-}
-
-impl Deref for FencedTransaction {
-    type Target = MySqlConnection;
-
-    fn deref(&self) -> &MySqlConnection {
-        &self.tx
-    }
-}
-
-impl DerefMut for FencedTransaction {
-    fn deref_mut(&mut self) -> &mut MySqlConnection {
-        &mut self.tx
-    }
-}
-
-impl fmt::Debug for FencedTransaction {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("FencedTransaction")
-            .field("fencing", &self.fencing)
-            .field("previous_high_water_mark", &self.previous_high_water_mark)
-            .finish_non_exhaustive()
-    }
-}
+/// A database transaction admitted by the fence (fence-sql's, for MySQL): it holds the
+/// domain's mark row locked until it ends, so no other holder of the domain commits in
+/// between; the mark was raised to its token (and its op id recorded) before your first
+/// statement, and commits with them. Dereferences to the transaction's `MySqlConnection`;
+/// dropping it without `commit` rolls everything back, the mark included.
+///
+/// Its `commit`: a connection lost once `COMMIT` was sent is [`FenceError::Ambiguous`] (retry
+/// with the same op id to learn the outcome). So is a transaction that ended before this
+/// commit: an implicit commit inside it (DDL, `LOCK TABLES`, `BEGIN`, `SET autocommit = 1`)
+/// committed what ran before it, or the server rolled it back (a deadlock, error 1213) — never
+/// reported as this commit's success. (A statement that failed otherwise was rolled back
+/// alone, as MySQL does; the rest of the transaction commits.)
+pub type FencedTransaction = fence_sql::FencedTransaction<MySqlDialect>;
 
 impl MySqlFence {
     /// Begins a fenced transaction: locks the domain's mark row, answers a remembered op id
@@ -253,10 +130,11 @@ impl MySqlFence {
             .execute(SAVEPOINT)
             .await
             .map_err(|e| map_error(e, domain, operation, false))?;
-        Ok(Begun::Admitted(FencedTransaction {
+        Ok(Begun::Admitted(FencedTransaction::admitted(
             tx,
-            fencing: request.fencing().clone(),
-            previous_high_water_mark: locked.hwm,
-        }))
+            request.fencing().clone(),
+            locked.hwm,
+            (),
+        )))
     }
 }

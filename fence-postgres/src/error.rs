@@ -1,6 +1,6 @@
 //! Every sqlx error mapped in one place.
 
-use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
+use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken};
 
 /// The backend's name in errors and metrics.
 #[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
@@ -36,6 +36,13 @@ pub enum PostgresFenceError {
     /// fenced transaction ended it early).
     #[error("postgres: the fenced transaction's mark row changed under it (was COMMIT or ROLLBACK sent inside it?)")]
     MarkChanged,
+    /// A fenced row update matched no row although the row now admits its token: the row was
+    /// inserted or changed meanwhile. Retryable.
+    #[error("postgres: the row changed under the fenced update of `{table}`: retry")]
+    RowChanged {
+        /// The table.
+        table: String,
+    },
     /// A fenced row update found no row with its key.
     #[error("postgres: no row with this key in `{table}`")]
     RowMissing {
@@ -44,92 +51,11 @@ pub enum PostgresFenceError {
     },
 }
 
+fence_sql::dialect_functions!(crate::dialect::PostgresDialect);
+
 /// The class of a sqlx error: whether a retry can help.
 pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
-    match error {
-        sqlx::Error::Database(db) => match db.code().as_deref() {
-            // insufficient_privilege, invalid_password, invalid_authorization_specification,
-            // read_only_sql_transaction (a standby, or a read-only role: fix the configuration)
-            Some("42501" | "28P01" | "28000" | "25006") => BackendErrorKind::PermissionDenied,
-            // undefined_table, invalid_schema_name: not migrated
-            Some("42P01" | "3F000") => BackendErrorKind::NotFound,
-            // serialization_failure, deadlock_detected, lock_not_available
-            Some("40001" | "40P01" | "55P03") => BackendErrorKind::Contention,
-            // query_canceled (statement timeout), admin_shutdown, crash_shutdown,
-            // cannot_connect_now, too_many_connections
-            Some("57014" | "57P01" | "57P02" | "57P03" | "53300") => BackendErrorKind::Unavailable,
-            _ => BackendErrorKind::Rejected,
-        },
-        sqlx::Error::Io(_) | sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
-            BackendErrorKind::Unavailable
-        }
-        _ => BackendErrorKind::Rejected,
-    }
-}
-
-/// Maps a sqlx error of the fence's own SQL for `operation` on `domain` to the fence's error,
-/// the one mapping of this backend (crates built on fence-postgres use it too). `after_send`: the request may have
-/// taken effect (a `COMMIT` whose answer was lost), so a lost connection is `Ambiguous`, never
-/// a guess.
-#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
-pub fn map_error(
-    error: sqlx::Error,
-    domain: &Domain,
-    operation: Operation,
-    after_send: bool,
-) -> FenceError {
-    shape_error(&error, domain)
-        .unwrap_or_else(|| user_sql_error(error, domain, operation, after_send))
-}
-
-/// Maps a sqlx error of a statement of the user's own (a [`crate::RowFence`] `SET` list): like
-/// [`map_error`], but a missing column is the user's mistake, not the fence's corrupt state.
-pub(crate) fn user_sql_error(
-    error: sqlx::Error,
-    domain: &Domain,
-    operation: Operation,
-    after_send: bool,
-) -> FenceError {
-    // A lost connection, or a server shutting down, once `COMMIT` was sent: the commit record
-    // may have been flushed before the answer was lost.
-    let lost = match &error {
-        sqlx::Error::Io(_) | sqlx::Error::Protocol(_) => true,
-        sqlx::Error::Database(db) => {
-            matches!(db.code().as_deref(), Some("57P01" | "57P02" | "57P03"))
-        }
-        _ => false,
-    };
-    if after_send && lost {
-        return FenceError::Ambiguous {
-            domain: domain.clone(),
-            operation,
-            source: Box::new(PostgresFenceError::Sql(error)),
-        };
-    }
-    FenceError::backend(
-        BACKEND,
-        kind_of(&error),
-        Some(domain),
-        PostgresFenceError::Sql(error),
-    )
-}
-
-/// The fence's tables with another shape (a column missing or of another type).
-fn shape_error(error: &sqlx::Error, domain: &Domain) -> Option<FenceError> {
-    let sqlx::Error::Database(db) = error else {
-        return None;
-    };
-    // undefined_column, datatype_mismatch, undefined_function (an operator on a wrong type):
-    // the fence's tables exist with another shape. Nothing was changed.
-    matches!(db.code().as_deref(), Some("42703" | "42804" | "42883")).then(|| {
-        corrupt(
-            domain,
-            format!(
-                "the fence's tables do not have the expected shape: {}",
-                db.message()
-            ),
-        )
-    })
+    <crate::dialect::PostgresDialect as fence_sql::Dialect>::classify(error).kind
 }
 
 /// A token read from a column (`what` names it), or `CorruptState` when it is not a u64 above 0.
@@ -137,10 +63,4 @@ fn shape_error(error: &sqlx::Error, domain: &Domain) -> Option<FenceError> {
 pub fn token_column(domain: &Domain, text: &str, what: &str) -> Result<FencingToken, FenceError> {
     text.parse::<FencingToken>()
         .map_err(|e| corrupt(domain, format!("{what} `{text}`: {e}")))
-}
-
-/// State at the resource that is not Fence's, or is damaged.
-#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
-pub fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError {
-    FenceError::corrupt(BACKEND, domain, detail)
 }

@@ -3,5 +3,5 @@
 //! adds no copy of them. Unstable, behind the `unstable-raw` feature: may change in any
 //! release.
 
+pub use crate::error::commit;
 pub use crate::error::{corrupt, map_error, token_column, BACKEND};
-pub use crate::mark::commit;

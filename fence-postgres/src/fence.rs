@@ -15,10 +15,9 @@ use fence_core::{
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
+use crate::error::commit;
 use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
-use crate::mark::{
-    commit, decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange,
-};
+use crate::mark::{decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange};
 use crate::schema::{check_shape, Schema};
 use fence_core::raw::Shape;
 

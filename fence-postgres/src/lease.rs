@@ -12,9 +12,9 @@ use fence_core::{
 use sqlx::postgres::{PgListener, PgPoolOptions};
 use sqlx::{PgConnection, Postgres, Transaction};
 
+use crate::error::commit;
 use crate::error::{corrupt, map_error, token_column, BACKEND};
 use crate::fence::PostgresFence;
-use crate::mark::commit;
 
 /// Issues tokens from `<schema>.fence_counters`: one row per domain, never deleted by Fence,
 /// each issue floored at the domain's mark in `fence_marks`, so a recreated or restored

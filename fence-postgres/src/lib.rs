@@ -2,6 +2,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+mod dialect;
 pub mod env;
 mod error;
 #[cfg(feature = "unstable-raw")]
@@ -23,6 +24,7 @@ pub use fence_core;
 pub use sqlx;
 
 pub use config::PostgresFenceBuilder;
+pub use dialect::PostgresDialect;
 pub use error::PostgresFenceError;
 pub use fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES, DEFAULT_OP_ID_RETENTION};
 /// The fenced-transaction types every SQL adapter shares (defined in fence-core).

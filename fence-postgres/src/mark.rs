@@ -7,12 +7,12 @@ use std::num::NonZeroU64;
 
 use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
 use fence_core::{
-    BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Operation, OperationId, Revision,
+    BoundsConfig, Domain, FenceError, FencingToken, IssuerView, OperationId, Revision,
 };
 use sqlx::postgres::PgRow;
-use sqlx::{Postgres, Row, Transaction};
+use sqlx::Row;
 
-use crate::error::{corrupt, map_error, token_column};
+use crate::error::{corrupt, token_column};
 
 /// What a locked mark row holds.
 pub(crate) struct Locked {
@@ -128,19 +128,6 @@ pub(crate) fn decode_op(
     StoredOp::from_columns(&kind, revision, previous)
         .map(Some)
         .map_err(|why| corrupt(domain, why))
-}
-
-/// Commits a transaction of `operation` on `domain`: a connection lost once `COMMIT` was sent
-/// leaves the outcome unknown (`Ambiguous`).
-#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
-pub async fn commit(
-    tx: Transaction<'static, Postgres>,
-    domain: &Domain,
-    operation: Operation,
-) -> Result<(), FenceError> {
-    tx.commit()
-        .await
-        .map_err(|e| map_error(e, domain, operation, true))
 }
 
 pub(crate) fn revision_i64(revision: Revision) -> i64 {

@@ -10,9 +10,9 @@ use fence_core::{
 };
 use sqlx::Row;
 
+use crate::error::commit;
 use crate::error::{corrupt, map_error, token_column};
 use crate::fence::PostgresFence;
-use crate::mark::commit;
 
 #[async_trait]
 impl Rebaser for PostgresFence {

@@ -1,0 +1,117 @@
+//! What fence-sql's shared code needs to know about MySQL and MariaDB.
+
+use async_trait::async_trait;
+use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
+use fence_sql::{Dialect, ErrorClass};
+use sqlx::mysql::{MySql, MySqlDatabaseError, MySqlQueryResult};
+use sqlx::{Executor, QueryBuilder, Transaction};
+
+use crate::error::{map_error, MySqlFenceError, BACKEND};
+use crate::mark::token_column;
+
+/// Set once the mark is raised and released just before `COMMIT`: a transaction that ended
+/// meanwhile (an implicit commit, a deadlock's rollback) has lost it, so its end is never
+/// reported as this commit's success. Sent as text (a query without arguments): MySQL 8
+/// refuses savepoint statements as prepared statements.
+pub(crate) const SAVEPOINT: &str = "SAVEPOINT fence_admitted";
+const RELEASE: &str = "RELEASE SAVEPOINT fence_admitted";
+
+/// MySQL and MariaDB, as fence-sql's shared code sees them ([`crate::FencedTransaction`] and
+/// [`crate::RowFence`] are fence-sql's types for this dialect).
+#[derive(Debug)]
+pub enum MySqlDialect {}
+
+/// The server's error number, for a database error.
+pub(crate) fn number(error: &sqlx::Error) -> Option<u16> {
+    match error {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<MySqlDatabaseError>()
+            .map(MySqlDatabaseError::number),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl Dialect for MySqlDialect {
+    type Db = MySql;
+    type Error = MySqlFenceError;
+    /// Nothing: the mark was raised when the transaction began (see `MySqlFence::begin`).
+    type Pending = ();
+    type TokenValue = u64;
+
+    const BACKEND: &'static str = BACKEND;
+    const NAMESPACE: &'static str = "database name";
+    // A locking read: the latest committed row, whatever the isolation level.
+    const ROW_READ_SUFFIX: &'static str = " LOCK IN SHARE MODE";
+
+    fn classify(error: &sqlx::Error) -> ErrorClass {
+        if let Some(class) = ErrorClass::of_driver(error) {
+            return class;
+        }
+        match number(error) {
+            // access denied (user, database, table or column), a read-only server
+            Some(1044 | 1045 | 1142 | 1143 | 1227 | 1290 | 1792) => {
+                ErrorClass::new(BackendErrorKind::PermissionDenied)
+            }
+            // unknown database, no such table: not migrated
+            Some(1049 | 1146) => ErrorClass::new(BackendErrorKind::NotFound),
+            // deadlock (the transaction was rolled back), lock wait timeout, a snapshot conflict
+            Some(1213 | 1205 | 1020) => ErrorClass::new(BackendErrorKind::Contention),
+            // shutting down, interrupted, killed, a connection dropped: a statement sent may
+            // have taken effect
+            Some(1053 | 1317 | 1927 | 4031 | 1158..=1161) => {
+                ErrorClass::new(BackendErrorKind::Unavailable).lost()
+            }
+            // too many connections, statement timeouts (MariaDB's max_statement_time, MySQL's
+            // max_execution_time)
+            Some(1040 | 1969 | 3024) => ErrorClass::new(BackendErrorKind::Unavailable),
+            // unknown column, wrong value for a column: the fence's tables have another shape
+            // (as the fence's own SQL meets it; a user's statement's is the user's mistake)
+            Some(1054 | 1366 | 1264 | 1406) => ErrorClass::new(BackendErrorKind::Rejected).shape(),
+            _ => ErrorClass::new(BackendErrorKind::Rejected),
+        }
+    }
+
+    fn rows_affected(result: &MySqlQueryResult) -> u64 {
+        // Matched rows: sqlx connects with CLIENT_FOUND_ROWS.
+        result.rows_affected()
+    }
+
+    fn push_token(query: &mut QueryBuilder<'_, MySql>, token: FencingToken) {
+        query.push_bind(token.get());
+    }
+
+    fn token_select(column: &str) -> String {
+        column.to_owned()
+    }
+
+    fn token_of(domain: &Domain, value: u64, what: &str) -> Result<FencingToken, FenceError> {
+        token_column(domain, value, what)
+    }
+
+    fn row_missing(table: String) -> MySqlFenceError {
+        MySqlFenceError::RowMissing { table }
+    }
+
+    fn row_changed(table: String) -> MySqlFenceError {
+        MySqlFenceError::RowChanged { table }
+    }
+
+    /// Checks that the transaction is still the one the fence began: its savepoint is there.
+    async fn before_commit(
+        _pending: (),
+        tx: &mut Transaction<'static, MySql>,
+        domain: &Domain,
+    ) -> Result<(), FenceError> {
+        match (&mut **tx).execute(RELEASE).await {
+            Ok(_) => Ok(()),
+            // 1305: no such savepoint. The transaction that set it is gone.
+            Err(error) if number(&error) == Some(1305) => Err(FenceError::Ambiguous {
+                domain: domain.clone(),
+                operation: Operation::Commit,
+                source: Box::new(MySqlFenceError::TransactionEnded),
+            }),
+            Err(error) => Err(map_error(error, domain, Operation::Write, false)),
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! What fence-sql's shared code needs to know about PostgreSQL.
+
+use async_trait::async_trait;
+use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
+use fence_sql::{Dialect, ErrorClass};
+use sqlx::postgres::{PgQueryResult, Postgres};
+use sqlx::{QueryBuilder, Transaction};
+
+use crate::error::{token_column, PostgresFenceError, BACKEND};
+use crate::fence::PostgresFence;
+use crate::mark::{MarkChange, Remember};
+
+/// PostgreSQL, as fence-sql's shared code sees it ([`crate::FencedTransaction`] and
+/// [`crate::RowFence`] are fence-sql's types for this dialect).
+#[derive(Debug)]
+pub enum PostgresDialect {}
+
+/// What a fenced transaction writes just before `COMMIT`: the mark raised and the op id
+/// remembered there (the statement also tells an aborted transaction, whose `COMMIT` would
+/// answer `ROLLBACK`, not an error).
+pub struct PendingMark {
+    pub(crate) fence: PostgresFence,
+    pub(crate) change: MarkChange,
+    pub(crate) remember: Option<Remember>,
+}
+
+#[async_trait]
+impl Dialect for PostgresDialect {
+    type Db = Postgres;
+    type Error = PostgresFenceError;
+    type Pending = PendingMark;
+    type TokenValue = String;
+
+    const BACKEND: &'static str = BACKEND;
+    const NAMESPACE: &'static str = "schema name";
+    // A plain read sees the latest committed row under READ COMMITTED, PostgreSQL's default.
+    const ROW_READ_SUFFIX: &'static str = "";
+
+    fn classify(error: &sqlx::Error) -> ErrorClass {
+        if let Some(class) = ErrorClass::of_driver(error) {
+            return class;
+        }
+        let sqlx::Error::Database(db) = error else {
+            return ErrorClass::new(BackendErrorKind::Rejected);
+        };
+        match db.code().as_deref() {
+            // insufficient_privilege, invalid_password, invalid_authorization_specification,
+            // read_only_sql_transaction (a standby, or a read-only role: fix the configuration)
+            Some("42501" | "28P01" | "28000" | "25006") => {
+                ErrorClass::new(BackendErrorKind::PermissionDenied)
+            }
+            // undefined_table, invalid_schema_name: not migrated
+            Some("42P01" | "3F000") => ErrorClass::new(BackendErrorKind::NotFound),
+            // serialization_failure, deadlock_detected, lock_not_available
+            Some("40001" | "40P01" | "55P03") => ErrorClass::new(BackendErrorKind::Contention),
+            // admin_shutdown, crash_shutdown, cannot_connect_now: the server is going away,
+            // and a `COMMIT` sent may have been flushed before the answer was lost
+            Some("57P01" | "57P02" | "57P03") => {
+                ErrorClass::new(BackendErrorKind::Unavailable).lost()
+            }
+            // query_canceled (statement timeout), too_many_connections
+            Some("57014" | "53300") => ErrorClass::new(BackendErrorKind::Unavailable),
+            // undefined_column, datatype_mismatch, undefined_function (an operator on a wrong
+            // type): the fence's tables have another shape, as the fence's own SQL meets them
+            Some("42703" | "42804" | "42883") => {
+                ErrorClass::new(BackendErrorKind::Rejected).shape()
+            }
+            _ => ErrorClass::new(BackendErrorKind::Rejected),
+        }
+    }
+
+    fn rows_affected(result: &PgQueryResult) -> u64 {
+        result.rows_affected()
+    }
+
+    fn push_token(query: &mut QueryBuilder<'_, Postgres>, token: FencingToken) {
+        // As text cast to numeric: every u64 exactly (PostgreSQL has no unsigned 64-bit type).
+        query.push_bind(token.to_string()).push("::numeric");
+    }
+
+    fn token_select(column: &str) -> String {
+        format!("{column}::text")
+    }
+
+    fn token_of(domain: &Domain, value: String, what: &str) -> Result<FencingToken, FenceError> {
+        token_column(domain, &value, what)
+    }
+
+    fn row_missing(table: String) -> PostgresFenceError {
+        PostgresFenceError::RowMissing { table }
+    }
+
+    fn row_changed(table: String) -> PostgresFenceError {
+        PostgresFenceError::RowChanged { table }
+    }
+
+    async fn before_commit(
+        pending: PendingMark,
+        tx: &mut Transaction<'static, Postgres>,
+        domain: &Domain,
+    ) -> Result<(), FenceError> {
+        let PendingMark {
+            fence,
+            change,
+            remember,
+        } = pending;
+        fence
+            .apply(tx, domain, Operation::Write, change, remember, true)
+            .await
+    }
+}

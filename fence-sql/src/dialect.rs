@@ -1,0 +1,114 @@
+//! What an SQL adapter tells the shared code about its database.
+
+use async_trait::async_trait;
+use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken};
+use sqlx::{Database, QueryBuilder, Transaction};
+
+/// What one database does differently: its error codes, how a token is bound and read, what a
+/// fenced transaction runs just before `COMMIT`. Implemented once per adapter, on a type that
+/// only names the database (fence-postgres's `PostgresDialect`, fence-mysql's `MySqlDialect`).
+#[async_trait]
+pub trait Dialect: Send + Sync + Sized + 'static {
+    /// sqlx's database.
+    type Db: Database;
+    /// The adapter's error type, the source of the [`FenceError`]s it reports.
+    type Error: std::error::Error + From<sqlx::Error> + Send + Sync + 'static;
+    /// What a fenced transaction keeps for [`Dialect::before_commit`].
+    type Pending: Send + Sync + 'static;
+    /// How the database hands back a token column (read by [`Dialect::token_select`]).
+    type TokenValue: for<'r> sqlx::Decode<'r, Self::Db> + sqlx::Type<Self::Db> + Send + Unpin;
+
+    /// The backend's name in errors and metrics.
+    const BACKEND: &'static str;
+    /// What the namespace of a table is called, for errors (`schema name`, `database name`).
+    const NAMESPACE: &'static str;
+    /// What the per-row fence appends to its read of a refused row's token, to read the latest
+    /// committed one (a locking read where plain reads see a snapshot).
+    const ROW_READ_SUFFIX: &'static str;
+
+    /// The class of a sqlx error of this database.
+    fn classify(error: &sqlx::Error) -> ErrorClass;
+
+    /// The rows a statement matched (sqlx's query results share no trait for it).
+    fn rows_affected(result: &<Self::Db as Database>::QueryResult) -> u64;
+
+    /// Binds `token` where a token value goes in `query`, exactly (every u64).
+    fn push_token(query: &mut QueryBuilder<'_, Self::Db>, token: FencingToken);
+
+    /// The select-list expression that reads the token column `column` as a [`Self::TokenValue`].
+    fn token_select(column: &str) -> String;
+
+    /// A token read from a column (`what` names it), or `CorruptState` when it is not a token.
+    fn token_of(
+        domain: &Domain,
+        value: Self::TokenValue,
+        what: &str,
+    ) -> Result<FencingToken, FenceError>;
+
+    /// The error of a per-row update that found no row with its key in `table`.
+    fn row_missing(table: String) -> Self::Error;
+
+    /// The error of a per-row update that matched no row although the row now admits its
+    /// token: it was inserted or changed meanwhile (retryable).
+    fn row_changed(table: String) -> Self::Error;
+
+    /// Runs just before a fenced transaction's `COMMIT`, with what [`Dialect::Pending`] kept:
+    /// raises the mark, or checks that the transaction is still the one the fence began.
+    async fn before_commit(
+        pending: Self::Pending,
+        tx: &mut Transaction<'static, Self::Db>,
+        domain: &Domain,
+    ) -> Result<(), FenceError>;
+}
+
+/// What a sqlx error means to the fence, as a [`Dialect`] reads its codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ErrorClass {
+    /// Whether a retry can help.
+    pub kind: BackendErrorKind,
+    /// The connection was lost or the server is going away: a statement sent may have taken
+    /// effect (a `COMMIT` whose answer was lost).
+    pub lost: bool,
+    /// A column missing or of another type: the fence's own tables have another shape.
+    pub shape: bool,
+}
+
+impl ErrorClass {
+    /// An error of `kind`, the connection kept and the tables as expected.
+    pub fn new(kind: BackendErrorKind) -> Self {
+        ErrorClass {
+            kind,
+            lost: false,
+            shape: false,
+        }
+    }
+
+    /// The connection was lost (or the server is going away).
+    pub fn lost(mut self) -> Self {
+        self.lost = true;
+        self
+    }
+
+    /// The fence's tables have another shape.
+    pub fn shape(mut self) -> Self {
+        self.shape = true;
+        self
+    }
+
+    /// The classes every driver shares, `None` for a database error (the dialect's to read):
+    /// an I/O error loses the connection (retryable), a protocol error loses it too (not
+    /// retryable: the driver and the server disagree), an exhausted or closed pool is
+    /// unavailable.
+    pub fn of_driver(error: &sqlx::Error) -> Option<Self> {
+        match error {
+            sqlx::Error::Database(_) => None,
+            sqlx::Error::Io(_) => Some(ErrorClass::new(BackendErrorKind::Unavailable).lost()),
+            sqlx::Error::Protocol(_) => Some(ErrorClass::new(BackendErrorKind::Rejected).lost()),
+            sqlx::Error::PoolTimedOut | sqlx::Error::PoolClosed => {
+                Some(ErrorClass::new(BackendErrorKind::Unavailable))
+            }
+            _ => Some(ErrorClass::new(BackendErrorKind::Rejected)),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+#![doc = include_str!("../README.md")]
+
+mod dialect;
+mod error;
+mod row;
+mod transaction;
+
+pub use dialect::{Dialect, ErrorClass};
+pub use error::{commit, corrupt, map_error, release, user_sql_error};
+pub use row::RowFence;
+pub use transaction::FencedTransaction;
+
+#[doc(hidden)]
+pub mod __private {
+    pub use fence_core;
+    pub use sqlx;
+}
+
+/// Defines an adapter's free functions over its [`Dialect`] `$dialect`, so its modules call
+/// them without naming the dialect: `map_error`, `user_sql_error`, `corrupt`, `commit` and
+/// `release` (the generic functions of this crate, for that dialect).
+#[macro_export]
+macro_rules! dialect_functions {
+    ($dialect:ty) => {
+        /// Maps a sqlx error of the fence's own SQL for `operation` on `domain`
+        /// ([`fence_sql::map_error`]).
+        #[allow(unreachable_pub, dead_code)]
+        pub fn map_error(
+            error: $crate::__private::sqlx::Error,
+            domain: &$crate::__private::fence_core::Domain,
+            operation: $crate::__private::fence_core::Operation,
+            after_send: bool,
+        ) -> $crate::__private::fence_core::FenceError {
+            $crate::map_error::<$dialect>(error, domain, operation, after_send)
+        }
+
+        /// Maps a sqlx error of a statement of the user's own ([`fence_sql::user_sql_error`]).
+        #[allow(unreachable_pub, dead_code)]
+        pub fn user_sql_error(
+            error: $crate::__private::sqlx::Error,
+            domain: &$crate::__private::fence_core::Domain,
+            operation: $crate::__private::fence_core::Operation,
+            after_send: bool,
+        ) -> $crate::__private::fence_core::FenceError {
+            $crate::user_sql_error::<$dialect>(error, domain, operation, after_send)
+        }
+
+        /// State at the resource that is not Fence's, or is damaged.
+        #[allow(unreachable_pub, dead_code)]
+        pub fn corrupt(
+            domain: &$crate::__private::fence_core::Domain,
+            detail: impl Into<String>,
+        ) -> $crate::__private::fence_core::FenceError {
+            $crate::corrupt::<$dialect>(domain, detail)
+        }
+
+        /// Commits a transaction of `operation` on `domain` (`Ambiguous` when the answer to
+        /// `COMMIT` was lost: [`fence_sql::commit`]).
+        #[allow(unreachable_pub, dead_code)]
+        pub async fn commit(
+            tx: $crate::__private::sqlx::Transaction<'static, <$dialect as $crate::Dialect>::Db>,
+            domain: &$crate::__private::fence_core::Domain,
+            operation: $crate::__private::fence_core::Operation,
+        ) -> Result<(), $crate::__private::fence_core::FenceError> {
+            $crate::commit::<$dialect>(tx, domain, operation).await
+        }
+    };
+}
