@@ -7,35 +7,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fence_core::{Domain, FencingToken, Operation};
 use fence_mysql::extension::{commit, map_error, token_column, BACKEND};
+use fence_outbox::step::{StepLock, StepProgress};
 use fence_outbox::{verdict, Candidate, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement};
+use fence_sql::release;
 use sqlx::{MySql, Transaction};
 
 use crate::outbox::{corrupt, MySqlOutbox};
 
 /// The most delivered entries one purge call removes.
 const PURGE_BATCH: u64 = 1000;
-
-/// A domain's outbox row, locked in a relay step's transaction.
-struct Progress {
-    last: u64,
-    done: u64,
-}
-
-impl Progress {
-    /// True when `seq` is the domain's head entry: the next one to settle.
-    fn is_head(&self, seq: u64) -> bool {
-        self.done.checked_add(1) == Some(seq) && seq <= self.last
-    }
-}
-
-/// How a relay step waits for a domain's row held by another transaction.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Lock {
-    /// Wait for it (settling a delivery must be recorded).
-    Wait,
-    /// Skip the domain (`FOR UPDATE SKIP LOCKED`): a writer or another relay is on it now.
-    SkipLocked,
-}
 
 impl MySqlOutbox {
     /// Begins a relay step on `domain`: locks its outbox row and checks `relay` against the
@@ -45,16 +25,12 @@ impl MySqlOutbox {
         &self,
         domain: &Domain,
         relay: FencingToken,
-        lock: Lock,
-    ) -> Result<Option<(Transaction<'static, MySql>, Progress)>, OutboxError> {
+        lock: StepLock,
+    ) -> Result<Option<(Transaction<'static, MySql>, StepProgress)>, OutboxError> {
         let sql_error = |e| OutboxError::from(map_error(e, domain, Operation::Write, false));
         // The step pool's connections are closed by the server if their relay stops talking.
         let mut tx = self.steps.begin().await.map_err(sql_error)?;
-        let skip = if lock == Lock::SkipLocked {
-            " SKIP LOCKED"
-        } else {
-            ""
-        };
+        let skip = lock.clause();
         let row: Option<(u64, u64, Option<u64>)> = sqlx::query_as(&format!(
             "SELECT last_seq, done_seq, relay FROM {} WHERE domain = ? FOR UPDATE{skip}",
             self.table("domains")
@@ -67,9 +43,9 @@ impl MySqlOutbox {
             release(tx).await;
             return Ok(None);
         };
-        if done > last {
+        let Some(progress) = StepProgress::new(last, done) else {
             return Err(corrupt(domain, format!("outbox progress {done} of {last}")));
-        }
+        };
         let newest = newest
             .map(|newest| token_column(domain, newest, "relay token"))
             .transpose()?;
@@ -86,16 +62,8 @@ impl MySqlOutbox {
         .execute(&mut *tx)
         .await
         .map_err(sql_error)?;
-        Ok(Some((tx, Progress { last, done })))
+        Ok(Some((tx, progress)))
     }
-}
-
-/// Ends a step that changes nothing, so the domain's row is unlocked before the call returns
-/// (a dropped transaction is rolled back later, on another task, when the pool takes its
-/// connection back: a relay's next step could find the row still locked and skip it).
-async fn release(tx: Transaction<'static, MySql>) {
-    // A rollback that fails leaves a broken connection, whose transaction the server ends.
-    let _ = tx.rollback().await;
 }
 
 #[async_trait]
@@ -153,7 +121,7 @@ impl OutboxStore for MySqlOutbox {
         relay: FencingToken,
         seq: u64,
     ) -> Result<Option<u32>, OutboxError> {
-        let Some((mut tx, progress)) = self.relay_step(domain, relay, Lock::SkipLocked).await?
+        let Some((mut tx, progress)) = self.relay_step(domain, relay, StepLock::SkipLocked).await?
         else {
             return Ok(None);
         };
@@ -199,7 +167,7 @@ impl OutboxStore for MySqlOutbox {
         seq: u64,
         settlement: &Settlement,
     ) -> Result<bool, OutboxError> {
-        let Some((mut tx, progress)) = self.relay_step(domain, relay, Lock::Wait).await? else {
+        let Some((mut tx, progress)) = self.relay_step(domain, relay, StepLock::Wait).await? else {
             return Ok(false);
         };
         if !progress.is_head(seq) {
@@ -260,7 +228,7 @@ impl OutboxStore for MySqlOutbox {
         _drained: bool,
     ) -> Result<Purged, OutboxError> {
         let domain = &candidate.domain;
-        let Some((mut tx, _)) = self.relay_step(domain, relay, Lock::SkipLocked).await? else {
+        let Some((mut tx, _)) = self.relay_step(domain, relay, StepLock::SkipLocked).await? else {
             return Ok(Purged::new(0));
         };
         let retention_us = u64::try_from(retention.as_micros()).unwrap_or(u64::MAX);

@@ -6,29 +6,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_core::{Domain, FencingToken, Operation};
+use fence_outbox::step::{StepLock, StepProgress};
 use fence_outbox::{verdict, Candidate, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement};
 use fence_postgres::extension::{commit, map_error, token_column, BACKEND};
+use fence_sql::release;
 use sqlx::{Postgres, Transaction};
 
 use crate::outbox::{corrupt, PostgresOutbox};
 
 /// The most delivered entries one purge call removes.
 const PURGE_BATCH: i64 = 1000;
-
-/// A domain's outbox row, locked in a relay step's transaction.
-struct Progress {
-    last: i64,
-    done: i64,
-}
-
-/// How a relay step waits for a domain's row held by another transaction.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Lock {
-    /// Wait for it (settling a delivery must be recorded).
-    Wait,
-    /// Skip the domain (`FOR UPDATE SKIP LOCKED`): a writer or another relay is on it now.
-    SkipLocked,
-}
 
 impl PostgresOutbox {
     /// Begins a relay step on `domain`: locks its outbox row and checks `relay` against the
@@ -38,8 +25,8 @@ impl PostgresOutbox {
         &self,
         domain: &Domain,
         relay: FencingToken,
-        lock: Lock,
-    ) -> Result<Option<(Transaction<'static, Postgres>, Progress)>, OutboxError> {
+        lock: StepLock,
+    ) -> Result<Option<(Transaction<'static, Postgres>, StepProgress)>, OutboxError> {
         let sql_error = |e| OutboxError::from(map_error(e, domain, Operation::Write, false));
         let mut tx = self.fence.pool().begin().await.map_err(sql_error)?;
         // For this transaction only: the server ends it if its relay stops talking mid-step.
@@ -49,11 +36,7 @@ impl PostgresOutbox {
             .execute(&mut *tx)
             .await
             .map_err(sql_error)?;
-        let skip = if lock == Lock::SkipLocked {
-            " SKIP LOCKED"
-        } else {
-            ""
-        };
+        let skip = lock.clause();
         let row: Option<(i64, i64, Option<String>)> = sqlx::query_as(&format!(
             "SELECT last, done, relay::text FROM {} WHERE domain = $1 FOR UPDATE{skip}",
             self.table("domains")
@@ -66,9 +49,9 @@ impl PostgresOutbox {
             release(tx).await;
             return Ok(None);
         };
-        if done < 0 || done > last {
+        let Some(progress) = StepProgress::new(last, done) else {
             return Err(corrupt(domain, format!("outbox progress {done} of {last}")));
-        }
+        };
         let newest = newest
             .map(|newest| token_column(domain, &newest, "relay token"))
             .transpose()?;
@@ -85,16 +68,8 @@ impl PostgresOutbox {
         .execute(&mut *tx)
         .await
         .map_err(sql_error)?;
-        Ok(Some((tx, Progress { last, done })))
+        Ok(Some((tx, progress)))
     }
-}
-
-/// Ends a step that changes nothing, so the domain's row is unlocked before the call returns
-/// (a dropped transaction is rolled back later, on another task, when the pool takes its
-/// connection back: a relay's next step could find the row still locked and skip it).
-async fn release(tx: Transaction<'static, Postgres>) {
-    // A rollback that fails leaves a broken connection, whose transaction the server ends.
-    let _ = tx.rollback().await;
 }
 
 fn seq_i64(seq: u64) -> i64 {
@@ -165,15 +140,15 @@ impl OutboxStore for PostgresOutbox {
         relay: FencingToken,
         seq: u64,
     ) -> Result<Option<u32>, OutboxError> {
-        let Some((mut tx, progress)) = self.relay_step(domain, relay, Lock::SkipLocked).await?
+        let Some((mut tx, progress)) = self.relay_step(domain, relay, StepLock::SkipLocked).await?
         else {
             return Ok(None);
         };
-        let seq = seq_i64(seq);
-        if seq != progress.done + 1 || seq > progress.last {
+        if !progress.is_head(seq) {
             release(tx).await;
             return Ok(None);
         }
+        let seq = seq_i64(seq);
         let attempts: Option<i32> = sqlx::query_scalar(&format!(
             "UPDATE {} SET attempts = attempts + 1
              WHERE domain = $1 AND seq = $2 AND status = 'p' RETURNING attempts",
@@ -201,14 +176,14 @@ impl OutboxStore for PostgresOutbox {
         seq: u64,
         settlement: &Settlement,
     ) -> Result<bool, OutboxError> {
-        let Some((mut tx, progress)) = self.relay_step(domain, relay, Lock::Wait).await? else {
+        let Some((mut tx, progress)) = self.relay_step(domain, relay, StepLock::Wait).await? else {
             return Ok(false);
         };
-        let seq = seq_i64(seq);
-        if seq != progress.done + 1 || seq > progress.last {
+        if !progress.is_head(seq) {
             release(tx).await;
             return Ok(false);
         }
+        let seq = seq_i64(seq);
         let (code, error) = settlement.code();
         let settled = code != 'r';
         let updated = sqlx::query(&format!(
@@ -258,7 +233,7 @@ impl OutboxStore for PostgresOutbox {
         _drained: bool,
     ) -> Result<Purged, OutboxError> {
         let domain = &candidate.domain;
-        let Some((mut tx, _)) = self.relay_step(domain, relay, Lock::SkipLocked).await? else {
+        let Some((mut tx, _)) = self.relay_step(domain, relay, StepLock::SkipLocked).await? else {
             return Ok(Purged::new(0));
         };
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);

@@ -11,6 +11,7 @@ mod relay;
 mod relay_config;
 mod retry;
 mod sink;
+pub mod step;
 mod store;
 mod transition;
 pub mod verdict;
