@@ -44,6 +44,8 @@ impl Dialect for MySqlDialect {
     // A locking read: the latest committed row, whatever the isolation level.
     const ROW_READ_SUFFIX: &'static str = " LOCK IN SHARE MODE";
 
+    const NOW: &'static str = "UTC_TIMESTAMP(6)";
+
     fn classify(error: &sqlx::Error) -> ErrorClass {
         if let Some(class) = ErrorClass::of_driver(error) {
             return class;
@@ -75,6 +77,10 @@ impl Dialect for MySqlDialect {
     fn rows_affected(result: &MySqlQueryResult) -> u64 {
         // Matched rows: sqlx connects with CLIENT_FOUND_ROWS.
         result.rows_affected()
+    }
+
+    fn push_domain(query: &mut QueryBuilder<'_, MySql>, domain: &Domain) {
+        query.push_bind(domain.as_str().as_bytes().to_vec());
     }
 
     fn push_token(query: &mut QueryBuilder<'_, MySql>, token: FencingToken) {

@@ -1,7 +1,7 @@
 //! The schema: created explicitly by [`migrate`], never implicitly on a call.
 
-use fence_core::raw::{compare_tables, sql_identifier, ExpectedTables, Shape};
-use fence_core::{BackendErrorKind, FenceError, InvalidInput};
+use fence_core::raw::{compare_tables, ExpectedTables, Shape};
+use fence_core::{BackendErrorKind, FenceError};
 use sqlx::MySqlPool;
 
 use crate::error::{kind_of, MySqlFenceError, BACKEND};
@@ -9,43 +9,8 @@ use crate::error::{kind_of, MySqlFenceError, BACKEND};
 /// The schema's SQL, with `fence_db` standing for the database you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 
-/// A validated database name (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to splice into SQL.
-#[derive(Clone, Debug)]
-pub(crate) struct Database(String);
-
-impl Database {
-    pub(crate) fn new(name: &str) -> Result<Self, InvalidInput> {
-        Ok(Database(sql_identifier("database name", name)?))
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        &self.0
-    }
-
-    pub(crate) fn marks(&self) -> String {
-        format!("{}.fence_marks", self.0)
-    }
-
-    pub(crate) fn ops(&self) -> String {
-        format!("{}.fence_ops", self.0)
-    }
-
-    pub(crate) fn counters(&self) -> String {
-        format!("{}.fence_counters", self.0)
-    }
-
-    pub(crate) fn leases(&self) -> String {
-        format!("{}.fence_leases", self.0)
-    }
-
-    pub(crate) fn settings(&self) -> String {
-        format!("{}.fence_settings", self.0)
-    }
-
-    pub(crate) fn rebases(&self) -> String {
-        format!("{}.fence_rebases", self.0)
-    }
-}
+/// The fence's tables in the database chosen.
+pub(crate) type Database = fence_sql::Tables<crate::dialect::MySqlDialect>;
 
 /// The columns `migrate` creates, as `information_schema.COLUMNS.COLUMN_TYPE` spells them
 /// (display widths dropped: MariaDB writes `bigint(20) unsigned`, MySQL 8 `bigint unsigned`),

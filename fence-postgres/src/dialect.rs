@@ -36,6 +36,8 @@ impl Dialect for PostgresDialect {
     // A plain read sees the latest committed row under READ COMMITTED, PostgreSQL's default.
     const ROW_READ_SUFFIX: &'static str = "";
 
+    const NOW: &'static str = "clock_timestamp()";
+
     fn classify(error: &sqlx::Error) -> ErrorClass {
         if let Some(class) = ErrorClass::of_driver(error) {
             return class;
@@ -71,6 +73,10 @@ impl Dialect for PostgresDialect {
 
     fn rows_affected(result: &PgQueryResult) -> u64 {
         result.rows_affected()
+    }
+
+    fn push_domain(query: &mut QueryBuilder<'_, Postgres>, domain: &Domain) {
+        query.push_bind(domain.as_str().to_owned());
     }
 
     fn push_token(query: &mut QueryBuilder<'_, Postgres>, token: FencingToken) {

@@ -1,7 +1,7 @@
 //! The schema: created explicitly by [`migrate`], never implicitly on a call.
 
-use fence_core::raw::{compare_tables, sql_identifier, ExpectedTables, Shape};
-use fence_core::{BackendErrorKind, FenceError, InvalidInput};
+use fence_core::raw::{compare_tables, ExpectedTables, Shape};
+use fence_core::{BackendErrorKind, FenceError};
 use sqlx::PgPool;
 
 use crate::error::{PostgresFenceError, BACKEND};
@@ -9,43 +9,8 @@ use crate::error::{PostgresFenceError, BACKEND};
 /// The schema's SQL, with `fence_schema` standing for the schema you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 
-/// A validated schema name (`[a-z_][a-z0-9_]*`, at most 63 bytes), safe to splice into SQL.
-#[derive(Clone, Debug)]
-pub(crate) struct Schema(String);
-
-impl Schema {
-    pub(crate) fn new(name: &str) -> Result<Self, InvalidInput> {
-        Ok(Schema(sql_identifier("schema name", name)?))
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        &self.0
-    }
-
-    pub(crate) fn marks(&self) -> String {
-        format!("{}.fence_marks", self.0)
-    }
-
-    pub(crate) fn ops(&self) -> String {
-        format!("{}.fence_ops", self.0)
-    }
-
-    pub(crate) fn counters(&self) -> String {
-        format!("{}.fence_counters", self.0)
-    }
-
-    pub(crate) fn rebases(&self) -> String {
-        format!("{}.fence_rebases", self.0)
-    }
-
-    pub(crate) fn leases(&self) -> String {
-        format!("{}.fence_leases", self.0)
-    }
-
-    pub(crate) fn settings(&self) -> String {
-        format!("{}.fence_settings", self.0)
-    }
-}
+/// The fence's tables in the schema chosen.
+pub(crate) type Schema = fence_sql::Tables<crate::dialect::PostgresDialect>;
 
 /// The columns `migrate` creates, as `format_type` spells their types (and `not null`).
 const EXPECTED: ExpectedTables = &[

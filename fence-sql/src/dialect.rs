@@ -25,12 +25,17 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// What the per-row fence appends to its read of a refused row's token, to read the latest
     /// committed one (a locking read where plain reads see a snapshot).
     const ROW_READ_SUFFIX: &'static str;
+    /// The server's clock, as leases' expiry is compared with it.
+    const NOW: &'static str;
 
     /// The class of a sqlx error of this database.
     fn classify(error: &sqlx::Error) -> ErrorClass;
 
     /// The rows a statement matched (sqlx's query results share no trait for it).
     fn rows_affected(result: &<Self::Db as Database>::QueryResult) -> u64;
+
+    /// Binds `domain` where a domain column's value goes (as the fence's tables store it).
+    fn push_domain(query: &mut QueryBuilder<'_, Self::Db>, domain: &Domain);
 
     /// Binds `token` where a token value goes in `query`, exactly (every u64).
     fn push_token(query: &mut QueryBuilder<'_, Self::Db>, token: FencingToken);

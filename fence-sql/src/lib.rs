@@ -2,12 +2,16 @@
 
 mod dialect;
 mod error;
+mod retire;
 mod row;
+mod tables;
 mod transaction;
 
 pub use dialect::{Dialect, ErrorClass};
 pub use error::{commit, corrupt, map_error, release, user_sql_error};
+pub use retire::retire;
 pub use row::RowFence;
+pub use tables::Tables;
 pub use transaction::FencedTransaction;
 
 #[doc(hidden)]
