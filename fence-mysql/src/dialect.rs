@@ -1,12 +1,15 @@
 //! What fence-sql's shared code needs to know about MySQL and MariaDB.
 
 use async_trait::async_trait;
+use fence_core::env::SqlPoolVariables;
+use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
-use fence_sql::{Dialect, ErrorClass};
-use sqlx::mysql::{MySql, MySqlDatabaseError, MySqlQueryResult};
+use fence_sql::{Dialect, ErrorClass, Tables};
+use sqlx::mysql::{MySql, MySqlDatabaseError, MySqlPool, MySqlQueryResult};
 use sqlx::{Executor, QueryBuilder, Transaction};
 
 use crate::error::{map_error, MySqlFenceError, BACKEND};
+use crate::fence::{MySqlFence, DEFAULT_MAX_VALUE_BYTES};
 use crate::mark::token_column;
 
 /// Set once the mark is raised and released just before `COMMIT`: a transaction that ended
@@ -38,13 +41,27 @@ impl Dialect for MySqlDialect {
     /// Nothing: the mark was raised when the transaction began (see `MySqlFence::begin`).
     type Pending = ();
     type TokenValue = u64;
+    type Fence = MySqlFence;
 
     const BACKEND: &'static str = BACKEND;
+    const DEFAULT_MAX_VALUE_BYTES: usize = DEFAULT_MAX_VALUE_BYTES;
+    const VARIABLES: SqlPoolVariables = crate::env::VARIABLES;
     const NAMESPACE: &'static str = "database name";
     // A locking read: the latest committed row, whatever the isolation level.
     const ROW_READ_SUFFIX: &'static str = " LOCK IN SHARE MODE";
 
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
+
+    async fn check_shape(
+        pool: &MySqlPool,
+        tables: &Tables<MySqlDialect>,
+    ) -> Result<Option<Shape>, sqlx::Error> {
+        crate::schema::check_shape(pool, tables).await
+    }
+
+    fn not_migrated(database: String, table: &'static str) -> MySqlFenceError {
+        MySqlFenceError::NotMigrated { database, table }
+    }
 
     fn classify(error: &sqlx::Error) -> ErrorClass {
         if let Some(class) = ErrorClass::of_driver(error) {

@@ -1,32 +1,27 @@
 //! `MySqlFence`: the fenced store on MySQL and MariaDB.
 
-use std::fmt;
-use std::num::NonZeroU64;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::ops::Deref;
 
 use async_trait::async_trait;
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
-use fence_core::raw::{EntryHead, OpMemory, Shape};
+use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
-    BoundsConfig, Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore,
-    FencingToken, Mutation, Observed, OpIdRetention, Operation, RememberedOp, Snapshot,
-    WriteOutcome, WriteRequest,
+    Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
+    Operation, RememberedOp, Snapshot, WriteOutcome, WriteRequest,
 };
+use fence_sql::{release, FenceCore};
 use sqlx::{MySqlPool, Row};
 
-use crate::error::commit;
-use crate::error::{corrupt, map_error, MySqlFenceError, BACKEND};
+use crate::dialect::MySqlDialect;
+use crate::error::{commit, corrupt, map_error, BACKEND};
 use crate::mark::{decode_head, decode_op, token_column, MarkChange, Remember};
-use crate::schema::{check_shape, Database};
-use fence_sql::release;
 
 /// Values larger than this are refused by default (keep it under the server's
 /// `max_allowed_packet`: 16 MiB by default on MariaDB 10.11, measured here; 64 MiB on MySQL 8
 /// by its documentation, unverified here).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
 /// Operation ids remembered per domain by default.
-pub const DEFAULT_OP_ID_RETENTION: usize = 1024;
+pub use fence_core::DEFAULT_OP_ID_RETENTION;
 
 /// The fenced store on MySQL or MariaDB: one mark row per domain in `<database>.fence_marks`,
 /// locked (`SELECT … FOR UPDATE`) and decided by fence-core's pipeline in the transaction that
@@ -44,71 +39,30 @@ pub const DEFAULT_OP_ID_RETENTION: usize = 1024;
 /// fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct MySqlFence {
-    pool: MySqlPool,
-    database: Database,
-    max_value_bytes: usize,
-    op_id_retention: usize,
-    bounds: BoundsConfig,
-    /// Set once the tables were found with the expected shape (checked on first use).
-    shape_checked: Arc<AtomicBool>,
-}
-
-/// Builds a [`MySqlFence`].
 #[derive(Clone, Debug)]
-#[must_use]
-pub struct MySqlFenceBuilder {
-    pool: MySqlPool,
-    database: String,
-    max_value_bytes: usize,
-    op_id_retention: usize,
-    bounds: BoundsConfig,
+pub struct MySqlFence {
+    core: FenceCore<MySqlDialect>,
 }
 
-impl MySqlFenceBuilder {
-    /// The largest value accepted (refused before any I/O above it).
-    pub fn max_value_bytes(mut self, max: usize) -> Self {
-        self.max_value_bytes = max;
-        self
-    }
+/// Builds a [`MySqlFence`] on a pool, with its tables in a database (created by
+/// [`crate::migrate`]): fence-sql's builder, for MySQL. `build` does no I/O: the tables' shape
+/// is checked on first use. [`MySqlFenceBuilder::from_env`] reads the variables of
+/// [`crate::env`].
+pub type MySqlFenceBuilder = fence_sql::FenceBuilder<MySqlDialect>;
 
-    /// Operation ids remembered per domain (0: none).
-    pub fn op_id_retention(mut self, count: usize) -> Self {
-        self.op_id_retention = count;
-        self
+impl From<FenceCore<MySqlDialect>> for MySqlFence {
+    fn from(core: FenceCore<MySqlDialect>) -> Self {
+        MySqlFence { core }
     }
+}
 
-    /// Refuses tokens more than `max_step` above the domain's mark (a forged or corrupted
-    /// token would otherwise fence every honest holder out), in the transaction that locks the
-    /// mark. This client's setting: to make every client of the database obey it, store it with
-    /// [`MySqlFence::set_resource_bounds`].
-    pub fn max_token_step(mut self, max_step: NonZeroU64) -> Self {
-        self.bounds.max_step = Some(max_step);
-        self
-    }
+/// The parts every SQL fence has: its pool (`pool()`), its tables, limits and bounds, and
+/// `to_builder()` for a fence that differs in some of them.
+impl Deref for MySqlFence {
+    type Target = FenceCore<MySqlDialect>;
 
-    /// Accepts only tokens this database's issuer or leases issued for the domain (up to the
-    /// domain's counter, read after the mark row's lock): a token nobody issued is refused with
-    /// [`FenceError::Unissued`]. Use it only for domains whose tokens come from this database.
-    /// This client's setting: to make every client obey it, store it with
-    /// [`MySqlFence::set_resource_bounds`].
-    pub fn issued_only(mut self) -> Self {
-        self.bounds.issued_only = true;
-        self
-    }
-
-    /// The fence, observed (metrics and spans as every backend reports them); an invalid
-    /// database name is refused.
-    pub fn build(self) -> Result<Observed<MySqlFence>, FenceError> {
-        Ok(Observed::new(MySqlFence {
-            pool: self.pool,
-            database: Database::new(&self.database)?,
-            max_value_bytes: self.max_value_bytes,
-            op_id_retention: self.op_id_retention,
-            bounds: self.bounds,
-            shape_checked: Arc::new(AtomicBool::new(false)),
-        }))
+    fn deref(&self) -> &FenceCore<MySqlDialect> {
+        &self.core
     }
 }
 
@@ -116,84 +70,18 @@ impl MySqlFence {
     /// A builder on `pool`, with the fence's tables in `database` (created by
     /// [`crate::migrate`]).
     pub fn builder(pool: MySqlPool, database: &str) -> MySqlFenceBuilder {
-        MySqlFenceBuilder {
-            pool,
-            database: database.to_owned(),
-            max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
-            op_id_retention: DEFAULT_OP_ID_RETENTION,
-            bounds: BoundsConfig::NONE,
-        }
-    }
-
-    /// A builder with this fence's pool, database and settings: build a fence that differs in
-    /// some of them.
-    pub fn to_builder(&self) -> MySqlFenceBuilder {
-        MySqlFenceBuilder {
-            pool: self.pool.clone(),
-            database: self.database.name().to_owned(),
-            max_value_bytes: self.max_value_bytes,
-            op_id_retention: self.op_id_retention,
-            bounds: self.bounds,
-        }
+        MySqlFenceBuilder::new(pool, database)
     }
 
     /// The database holding the fence's tables.
     pub fn database(&self) -> &str {
-        self.database.name()
-    }
-
-    /// The pool the fence runs on.
-    pub fn pool(&self) -> &MySqlPool {
-        &self.pool
-    }
-
-    pub(crate) fn tables(&self) -> &Database {
-        &self.database
-    }
-
-    pub(crate) fn client_bounds(&self) -> BoundsConfig {
-        self.bounds
-    }
-
-    pub(crate) fn op_id_retention(&self) -> usize {
-        self.op_id_retention
-    }
-
-    /// Checks, once per fence, that the tables have the shape [`crate::migrate`] gives them:
-    /// tables of another shape fail closed (`CorruptState`) before anything is read or written.
-    pub(crate) async fn ensure_shape(
-        &self,
-        domain: &Domain,
-        operation: Operation,
-    ) -> Result<(), FenceError> {
-        if self.shape_checked.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        match check_shape(&self.pool, &self.database)
-            .await
-            .map_err(|e| map_error(e, domain, operation, false))?
-        {
-            None => {
-                self.shape_checked.store(true, Ordering::Release);
-                Ok(())
-            }
-            Some(Shape::Wrong(detail)) => Err(corrupt(domain, detail)),
-            Some(Shape::Missing(table)) => Err(FenceError::backend(
-                BACKEND,
-                fence_core::BackendErrorKind::NotFound,
-                Some(domain),
-                MySqlFenceError::NotMigrated {
-                    database: self.database.name().to_owned(),
-                    table,
-                },
-            )),
-        }
+        self.tables().name()
     }
 
     /// A write: the mark row locked, fence-core's decision on it, the change and the op id
     /// in the same transaction.
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        pipeline::validate_write(request, Some(self.max_value_bytes))?;
+        pipeline::validate_write(request, Some(self.max_value_bytes()))?;
         let value = match request.mutation() {
             Mutation::Put(value) => Some(value.to_vec()),
             Mutation::Delete => None,
@@ -288,10 +176,10 @@ impl MySqlFence {
         self.ensure_shape(domain, Operation::Read).await?;
         let rows = sqlx::query(&format!(
             "SELECT token, op_id, kind, revision, previous FROM {} WHERE domain = ? ORDER BY seq",
-            self.database.ops()
+            self.tables().ops()
         ))
         .bind(domain.as_str().as_bytes())
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await
         .map_err(|e| map_error(e, domain, Operation::Read, false))?;
         rows.iter()
@@ -315,10 +203,10 @@ impl MySqlFence {
         // is not seen until it commits).
         let row = sqlx::query(&format!(
             "SELECT hwm, state, revision, writer, value FROM {} WHERE domain = ?",
-            self.database.marks()
+            self.tables().marks()
         ))
         .bind(domain.as_str().as_bytes())
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.pool())
         .await
         .map_err(|e| map_error(e, domain, Operation::Read, false))?;
         let Some(row) = row else {
@@ -343,18 +231,6 @@ impl MySqlFence {
     }
 }
 
-impl fmt::Debug for MySqlFence {
-    // The pool's options hold the password: only the database and limits are shown.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlFence")
-            .field("database", &self.database.name())
-            .field("max_value_bytes", &self.max_value_bytes)
-            .field("op_id_retention", &self.op_id_retention)
-            .field("bounds", &self.bounds)
-            .finish_non_exhaustive()
-    }
-}
-
 #[async_trait]
 impl Fence for MySqlFence {
     fn backend(&self) -> &'static str {
@@ -362,11 +238,7 @@ impl Fence for MySqlFence {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::store()
-            .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
-            .with_max_value_bytes(Some(self.max_value_bytes))
-            .with_survives_restart(true)
-            .with_bounds(self.bounds)
+        self.store_capabilities()
     }
 
     async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

@@ -1,13 +1,15 @@
 //! What fence-sql's shared code needs to know about PostgreSQL.
 
 use async_trait::async_trait;
+use fence_core::env::SqlPoolVariables;
+use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
-use fence_sql::{Dialect, ErrorClass};
-use sqlx::postgres::{PgQueryResult, Postgres};
+use fence_sql::{Dialect, ErrorClass, Tables};
+use sqlx::postgres::{PgPool, PgQueryResult, Postgres};
 use sqlx::{QueryBuilder, Transaction};
 
 use crate::error::{token_column, PostgresFenceError, BACKEND};
-use crate::fence::PostgresFence;
+use crate::fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES};
 use crate::mark::{MarkChange, Remember};
 
 /// PostgreSQL, as fence-sql's shared code sees it ([`crate::FencedTransaction`] and
@@ -30,13 +32,27 @@ impl Dialect for PostgresDialect {
     type Error = PostgresFenceError;
     type Pending = PendingMark;
     type TokenValue = String;
+    type Fence = PostgresFence;
 
     const BACKEND: &'static str = BACKEND;
+    const DEFAULT_MAX_VALUE_BYTES: usize = DEFAULT_MAX_VALUE_BYTES;
+    const VARIABLES: SqlPoolVariables = crate::env::VARIABLES;
     const NAMESPACE: &'static str = "schema name";
     // A plain read sees the latest committed row under READ COMMITTED, PostgreSQL's default.
     const ROW_READ_SUFFIX: &'static str = "";
 
     const NOW: &'static str = "clock_timestamp()";
+
+    async fn check_shape(
+        pool: &PgPool,
+        tables: &Tables<PostgresDialect>,
+    ) -> Result<Option<Shape>, sqlx::Error> {
+        crate::schema::check_shape(pool, tables).await
+    }
+
+    fn not_migrated(schema: String, table: &'static str) -> PostgresFenceError {
+        PostgresFenceError::NotMigrated { schema, table }
+    }
 
     fn classify(error: &sqlx::Error) -> ErrorClass {
         if let Some(class) = ErrorClass::of_driver(error) {

@@ -1,4 +1,4 @@
-//! The environment variables [`PostgresFenceBuilder::from_env`] reads: one set, documented here.
+//! The environment variables [`crate::PostgresFenceBuilder::from_env`] reads: one set, documented here.
 //!
 //! | variable | meaning |
 //! |---|---|
@@ -12,15 +12,7 @@
 //! `DATABASE_URL` (sqlx's variable) naming another database than `FENCE_POSTGRES_URL` is
 //! refused: two answers to one question.
 
-use std::str::FromStr;
-
-use fence_core::env::{Env, SqlPoolVariables};
-use fence_core::FenceError;
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-
-use crate::error::{kind_of, BACKEND};
-use crate::schema::Schema;
-use crate::{PostgresFence, PostgresFenceBuilder};
+use fence_core::env::SqlPoolVariables;
 
 /// The database URL.
 pub const URL: &str = "FENCE_POSTGRES_URL";
@@ -34,7 +26,7 @@ pub const ACQUIRE_TIMEOUT_MS: &str = "FENCE_POSTGRES_ACQUIRE_TIMEOUT_MS";
 /// The schema when [`SCHEMA`] is unset.
 pub const DEFAULT_SCHEMA: &str = "fence";
 
-const VARIABLES: SqlPoolVariables = SqlPoolVariables {
+pub(crate) const VARIABLES: SqlPoolVariables = SqlPoolVariables {
     url: URL,
     namespace: SCHEMA,
     default_namespace: DEFAULT_SCHEMA,
@@ -44,42 +36,13 @@ const VARIABLES: SqlPoolVariables = SqlPoolVariables {
     schemes: &["postgres://", "postgresql://"],
 };
 
-impl PostgresFenceBuilder {
-    /// A builder on a pool opened from the process environment (see [`crate::env`]); the
-    /// connection is tried here, so an unreachable server fails now, as a backend error of
-    /// class `Unavailable`. The tables must exist ([`crate::migrate`]).
-    pub async fn from_env() -> Result<Self, FenceError> {
-        Self::from_env_with(&Env::process()).await
-    }
-
-    /// [`Self::from_env`] from `env`.
-    pub async fn from_env_with(env: &Env) -> Result<Self, FenceError> {
-        let settings = env.sql_pool(&VARIABLES)?;
-        let options =
-            PgConnectOptions::from_str(&settings.url).map_err(|_| settings.invalid_url())?;
-        let schema = Schema::new(&settings.namespace)?; // checked before any connection is tried
-        let pool = PgPoolOptions::new()
-            .max_connections(settings.max_connections)
-            .acquire_timeout(settings.acquire_timeout)
-            .connect_with(options)
-            .await
-            .map_err(|e| FenceError::backend(BACKEND, kind_of(&e), None, e))?;
-        let mut builder = PostgresFence::builder(pool, schema.name());
-        if let Some(step) = settings.max_token_step {
-            builder = builder.max_token_step(step);
-        }
-        if settings.issued_only {
-            builder = builder.issued_only();
-        }
-        Ok(builder)
-    }
-}
-
 #[cfg(test)]
 #[allow(clippy::panic)] // a failed assertion in a test panics
 mod tests {
     use super::*;
-    use fence_core::InvalidInput;
+    use crate::PostgresFenceBuilder;
+    use fence_core::env::Env;
+    use fence_core::{FenceError, InvalidInput};
 
     async fn refused(pairs: &[(&str, &str)]) -> String {
         match PostgresFenceBuilder::from_env_with(&Env::from_pairs(pairs.iter().copied())).await {

@@ -1,30 +1,28 @@
 //! `PostgresFence`: the fenced store on PostgreSQL.
 
-use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::ops::Deref;
 
 use async_trait::async_trait;
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
     BoundsConfig, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
-    FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, Operation, OperationId,
-    RememberedOp, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
+    FencedStore, FencingToken, IssuerView, Mutation, Operation, OperationId, RememberedOp,
+    Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
+use fence_sql::FenceCore;
 use sqlx::postgres::PgPool;
 use sqlx::Row;
 
-use crate::error::commit;
-use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
+use crate::dialect::PostgresDialect;
+use crate::error::{commit, corrupt, map_error, token_column, PostgresFenceError, BACKEND};
 use crate::mark::{decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange};
-use crate::schema::{check_shape, Schema};
-use fence_core::raw::Shape;
+use crate::PostgresFenceBuilder;
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 /// Operation ids remembered per domain by default.
-pub const DEFAULT_OP_ID_RETENTION: usize = 1024;
+pub use fence_core::DEFAULT_OP_ID_RETENTION;
 
 /// The fenced store on PostgreSQL: one mark row per domain in `<schema>.fence_marks`, decided
 /// in a transaction that holds the row's lock from the check to the commit, so two holders of
@@ -41,100 +39,43 @@ pub const DEFAULT_OP_ID_RETENTION: usize = 1024;
 /// fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PostgresFence {
-    pool: PgPool,
-    schema: Schema,
-    max_value_bytes: usize,
-    op_id_retention: usize,
-    /// This client's own admission settings (the schema's `fence_settings` add to them).
-    bounds: BoundsConfig,
-    /// Set once the tables were found with the expected shape (checked on first use).
-    shape_checked: Arc<AtomicBool>,
+    core: FenceCore<PostgresDialect>,
+}
+
+impl From<FenceCore<PostgresDialect>> for PostgresFence {
+    fn from(core: FenceCore<PostgresDialect>) -> Self {
+        PostgresFence { core }
+    }
+}
+
+/// The parts every SQL fence has: its pool (`pool()`), its tables, limits and bounds, and
+/// `to_builder()` for a fence that differs in some of them.
+impl Deref for PostgresFence {
+    type Target = FenceCore<PostgresDialect>;
+
+    fn deref(&self) -> &FenceCore<PostgresDialect> {
+        &self.core
+    }
 }
 
 impl PostgresFence {
-    /// A fence made by [`crate::PostgresFenceBuilder::build`].
-    pub(crate) fn from_parts(
-        pool: PgPool,
-        schema: Schema,
-        max_value_bytes: usize,
-        op_id_retention: usize,
-        bounds: BoundsConfig,
-    ) -> Self {
-        PostgresFence {
-            pool,
-            schema,
-            max_value_bytes,
-            op_id_retention,
-            bounds,
-            shape_checked: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
-    /// This client's own admission settings, as built.
-    pub(crate) fn client_bounds(&self) -> BoundsConfig {
-        self.bounds
+    /// A builder for a fence on `pool`, with its tables in `schema`.
+    pub fn builder(pool: PgPool, schema: &str) -> PostgresFenceBuilder {
+        PostgresFenceBuilder::new(pool, schema)
     }
 
     /// The schema holding the fence's tables.
     pub fn schema(&self) -> &str {
-        self.schema.name()
-    }
-
-    /// The pool the fence runs on.
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
-    }
-
-    pub(crate) fn tables(&self) -> &Schema {
-        &self.schema
-    }
-
-    pub(crate) fn max_value_bytes(&self) -> usize {
-        self.max_value_bytes
-    }
-
-    pub(crate) fn op_id_retention(&self) -> usize {
-        self.op_id_retention
-    }
-
-    /// Checks, once per fence, that the tables have the shape [`crate::migrate`] gives them:
-    /// tables of another shape fail closed (`CorruptState`) before anything is read or written.
-    pub(crate) async fn ensure_shape(
-        &self,
-        domain: &Domain,
-        operation: Operation,
-    ) -> Result<(), FenceError> {
-        if self.shape_checked.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        match check_shape(&self.pool, &self.schema)
-            .await
-            .map_err(|e| map_error(e, domain, operation, false))?
-        {
-            None => {
-                self.shape_checked.store(true, Ordering::Release);
-                Ok(())
-            }
-            Some(Shape::Wrong(detail)) => Err(corrupt(domain, detail)),
-            Some(Shape::Missing(table)) => Err(FenceError::backend(
-                BACKEND,
-                fence_core::BackendErrorKind::NotFound,
-                Some(domain),
-                PostgresFenceError::NotMigrated {
-                    schema: self.schema.name().to_owned(),
-                    table,
-                },
-            )),
-        }
+        self.tables().name()
     }
 
     /// A write in one statement: the schema's `fence_write` locks the mark row and applies the
     /// write only where fence-core's decision would; the outcome is fence-core's decision on
     /// the row as it was, which must agree with what the server did.
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        pipeline::validate_write(request, Some(self.max_value_bytes))?;
+        pipeline::validate_write(request, Some(self.max_value_bytes()))?;
         let (state, value) = match request.mutation() {
             Mutation::Put(value) => (b'v', Some(value.to_vec())),
             Mutation::Delete => (b't', None),
@@ -149,7 +90,7 @@ impl PostgresFence {
         let (domain, operation) = (request.domain(), request.operation());
         self.ensure_shape(domain, operation).await?;
         let mut conn = self
-            .pool
+            .pool()
             .acquire()
             .await
             .map_err(|e| map_error(e, domain, operation, false))?;
@@ -157,7 +98,7 @@ impl PostgresFence {
         let row = sqlx::query(&format!(
             "SELECT * FROM {}.fence_write($1, $2::numeric, $3, $4, $5, $6, $7, $8, $9, \
              $10::numeric, $11)",
-            self.schema.name()
+            self.tables().name()
         ))
         .bind(domain.as_str())
         .bind(request.token().to_string())
@@ -167,9 +108,9 @@ impl PostgresFence {
         .bind(expected)
         .bind(state as i8)
         .bind(value)
-        .bind(i64::try_from(self.op_id_retention).unwrap_or(i64::MAX))
-        .bind(self.bounds.max_step.map(|step| step.to_string()))
-        .bind(self.bounds.issued_only)
+        .bind(i64::try_from(self.op_id_retention()).unwrap_or(i64::MAX))
+        .bind(self.client_bounds().max_step.map(|step| step.to_string()))
+        .bind(self.client_bounds().issued_only)
         .fetch_one(&mut *conn)
         .await
         .map_err(|e| map_error(e, domain, operation, true))?;
@@ -183,12 +124,12 @@ impl PostgresFence {
         let step: Option<String> = row.try_get(10).map_err(column)?;
         let issued_only: bool = row.try_get(11).map_err(column)?;
         let in_force = BoundsConfig::new(step_column(domain, step)?, issued_only);
-        if self.bounds.tighter(in_force) != in_force {
+        if self.client_bounds().tighter(in_force) != in_force {
             return Err(corrupt(
                 domain,
                 format!(
                     "fence_write applied {in_force:?}, looser than this client's {:?}",
-                    self.bounds
+                    self.client_bounds()
                 ),
             ));
         }
@@ -249,10 +190,10 @@ impl PostgresFence {
         let rows = sqlx::query(&format!(
             "SELECT token::text, op_id, kind, revision, previous::text FROM {} \
              WHERE domain = $1 ORDER BY seq",
-            self.schema.ops()
+            self.tables().ops()
         ))
         .bind(domain.as_str())
-        .fetch_all(&self.pool)
+        .fetch_all(self.pool())
         .await
         .map_err(|e| map_error(e, domain, Operation::Read, false))?;
         rows.iter()
@@ -274,10 +215,10 @@ impl PostgresFence {
         self.ensure_shape(domain, Operation::Read).await?;
         let row = sqlx::query(&format!(
             "SELECT hwm::text, state, revision, writer::text, value FROM {} WHERE domain = $1",
-            self.schema.marks()
+            self.tables().marks()
         ))
         .bind(domain.as_str())
-        .fetch_optional(&self.pool)
+        .fetch_optional(self.pool())
         .await
         .map_err(|e| map_error(e, domain, Operation::Read, false))?;
         let Some(row) = row else {
@@ -296,18 +237,6 @@ impl PostgresFence {
     }
 }
 
-impl fmt::Debug for PostgresFence {
-    // The pool's options may hold a password: only the schema and limits are shown.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PostgresFence")
-            .field("schema", &self.schema.name())
-            .field("max_value_bytes", &self.max_value_bytes)
-            .field("op_id_retention", &self.op_id_retention)
-            .field("bounds", &self.bounds)
-            .finish_non_exhaustive()
-    }
-}
-
 #[async_trait]
 impl Fence for PostgresFence {
     fn backend(&self) -> &'static str {
@@ -315,11 +244,7 @@ impl Fence for PostgresFence {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::store()
-            .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
-            .with_max_value_bytes(Some(self.max_value_bytes))
-            .with_survives_restart(true)
-            .with_bounds(self.bounds)
+        self.store_capabilities()
     }
 
     async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {

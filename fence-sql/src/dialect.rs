@@ -1,8 +1,12 @@
 //! What an SQL adapter tells the shared code about its database.
 
 use async_trait::async_trait;
+use fence_core::env::SqlPoolVariables;
+use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken};
-use sqlx::{Database, QueryBuilder, Transaction};
+use sqlx::{Database, Pool, QueryBuilder, Transaction};
+
+use crate::{FenceCore, Tables};
 
 /// What one database does differently: its error codes, how a token is bound and read, what a
 /// fenced transaction runs just before `COMMIT`. Implemented once per adapter, on a type that
@@ -18,8 +22,15 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// How the database hands back a token column (read by [`Dialect::token_select`]).
     type TokenValue: for<'r> sqlx::Decode<'r, Self::Db> + sqlx::Type<Self::Db> + Send + Unpin;
 
+    /// The adapter's fence, made from the parts every SQL fence has.
+    type Fence: From<FenceCore<Self>>;
+
     /// The backend's name in errors and metrics.
     const BACKEND: &'static str;
+    /// The largest value a fence accepts unless its builder says otherwise.
+    const DEFAULT_MAX_VALUE_BYTES: usize;
+    /// The environment variables the adapter's `from_env` reads.
+    const VARIABLES: SqlPoolVariables;
     /// What the namespace of a table is called, for errors (`schema name`, `database name`).
     const NAMESPACE: &'static str;
     /// What the per-row fence appends to its read of a refused row's token, to read the latest
@@ -27,6 +38,17 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     const ROW_READ_SUFFIX: &'static str;
     /// The server's clock, as leases' expiry is compared with it.
     const NOW: &'static str;
+
+    /// The tables' shape as found in the database: `None` when every table has exactly the
+    /// columns the adapter's migration gives it.
+    async fn check_shape(
+        pool: &Pool<Self::Db>,
+        tables: &Tables<Self>,
+    ) -> Result<Option<Shape>, sqlx::Error>;
+
+    /// The error of tables the adapter's migration has not created (`table` is missing in
+    /// `namespace`).
+    fn not_migrated(namespace: String, table: &'static str) -> Self::Error;
 
     /// The class of a sqlx error of this database.
     fn classify(error: &sqlx::Error) -> ErrorClass;

@@ -1,14 +1,18 @@
 #![doc = include_str!("../README.md")]
 
+mod builder;
 mod dialect;
 mod error;
+mod parts;
 mod retire;
 mod row;
 mod tables;
 mod transaction;
 
+pub use builder::FenceBuilder;
 pub use dialect::{Dialect, ErrorClass};
 pub use error::{commit, corrupt, map_error, release, user_sql_error};
+pub use parts::FenceCore;
 pub use retire::retire;
 pub use row::RowFence;
 pub use tables::Tables;

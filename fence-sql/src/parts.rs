@@ -1,0 +1,145 @@
+//! What every SQL fence holds: its pool, its tables, its limits and this client's bounds.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use fence_core::raw::Shape;
+use fence_core::{
+    BackendErrorKind, BoundsConfig, Capabilities, Domain, FenceError, OpIdRetention, Operation,
+};
+use sqlx::Pool;
+
+use crate::{corrupt, map_error, Dialect, FenceBuilder, Tables};
+
+/// The parts every SQL fence has (an adapter's fence dereferences to it): the pool it runs on,
+/// its tables, the largest value it accepts, the op ids it remembers per domain and this
+/// client's own admission settings (the tables' `fence_settings` add to them). Cheap to clone
+/// (the pool is shared).
+pub struct FenceCore<D: Dialect> {
+    pool: Pool<D::Db>,
+    tables: Tables<D>,
+    max_value_bytes: usize,
+    op_id_retention: usize,
+    bounds: BoundsConfig,
+    /// Set once the tables were found with the expected shape (checked on first use).
+    shape_checked: Arc<AtomicBool>,
+}
+
+impl<D: Dialect> FenceCore<D> {
+    pub(crate) fn new(
+        pool: Pool<D::Db>,
+        tables: Tables<D>,
+        max_value_bytes: usize,
+        op_id_retention: usize,
+        bounds: BoundsConfig,
+    ) -> Self {
+        FenceCore {
+            pool,
+            tables,
+            max_value_bytes,
+            op_id_retention,
+            bounds,
+            shape_checked: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The pool the fence runs on.
+    pub fn pool(&self) -> &Pool<D::Db> {
+        &self.pool
+    }
+
+    /// The fence's tables.
+    pub fn tables(&self) -> &Tables<D> {
+        &self.tables
+    }
+
+    /// The largest value accepted (refused before any I/O above it).
+    pub fn max_value_bytes(&self) -> usize {
+        self.max_value_bytes
+    }
+
+    /// Operation ids remembered per domain (0: none).
+    pub fn op_id_retention(&self) -> usize {
+        self.op_id_retention
+    }
+
+    /// This client's own admission settings, as built (the tables' settings add to them).
+    pub fn client_bounds(&self) -> BoundsConfig {
+        self.bounds
+    }
+
+    /// What the fenced store offers: op-id memory per domain, the value limit, durability,
+    /// this client's bounds.
+    pub fn store_capabilities(&self) -> Capabilities {
+        Capabilities::store()
+            .with_op_id_retention(OpIdRetention::per_domain(self.op_id_retention))
+            .with_max_value_bytes(Some(self.max_value_bytes))
+            .with_survives_restart(true)
+            .with_bounds(self.bounds)
+    }
+
+    /// A builder with this fence's pool, namespace and settings: build a fence that differs in
+    /// some of them.
+    pub fn to_builder(&self) -> FenceBuilder<D> {
+        FenceBuilder::new(self.pool.clone(), self.tables.name())
+            .max_value_bytes(self.max_value_bytes)
+            .op_id_retention(self.op_id_retention)
+            .bounds(self.bounds)
+    }
+
+    /// Checks, once per fence, that the tables have the shape the adapter's migration gives
+    /// them: tables of another shape fail closed (`CorruptState`), missing ones are a
+    /// `NotFound` backend error, before anything is read or written on `domain`.
+    pub async fn ensure_shape(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+    ) -> Result<(), FenceError> {
+        if self.shape_checked.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        match D::check_shape(&self.pool, &self.tables)
+            .await
+            .map_err(|e| map_error::<D>(e, domain, operation, false))?
+        {
+            None => {
+                self.shape_checked.store(true, Ordering::Release);
+                Ok(())
+            }
+            Some(Shape::Wrong(detail)) => Err(corrupt::<D>(domain, detail)),
+            Some(Shape::Missing(table)) => Err(FenceError::backend(
+                D::BACKEND,
+                BackendErrorKind::NotFound,
+                Some(domain),
+                D::not_migrated(self.tables.name().to_owned(), table),
+            )),
+        }
+    }
+}
+
+impl<D: Dialect> Clone for FenceCore<D> {
+    fn clone(&self) -> Self {
+        FenceCore {
+            pool: self.pool.clone(),
+            tables: self.tables.clone(),
+            max_value_bytes: self.max_value_bytes,
+            op_id_retention: self.op_id_retention,
+            bounds: self.bounds,
+            shape_checked: Arc::clone(&self.shape_checked),
+        }
+    }
+}
+
+impl<D: Dialect> fmt::Debug for FenceCore<D> {
+    // The pool's options may hold a password: only the namespace and limits are shown.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FenceCore")
+            .field("backend", &D::BACKEND)
+            .field("namespace", &self.tables.name())
+            .field("max_value_bytes", &self.max_value_bytes)
+            .field("op_id_retention", &self.op_id_retention)
+            .field("bounds", &self.bounds)
+            .finish_non_exhaustive()
+    }
+}
