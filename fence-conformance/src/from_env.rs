@@ -6,8 +6,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fmt::Debug;
+use std::future::Future;
 
-use fence_core::{BackendErrorKind, FenceError, FencedStore};
+use fence_core::env::{Env, SqlPoolVariables};
+use fence_core::{BackendErrorKind, FenceError, FencedStore, InvalidInput};
 
 use crate::services::{domain, put, token, value_of};
 
@@ -44,4 +46,74 @@ pub fn an_unreachable_server_is_unavailable_without_its_password<T: Debug>(
         }
         other => panic!("expected unavailable, got {other:?}"),
     }
+}
+
+/// An SQL adapter's `from_env_with` (`from_env`) refuses bad settings before any connection is
+/// tried, each with a message naming what is wrong: nothing configured, a `DATABASE_URL` of
+/// the same kind disagreeing, `other_kind` (a URL of another database) as the adapter's URL, a
+/// namespace that is not a plain identifier, an empty pool, an unreadable `FENCE_ISSUED_ONLY`;
+/// and a `DATABASE_URL` of another kind is left alone (the connection is tried, and fails).
+/// `url` is a URL of the adapter's kind naming a server that cannot be reached.
+pub async fn bad_sql_settings_are_refused_before_any_connection<T, F, Fut>(
+    variables: &SqlPoolVariables,
+    url: &str,
+    other_kind: &str,
+    from_env: F,
+) where
+    T: Debug,
+    F: Fn(Env) -> Fut,
+    Fut: Future<Output = Result<T, FenceError>>,
+{
+    let refused = |pairs: Vec<(&str, &str)>| {
+        let built = from_env(Env::from_pairs(pairs));
+        async move {
+            match built.await {
+                Err(FenceError::InvalidInput(InvalidInput::Configuration(why))) => why,
+                other => panic!("expected a configuration error, got {other:?}"),
+            }
+        }
+    };
+    let product = variables.product;
+    let same_kind = format!("{}other@h/db", variables.schemes[0]);
+    assert!(refused(vec![])
+        .await
+        .starts_with(&format!("no {product} configured")));
+    assert_eq!(
+        refused(vec![(variables.url, url), ("DATABASE_URL", &same_kind)]).await,
+        format!(
+            "{} and DATABASE_URL are both set and disagree: set one",
+            variables.url
+        )
+    );
+    assert_eq!(
+        refused(vec![(variables.url, other_kind)]).await,
+        format!("{} is not a valid {product} URL", variables.url)
+    );
+    assert!(refused(vec![
+        (variables.url, url),
+        (variables.namespace, "Bad-Name")
+    ])
+    .await
+    .contains("`Bad-Name` must match"));
+    assert!(
+        refused(vec![(variables.url, url), (variables.max_connections, "0")])
+            .await
+            .contains("at least 1")
+    );
+    assert!(refused(vec![
+        (variables.url, url),
+        ("FENCE_ISSUED_ONLY", "sometimes")
+    ])
+    .await
+    .contains("FENCE_ISSUED_ONLY must be"));
+    let elsewhere = from_env(Env::from_pairs([
+        (variables.url, url),
+        ("DATABASE_URL", other_kind),
+        (variables.acquire_timeout_ms, "200"),
+    ]))
+    .await;
+    assert!(
+        matches!(elsewhere, Err(FenceError::Backend { .. })),
+        "a DATABASE_URL of another kind: {elsewhere:?}"
+    );
 }

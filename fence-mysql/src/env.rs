@@ -26,7 +26,8 @@ pub const ACQUIRE_TIMEOUT_MS: &str = "FENCE_MYSQL_ACQUIRE_TIMEOUT_MS";
 /// The database when [`DATABASE`] is unset.
 pub const DEFAULT_DATABASE: &str = "fence";
 
-pub(crate) const VARIABLES: SqlPoolVariables = SqlPoolVariables {
+/// All of them, as fence-core's environment reader takes them.
+pub const VARIABLES: SqlPoolVariables = SqlPoolVariables {
     url: URL,
     namespace: DATABASE,
     default_namespace: DEFAULT_DATABASE,
@@ -35,50 +36,3 @@ pub(crate) const VARIABLES: SqlPoolVariables = SqlPoolVariables {
     product: "MySQL",
     schemes: &["mysql://"],
 };
-
-#[cfg(test)]
-#[allow(clippy::panic)] // a failed assertion in a test panics
-mod tests {
-    use super::*;
-    use crate::MySqlFenceBuilder;
-    use fence_core::env::Env;
-    use fence_core::{FenceError, InvalidInput};
-
-    async fn refused(pairs: &[(&str, &str)]) -> String {
-        match MySqlFenceBuilder::from_env_with(&Env::from_pairs(pairs.iter().copied())).await {
-            Err(FenceError::InvalidInput(InvalidInput::Configuration(why))) => why,
-            other => panic!("expected a configuration error, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn bad_settings_are_refused_before_any_connection() {
-        assert!(refused(&[]).await.starts_with("no MySQL configured"));
-        let url = "mysql://app:s3cret@127.0.0.1:1/db";
-        assert_eq!(
-            refused(&[(URL, url), ("DATABASE_URL", "mysql://other@h/db")]).await,
-            "FENCE_MYSQL_URL and DATABASE_URL are both set and disagree: set one"
-        );
-        // A DATABASE_URL of another kind is left alone: the connection is tried (and fails).
-        let env = Env::from_pairs([
-            (URL, url),
-            ("DATABASE_URL", "postgres://other@h/db"),
-            (ACQUIRE_TIMEOUT_MS, "200"),
-        ]);
-        assert!(matches!(
-            MySqlFenceBuilder::from_env_with(&env).await,
-            Err(FenceError::Backend { .. })
-        ));
-        let why = refused(&[(URL, "postgres://app:s3cret@h/db")]).await;
-        assert_eq!(why, "FENCE_MYSQL_URL is not a valid MySQL URL");
-        assert!(refused(&[(URL, url), (DATABASE, "Bad-Name")])
-            .await
-            .contains("database name"));
-        assert!(refused(&[(URL, url), (MAX_CONNECTIONS, "0")])
-            .await
-            .contains("at least 1"));
-        assert!(refused(&[(URL, url), ("FENCE_ISSUED_ONLY", "sometimes")])
-            .await
-            .contains("FENCE_ISSUED_ONLY must be"));
-    }
-}

@@ -5,6 +5,7 @@
 use fence_conformance::from_env::{
     a_fence_from_the_variables_obeys_them,
     an_unreachable_server_is_unavailable_without_its_password,
+    bad_sql_settings_are_refused_before_any_connection,
 };
 use fence_core::env::Env;
 use fence_mysql::env::{ACQUIRE_TIMEOUT_MS, DATABASE, MAX_CONNECTIONS, URL};
@@ -43,4 +44,15 @@ async fn an_unreachable_server_is_unavailable_and_its_password_is_not_shown() {
     an_unreachable_server_is_unavailable_without_its_password(
         MySqlFenceBuilder::from_env_with(&env).await,
     );
+}
+
+#[tokio::test]
+async fn bad_settings_are_refused_before_any_connection() {
+    bad_sql_settings_are_refused_before_any_connection(
+        &fence_mysql::env::VARIABLES,
+        "mysql://app:s3cret@127.0.0.1:1/db",
+        "postgres://app:s3cret@127.0.0.1:1/db",
+        |env| async move { MySqlFenceBuilder::from_env_with(&env).await },
+    )
+    .await;
 }

@@ -26,7 +26,8 @@ pub const ACQUIRE_TIMEOUT_MS: &str = "FENCE_POSTGRES_ACQUIRE_TIMEOUT_MS";
 /// The schema when [`SCHEMA`] is unset.
 pub const DEFAULT_SCHEMA: &str = "fence";
 
-pub(crate) const VARIABLES: SqlPoolVariables = SqlPoolVariables {
+/// All of them, as fence-core's environment reader takes them.
+pub const VARIABLES: SqlPoolVariables = SqlPoolVariables {
     url: URL,
     namespace: SCHEMA,
     default_namespace: DEFAULT_SCHEMA,
@@ -35,40 +36,3 @@ pub(crate) const VARIABLES: SqlPoolVariables = SqlPoolVariables {
     product: "PostgreSQL",
     schemes: &["postgres://", "postgresql://"],
 };
-
-#[cfg(test)]
-#[allow(clippy::panic)] // a failed assertion in a test panics
-mod tests {
-    use super::*;
-    use crate::PostgresFenceBuilder;
-    use fence_core::env::Env;
-    use fence_core::{FenceError, InvalidInput};
-
-    async fn refused(pairs: &[(&str, &str)]) -> String {
-        match PostgresFenceBuilder::from_env_with(&Env::from_pairs(pairs.iter().copied())).await {
-            Err(FenceError::InvalidInput(InvalidInput::Configuration(why))) => why,
-            other => panic!("expected a configuration error, got {other:?}"),
-        }
-    }
-
-    #[tokio::test]
-    async fn bad_settings_are_refused_before_any_connection() {
-        assert!(refused(&[]).await.starts_with("no PostgreSQL configured"));
-        let url = "postgres://app:s3cret@127.0.0.1:1/db";
-        assert_eq!(
-            refused(&[(URL, url), ("DATABASE_URL", "postgres://other@h/db")]).await,
-            "FENCE_POSTGRES_URL and DATABASE_URL are both set and disagree: set one"
-        );
-        let why = refused(&[(URL, "mysql://app:s3cret@h/db")]).await;
-        assert_eq!(why, "FENCE_POSTGRES_URL is not a valid PostgreSQL URL");
-        assert!(refused(&[(URL, url), (SCHEMA, "Bad-Name")])
-            .await
-            .contains("schema name"));
-        assert!(refused(&[(URL, url), (MAX_CONNECTIONS, "0")])
-            .await
-            .contains("at least 1"));
-        assert!(refused(&[(URL, url), ("FENCE_ISSUED_ONLY", "sometimes")])
-            .await
-            .contains("FENCE_ISSUED_ONLY must be"));
-    }
-}
