@@ -2,19 +2,19 @@
 
 use std::ops::Deref;
 
-use async_trait::async_trait;
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
-    Capabilities, Claimed, Domain, Entry, Fence, FenceError, FencedStore, FencingToken, Mutation,
-    Operation, RememberedOp, Snapshot, WriteOutcome, WriteRequest,
+    Claimed, Domain, Entry, FenceError, FencingToken, Mutation, Operation, RememberedOp, Snapshot,
+    WriteOutcome, WriteRequest,
 };
 use fence_sql::{release, FenceCore};
 use sqlx::{MySqlPool, Row};
 
 use crate::dialect::MySqlDialect;
 use crate::error::{commit, corrupt, map_error, BACKEND};
-use crate::mark::{decode_head, decode_op, token_column, MarkChange, Remember};
+use crate::mark::{decode_head, decode_op, token_column, MarkChange};
+use fence_sql::Remember;
 
 /// Values larger than this are refused by default (keep it under the server's
 /// `max_allowed_packet`: 16 MiB by default on MariaDB 10.11, measured here; 64 MiB on MySQL 8
@@ -121,12 +121,9 @@ impl MySqlFence {
                 revision: accepted.revision,
             },
         };
-        let remember = request.op_id().map(|op_id| Remember {
-            token,
-            op_id: op_id.clone(),
-            previous: locked.hwm,
-            revision: Some(accepted.revision),
-        });
+        let remember = request
+            .op_id()
+            .map(|op_id| Remember::new(token, op_id.clone(), locked.hwm, Some(accepted.revision)));
         self.apply(
             &mut tx,
             domain,
@@ -219,44 +216,8 @@ impl MySqlFence {
                 "committed mark row without a high-water mark",
             ));
         }
-        // Read only for a live entry: a tombstone's stale bytes are never shown.
-        let value: Option<Vec<u8>> = match entry {
-            Some(EntryHead::Value { .. }) => row
-                .try_get(4)
-                .map_err(|e| corrupt(domain, format!("value: {e}")))?,
-            _ => None,
-        };
-        let entry = EntryHead::entry(entry, value).map_err(|why| corrupt(domain, why))?;
-        Ok(Snapshot::new(hwm, entry))
+        fence_sql::snapshot::<MySqlDialect>(domain, &row, hwm, entry, 4)
     }
 }
 
-#[async_trait]
-impl Fence for MySqlFence {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.store_capabilities()
-    }
-
-    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        self.claim_now(domain, token).await
-    }
-
-    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        Ok(self.read_now(domain).await?.high_water_mark)
-    }
-}
-
-#[async_trait]
-impl FencedStore for MySqlFence {
-    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        self.write_now(request).await
-    }
-
-    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-        self.read_now(domain).await
-    }
-}
+fence_sql::fenced_store!(MySqlFence, MySqlDialect);

@@ -1,13 +1,13 @@
 //! A domain's mark row: locked and read in the transaction that decides on it, decoded with
 //! fence-core's column checks, and changed by the statements a decision calls for.
 
-use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
+use fence_core::raw::{EntryHead, StoredOp};
+use fence_sql::{Locked, Remember};
 use std::num::NonZeroU64;
 use std::time::Duration;
 
 use fence_core::{
-    Backoff, BoundsConfig, Domain, FenceError, FencingToken, IssuerView, Operation, OperationId,
-    Revision,
+    Backoff, BoundsConfig, Domain, FenceError, FencingToken, Operation, OperationId, Revision,
 };
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, Row, Transaction};
@@ -22,28 +22,6 @@ const LOCK_BACKOFF: Backoff = Backoff::new(Duration::from_millis(2), Duration::f
 /// True for a deadlock: the server rolled the whole transaction back.
 fn is_deadlock(error: &sqlx::Error) -> bool {
     crate::dialect::number(error) == Some(1213)
-}
-
-/// What a locked mark row holds.
-pub(crate) struct Locked {
-    /// The mark.
-    pub(crate) hwm: Option<FencingToken>,
-    /// The entry's head.
-    pub(crate) entry: Option<EntryHead>,
-    /// The record of the request's (token, op id), if one was asked for and is remembered.
-    pub(crate) op: Option<StoredOp>,
-    /// The admission settings in force: the client's and the database's, the tighter of each.
-    pub(crate) settings: BoundsConfig,
-    /// The domain's counter's last token, read after the lock (`None`: nothing issued).
-    pub(crate) issued: Option<FencingToken>,
-}
-
-impl Locked {
-    /// The checks beyond the rule, as the settings in force ask for them.
-    pub(crate) fn bounds(&self) -> TokenBounds {
-        self.settings
-            .with_issuer(IssuerView::IssuedUpTo(self.issued))
-    }
 }
 
 /// How a transaction changes the locked mark row.
@@ -62,15 +40,6 @@ pub(crate) enum MarkChange {
         head: EntryHead,
         value: Option<Vec<u8>>,
     },
-}
-
-/// An operation to remember with the change (same transaction): its token, op id, the mark
-/// before it and, for a write, the revision it produced.
-pub(crate) struct Remember {
-    pub(crate) token: FencingToken,
-    pub(crate) op_id: OperationId,
-    pub(crate) previous: Option<FencingToken>,
-    pub(crate) revision: Option<Revision>,
 }
 
 /// A token read from a column (`what` names it), or `CorruptState` when it is 0.
@@ -193,16 +162,7 @@ impl MySqlFence {
             None => None,
             Some(_) => decode_op(domain, &row, 3)?,
         };
-        Ok((
-            tx,
-            Locked {
-                hwm,
-                entry,
-                op,
-                settings,
-                issued,
-            },
-        ))
+        Ok((tx, Locked::new(hwm, entry, op, settings, issued)))
     }
 
     /// Begins a transaction and locks the domain's mark row in it, creating it if missing.

@@ -2,17 +2,16 @@
 //! mark row, so a stale holder's SQL never commits.
 
 use fence_core::raw::observe;
-use fence_core::raw::pipeline::{self, TransactionDecision};
 use fence_core::{
     BoxFuture, FenceError, Operation, Transacted, TransactionError, TransactionRequest,
 };
-use fence_sql::release;
+use fence_sql::admit_transaction;
 use sqlx::{Executor, MySqlConnection};
 
 use crate::dialect::{MySqlDialect, SAVEPOINT};
 use crate::error::{map_error, BACKEND};
 use crate::fence::MySqlFence;
-use crate::mark::{MarkChange, Remember};
+use crate::mark::MarkChange;
 
 /// What [`MySqlFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
 pub type Begun = fence_core::Begun<FencedTransaction>;
@@ -88,53 +87,35 @@ impl MySqlFence {
     }
 
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
-        let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
-        let op = request.op_id().map(|op_id| (token, op_id));
-        let (mut tx, locked) = self.lock(domain, operation, op).await?;
-        let decided =
-            pipeline::decide_transaction(request, locked.hwm, locked.op.as_ref(), locked.bounds());
-        let raise = match decided {
-            Ok(TransactionDecision::Admit { raise }) => raise,
-            Ok(TransactionDecision::Replay {
-                previous_high_water_mark,
-            }) => {
-                release(tx).await;
-                return Ok(Begun::Duplicate {
-                    previous_high_water_mark,
-                });
+        let (domain, operation) = (request.domain(), Operation::Write);
+        let op = request.op_id().map(|op_id| (request.token(), op_id));
+        let (tx, locked) = self.lock(domain, operation, op).await?;
+        admit_transaction::<MySqlDialect, _, _, _>(request, tx, &locked, |mut tx, admitted| {
+            async move {
+                // The mark and the op id before the caller's first statement: an implicit
+                // commit inside the transaction commits them with what ran before it, never
+                // that alone.
+                let change = match admitted.raise_to {
+                    Some(to) => MarkChange::Raise {
+                        from: admitted.previous,
+                        to,
+                    },
+                    None => MarkChange::Keep,
+                };
+                self.apply(&mut tx, domain, operation, change, admitted.remember)
+                    .await?;
+                (&mut *tx)
+                    .execute(SAVEPOINT)
+                    .await
+                    .map_err(|e| map_error(e, domain, operation, false))?;
+                Ok(FencedTransaction::admitted(
+                    tx,
+                    request.fencing().clone(),
+                    admitted.previous,
+                    (),
+                ))
             }
-            Err(refused) => {
-                release(tx).await;
-                return Err(refused);
-            }
-        };
-        // The mark and the op id before the caller's first statement: an implicit commit
-        // inside the transaction commits them with what ran before it, never that alone.
-        let change = if raise {
-            MarkChange::Raise {
-                from: locked.hwm,
-                to: token,
-            }
-        } else {
-            MarkChange::Keep
-        };
-        let remember = request.op_id().map(|op_id| Remember {
-            token,
-            op_id: op_id.clone(),
-            previous: locked.hwm,
-            revision: None,
-        });
-        self.apply(&mut tx, domain, operation, change, remember)
-            .await?;
-        (&mut *tx)
-            .execute(SAVEPOINT)
-            .await
-            .map_err(|e| map_error(e, domain, operation, false))?;
-        Ok(Begun::Admitted(FencedTransaction::admitted(
-            tx,
-            request.fencing().clone(),
-            locked.hwm,
-            (),
-        )))
+        })
+        .await
     }
 }

@@ -10,7 +10,8 @@ use sqlx::{QueryBuilder, Transaction};
 
 use crate::error::{token_column, PostgresFenceError, BACKEND};
 use crate::fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES};
-use crate::mark::{MarkChange, Remember};
+use crate::mark::MarkChange;
+use fence_sql::Remember;
 
 /// PostgreSQL, as fence-sql's shared code sees it ([`crate::FencedTransaction`] and
 /// [`crate::RowFence`] are fence-sql's types for this dialect).

@@ -2,13 +2,12 @@
 
 use std::ops::Deref;
 
-use async_trait::async_trait;
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
-use fence_core::raw::{EntryHead, OpMemory};
+use fence_core::raw::OpMemory;
 use fence_core::{
-    BoundsConfig, Capabilities, Claimed, Domain, Entry, EqualTokenPolicy, Fence, FenceError,
-    FencedStore, FencingToken, IssuerView, Mutation, Operation, OperationId, RememberedOp,
-    Snapshot, WriteCondition, WriteOutcome, WriteRequest,
+    BoundsConfig, Claimed, Domain, Entry, EqualTokenPolicy, FenceError, FencingToken, IssuerView,
+    Mutation, Operation, OperationId, RememberedOp, Snapshot, WriteCondition, WriteOutcome,
+    WriteRequest,
 };
 use fence_sql::FenceCore;
 use sqlx::postgres::PgPool;
@@ -225,44 +224,8 @@ impl PostgresFence {
             return Ok(Snapshot::new(None, Entry::Absent));
         };
         let (hwm, entry) = decode_head(domain, &row, false)?;
-        // Read only for a live entry: a tombstone's stale bytes are never shown.
-        let value: Option<Vec<u8>> = match entry {
-            Some(EntryHead::Value { .. }) => row
-                .try_get(4)
-                .map_err(|e| corrupt(domain, format!("value: {e}")))?,
-            _ => None,
-        };
-        let entry = EntryHead::entry(entry, value).map_err(|why| corrupt(domain, why))?;
-        Ok(Snapshot::new(hwm, entry))
+        fence_sql::snapshot::<PostgresDialect>(domain, &row, hwm, entry, 4)
     }
 }
 
-#[async_trait]
-impl Fence for PostgresFence {
-    fn backend(&self) -> &'static str {
-        BACKEND
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.store_capabilities()
-    }
-
-    async fn claim(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        self.claim_now(domain, token).await
-    }
-
-    async fn high_water_mark(&self, domain: &Domain) -> Result<Option<FencingToken>, FenceError> {
-        Ok(self.read_now(domain).await?.high_water_mark)
-    }
-}
-
-#[async_trait]
-impl FencedStore for PostgresFence {
-    async fn write(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
-        self.write_now(request).await
-    }
-
-    async fn read(&self, domain: &Domain) -> Result<Snapshot, FenceError> {
-        self.read_now(domain).await
-    }
-}
+fence_sql::fenced_store!(PostgresFence, PostgresDialect);

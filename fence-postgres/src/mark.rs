@@ -5,34 +5,12 @@
 
 use std::num::NonZeroU64;
 
-use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
-use fence_core::{
-    BoundsConfig, Domain, FenceError, FencingToken, IssuerView, OperationId, Revision,
-};
+use fence_core::raw::{EntryHead, StoredOp};
+use fence_core::{Domain, FenceError, FencingToken, Revision};
 use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use crate::error::{corrupt, token_column};
-
-/// What a locked mark row holds.
-pub(crate) struct Locked {
-    /// The mark.
-    pub(crate) hwm: Option<FencingToken>,
-    /// The record of the request's (token, op id), if one was asked for and is remembered.
-    pub(crate) op: Option<StoredOp>,
-    /// The admission settings in force: the client's and the schema's, the tighter of each.
-    pub(crate) settings: BoundsConfig,
-    /// The domain's counter's last token, read after the lock.
-    pub(crate) issued: Option<FencingToken>,
-}
-
-impl Locked {
-    /// The checks beyond the rule, as the settings in force ask for them.
-    pub(crate) fn bounds(&self) -> TokenBounds {
-        self.settings
-            .with_issuer(IssuerView::IssuedUpTo(self.issued))
-    }
-}
 
 /// How a transaction changes the locked mark row.
 pub(crate) enum MarkChange {
@@ -43,14 +21,6 @@ pub(crate) enum MarkChange {
         from: Option<FencingToken>,
         to: FencingToken,
     },
-}
-
-/// A fenced transaction to remember with the change: its token, op id and the mark before it.
-/// (Store writes remember theirs inside the schema's `fence_write`.)
-pub(crate) struct Remember {
-    pub(crate) token: FencingToken,
-    pub(crate) op_id: OperationId,
-    pub(crate) previous: Option<FencingToken>,
 }
 
 /// The counter's last token as read (`None`: no row, or a counter at 0 that issued nothing).

@@ -6,9 +6,8 @@ use sqlx::{PgConnection, Postgres, QueryBuilder, Row, Transaction};
 
 use crate::error::{corrupt, map_error};
 use crate::fence::PostgresFence;
-use crate::mark::{
-    decode_head, decode_op, issued_column, step_column, Locked, MarkChange, Remember,
-};
+use crate::mark::{decode_head, decode_op, issued_column, step_column, MarkChange};
+use fence_sql::{Locked, Remember};
 
 impl PostgresFence {
     /// Begins a transaction and locks the domain's mark row in it (creating the row if
@@ -82,12 +81,13 @@ impl PostgresFence {
             .tighter(BoundsConfig::new(step_column(domain, step)?, issued_only));
         Ok((
             tx,
-            Locked {
+            Locked::new(
                 hwm,
-                op: decode_op(domain, &after, 3)?,
+                None,
+                decode_op(domain, &after, 3)?,
                 settings,
-                issued: issued_column(domain, last)?,
-            },
+                issued_column(domain, last)?,
+            ),
         ))
     }
 

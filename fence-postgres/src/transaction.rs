@@ -2,17 +2,16 @@
 //! mark row, so a stale holder's SQL never commits.
 
 use fence_core::raw::observe;
-use fence_core::raw::pipeline::{self, TransactionDecision};
 use fence_core::{
     BoxFuture, FenceError, Operation, Transacted, TransactionError, TransactionRequest,
 };
-use fence_sql::release;
+use fence_sql::admit_transaction;
 use sqlx::PgConnection;
 
 use crate::dialect::{PendingMark, PostgresDialect};
 use crate::error::BACKEND;
 use crate::fence::PostgresFence;
-use crate::mark::{MarkChange, Remember};
+use crate::mark::MarkChange;
 
 /// What [`PostgresFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
 pub type Begun = fence_core::Begun<FencedTransaction>;
@@ -101,49 +100,32 @@ impl PostgresFence {
     }
 
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
-        let (domain, token, operation) = (request.domain(), request.token(), Operation::Write);
-        let op = request.op_id().map(|op_id| (token, op_id));
-        let (tx, locked) = self.lock(domain, operation, op).await?;
-        let decided =
-            pipeline::decide_transaction(request, locked.hwm, locked.op.as_ref(), locked.bounds());
-        let raise = match decided {
-            Ok(TransactionDecision::Admit { raise }) => raise,
-            Ok(TransactionDecision::Replay {
-                previous_high_water_mark,
-            }) => {
-                release(tx).await;
-                return Ok(Begun::Duplicate {
-                    previous_high_water_mark,
-                });
+        let op = request.op_id().map(|op_id| (request.token(), op_id));
+        let (tx, locked) = self.lock(request.domain(), Operation::Write, op).await?;
+        admit_transaction::<PostgresDialect, _, _, _>(request, tx, &locked, |tx, admitted| {
+            // The mark is raised and the op id remembered by the commit, just before `COMMIT`.
+            let change = match admitted.raise_to {
+                Some(to) => MarkChange::Raise {
+                    from: admitted.previous,
+                    to,
+                },
+                None => MarkChange::Keep,
+            };
+            let pending = PendingMark {
+                fence: self.clone(),
+                change,
+                remember: admitted.remember,
+            };
+            let fencing = request.fencing().clone();
+            async move {
+                Ok(FencedTransaction::admitted(
+                    tx,
+                    fencing,
+                    admitted.previous,
+                    pending,
+                ))
             }
-            Err(refused) => {
-                release(tx).await;
-                return Err(refused);
-            }
-        };
-        let change = if raise {
-            MarkChange::Raise {
-                from: locked.hwm,
-                to: token,
-            }
-        } else {
-            MarkChange::Keep
-        };
-        let remember = request.op_id().map(|op_id| Remember {
-            token,
-            op_id: op_id.clone(),
-            previous: locked.hwm,
-        });
-        let pending = PendingMark {
-            fence: self.clone(),
-            change,
-            remember,
-        };
-        Ok(Begun::Admitted(FencedTransaction::admitted(
-            tx,
-            request.fencing().clone(),
-            locked.hwm,
-            pending,
-        )))
+        })
+        .await
     }
 }

@@ -1,0 +1,168 @@
+//! A domain's mark row as an adapter's lock read it, fence-core's decision on a fenced
+//! transaction over it, and the snapshot a committed row shows.
+
+use std::future::Future;
+
+use fence_core::raw::pipeline::{self, TransactionDecision};
+use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
+use fence_core::{
+    Begun, BoundsConfig, Domain, FenceError, FencingToken, IssuerView, OperationId, Revision,
+    Snapshot, TransactionRequest,
+};
+use sqlx::{ColumnIndex, Database, Decode, Row, Transaction, Type};
+
+use crate::{corrupt, release, Dialect};
+
+/// What a locked mark row holds, as the adapter's lock read it in the transaction that holds
+/// the row.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Locked {
+    /// The mark.
+    pub hwm: Option<FencingToken>,
+    /// The entry's head, where the lock read it (the fenced store's writes need it).
+    pub entry: Option<EntryHead>,
+    /// The record of the request's (token, op id), if one was asked for and is remembered.
+    pub op: Option<StoredOp>,
+    /// The admission settings in force: the client's and the tables', the tighter of each.
+    pub settings: BoundsConfig,
+    /// The domain's counter's last token, read after the lock (`None`: nothing issued).
+    pub issued: Option<FencingToken>,
+}
+
+impl Locked {
+    /// A locked row: its mark, entry head, op record, the settings in force and the
+    /// domain's last issued token.
+    pub fn new(
+        hwm: Option<FencingToken>,
+        entry: Option<EntryHead>,
+        op: Option<StoredOp>,
+        settings: BoundsConfig,
+        issued: Option<FencingToken>,
+    ) -> Self {
+        Locked {
+            hwm,
+            entry,
+            op,
+            settings,
+            issued,
+        }
+    }
+
+    /// The checks beyond the rule, as the settings in force ask for them.
+    pub fn bounds(&self) -> TokenBounds {
+        self.settings
+            .with_issuer(IssuerView::IssuedUpTo(self.issued))
+    }
+}
+
+/// An operation to remember with a change of the mark row (same transaction): its token, op
+/// id, the mark before it and, for a store write, the revision it produced.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Remember {
+    /// The operation's token.
+    pub token: FencingToken,
+    /// Its op id.
+    pub op_id: OperationId,
+    /// The mark before it.
+    pub previous: Option<FencingToken>,
+    /// The revision a store write produced (`None`: a fenced transaction).
+    pub revision: Option<Revision>,
+}
+
+impl Remember {
+    /// A store write's (`revision`) or a fenced transaction's (`None`) record.
+    pub fn new(
+        token: FencingToken,
+        op_id: OperationId,
+        previous: Option<FencingToken>,
+        revision: Option<Revision>,
+    ) -> Self {
+        Remember {
+            token,
+            op_id,
+            previous,
+            revision,
+        }
+    }
+}
+
+/// What a fenced transaction admitted over a locked mark row writes there.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Admitted {
+    /// The mark before the transaction.
+    pub previous: Option<FencingToken>,
+    /// The mark to raise to (`None`: the token is the mark already).
+    pub raise_to: Option<FencingToken>,
+    /// The request's op id to remember, if it has one.
+    pub remember: Option<Remember>,
+}
+
+/// fence-core's decision on a fenced transaction `request` over the mark row `tx` locked as
+/// `locked`: a refusal or a replay releases the row's lock before it returns (a dropped
+/// transaction would hold it until the pool takes the connection back); an admission hands
+/// the transaction and what it writes to `admit`, the adapter's way of setting it up.
+pub async fn admit_transaction<D, T, F, Fut>(
+    request: &TransactionRequest,
+    tx: Transaction<'static, D::Db>,
+    locked: &Locked,
+    admit: F,
+) -> Result<Begun<T>, FenceError>
+where
+    D: Dialect,
+    F: FnOnce(Transaction<'static, D::Db>, Admitted) -> Fut,
+    Fut: Future<Output = Result<T, FenceError>>,
+{
+    let decided =
+        pipeline::decide_transaction(request, locked.hwm, locked.op.as_ref(), locked.bounds());
+    let raise = match decided {
+        Ok(TransactionDecision::Admit { raise }) => raise,
+        Ok(TransactionDecision::Replay {
+            previous_high_water_mark,
+        }) => {
+            release(tx).await;
+            return Ok(Begun::Duplicate {
+                previous_high_water_mark,
+            });
+        }
+        Err(refused) => {
+            release(tx).await;
+            return Err(refused);
+        }
+    };
+    let token = request.token();
+    let admitted = Admitted {
+        previous: locked.hwm,
+        raise_to: raise.then_some(token),
+        remember: request
+            .op_id()
+            .map(|op_id| Remember::new(token, op_id.clone(), locked.hwm, None)),
+    };
+    admit(tx, admitted).await.map(Begun::Admitted)
+}
+
+/// The snapshot of a committed mark row `row` whose head decoded to `hwm` and `head`: the value
+/// (column `value_column`) is read only for a live entry, so a tombstone's stale bytes are never
+/// shown; a value column that does not decode, or a head that disagrees with it, fails closed.
+pub fn snapshot<D: Dialect>(
+    domain: &Domain,
+    row: &<D::Db as Database>::Row,
+    hwm: Option<FencingToken>,
+    head: Option<EntryHead>,
+    value_column: usize,
+) -> Result<Snapshot, FenceError>
+where
+    Vec<u8>: for<'r> Decode<'r, D::Db> + Type<D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+{
+    let value: Option<Vec<u8>> = match head {
+        Some(EntryHead::Value { .. }) => row
+            .try_get(value_column)
+            .map_err(|e| corrupt::<D>(domain, format!("value: {e}")))?,
+        _ => None,
+    };
+    let entry = EntryHead::entry(head, value).map_err(|why| corrupt::<D>(domain, why))?;
+    Ok(Snapshot::new(hwm, entry))
+}
