@@ -1,7 +1,5 @@
 //! `MySqlFence`: the fenced store on MySQL and MariaDB.
 
-use std::ops::Deref;
-
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
@@ -44,27 +42,13 @@ pub struct MySqlFence {
     core: FenceCore<MySqlDialect>,
 }
 
+fence_sql::fenced_store!(MySqlFence, MySqlDialect);
+
 /// Builds a [`MySqlFence`] on a pool, with its tables in a database (created by
 /// [`crate::migrate`]): fence-sql's builder, for MySQL. `build` does no I/O: the tables' shape
 /// is checked on first use. [`MySqlFenceBuilder::from_env`] reads the variables of
 /// [`crate::env`].
 pub type MySqlFenceBuilder = fence_sql::FenceBuilder<MySqlDialect>;
-
-impl From<FenceCore<MySqlDialect>> for MySqlFence {
-    fn from(core: FenceCore<MySqlDialect>) -> Self {
-        MySqlFence { core }
-    }
-}
-
-/// The parts every SQL fence has: its pool (`pool()`), its tables, limits and bounds, and
-/// `to_builder()` for a fence that differs in some of them.
-impl Deref for MySqlFence {
-    type Target = FenceCore<MySqlDialect>;
-
-    fn deref(&self) -> &FenceCore<MySqlDialect> {
-        &self.core
-    }
-}
 
 impl MySqlFence {
     /// A builder on `pool`, with the fence's tables in `database` (created by
@@ -219,5 +203,3 @@ impl MySqlFence {
         fence_sql::snapshot::<MySqlDialect>(domain, &row, hwm, entry, 4)
     }
 }
-
-fence_sql::fenced_store!(MySqlFence, MySqlDialect);

@@ -1,15 +1,12 @@
 //! Fenced transactions: your SQL on your tables, in the transaction that holds the domain's
 //! mark row, so a stale holder's SQL never commits.
 
-use fence_core::raw::observe;
-use fence_core::{
-    BoxFuture, FenceError, Operation, Transacted, TransactionError, TransactionRequest,
-};
+use fence_core::{FenceError, Operation, TransactionRequest};
 use fence_sql::admit_transaction;
-use sqlx::{Executor, MySqlConnection};
+use sqlx::Executor;
 
 use crate::dialect::{MySqlDialect, SAVEPOINT};
-use crate::error::{map_error, BACKEND};
+use crate::error::map_error;
 use crate::fence::MySqlFence;
 use crate::mark::MarkChange;
 
@@ -30,62 +27,10 @@ pub type Begun = fence_core::Begun<FencedTransaction>;
 /// alone, as MySQL does; the rest of the transaction commits.)
 pub type FencedTransaction = fence_sql::FencedTransaction<MySqlDialect>;
 
+fence_sql::fenced_transactions!(fence_mysql, MySqlFence, MySqlDialect);
+
 impl MySqlFence {
-    /// Begins a fenced transaction: locks the domain's mark row, answers a remembered op id
-    /// with [`Begun::Duplicate`], refuses a stale token ([`FenceError::Fenced`]: below the
-    /// mark, or equal under [`fence_core::EqualTokenPolicy::Strict`]) before any of your SQL
-    /// runs, and hands you the transaction, which holds the mark row until it ends.
-    /// The mark is raised to the token and the op id remembered in it right away, before your
-    /// first statement, so whatever of the transaction commits, commits with them;
-    /// [`FencedTransaction::commit`] checks that the transaction is still the one it began.
-    ///
-    /// Holders of one domain serialize on the mark row: keep the transaction short. The mark
-    /// is read with a locking read, so the isolation level (REPEATABLE READ by default) does
-    /// not matter to the fence; your own reads follow it. Never send `COMMIT` or `ROLLBACK`
-    /// yourself.
-    ///
-    /// ```no_run
-    /// # async fn run(fence: fence_mysql::MySqlFence) -> Result<(), Box<dyn std::error::Error>> {
-    /// use fence_core::{Domain, FencingToken, TransactionRequest};
-    /// use fence_mysql::Begun;
-    /// let request = TransactionRequest::new(Domain::new("account-7")?, FencingToken::new(12)?);
-    /// if let Begun::Admitted(mut tx) = fence.begin(&request).await? {
-    ///     sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 7")
-    ///         .execute(&mut *tx)
-    ///         .await?;
-    ///     tx.commit().await?;
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub async fn begin(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
-        observe(
-            BACKEND,
-            Operation::Write,
-            request.domain(),
-            Some(request.token()),
-            self.begin_now(request),
-        )
-        .await
-    }
-
-    /// Runs `work` — your SQL on your tables — in a fenced transaction ([`MySqlFence::begin`])
-    /// and commits only if the fence admitted the token and `work` succeeded; an error from
-    /// `work` rolls everything back. `work` gets the transaction's connection and may capture
-    /// only owned data (clone or move what it needs); use [`MySqlFence::begin`] to borrow.
-    pub async fn transaction<T, E, F>(
-        &self,
-        request: &TransactionRequest,
-        work: F,
-    ) -> Result<Transacted<T>, TransactionError<E>>
-    where
-        F: for<'c> FnOnce(&'c mut MySqlConnection) -> BoxFuture<'c, Result<T, E>> + Send,
-        T: Send,
-        E: Send,
-    {
-        let begun = self.begin(request).await?;
-        fence_core::raw::run_transaction(request.domain(), begun, work).await
-    }
-
+    /// [`MySqlFence::begin`] without telemetry: the lock, fence-core's decision, the set-up.
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
         let (domain, operation) = (request.domain(), Operation::Write);
         let op = request.op_id().map(|op_id| (request.token(), op_id));

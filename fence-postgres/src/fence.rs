@@ -1,7 +1,5 @@
 //! `PostgresFence`: the fenced store on PostgreSQL.
 
-use std::ops::Deref;
-
 use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
 use fence_core::raw::OpMemory;
 use fence_core::{
@@ -43,21 +41,7 @@ pub struct PostgresFence {
     core: FenceCore<PostgresDialect>,
 }
 
-impl From<FenceCore<PostgresDialect>> for PostgresFence {
-    fn from(core: FenceCore<PostgresDialect>) -> Self {
-        PostgresFence { core }
-    }
-}
-
-/// The parts every SQL fence has: its pool (`pool()`), its tables, limits and bounds, and
-/// `to_builder()` for a fence that differs in some of them.
-impl Deref for PostgresFence {
-    type Target = FenceCore<PostgresDialect>;
-
-    fn deref(&self) -> &FenceCore<PostgresDialect> {
-        &self.core
-    }
-}
+fence_sql::fenced_store!(PostgresFence, PostgresDialect);
 
 impl PostgresFence {
     /// A builder for a fence on `pool`, with its tables in `schema`.
@@ -227,5 +211,3 @@ impl PostgresFence {
         fence_sql::snapshot::<PostgresDialect>(domain, &row, hwm, entry, 4)
     }
 }
-
-fence_sql::fenced_store!(PostgresFence, PostgresDialect);

@@ -78,12 +78,30 @@ macro_rules! dialect_functions {
     };
 }
 
-/// Implements fence-core's `Fence` and `FencedStore` for an SQL adapter's fence `$fence` of
-/// dialect `$dialect`, from its inherent `claim_now`, `write_now` and `read_now` and its
-/// [`FenceCore`]'s capabilities (the fence dereferences to its `FenceCore`).
+/// Implements what an SQL adapter's fence `$fence` of dialect `$dialect` shares with every
+/// other, for a struct whose field `core` is its [`FenceCore`]: made from a `FenceCore` (as
+/// [`FenceBuilder::build`] does), dereferencing to it (the pool, the tables, the limits and
+/// bounds, `to_builder`), and fence-core's `Fence` and `FencedStore` from its inherent
+/// `claim_now`, `write_now` and `read_now`.
 #[macro_export]
 macro_rules! fenced_store {
-    ($fence:ty, $dialect:ty) => {
+    ($fence:ident, $dialect:ty) => {
+        impl From<$crate::FenceCore<$dialect>> for $fence {
+            fn from(core: $crate::FenceCore<$dialect>) -> Self {
+                $fence { core }
+            }
+        }
+
+        /// The parts every SQL fence has: its pool (`pool()`), its tables, limits and bounds,
+        /// and `to_builder()` for a fence that differs in some of them.
+        impl ::core::ops::Deref for $fence {
+            type Target = $crate::FenceCore<$dialect>;
+
+            fn deref(&self) -> &$crate::FenceCore<$dialect> {
+                &self.core
+            }
+        }
+
         #[$crate::__private::async_trait::async_trait]
         impl $crate::__private::fence_core::Fence for $fence {
             fn backend(&self) -> &'static str {
@@ -136,6 +154,98 @@ macro_rules! fenced_store {
                 $crate::__private::fence_core::FenceError,
             > {
                 self.read_now(domain).await
+            }
+        }
+    };
+}
+
+/// Gives an SQL adapter's fence `$fence` (of crate `$krate`, dialect `$dialect`) its `begin`
+/// and `transaction`, from its inherent `begin_now` (the lock, [`admit_transaction`] and the
+/// dialect's set-up of the admitted transaction).
+#[macro_export]
+macro_rules! fenced_transactions {
+    ($krate:ident, $fence:ident, $dialect:ty) => {
+        impl $fence {
+            /// Begins a fenced transaction: locks the domain's mark row, answers a remembered
+            /// op id with [`fence_core::Begun::Duplicate`], refuses a stale token
+            /// ([`fence_core::FenceError::Fenced`]: below the mark, or equal under
+            /// [`fence_core::EqualTokenPolicy::Strict`]) before any of your SQL runs, and hands
+            /// you the transaction, which holds the mark row until it ends (see
+            /// [`FencedTransaction`] for when the mark is written and what `commit` reports).
+            ///
+            /// Holders of one domain serialize on the mark row: keep the transaction short.
+            /// Run every statement on it; never send `COMMIT` or `ROLLBACK` yourself. Counted
+            /// as a `write` of the domain in the backend's metrics.
+            ///
+            /// ```no_run
+            #[doc = concat!("# async fn run(fence: ", stringify!($krate), "::", stringify!($fence), ") -> Result<(), Box<dyn std::error::Error>> {")]
+            /// use fence_core::{Begun, Domain, FencingToken, TransactionRequest};
+            /// let request = TransactionRequest::new(Domain::new("account-7")?, FencingToken::new(12)?);
+            /// if let Begun::Admitted(mut tx) = fence.begin(&request).await? {
+            ///     sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 7")
+            ///         .execute(&mut *tx)
+            ///         .await?;
+            ///     tx.commit().await?;
+            /// }
+            /// # Ok(()) }
+            /// ```
+            pub async fn begin(
+                &self,
+                request: &$crate::__private::fence_core::TransactionRequest,
+            ) -> Result<
+                $crate::__private::fence_core::Begun<$crate::FencedTransaction<$dialect>>,
+                $crate::__private::fence_core::FenceError,
+            > {
+                $crate::__private::fence_core::raw::observe(
+                    <$dialect as $crate::Dialect>::BACKEND,
+                    $crate::__private::fence_core::Operation::Write,
+                    request.domain(),
+                    Some(request.token()),
+                    self.begin_now(request),
+                )
+                .await
+            }
+
+            /// Runs `work` — your SQL on your tables — in a fenced transaction
+            #[doc = concat!("([`", stringify!($fence), "::begin`])")]
+            /// and commits only if the fence admitted the token and `work` succeeded; an error
+            /// from `work` rolls everything back. `work` gets the transaction's connection and
+            /// may capture only owned data (clone or move what it needs); use `begin` to borrow.
+            ///
+            /// ```no_run
+            #[doc = concat!("# async fn run(fence: ", stringify!($krate), "::", stringify!($fence), ") -> Result<(), Box<dyn std::error::Error>> {")]
+            /// use fence_core::{Domain, FencingToken, TransactionRequest};
+            /// let request = TransactionRequest::new(Domain::new("account-7")?, FencingToken::new(12)?);
+            /// let outcome = fence
+            ///     .transaction(&request, |conn| {
+            ///         Box::pin(async move {
+            ///             sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 7")
+            ///                 .execute(&mut *conn)
+            ///                 .await
+            ///         })
+            ///     })
+            ///     .await?;
+            /// # Ok(()) }
+            /// ```
+            pub async fn transaction<T, E, F>(
+                &self,
+                request: &$crate::__private::fence_core::TransactionRequest,
+                work: F,
+            ) -> Result<
+                $crate::__private::fence_core::Transacted<T>,
+                $crate::__private::fence_core::TransactionError<E>,
+            >
+            where
+                F: for<'c> FnOnce(
+                        &'c mut <<$dialect as $crate::Dialect>::Db as $crate::__private::sqlx::Database>::Connection,
+                    ) -> $crate::__private::fence_core::BoxFuture<'c, Result<T, E>>
+                    + Send,
+                T: Send,
+                E: Send,
+            {
+                let begun = self.begin(request).await?;
+                $crate::__private::fence_core::raw::run_transaction(request.domain(), begun, work)
+                    .await
             }
         }
     };
