@@ -63,6 +63,10 @@ impl Dialect for MySqlDialect {
         MySqlFenceError::NotMigrated { database, table }
     }
 
+    fn shape(detail: String) -> MySqlFenceError {
+        MySqlFenceError::Shape(detail)
+    }
+
     fn classify(error: &sqlx::Error) -> ErrorClass {
         if let Some(class) = ErrorClass::of_driver(error) {
             return class;

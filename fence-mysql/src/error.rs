@@ -1,7 +1,5 @@
 //! Every sqlx error mapped in one place.
 
-use fence_core::BackendErrorKind;
-
 /// The backend's name in errors and metrics.
 #[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
 pub const BACKEND: &str = "mysql";
@@ -45,8 +43,3 @@ pub enum MySqlFenceError {
 }
 
 fence_sql::dialect_functions!(crate::dialect::MySqlDialect);
-
-/// The class of a sqlx error: whether a retry can help.
-pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
-    <crate::dialect::MySqlDialect as fence_sql::Dialect>::classify(error).kind
-}

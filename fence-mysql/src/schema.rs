@@ -1,10 +1,10 @@
 //! The schema: created explicitly by [`migrate`], never implicitly on a call.
 
 use fence_core::raw::{compare_tables, ExpectedTables, Shape};
-use fence_core::{BackendErrorKind, FenceError};
+use fence_core::FenceError;
 use sqlx::MySqlPool;
 
-use crate::error::{kind_of, MySqlFenceError, BACKEND};
+pub(crate) use crate::error::{require_shape, shape_error, unscoped_error as sql_error};
 
 /// The schema's SQL, with `fence_db` standing for the database you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
@@ -161,38 +161,6 @@ fn statements(sql: &str) -> Vec<String> {
         .map(|s| s.trim().trim_end_matches(';').trim().to_owned())
         .filter(|s| !s.is_empty())
         .collect()
-}
-
-/// [`check_shape`] as an error for calls that concern no domain.
-pub(crate) async fn require_shape(pool: &MySqlPool, database: &Database) -> Result<(), FenceError> {
-    match check_shape(pool, database).await.map_err(sql_error)? {
-        None => Ok(()),
-        Some(Shape::Wrong(detail)) => Err(shape_error(detail)),
-        Some(Shape::Missing(table)) => Err(FenceError::backend(
-            BACKEND,
-            BackendErrorKind::NotFound,
-            None,
-            MySqlFenceError::NotMigrated {
-                database: database.name().to_owned(),
-                table,
-            },
-        )),
-    }
-}
-
-/// The fence's tables found in another shape than [`migrate`] gives them (no domain concerned).
-pub(crate) fn shape_error(detail: String) -> FenceError {
-    FenceError::backend(
-        BACKEND,
-        BackendErrorKind::Rejected,
-        None,
-        MySqlFenceError::Shape(detail),
-    )
-}
-
-/// A driver or server error in a call that concerns no domain.
-pub(crate) fn sql_error(error: sqlx::Error) -> FenceError {
-    FenceError::backend(BACKEND, kind_of(&error), None, MySqlFenceError::Sql(error))
 }
 
 #[cfg(test)]

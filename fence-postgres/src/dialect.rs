@@ -55,6 +55,10 @@ impl Dialect for PostgresDialect {
         PostgresFenceError::NotMigrated { schema, table }
     }
 
+    fn shape(detail: String) -> PostgresFenceError {
+        PostgresFenceError::Shape(detail)
+    }
+
     fn classify(error: &sqlx::Error) -> ErrorClass {
         if let Some(class) = ErrorClass::of_driver(error) {
             return class;

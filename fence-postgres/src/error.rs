@@ -1,6 +1,6 @@
 //! Every sqlx error mapped in one place.
 
-use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken};
+use fence_core::{Domain, FenceError, FencingToken};
 
 /// The backend's name in errors and metrics.
 #[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`
@@ -52,11 +52,6 @@ pub enum PostgresFenceError {
 }
 
 fence_sql::dialect_functions!(crate::dialect::PostgresDialect);
-
-/// The class of a sqlx error: whether a retry can help.
-pub(crate) fn kind_of(error: &sqlx::Error) -> BackendErrorKind {
-    <crate::dialect::PostgresDialect as fence_sql::Dialect>::classify(error).kind
-}
 
 /// A token read from a column (`what` names it), or `CorruptState` when it is not a u64 above 0.
 #[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))] // public through `extension`

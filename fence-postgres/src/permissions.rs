@@ -4,7 +4,7 @@
 use fence_core::permissions::{Permission, PermissionReport};
 use fence_core::FenceError;
 
-use crate::error::{kind_of, BACKEND};
+use crate::error::{unscoped_error, BACKEND};
 use crate::PostgresFence;
 
 /// (privilege, table, what the fence needs it for)
@@ -138,7 +138,7 @@ impl PostgresFence {
             {
                 Ok(None)
             }
-            Err(error) => Err(FenceError::backend(BACKEND, kind_of(&error), None, error)),
+            Err(error) => Err(unscoped_error(error)),
         }
     }
 }

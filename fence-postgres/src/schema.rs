@@ -1,10 +1,10 @@
 //! The schema: created explicitly by [`migrate`], never implicitly on a call.
 
 use fence_core::raw::{compare_tables, ExpectedTables, Shape};
-use fence_core::{BackendErrorKind, FenceError};
+use fence_core::FenceError;
 use sqlx::PgPool;
 
-use crate::error::{PostgresFenceError, BACKEND};
+pub(crate) use crate::error::{require_shape, shape_error, unscoped_error as sql_error};
 
 /// The schema's SQL, with `fence_schema` standing for the schema you choose.
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
@@ -116,41 +116,4 @@ pub async fn migrate(pool: &PgPool, schema: &str) -> Result<(), FenceError> {
     let sql = SCHEMA_SQL.replace("fence_schema", schema.name());
     sqlx::raw_sql(&sql).execute(pool).await.map_err(sql_error)?;
     require_shape(pool, &schema).await
-}
-
-/// [`check_shape`] as an error for calls that concern no domain (`migrate`, the settings).
-pub(crate) async fn require_shape(pool: &PgPool, schema: &Schema) -> Result<(), FenceError> {
-    match check_shape(pool, schema).await.map_err(sql_error)? {
-        None => Ok(()),
-        Some(Shape::Wrong(detail)) => Err(shape_error(detail)),
-        Some(Shape::Missing(table)) => Err(FenceError::backend(
-            BACKEND,
-            BackendErrorKind::NotFound,
-            None,
-            PostgresFenceError::NotMigrated {
-                schema: schema.name().to_owned(),
-                table,
-            },
-        )),
-    }
-}
-
-/// A driver or server error in a call that concerns no domain.
-pub(crate) fn sql_error(error: sqlx::Error) -> FenceError {
-    FenceError::backend(
-        BACKEND,
-        crate::error::kind_of(&error),
-        None,
-        PostgresFenceError::Sql(error),
-    )
-}
-
-/// Tables or settings of another shape than `migrate` gives them.
-pub(crate) fn shape_error(detail: String) -> FenceError {
-    FenceError::backend(
-        BACKEND,
-        BackendErrorKind::Rejected,
-        None,
-        PostgresFenceError::Shape(detail),
-    )
 }

@@ -50,6 +50,10 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// `namespace`).
     fn not_migrated(namespace: String, table: &'static str) -> Self::Error;
 
+    /// The error of tables or settings of another shape (`detail` says how), in a call that
+    /// concerns no domain.
+    fn shape(detail: String) -> Self::Error;
+
     /// The class of a sqlx error of this database.
     fn classify(error: &sqlx::Error) -> ErrorClass;
 

@@ -7,6 +7,7 @@ mod mark;
 mod parts;
 mod retire;
 mod row;
+mod shape;
 mod tables;
 mod transaction;
 
@@ -17,6 +18,7 @@ pub use mark::{admit_transaction, snapshot, Admitted, Locked, Remember};
 pub use parts::FenceCore;
 pub use retire::retire;
 pub use row::RowFence;
+pub use shape::{require_shape, shape_error, shape_result, unscoped_error};
 pub use tables::Tables;
 pub use transaction::FencedTransaction;
 
@@ -28,8 +30,9 @@ pub mod __private {
 }
 
 /// Defines an adapter's free functions over its [`Dialect`] `$dialect`, so its modules call
-/// them without naming the dialect: `map_error`, `user_sql_error`, `corrupt`, `commit` and
-/// `release` (the generic functions of this crate, for that dialect).
+/// them without naming the dialect: `map_error`, `user_sql_error`, `corrupt`, `commit`,
+/// `unscoped_error`, `shape_error` and `require_shape` (the generic functions of this crate,
+/// for that dialect).
 #[macro_export]
 macro_rules! dialect_functions {
     ($dialect:ty) => {
@@ -74,6 +77,32 @@ macro_rules! dialect_functions {
             operation: $crate::__private::fence_core::Operation,
         ) -> Result<(), $crate::__private::fence_core::FenceError> {
             $crate::commit::<$dialect>(tx, domain, operation).await
+        }
+
+        /// A driver or server error in a call that concerns no domain
+        /// ([`fence_sql::unscoped_error`]).
+        #[allow(unreachable_pub, dead_code)]
+        pub fn unscoped_error(
+            error: $crate::__private::sqlx::Error,
+        ) -> $crate::__private::fence_core::FenceError {
+            $crate::unscoped_error::<$dialect>(error)
+        }
+
+        /// Tables or settings of another shape, in a call that concerns no domain
+        /// ([`fence_sql::shape_error`]).
+        #[allow(unreachable_pub, dead_code)]
+        pub fn shape_error(detail: String) -> $crate::__private::fence_core::FenceError {
+            $crate::shape_error::<$dialect>(detail)
+        }
+
+        /// Checks the tables' shape for a call that concerns no domain
+        /// ([`fence_sql::require_shape`]).
+        #[allow(unreachable_pub, dead_code)]
+        pub async fn require_shape(
+            pool: &$crate::__private::sqlx::Pool<<$dialect as $crate::Dialect>::Db>,
+            tables: &$crate::Tables<$dialect>,
+        ) -> Result<(), $crate::__private::fence_core::FenceError> {
+            $crate::require_shape::<$dialect>(pool, tables).await
         }
     };
 }

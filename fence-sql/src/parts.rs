@@ -4,13 +4,10 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fence_core::raw::Shape;
-use fence_core::{
-    BackendErrorKind, BoundsConfig, Capabilities, Domain, FenceError, OpIdRetention, Operation,
-};
+use fence_core::{BoundsConfig, Capabilities, Domain, FenceError, OpIdRetention, Operation};
 use sqlx::Pool;
 
-use crate::{corrupt, map_error, Dialect, FenceBuilder, Tables};
+use crate::{map_error, shape_result, Dialect, FenceBuilder, Tables};
 
 /// The parts every SQL fence has (an adapter's fence dereferences to it): the pool it runs on,
 /// its tables, the largest value it accepts, the op ids it remembers per domain and this
@@ -99,22 +96,12 @@ impl<D: Dialect> FenceCore<D> {
         if self.shape_checked.load(Ordering::Acquire) {
             return Ok(());
         }
-        match D::check_shape(&self.pool, &self.tables)
+        let found = D::check_shape(&self.pool, &self.tables)
             .await
-            .map_err(|e| map_error::<D>(e, domain, operation, false))?
-        {
-            None => {
-                self.shape_checked.store(true, Ordering::Release);
-                Ok(())
-            }
-            Some(Shape::Wrong(detail)) => Err(corrupt::<D>(domain, detail)),
-            Some(Shape::Missing(table)) => Err(FenceError::backend(
-                D::BACKEND,
-                BackendErrorKind::NotFound,
-                Some(domain),
-                D::not_migrated(self.tables.name().to_owned(), table),
-            )),
-        }
+            .map_err(|e| map_error::<D>(e, domain, operation, false))?;
+        shape_result(found, &self.tables, Some(domain))?;
+        self.shape_checked.store(true, Ordering::Release);
+        Ok(())
     }
 }
 
