@@ -8,7 +8,7 @@ use fence_sql::{Dialect, ErrorClass, Tables};
 use sqlx::mysql::{MySql, MySqlDatabaseError, MySqlPool, MySqlQueryResult};
 use sqlx::{Executor, QueryBuilder, Transaction};
 
-use crate::error::{map_error, MySqlFenceError, BACKEND};
+use crate::error::{corrupt, map_error, MySqlFenceError, BACKEND};
 use crate::fence::{MySqlFence, DEFAULT_MAX_VALUE_BYTES};
 use crate::mark::token_column;
 
@@ -41,6 +41,7 @@ impl Dialect for MySqlDialect {
     /// Nothing: the mark was raised when the transaction began (see `MySqlFence::begin`).
     type Pending = ();
     type TokenValue = u64;
+    type TextValue = Vec<u8>;
     type Fence = MySqlFence;
 
     const BACKEND: &'static str = BACKEND;
@@ -114,6 +115,14 @@ impl Dialect for MySqlDialect {
 
     fn token_of(domain: &Domain, value: u64, what: &str) -> Result<FencingToken, FenceError> {
         token_column(domain, value, what)
+    }
+
+    fn text_of(domain: &Domain, value: Vec<u8>, what: &str) -> Result<String, FenceError> {
+        String::from_utf8(value).map_err(|_| corrupt(domain, format!("{what}: not UTF-8")))
+    }
+
+    fn epoch_ms(column: &str) -> String {
+        format!("TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {column}) DIV 1000")
     }
 
     fn row_missing(table: String) -> MySqlFenceError {

@@ -33,6 +33,7 @@ impl Dialect for PostgresDialect {
     type Error = PostgresFenceError;
     type Pending = PendingMark;
     type TokenValue = String;
+    type TextValue = String;
     type Fence = PostgresFence;
 
     const BACKEND: &'static str = BACKEND;
@@ -111,6 +112,14 @@ impl Dialect for PostgresDialect {
 
     fn token_of(domain: &Domain, value: String, what: &str) -> Result<FencingToken, FenceError> {
         token_column(domain, &value, what)
+    }
+
+    fn text_of(_domain: &Domain, value: String, _what: &str) -> Result<String, FenceError> {
+        Ok(value) // text columns hold UTF-8 only
+    }
+
+    fn epoch_ms(column: &str) -> String {
+        format!("(extract(epoch FROM {column}) * 1000)::bigint")
     }
 
     fn row_missing(table: String) -> PostgresFenceError {

@@ -2,16 +2,12 @@
 //! transaction, the mark row locked, the domain's counter read, the mark lowered and the re-base
 //! recorded in `<schema>.fence_rebases`.
 
-use std::time::{Duration, SystemTime};
-
 use async_trait::async_trait;
-use fence_core::{
-    Domain, FenceError, IssuerView, Operation, OwnerId, Rebase, RebaseRecord, Rebaser,
-};
-use sqlx::Row;
+use fence_core::{Domain, FenceError, Operation, Rebase, RebaseRecord, Rebaser};
+use fence_sql::{decide_rebase, unix_ms};
 
-use crate::error::commit;
-use crate::error::{corrupt, map_error, token_column};
+use crate::dialect::PostgresDialect;
+use crate::error::{commit, corrupt, map_error};
 use crate::fence::PostgresFence;
 
 #[async_trait]
@@ -23,10 +19,8 @@ impl Rebaser for PostgresFence {
     async fn rebase(&self, domain: &Domain, rebase: &Rebase) -> Result<RebaseRecord, FenceError> {
         let operation = Operation::Rebase;
         let sql_error = |e| map_error(e, domain, operation, false);
-        let (mut tx, locked) = self.lock(domain, operation, None).await?;
-        let last = locked.issued;
-        // A refusal drops the transaction: nothing changes.
-        let to = rebase.decide(domain, locked.hwm, IssuerView::IssuedUpTo(last))?;
+        let (tx, locked) = self.lock(domain, operation, None).await?;
+        let (mut tx, to) = decide_rebase::<PostgresDialect>(domain, rebase, tx, &locked).await?;
         let (to_text, from) = (to.to_string(), rebase.expected_mark().to_string());
         let at: i64 = sqlx::query_scalar(&format!(
             "WITH m AS (UPDATE {marks} SET hwm = $2::numeric, \
@@ -54,34 +48,6 @@ impl Rebaser for PostgresFence {
     /// The re-bases of `domain`, oldest first.
     async fn rebases(&self, domain: &Domain) -> Result<Vec<RebaseRecord>, FenceError> {
         self.ensure_shape(domain, Operation::Read).await?;
-        let rows = sqlx::query(&format!(
-            "SELECT from_mark::text, to_mark::text, operator, reason, \
-             (extract(epoch FROM at) * 1000)::bigint FROM {} WHERE domain = $1 ORDER BY seq",
-            self.tables().rebases()
-        ))
-        .bind(domain.as_str())
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| map_error(e, domain, Operation::Read, false))?;
-        rows.iter()
-            .map(|row| {
-                let column = |e: sqlx::Error| corrupt(domain, format!("re-base record: {e}"));
-                let from: String = row.try_get(0).map_err(column)?;
-                let to: String = row.try_get(1).map_err(column)?;
-                let operator: String = row.try_get(2).map_err(column)?;
-                let reason: String = row.try_get(3).map_err(column)?;
-                let at: i64 = row.try_get(4).map_err(column)?;
-                let from = token_column(domain, &from, "re-base's previous mark")?;
-                let to = token_column(domain, &to, "re-base's new mark")?;
-                let record = OwnerId::new(&operator)
-                    .and_then(|operator| Rebase::new(to, from, operator, reason))
-                    .map_err(|e| corrupt(domain, format!("re-base record: {e}")))?;
-                Ok(RebaseRecord::new(&record, to, unix_ms(at)))
-            })
-            .collect()
+        fence_sql::rebases(self.pool(), self.tables(), domain).await
     }
-}
-
-fn unix_ms(ms: i64) -> SystemTime {
-    SystemTime::UNIX_EPOCH + Duration::from_millis(ms.unsigned_abs())
 }

@@ -21,6 +21,8 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     type Pending: Send + Sync + 'static;
     /// How the database hands back a token column (read by [`Dialect::token_select`]).
     type TokenValue: for<'r> sqlx::Decode<'r, Self::Db> + sqlx::Type<Self::Db> + Send + Unpin;
+    /// How the database hands back a text column of the fence's (owners, reasons).
+    type TextValue: for<'r> sqlx::Decode<'r, Self::Db> + sqlx::Type<Self::Db> + Send + Unpin;
 
     /// The adapter's fence, made from the parts every SQL fence has.
     type Fence: From<FenceCore<Self>>;
@@ -75,6 +77,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         value: Self::TokenValue,
         what: &str,
     ) -> Result<FencingToken, FenceError>;
+
+    /// A text column's value (`what` names it), or `CorruptState` when it is not UTF-8.
+    fn text_of(domain: &Domain, value: Self::TextValue, what: &str) -> Result<String, FenceError>;
+
+    /// The select-list expression that reads the time column `column` as whole milliseconds
+    /// since the Unix epoch (a 64-bit integer).
+    fn epoch_ms(column: &str) -> String;
 
     /// The error of a per-row update that found no row with its key in `table`.
     fn row_missing(table: String) -> Self::Error;
