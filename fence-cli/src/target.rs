@@ -90,8 +90,9 @@ impl Targets {
 }
 
 /// A store whose permissions the adapter checks itself: `leased` ones report their leases and
-/// remembered operation ids too (Redis, PostgreSQL); `objects` have no leases and keep their op
-/// ids in the object's envelope, which `fence inspect` decodes (S3, object stores).
+/// remembered operation ids too (Redis), `sql` ones alike, their leases and issuer being their
+/// `FenceCore`'s (PostgreSQL, MySQL); `objects` have no leases and keep their op ids in the
+/// object's envelope, which `fence inspect` decodes (S3, object stores).
 macro_rules! store_target {
     ($adapter:ident, $kind:ident) => {
         #[async_trait]
@@ -131,16 +132,26 @@ macro_rules! store_target {
     (@leases leased, $adapter:ident, $fence:ident) => {
         Some(Box::new($adapter::leases($fence)))
     };
+    // An SQL fence's leases and issuer are its `FenceCore`'s (it dereferences to it).
+    (@leases sql, $adapter:ident, $fence:ident) => {
+        Some(Box::new((**$fence).leases()))
+    };
     (@leases objects, $adapter:ident, $fence:ident) => {
         None
     };
     (@issuer leased, $adapter:ident, $fence:ident) => {
         Some(Box::new($adapter::issuer($fence)))
     };
+    (@issuer sql, $adapter:ident, $fence:ident) => {
+        Some(Box::new((**$fence).issuer()))
+    };
     (@issuer objects, $adapter:ident, $fence:ident) => {
         None
     };
     (@ops leased, $adapter:ident, $fence:ident, $domain:ident) => {
+        Some($adapter::remembered_ops($fence, $domain).await)
+    };
+    (@ops sql, $adapter:ident, $fence:ident, $domain:ident) => {
         Some($adapter::remembered_ops($fence, $domain).await)
     };
     (@ops objects, $adapter:ident, $fence:ident, $domain:ident) => {{
@@ -150,8 +161,8 @@ macro_rules! store_target {
 }
 
 store_target!(RedisFence, leased);
-store_target!(PostgresFence, leased);
-store_target!(MySqlFence, leased);
+store_target!(PostgresFence, sql);
+store_target!(MySqlFence, sql);
 store_target!(S3Fence, objects);
 store_target!(ObjectStoreFence, objects);
 

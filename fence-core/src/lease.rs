@@ -152,7 +152,7 @@ pub fn check_lease_ttl(domain: &Domain, ttl: Duration) -> Result<(), FenceError>
 
 /// The default wait of [`LeaseManager::wait_for_release`]: 25 to 50 ms (jittered), bounded by
 /// `within`.
-async fn poll_for_release(within: Duration) {
+pub async fn poll_for_release(within: Duration) {
     let interval = Backoff::new(Duration::from_millis(50), Duration::from_millis(50)).delay(0);
     tokio::time::sleep(interval.min(within)).await;
 }

@@ -11,7 +11,7 @@ pub use crate::backoff::{random_u64, splitmix64};
 pub use crate::bounded_cache::BoundedCache;
 pub use crate::domain::percent_encode;
 pub use crate::entry_head::EntryHead;
-pub use crate::lease::{check_lease_ttl, held_until, MAX_CLOCK_DRIFT};
+pub use crate::lease::{check_lease_ttl, held_until, poll_for_release, MAX_CLOCK_DRIFT};
 pub use crate::op_memory::{OpMemory, OpRecord};
 pub use crate::sql::{compare_tables, sql_identifier, ExpectedTables, RowTarget, Shape, StoredOp};
 pub use crate::telemetry::{observe, replay_label, OutcomeLabel};

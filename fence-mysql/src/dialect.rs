@@ -1,5 +1,7 @@
 //! What fence-sql's shared code needs to know about MySQL and MariaDB.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use fence_core::env::SqlPoolVariables;
 use fence_core::raw::Shape;
@@ -10,6 +12,7 @@ use sqlx::{Executor, QueryBuilder, Transaction};
 
 use crate::error::{corrupt, map_error, MySqlFenceError, BACKEND};
 use crate::fence::{MySqlFence, DEFAULT_MAX_VALUE_BYTES};
+use crate::lease::MAX_LEASE_TTL;
 use crate::mark::token_column;
 
 /// Set once the mark is raised and released just before `COMMIT`: a transaction that ended
@@ -52,6 +55,10 @@ impl Dialect for MySqlDialect {
     const ROW_READ_SUFFIX: &'static str = " LOCK IN SHARE MODE";
 
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
+    // A plain read, after the counter row's lock: a locking read of a missing lease row would
+    // take a gap lock, and acquisitions of other domains inserting theirs would deadlock.
+    const LEASE_READ_SUFFIX: &'static str = "";
+    const MAX_LEASE_TTL: Duration = MAX_LEASE_TTL;
 
     async fn check_shape(
         pool: &MySqlPool,
@@ -103,6 +110,38 @@ impl Dialect for MySqlDialect {
 
     fn push_domain(query: &mut QueryBuilder<'_, MySql>, domain: &Domain) {
         query.push_bind(domain.as_str().as_bytes().to_vec());
+    }
+
+    fn push_text(query: &mut QueryBuilder<'_, MySql>, text: &str) {
+        query.push_bind(text.as_bytes().to_vec());
+    }
+
+    fn push_expiry(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
+        let micros = u64::try_from(ttl.as_micros()).unwrap_or(u64::MAX);
+        query
+            .push("UTC_TIMESTAMP(6) + INTERVAL ")
+            .push_bind(micros)
+            .push(" MICROSECOND");
+    }
+
+    fn upsert(columns: &[&str]) -> String {
+        let updates: Vec<String> = columns
+            .iter()
+            .map(|column| format!("{column} = VALUES({column})"))
+            .collect();
+        if updates.is_empty() {
+            " ON DUPLICATE KEY UPDATE domain = domain".to_owned()
+        } else {
+            format!(" ON DUPLICATE KEY UPDATE {}", updates.join(", "))
+        }
+    }
+
+    fn remaining_ms(column: &str) -> String {
+        format!("TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), {column}) DIV 1000")
+    }
+
+    fn number_of(_domain: &Domain, value: u64, _what: &str) -> Result<u64, FenceError> {
+        Ok(value)
     }
 
     fn push_token(query: &mut QueryBuilder<'_, MySql>, token: FencingToken) {

@@ -35,8 +35,8 @@ async fn the_holder_gives_up_first_under_the_drift_bound() {
     let Some((fence, _)) = shared("lease_drift").await else {
         return;
     };
-    // Remaining time in microseconds.
-    let unit = Duration::from_micros(1);
+    // Remaining time in milliseconds.
+    let unit = Duration::from_millis(1);
     lease::the_holder_gives_up_first_under_the_drift_bound(&fence.leases(), &d("drift"), unit)
         .await;
 }

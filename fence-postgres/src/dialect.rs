@@ -1,14 +1,16 @@
 //! What fence-sql's shared code needs to know about PostgreSQL.
 
+use std::time::Duration;
+
 use async_trait::async_trait;
 use fence_core::env::SqlPoolVariables;
 use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
-use fence_sql::{Dialect, ErrorClass, Tables};
+use fence_sql::{Dialect, ErrorClass, FenceCore, Tables};
 use sqlx::postgres::{PgPool, PgQueryResult, Postgres};
 use sqlx::{QueryBuilder, Transaction};
 
-use crate::error::{token_column, PostgresFenceError, BACKEND};
+use crate::error::{corrupt, token_column, PostgresFenceError, BACKEND};
 use crate::fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES};
 use crate::mark::MarkChange;
 use fence_sql::Remember;
@@ -44,6 +46,9 @@ impl Dialect for PostgresDialect {
     const ROW_READ_SUFFIX: &'static str = "";
 
     const NOW: &'static str = "clock_timestamp()";
+    const LEASE_READ_SUFFIX: &'static str = " FOR UPDATE";
+    // What fence-core's TTL check allows: whole milliseconds up to i64::MAX.
+    const MAX_LEASE_TTL: Duration = Duration::from_millis(i64::MAX as u64);
 
     async fn check_shape(
         pool: &PgPool,
@@ -99,6 +104,55 @@ impl Dialect for PostgresDialect {
 
     fn push_domain(query: &mut QueryBuilder<'_, Postgres>, domain: &Domain) {
         query.push_bind(domain.as_str().to_owned());
+    }
+
+    fn push_text(query: &mut QueryBuilder<'_, Postgres>, text: &str) {
+        query.push_bind(text.to_owned());
+    }
+
+    fn push_expiry(query: &mut QueryBuilder<'_, Postgres>, ttl: Duration) {
+        let ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        query
+            .push("clock_timestamp() + ")
+            .push_bind(ms)
+            .push(" * interval '1 millisecond'");
+    }
+
+    fn upsert(columns: &[&str]) -> String {
+        let updates: Vec<String> = columns
+            .iter()
+            .map(|column| format!("{column} = excluded.{column}"))
+            .collect();
+        if updates.is_empty() {
+            " ON CONFLICT (domain) DO NOTHING".to_owned()
+        } else {
+            format!(" ON CONFLICT (domain) DO UPDATE SET {}", updates.join(", "))
+        }
+    }
+
+    fn remaining_ms(column: &str) -> String {
+        format!("(extract(epoch FROM {column} - clock_timestamp()) * 1000)::bigint")
+    }
+
+    fn number_of(domain: &Domain, value: String, what: &str) -> Result<u64, FenceError> {
+        value
+            .parse()
+            .map_err(|e| corrupt(domain, format!("{what} `{value}`: {e}")))
+    }
+
+    async fn notify_release(
+        core: &FenceCore<PostgresDialect>,
+        domain: &Domain,
+    ) -> Result<(), sqlx::Error> {
+        crate::lease::notify_release(core, domain).await
+    }
+
+    async fn wait_for_release(
+        core: &FenceCore<PostgresDialect>,
+        domain: &Domain,
+        within: Duration,
+    ) {
+        crate::lease::wait_for_release(core, domain, within).await;
     }
 
     fn push_token(query: &mut QueryBuilder<'_, Postgres>, token: FencingToken) {

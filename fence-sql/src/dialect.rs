@@ -40,6 +40,11 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     const ROW_READ_SUFFIX: &'static str;
     /// The server's clock, as leases' expiry is compared with it.
     const NOW: &'static str;
+    /// What the lease row's read in an acquisition ends with, under the counter row's lock:
+    /// a locking read where it takes no lock beyond the row.
+    const LEASE_READ_SUFFIX: &'static str;
+    /// The longest lease the lease rows hold.
+    const MAX_LEASE_TTL: std::time::Duration;
 
     /// The tables' shape as found in the database: `None` when every table has exactly the
     /// columns the adapter's migration gives it.
@@ -64,6 +69,39 @@ pub trait Dialect: Send + Sync + Sized + 'static {
 
     /// Binds `domain` where a domain column's value goes (as the fence's tables store it).
     fn push_domain(query: &mut QueryBuilder<'_, Self::Db>, domain: &Domain);
+
+    /// Binds `text` where a text column's value goes (owners, as the fence's tables store them).
+    fn push_text(query: &mut QueryBuilder<'_, Self::Db>, text: &str);
+
+    /// Appends the server's clock plus `ttl` (checked against [`Dialect::MAX_LEASE_TTL`]).
+    fn push_expiry(query: &mut QueryBuilder<'_, Self::Db>, ttl: std::time::Duration);
+
+    /// What follows an `INSERT` of a row keyed by `domain` so that an existing row is updated
+    /// to the inserted `columns` instead (none: left as it is).
+    fn upsert(columns: &[&str]) -> String;
+
+    /// The select-list expression that reads the time from the server's clock to the time
+    /// column `column`, in whole milliseconds (a 64-bit integer, negative once passed).
+    fn remaining_ms(column: &str) -> String;
+
+    /// A counter read from a token column (`what` names it; 0 allowed), or `CorruptState`.
+    fn number_of(domain: &Domain, value: Self::TokenValue, what: &str) -> Result<u64, FenceError>;
+
+    /// Tells waiters that `domain`'s lease was just released, where the database can; the
+    /// default does nothing (waiters poll).
+    async fn notify_release(_core: &FenceCore<Self>, _domain: &Domain) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
+    /// Waits, after an acquisition found `domain`'s lease held, until it may be free or
+    /// `within` has passed; the default polls (25 to 50 ms).
+    async fn wait_for_release(
+        _core: &FenceCore<Self>,
+        _domain: &Domain,
+        within: std::time::Duration,
+    ) {
+        fence_core::raw::poll_for_release(within).await;
+    }
 
     /// Binds `token` where a token value goes in `query`, exactly (every u64).
     fn push_token(query: &mut QueryBuilder<'_, Self::Db>, token: FencingToken);

@@ -3,6 +3,7 @@
 mod builder;
 mod dialect;
 mod error;
+mod lease;
 mod mark;
 mod parts;
 mod rebase;
@@ -15,6 +16,7 @@ mod transaction;
 pub use builder::FenceBuilder;
 pub use dialect::{Dialect, ErrorClass};
 pub use error::{commit, corrupt, map_error, release, user_sql_error};
+pub use lease::{SqlIssuer, SqlLeases};
 pub use mark::{admit_transaction, snapshot, Admitted, Locked, Remember};
 pub use parts::FenceCore;
 pub use rebase::{decide_rebase, rebases, unix_ms};
