@@ -6,8 +6,8 @@ use fence_core::{
     Claimed, Domain, Entry, FenceError, FencingToken, Mutation, Operation, RememberedOp, Snapshot,
     WriteOutcome, WriteRequest,
 };
-use fence_sql::{release, FenceCore};
-use sqlx::{MySqlPool, Row};
+use fence_sql::release;
+use sqlx::Row;
 
 use crate::dialect::MySqlDialect;
 use crate::error::{commit, corrupt, map_error, BACKEND};
@@ -21,28 +21,25 @@ pub const DEFAULT_MAX_VALUE_BYTES: usize = 8 * 1024 * 1024;
 /// Operation ids remembered per domain by default.
 pub use fence_core::DEFAULT_OP_ID_RETENTION;
 
-/// The fenced store on MySQL or MariaDB: one mark row per domain in `<database>.fence_marks`,
-/// locked (`SELECT … FOR UPDATE`) and decided by fence-core's pipeline in the transaction that
-/// changes it, so two holders of one domain serialize at the server and a stale one changes
-/// nothing. The rule is not copied into SQL: the lock holds from the read to the commit.
-///
-/// Create the tables first with [`crate::migrate`]. Cheap to clone (the pool is shared).
-///
-/// ```no_run
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use fence_core::{Domain, FencedStoreExt, FencingToken};
-/// let pool = sqlx::MySqlPool::connect("mysql://fence:fence@127.0.0.1:3340/fence").await?;
-/// fence_mysql::migrate(&pool, "fence").await?;
-/// let fence = fence_mysql::MySqlFence::builder(pool, "fence").build()?;
-/// fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct MySqlFence {
-    core: FenceCore<MySqlDialect>,
+fence_sql::fenced_store! {
+    /// The fenced store on MySQL or MariaDB: one mark row per domain in `<database>.fence_marks`,
+    /// locked (`SELECT … FOR UPDATE`) and decided by fence-core's pipeline in the transaction that
+    /// changes it, so two holders of one domain serialize at the server and a stale one changes
+    /// nothing. The rule is not copied into SQL: the lock holds from the read to the commit.
+    ///
+    /// Create the tables first with [`crate::migrate`]. Cheap to clone (the pool is shared).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use fence_core::{Domain, FencedStoreExt, FencingToken};
+    /// // FENCE_MYSQL_URL=mysql://fence:fence@127.0.0.1:3340/fence, the tables created by
+    /// // `fence_mysql::migrate` in the database `fence` (see `fence_mysql::env`).
+    /// let fence = fence_mysql::MySqlFenceBuilder::from_env().await?.build()?;
+    /// let written = fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
+    /// # Ok(()) }
+    /// ```
+    pub struct MySqlFence: MySqlDialect;
 }
-
-fence_sql::fenced_store!(MySqlFence, MySqlDialect);
 
 /// Builds a [`MySqlFence`] on a pool, with its tables in a database (created by
 /// [`crate::migrate`]): fence-sql's builder, for MySQL. `build` does no I/O: the tables' shape
@@ -51,12 +48,6 @@ fence_sql::fenced_store!(MySqlFence, MySqlDialect);
 pub type MySqlFenceBuilder = fence_sql::FenceBuilder<MySqlDialect>;
 
 impl MySqlFence {
-    /// A builder on `pool`, with the fence's tables in `database` (created by
-    /// [`crate::migrate`]).
-    pub fn builder(pool: MySqlPool, database: &str) -> MySqlFenceBuilder {
-        MySqlFenceBuilder::new(pool, database)
-    }
-
     /// The database holding the fence's tables.
     pub fn database(&self) -> &str {
         self.tables().name()

@@ -2,7 +2,7 @@
 //! mark row, so a stale holder's SQL never commits.
 
 use fence_core::{FenceError, Operation, TransactionRequest};
-use fence_sql::admit_transaction;
+use fence_sql::{admit_transaction, Transactional};
 use sqlx::Executor;
 
 use crate::dialect::{MySqlDialect, SAVEPOINT};
@@ -29,7 +29,10 @@ pub type FencedTransaction = fence_sql::FencedTransaction<MySqlDialect>;
 
 fence_sql::fenced_transactions!(fence_mysql, MySqlFence, MySqlDialect);
 
-impl MySqlFence {
+#[async_trait::async_trait]
+impl Transactional for MySqlFence {
+    type Dialect = MySqlDialect;
+
     /// [`MySqlFence::begin`] without telemetry: the lock, fence-core's decision, the set-up.
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
         let (domain, operation) = (request.domain(), Operation::Write);

@@ -7,48 +7,37 @@ use fence_core::{
     Mutation, Operation, OperationId, RememberedOp, Snapshot, WriteCondition, WriteOutcome,
     WriteRequest,
 };
-use fence_sql::FenceCore;
-use sqlx::postgres::PgPool;
 use sqlx::Row;
 
 use crate::dialect::PostgresDialect;
 use crate::error::{commit, corrupt, map_error, token_column, PostgresFenceError, BACKEND};
 use crate::mark::{decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange};
-use crate::PostgresFenceBuilder;
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
 /// Operation ids remembered per domain by default.
 pub use fence_core::DEFAULT_OP_ID_RETENTION;
 
-/// The fenced store on PostgreSQL: one mark row per domain in `<schema>.fence_marks`, decided
-/// in a transaction that holds the row's lock from the check to the commit, so two holders of
-/// one domain serialize at the server and a stale one changes nothing.
-///
-/// Create the tables first with [`crate::migrate`]. Cheap to clone (the pool is shared).
-///
-/// ```no_run
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use fence_core::{Domain, FencedStoreExt, FencingToken};
-/// let pool = sqlx::PgPool::connect("postgres://fence@127.0.0.1:5440/postgres").await?;
-/// fence_postgres::migrate(&pool, "fence").await?;
-/// let fence = fence_postgres::PostgresFence::builder(pool, "fence").build()?;
-/// fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
-/// # Ok(()) }
-/// ```
-#[derive(Clone, Debug)]
-pub struct PostgresFence {
-    core: FenceCore<PostgresDialect>,
+fence_sql::fenced_store! {
+    /// The fenced store on PostgreSQL: one mark row per domain in `<schema>.fence_marks`, decided
+    /// in a transaction that holds the row's lock from the check to the commit, so two holders of
+    /// one domain serialize at the server and a stale one changes nothing.
+    ///
+    /// Create the tables first with [`crate::migrate`]. Cheap to clone (the pool is shared).
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// use fence_core::{Domain, FencedStoreExt, FencingToken};
+    /// let pool = sqlx::PgPool::connect("postgres://fence@127.0.0.1:5440/postgres").await?;
+    /// fence_postgres::migrate(&pool, "fence").await?;
+    /// let fence = fence_postgres::PostgresFence::builder(pool, "fence").build()?;
+    /// fence.put(&Domain::new("invoice-7")?, FencingToken::new(3)?, "paid").await?;
+    /// # Ok(()) }
+    /// ```
+    pub struct PostgresFence: PostgresDialect;
 }
 
-fence_sql::fenced_store!(PostgresFence, PostgresDialect);
-
 impl PostgresFence {
-    /// A builder for a fence on `pool`, with its tables in `schema`.
-    pub fn builder(pool: PgPool, schema: &str) -> PostgresFenceBuilder {
-        PostgresFenceBuilder::new(pool, schema)
-    }
-
     /// The schema holding the fence's tables.
     pub fn schema(&self) -> &str {
         self.tables().name()

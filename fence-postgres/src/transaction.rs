@@ -2,7 +2,7 @@
 //! mark row, so a stale holder's SQL never commits.
 
 use fence_core::{FenceError, Operation, TransactionRequest};
-use fence_sql::admit_transaction;
+use fence_sql::{admit_transaction, Transactional};
 
 use crate::dialect::{PendingMark, PostgresDialect};
 use crate::fence::PostgresFence;
@@ -25,7 +25,10 @@ pub type FencedTransaction = fence_sql::FencedTransaction<PostgresDialect>;
 
 fence_sql::fenced_transactions!(fence_postgres, PostgresFence, PostgresDialect);
 
-impl PostgresFence {
+#[async_trait::async_trait]
+impl Transactional for PostgresFence {
+    type Dialect = PostgresDialect;
+
     /// [`PostgresFence::begin`] without telemetry: the lock, fence-core's decision, the set-up.
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
         let op = request.op_id().map(|op_id| (request.token(), op_id));

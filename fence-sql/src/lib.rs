@@ -12,6 +12,7 @@ mod row;
 mod shape;
 mod tables;
 mod transaction;
+mod transactional;
 
 pub use builder::FenceBuilder;
 pub use dialect::{Dialect, ErrorClass};
@@ -25,6 +26,7 @@ pub use row::RowFence;
 pub use shape::{require_shape, shape_error, shape_result, unscoped_error};
 pub use tables::Tables;
 pub use transaction::FencedTransaction;
+pub use transactional::{begin, transaction, ConnectionOf, Transactional};
 
 #[doc(hidden)]
 pub mod __private {
@@ -111,14 +113,32 @@ macro_rules! dialect_functions {
     };
 }
 
-/// Implements what an SQL adapter's fence `$fence` of dialect `$dialect` shares with every
-/// other, for a struct whose field `core` is its [`FenceCore`]: made from a `FenceCore` (as
-/// [`FenceBuilder::build`] does), dereferencing to it (the pool, the tables, the limits and
-/// bounds, `to_builder`), and fence-core's `Fence` and `FencedStore` from its inherent
-/// `claim_now`, `write_now` and `read_now`.
+/// Defines an SQL adapter's fence `$fence` of dialect `$dialect` (its attributes and docs
+/// given) with what it shares with every other: a struct whose field `core` is its
+/// [`FenceCore`], made from one (as [`FenceBuilder::build`] does) and dereferencing to it (the
+/// pool, the tables, the limits and bounds, `issuer()`, `leases()`, `to_builder()`), its
+/// `builder`, and fence-core's `Fence` and `FencedStore` from its inherent `claim_now`,
+/// `write_now` and `read_now`.
 #[macro_export]
 macro_rules! fenced_store {
-    ($fence:ident, $dialect:ty) => {
+    ($(#[$meta:meta])* $vis:vis struct $fence:ident: $dialect:ty;) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug)]
+        $vis struct $fence {
+            core: $crate::FenceCore<$dialect>,
+        }
+
+        impl $fence {
+            /// A builder for a fence on `pool`, with its tables in `namespace` (created by the
+            /// crate's `migrate`).
+            pub fn builder(
+                pool: $crate::__private::sqlx::Pool<<$dialect as $crate::Dialect>::Db>,
+                namespace: &str,
+            ) -> $crate::FenceBuilder<$dialect> {
+                $crate::FenceBuilder::new(pool, namespace)
+            }
+        }
+
         impl From<$crate::FenceCore<$dialect>> for $fence {
             fn from(core: $crate::FenceCore<$dialect>) -> Self {
                 $fence { core }
@@ -193,8 +213,8 @@ macro_rules! fenced_store {
 }
 
 /// Gives an SQL adapter's fence `$fence` (of crate `$krate`, dialect `$dialect`) its `begin`
-/// and `transaction`, from its inherent `begin_now` (the lock, [`admit_transaction`] and the
-/// dialect's set-up of the admitted transaction).
+/// and `transaction`, from its [`Transactional::begin_now`] (the lock, [`admit_transaction`]
+/// and the dialect's set-up of the admitted transaction).
 #[macro_export]
 macro_rules! fenced_transactions {
     ($krate:ident, $fence:ident, $dialect:ty) => {
@@ -229,14 +249,7 @@ macro_rules! fenced_transactions {
                 $crate::__private::fence_core::Begun<$crate::FencedTransaction<$dialect>>,
                 $crate::__private::fence_core::FenceError,
             > {
-                $crate::__private::fence_core::raw::observe(
-                    <$dialect as $crate::Dialect>::BACKEND,
-                    $crate::__private::fence_core::Operation::Write,
-                    request.domain(),
-                    Some(request.token()),
-                    self.begin_now(request),
-                )
-                .await
+                $crate::begin(self, request).await
             }
 
             /// Runs `work` — your SQL on your tables — in a fenced transaction
@@ -270,15 +283,13 @@ macro_rules! fenced_transactions {
             >
             where
                 F: for<'c> FnOnce(
-                        &'c mut <<$dialect as $crate::Dialect>::Db as $crate::__private::sqlx::Database>::Connection,
+                        &'c mut $crate::ConnectionOf<$dialect>,
                     ) -> $crate::__private::fence_core::BoxFuture<'c, Result<T, E>>
                     + Send,
                 T: Send,
                 E: Send,
             {
-                let begun = self.begin(request).await?;
-                $crate::__private::fence_core::raw::run_transaction(request.domain(), begun, work)
-                    .await
+                $crate::transaction(self, request, work).await
             }
         }
     };

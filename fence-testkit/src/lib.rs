@@ -2,7 +2,7 @@
 //! `weed mini`, Apache Kafka, postgres, etcd) to kill, pause and restart; the shared servers
 //! `scripts/test` starts; unique names per test; the client set-up tests and fence-bench share;
 //! a real local webhook server; a `metrics` recorder that keeps what it is given. One module
-//! per backend, each behind its feature.
+//! per backend, each behind its feature; `sql` holds what the SQL adapters' tests share.
 //!
 //! Under the project's test command (`FENCE_REQUIRE_SERVICES=1`) a shared server that does not
 //! answer fails the test; in a bare `cargo test` it is skipped with a loud notice
@@ -31,6 +31,16 @@ pub mod process;
 pub mod redis;
 #[cfg(feature = "s3")]
 pub mod s3;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub mod sql;
+
+/// What the test kit's macros name (not part of its API).
+#[doc(hidden)]
+pub mod __private {
+    pub use fence_conformance::services::domain;
+    pub use fence_conformance::{lease, retirement};
+    pub use fence_core::BoxFuture;
+}
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;

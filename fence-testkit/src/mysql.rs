@@ -238,3 +238,48 @@ pub async fn wait_for_sessions(
     })
     .await;
 }
+
+#[async_trait::async_trait]
+impl crate::sql::SqlTestbed for fence_mysql::MySqlDialect {
+    type Server = MariaDbServer;
+
+    fn start(test: &str) -> Option<MariaDbServer> {
+        MariaDbServer::start(test)
+    }
+
+    fn url(server: &MariaDbServer) -> String {
+        server.url()
+    }
+
+    fn kill_and_restart(server: &MariaDbServer) {
+        server.kill_and_restart();
+    }
+
+    fn shared_url() -> Option<String> {
+        shared_url()
+    }
+
+    fn unique_namespace(test: &str) -> String {
+        unique_database(test)
+    }
+
+    async fn pool(url: &str) -> MySqlPool {
+        pool(url).await
+    }
+
+    async fn migrate(pool: &MySqlPool, database: &str) -> Result<(), fence_core::FenceError> {
+        fence_mysql::migrate(pool, database).await
+    }
+
+    const UNREACHABLE_URL: &'static str = "mysql://fence:fence@127.0.0.1:1/fence";
+    // 0 is no token of Fence's (the column is unsigned: NULL would read as "no mark yet").
+    const NO_MARK: &'static str = "hwm = 0";
+
+    fn counter_table(table: &str) -> String {
+        format!("CREATE TABLE {table} (domain VARCHAR(256) PRIMARY KEY, n BIGINT NOT NULL)")
+    }
+
+    fn count_up(_table: &str) -> String {
+        " ON DUPLICATE KEY UPDATE n = n + 1".to_owned()
+    }
+}

@@ -171,3 +171,47 @@ pub async fn wait_for_sessions(
     })
     .await;
 }
+
+#[async_trait::async_trait]
+impl crate::sql::SqlTestbed for fence_postgres::PostgresDialect {
+    type Server = PostgresServer;
+
+    fn start(test: &str) -> Option<PostgresServer> {
+        PostgresServer::start(test)
+    }
+
+    fn url(server: &PostgresServer) -> String {
+        server.url()
+    }
+
+    fn kill_and_restart(server: &PostgresServer) {
+        server.kill_and_restart();
+    }
+
+    fn shared_url() -> Option<String> {
+        shared_url()
+    }
+
+    fn unique_namespace(test: &str) -> String {
+        unique_schema(test)
+    }
+
+    async fn pool(url: &str) -> PgPool {
+        pool(url).await
+    }
+
+    async fn migrate(pool: &PgPool, schema: &str) -> Result<(), fence_core::FenceError> {
+        fence_postgres::migrate(pool, schema).await
+    }
+
+    const UNREACHABLE_URL: &'static str = "postgres://fence@127.0.0.1:1/postgres";
+    const NO_MARK: &'static str = "hwm = NULL";
+
+    fn counter_table(table: &str) -> String {
+        format!("CREATE TABLE {table} (domain text PRIMARY KEY, n bigint NOT NULL)")
+    }
+
+    fn count_up(table: &str) -> String {
+        format!(" ON CONFLICT (domain) DO UPDATE SET n = {table}.n + 1")
+    }
+}

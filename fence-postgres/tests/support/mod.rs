@@ -1,23 +1,13 @@
 //! What the shared-server tests of this crate start from.
 
 use fence_core::Observed;
-use fence_postgres::PostgresFence;
-use fence_testkit::postgres::{pool, shared_url, unique_schema};
+use fence_postgres::{PostgresDialect, PostgresFence};
 use sqlx::PgPool;
 
 /// A fence in a freshly migrated schema named after `test` on the shared server, and its pool
 /// (`None`: a loud skip outside the test command).
 pub(crate) async fn shared(test: &str) -> Option<(Observed<PostgresFence>, PgPool)> {
-    let url = shared_url()?;
-    let pool = pool(&url).await;
-    let schema = unique_schema(test);
-    fence_postgres::migrate(&pool, &schema)
-        .await
-        .expect("migrate");
-    let fence = PostgresFence::builder(pool.clone(), &schema)
-        .build()
-        .expect("a valid schema name");
-    Some((fence, pool))
+    fence_testkit::sql::shared::<PostgresDialect>(test).await
 }
 
 /// Begins a fenced transaction for `request`, which the test expects admitted.
