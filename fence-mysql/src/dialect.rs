@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_core::env::SqlPoolVariables;
+use fence_core::permissions::PermissionReport;
 use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
 use fence_sql::{Dialect, ErrorClass, Tables};
@@ -65,6 +66,10 @@ impl Dialect for MySqlDialect {
         tables: &Tables<MySqlDialect>,
     ) -> Result<Option<Shape>, sqlx::Error> {
         crate::schema::check_shape(pool, tables).await
+    }
+
+    async fn check_permissions(fence: &MySqlFence) -> Result<PermissionReport, FenceError> {
+        fence.permissions_now().await
     }
 
     fn not_migrated(database: String, table: &'static str) -> MySqlFenceError {

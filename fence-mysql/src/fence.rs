@@ -1,18 +1,17 @@
 //! `MySqlFence`: the fenced store on MySQL and MariaDB.
 
-use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::pipeline::{self, Current, Decision};
 use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
     Claimed, Domain, Entry, FenceError, FencingToken, Mutation, Operation, RememberedOp, Snapshot,
     WriteOutcome, WriteRequest,
 };
-use fence_sql::release;
+use fence_sql::{admit_claim, release, Remember};
 use sqlx::Row;
 
 use crate::dialect::MySqlDialect;
 use crate::error::{commit, corrupt, map_error, BACKEND};
 use crate::mark::{decode_head, decode_op, token_column, MarkChange};
-use fence_sql::Remember;
 
 /// Values larger than this are refused by default (keep it under the server's
 /// `max_allowed_packet`: 16 MiB by default on MariaDB 10.11, measured here; 64 MiB on MySQL 8
@@ -116,31 +115,15 @@ impl MySqlFence {
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let decision = match pipeline::decide_claim(domain, locked.hwm, token, locked.bounds()) {
-            Ok(decision) => decision,
-            Err(refused) => {
-                release(tx).await;
-                return Err(refused);
-            }
-        };
-        if let ClaimDecision::Raise(_) = decision {
-            self.apply(
-                &mut tx,
-                domain,
-                Operation::Claim,
-                MarkChange::Raise {
-                    from: locked.hwm,
-                    to: token,
-                },
-                None,
-            )
-            .await?;
-            commit(tx, domain, Operation::Claim).await?;
-        } else {
-            release(tx).await;
-        }
-        Ok(decision.claimed())
+        let (tx, locked) = self.lock(domain, Operation::Claim, None).await?;
+        let from = locked.hwm;
+        admit_claim::<MySqlDialect, _, _>(domain, token, tx, &locked, |mut tx| async move {
+            let raise = MarkChange::Raise { from, to: token };
+            self.apply(&mut tx, domain, Operation::Claim, raise, None)
+                .await?;
+            Ok(tx)
+        })
+        .await
     }
 
     /// The operation ids `domain` still remembers, oldest first: for operators.

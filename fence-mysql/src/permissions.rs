@@ -77,11 +77,8 @@ enum Probe {
 }
 
 impl MySqlFence {
-    /// Checks, without writing, that the pool's user has every privilege the fence, its issuer
-    /// and its leases need on the fence's tables (see the crate docs, "Permissions"): the
-    /// server answers for each, however it was granted. Tables that do not exist are reported
-    /// as unknown: run [`crate::migrate`].
-    pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+    /// [`MySqlFence::check_permissions`]: the privileges each table needs, probed.
+    pub(crate) async fn permissions_now(&self) -> Result<PermissionReport, FenceError> {
         let database = self.database();
         let mut report =
             PermissionReport::new(crate::error::BACKEND, format!("database {database}"));

@@ -7,30 +7,11 @@
 mod support;
 
 use fence_conformance::services::domain as d;
-use fence_core::{Domain, FenceError, Observed};
+use fence_core::FenceError;
 use fence_mysql::MySqlFence;
 use support::shared;
 
-fence_conformance::sql_admission_client!(MySqlFence, lose_counter);
-fence_conformance::sql_admission_tests!(client);
-
-async fn client(test: &str) -> Option<SqlClient> {
-    Some(SqlClient(shared(test).await?.0))
-}
-
-/// Deletes the domain's counter row, as a restore that kept the marks would lose it.
-async fn lose_counter(fence: &Observed<MySqlFence>, domain: &Domain) {
-    let deleted = sqlx::query(&format!(
-        "DELETE FROM {}.fence_counters WHERE domain = ?",
-        fence.database()
-    ))
-    .bind(domain.as_str().as_bytes())
-    .execute(fence.pool())
-    .await
-    .unwrap()
-    .rows_affected();
-    assert_eq!(deleted, 1, "the counter row");
-}
+fence_testkit::sql_admission_tests!(MySqlFence, fence_mysql::MySqlDialect);
 
 /// Settings the database cannot hold are refused by the table itself (a step of 0, a second
 /// row), and a settings row deleted by hand fails closed instead of lifting the bounds.

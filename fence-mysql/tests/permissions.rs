@@ -3,21 +3,17 @@
 //! through a role, is told which it lacks, by name; a database not migrated is reported as such.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use fence_core::permissions::{Access, Role};
-use fence_mysql::MySqlFence;
-use fence_testkit::mysql::{pool, shared_url, unique_database};
-use support::shared;
+use fence_mysql::{MySqlDialect, MySqlFence};
+use fence_testkit::mysql::{pool, shared_url};
 
 #[tokio::test]
 async fn the_check_names_each_missing_privilege() {
-    let Some((fence, admin)) = shared("permissions").await else {
+    let Some((fence, admin)) =
+        fence_testkit::sql::the_owner_is_granted_everything::<MySqlDialect>().await
+    else {
         return;
     };
-    let report = fence.check_permissions().await.unwrap();
-    println!("{report}");
-    assert!(report.all_granted(), "{report}");
 
     // A worker granted SELECT on the database, the marks' row privileges on the table, and
     // the op ids' through a role enabled by default.
@@ -109,19 +105,6 @@ async fn the_check_names_each_missing_privilege() {
 }
 
 #[tokio::test]
-async fn a_database_not_migrated_is_unknown_not_granted() {
-    let Some(url) = shared_url() else {
-        return;
-    };
-    let fence = MySqlFence::builder(pool(&url).await, &unique_database("unmigrated"))
-        .build()
-        .unwrap();
-    let report = fence.check_permissions().await.unwrap();
-    println!("{report}");
-    assert!(!report.all_granted());
-    assert_eq!(report.denied().count(), 0, "{report}");
-    assert!(report
-        .permissions
-        .iter()
-        .all(|p| matches!(p.access, Access::Unknown(_))));
+async fn a_namespace_not_migrated_is_unknown_not_granted() {
+    fence_testkit::sql::unmigrated_privileges_are_unknown::<MySqlDialect>().await;
 }

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use fence_core::env::SqlPoolVariables;
+use fence_core::permissions::PermissionReport;
 use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
 use fence_sql::{Dialect, ErrorClass, FenceCore, Tables};
@@ -55,6 +56,10 @@ impl Dialect for PostgresDialect {
         tables: &Tables<PostgresDialect>,
     ) -> Result<Option<Shape>, sqlx::Error> {
         crate::schema::check_shape(pool, tables).await
+    }
+
+    async fn check_permissions(fence: &PostgresFence) -> Result<PermissionReport, FenceError> {
+        fence.permissions_now().await
     }
 
     fn not_migrated(schema: String, table: &'static str) -> PostgresFenceError {

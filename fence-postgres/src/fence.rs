@@ -1,6 +1,6 @@
 //! `PostgresFence`: the fenced store on PostgreSQL.
 
-use fence_core::raw::pipeline::{self, ClaimDecision, Current, Decision};
+use fence_core::raw::pipeline::{self, Current, Decision};
 use fence_core::raw::OpMemory;
 use fence_core::{
     BoundsConfig, Claimed, Domain, Entry, EqualTokenPolicy, FenceError, FencingToken, IssuerView,
@@ -10,8 +10,9 @@ use fence_core::{
 use sqlx::Row;
 
 use crate::dialect::PostgresDialect;
-use crate::error::{commit, corrupt, map_error, token_column, PostgresFenceError, BACKEND};
+use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
 use crate::mark::{decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange};
+use fence_sql::admit_claim;
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
@@ -136,24 +137,15 @@ impl PostgresFence {
     }
 
     async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let (mut tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let decision = pipeline::decide_claim(domain, locked.hwm, token, locked.bounds())?;
-        if let ClaimDecision::Raise(_) = decision {
-            self.apply(
-                &mut tx,
-                domain,
-                Operation::Claim,
-                MarkChange::Raise {
-                    from: locked.hwm,
-                    to: token,
-                },
-                None,
-                false,
-            )
-            .await?;
-        }
-        commit(tx, domain, Operation::Claim).await?;
-        Ok(decision.claimed())
+        let (tx, locked) = self.lock(domain, Operation::Claim, None).await?;
+        let from = locked.hwm;
+        admit_claim::<PostgresDialect, _, _>(domain, token, tx, &locked, |mut tx| async move {
+            let raise = MarkChange::Raise { from, to: token };
+            self.apply(&mut tx, domain, Operation::Claim, raise, None, false)
+                .await?;
+            Ok(tx)
+        })
+        .await
     }
 
     /// The operation ids `domain` still remembers, oldest first: for operators.

@@ -49,12 +49,8 @@ const TABLES: [(&str, &str, &str); 7] = [
 ];
 
 impl PostgresFence {
-    /// Checks, without writing, that the pool's role has every privilege the fence, its
-    /// issuer, its leases and a re-base need on the fence's schema: `USAGE` on the schema,
-    /// each table's privileges, `USAGE` on `fence_ops`'s sequence and `EXECUTE` on
-    /// `fence_write` (see the crate docs, "Permissions"). Tables that do not exist are reported
-    /// as unknown: run [`crate::migrate`].
-    pub async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+    /// [`PostgresFence::check_permissions`]: the privileges each table needs, probed.
+    pub(crate) async fn permissions_now(&self) -> Result<PermissionReport, FenceError> {
         let schema = self.schema();
         let mut report = PermissionReport::new(BACKEND, format!("schema {schema}"));
         let schema_usage = self

@@ -6,30 +6,11 @@
 mod support;
 
 use fence_conformance::services::domain as d;
-use fence_core::{BackendErrorKind, Domain, Observed};
+use fence_core::BackendErrorKind;
 use fence_postgres::PostgresFence;
 use support::shared;
 
-fence_conformance::sql_admission_client!(PostgresFence, lose_counter);
-fence_conformance::sql_admission_tests!(client);
-
-async fn client(test: &str) -> Option<SqlClient> {
-    Some(SqlClient(shared(test).await?.0))
-}
-
-/// Deletes the domain's counter row, as a restore that kept the marks would lose it.
-async fn lose_counter(fence: &Observed<PostgresFence>, domain: &Domain) {
-    let deleted = sqlx::query(&format!(
-        "DELETE FROM {}.fence_counters WHERE domain = $1",
-        fence.schema()
-    ))
-    .bind(domain.as_str())
-    .execute(fence.pool())
-    .await
-    .unwrap()
-    .rows_affected();
-    assert_eq!(deleted, 1, "the counter row");
-}
+fence_testkit::sql_admission_tests!(PostgresFence, fence_postgres::PostgresDialect);
 
 /// Settings the schema cannot hold are refused by the table itself (a step of 0).
 #[tokio::test]

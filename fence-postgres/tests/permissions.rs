@@ -3,21 +3,17 @@
 //! not migrated is reported as such.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use fence_core::permissions::{Access, Role};
-use fence_postgres::PostgresFence;
-use fence_testkit::postgres::{pool, shared_url, unique_schema};
-use support::shared;
+use fence_postgres::{PostgresDialect, PostgresFence};
+use fence_testkit::postgres::{pool, shared_url};
 
 #[tokio::test]
 async fn the_check_names_each_missing_privilege() {
-    let Some((fence, admin)) = shared("permissions").await else {
+    let Some((fence, admin)) =
+        fence_testkit::sql::the_owner_is_granted_everything::<PostgresDialect>().await
+    else {
         return;
     };
-    let report = fence.check_permissions().await.unwrap();
-    println!("{report}");
-    assert!(report.all_granted(), "{report}");
 
     // A role with USAGE on the schema and SELECT on the marks only.
     let schema = fence.schema().to_owned();
@@ -94,19 +90,6 @@ async fn the_check_names_each_missing_privilege() {
 }
 
 #[tokio::test]
-async fn a_schema_not_migrated_is_unknown_not_granted() {
-    let Some(url) = shared_url() else {
-        return;
-    };
-    let fence = PostgresFence::builder(pool(&url).await, &unique_schema("unmigrated"))
-        .build()
-        .unwrap();
-    let report = fence.check_permissions().await.unwrap();
-    println!("{report}");
-    assert!(!report.all_granted());
-    assert_eq!(report.denied().count(), 0, "{report}");
-    assert!(report
-        .permissions
-        .iter()
-        .all(|p| matches!(p.access, Access::Unknown(_))));
+async fn a_namespace_not_migrated_is_unknown_not_granted() {
+    fence_testkit::sql::unmigrated_privileges_are_unknown::<PostgresDialect>().await;
 }

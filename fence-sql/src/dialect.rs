@@ -53,6 +53,12 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         tables: &Tables<Self>,
     ) -> Result<Option<Shape>, sqlx::Error>;
 
+    /// Checks, without writing, that the pool's user has every privilege `fence`, its issuer,
+    /// its leases and a re-base need on its tables (the fence's `check_permissions`).
+    async fn check_permissions(
+        fence: &Self::Fence,
+    ) -> Result<fence_core::permissions::PermissionReport, FenceError>;
+
     /// The error of tables the adapter's migration has not created (`table` is missing in
     /// `namespace`).
     fn not_migrated(namespace: String, table: &'static str) -> Self::Error;

@@ -18,7 +18,7 @@ pub use builder::FenceBuilder;
 pub use dialect::{Dialect, ErrorClass};
 pub use error::{commit, corrupt, map_error, release, user_sql_error};
 pub use lease::{SqlIssuer, SqlLeases};
-pub use mark::{admit_transaction, snapshot, Admitted, Locked, Remember};
+pub use mark::{admit_claim, admit_transaction, snapshot, Admitted, Locked, Remember};
 pub use parts::FenceCore;
 pub use rebase::{decide_rebase, rebases, unix_ms};
 pub use retire::retire;
@@ -136,6 +136,19 @@ macro_rules! fenced_store {
                 namespace: &str,
             ) -> $crate::FenceBuilder<$dialect> {
                 $crate::FenceBuilder::new(pool, namespace)
+            }
+
+            /// Checks, without writing, that the pool's user has every privilege the fence,
+            /// its issuer, its leases and a re-base need on the fence's tables (see the
+            /// crate's documentation, "Permissions"): the server answers for each. Tables
+            /// that do not exist are reported as unknown: run the crate's `migrate`.
+            pub async fn check_permissions(
+                &self,
+            ) -> Result<
+                $crate::__private::fence_core::permissions::PermissionReport,
+                $crate::__private::fence_core::FenceError,
+            > {
+                <$dialect as $crate::Dialect>::check_permissions(self).await
             }
         }
 

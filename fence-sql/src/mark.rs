@@ -3,15 +3,15 @@
 
 use std::future::Future;
 
-use fence_core::raw::pipeline::{self, TransactionDecision};
+use fence_core::raw::pipeline::{self, ClaimDecision, TransactionDecision};
 use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
 use fence_core::{
-    Begun, BoundsConfig, Domain, FenceError, FencingToken, IssuerView, OperationId, Revision,
-    Snapshot, TransactionRequest,
+    Begun, BoundsConfig, Claimed, Domain, FenceError, FencingToken, IssuerView, Operation,
+    OperationId, Revision, Snapshot, TransactionRequest,
 };
 use sqlx::{ColumnIndex, Database, Decode, Row, Transaction, Type};
 
-use crate::{corrupt, release, Dialect};
+use crate::{commit, corrupt, release, Dialect};
 
 /// What a locked mark row holds, as the adapter's lock read it in the transaction that holds
 /// the row.
@@ -165,4 +165,36 @@ where
     };
     let entry = EntryHead::entry(head, value).map_err(|why| corrupt::<D>(domain, why))?;
     Ok(Snapshot::new(hwm, entry))
+}
+
+/// fence-core's decision on a claim of `token` over the mark row `tx` locked as `locked`: a
+/// refusal, or a claim at or below the mark, releases the row's lock (nothing changes); a
+/// raise is `raise`'s to write (the adapter's statement, in `tx`), then committed (`Ambiguous`
+/// when the answer to `COMMIT` was lost).
+pub async fn admit_claim<D, F, Fut>(
+    domain: &Domain,
+    token: FencingToken,
+    tx: Transaction<'static, D::Db>,
+    locked: &Locked,
+    raise: F,
+) -> Result<Claimed, FenceError>
+where
+    D: Dialect,
+    F: FnOnce(Transaction<'static, D::Db>) -> Fut,
+    Fut: Future<Output = Result<Transaction<'static, D::Db>, FenceError>>,
+{
+    let decision = match pipeline::decide_claim(domain, locked.hwm, token, locked.bounds()) {
+        Ok(decision) => decision,
+        Err(refused) => {
+            release(tx).await;
+            return Err(refused);
+        }
+    };
+    if let ClaimDecision::Raise(_) = decision {
+        let tx = raise(tx).await?;
+        commit::<D>(tx, domain, Operation::Claim).await?;
+    } else {
+        release(tx).await;
+    }
+    Ok(decision.claimed())
 }

@@ -37,9 +37,10 @@ pub mod sql;
 /// What the test kit's macros name (not part of its API).
 #[doc(hidden)]
 pub mod __private {
+    pub use fence_conformance;
     pub use fence_conformance::services::domain;
     pub use fence_conformance::{lease, retirement};
-    pub use fence_core::BoxFuture;
+    pub use fence_core::{BoxFuture, Domain, Observed};
 }
 
 use std::net::{TcpListener, TcpStream};

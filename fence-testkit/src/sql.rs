@@ -11,6 +11,7 @@ use async_trait::async_trait;
 use fence_conformance::entry::{Call, EntryHarness, Ran};
 use fence_conformance::services::domain as d;
 use fence_conformance::{lease, StatePart, StoreHarness};
+use fence_core::permissions::Access;
 use fence_core::{
     BoxError, Capabilities, Domain, Fence, FenceError, FencedStore, FencingToken, LeaseManager,
     Observed, OpIdRetention, OwnerId, TokenIssuer, TransactionError, TransactionRequest,
@@ -511,4 +512,59 @@ pub async fn ttls_out_of_range_are_refused<D: SqlTestbed>(leases: &dyn LeaseMana
         matches!(too_long, Err(FenceError::InvalidInput(_))),
         "{too_long:?}"
     );
+}
+
+/// The permission check of a fence of `D`: the test user, owner of a freshly migrated
+/// namespace on the shared server, is granted every privilege. Returns that fence and the test
+/// user's pool, for the adapter's own checks of a user granted less (`None`: a loud skip
+/// outside the test command).
+pub async fn the_owner_is_granted_everything<D: SqlTestbed>(
+) -> Option<(Observed<D::Fence>, Pool<D::Db>)> {
+    let (fence, admin) = shared::<D>("permissions").await?;
+    let report = D::check_permissions(&fence).await.unwrap();
+    println!("{report}");
+    assert!(report.all_granted(), "{report}");
+    Some((fence, admin))
+}
+
+/// The permission check of a fence of `D` on a namespace never migrated: nothing granted,
+/// nothing denied, every privilege unknown (the tables it names do not exist).
+pub async fn unmigrated_privileges_are_unknown<D: SqlTestbed>() {
+    let Some(url) = D::shared_url() else {
+        return;
+    };
+    let fence = FenceBuilder::<D>::new(D::pool(&url).await, &D::unique_namespace("unmigrated"))
+        .build()
+        .unwrap();
+    let report = D::check_permissions(&fence).await.unwrap();
+    println!("{report}");
+    assert!(!report.all_granted());
+    assert_eq!(report.denied().count(), 0, "{report}");
+    assert!(report
+        .permissions
+        .iter()
+        .all(|p| matches!(p.access, Access::Unknown(_))));
+}
+
+/// The SQL admission suite (fence-conformance's `sql_admission_tests!`) on the shared server,
+/// for the fence `$fence` of dialect `$dialect`: a client per test, and a counter row lost by
+/// deleting it around the issuer.
+#[macro_export]
+macro_rules! sql_admission_tests {
+    ($fence:ty, $dialect:ty) => {
+        /// Deletes the domain's counter row, as a restore that kept the marks would lose it.
+        async fn lose_counter(
+            fence: &$crate::__private::Observed<$fence>,
+            domain: &$crate::__private::Domain,
+        ) {
+            $crate::sql::set_counter::<$dialect>(fence, domain, None).await;
+        }
+
+        $crate::__private::fence_conformance::sql_admission_client!($fence, lose_counter);
+        $crate::__private::fence_conformance::sql_admission_tests!(client);
+
+        async fn client(test: &str) -> Option<SqlClient> {
+            Some(SqlClient($crate::sql::shared::<$dialect>(test).await?.0))
+        }
+    };
 }
