@@ -152,7 +152,7 @@ macro_rules! store_target {
         Some($adapter::remembered_ops($fence, $domain).await)
     };
     (@ops sql, $adapter:ident, $fence:ident, $domain:ident) => {
-        Some($adapter::remembered_ops($fence, $domain).await)
+        Some((**$fence).remembered_ops($domain).await)
     };
     (@ops objects, $adapter:ident, $fence:ident, $domain:ident) => {{
         let _ = ($fence, $domain);

@@ -161,6 +161,14 @@ impl Dialect for MySqlDialect {
         token_column(domain, value, what)
     }
 
+    fn decode_op(
+        domain: &Domain,
+        row: &sqlx::mysql::MySqlRow,
+        first: usize,
+    ) -> Result<Option<fence_core::raw::StoredOp>, FenceError> {
+        crate::mark::decode_op(domain, row, first)
+    }
+
     fn text_of(domain: &Domain, value: Vec<u8>, what: &str) -> Result<String, FenceError> {
         String::from_utf8(value).map_err(|_| corrupt(domain, format!("{what}: not UTF-8")))
     }

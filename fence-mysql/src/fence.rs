@@ -3,15 +3,14 @@
 use fence_core::raw::pipeline::{self, Current, Decision};
 use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
-    Claimed, Domain, Entry, FenceError, FencingToken, Mutation, Operation, RememberedOp, Snapshot,
-    WriteOutcome, WriteRequest,
+    Claimed, Domain, Entry, FenceError, FencingToken, Mutation, Operation, Snapshot, WriteOutcome,
+    WriteRequest,
 };
 use fence_sql::{admit_claim, release, Remember};
-use sqlx::Row;
 
 use crate::dialect::MySqlDialect;
 use crate::error::{commit, corrupt, map_error, BACKEND};
-use crate::mark::{decode_head, decode_op, token_column, MarkChange};
+use crate::mark::{decode_head, MarkChange};
 
 /// Values larger than this are refused by default (keep it under the server's
 /// `max_allowed_packet`: 16 MiB by default on MariaDB 10.11, measured here; 64 MiB on MySQL 8
@@ -124,32 +123,6 @@ impl MySqlFence {
             Ok(tx)
         })
         .await
-    }
-
-    /// The operation ids `domain` still remembers, oldest first: for operators.
-    pub async fn remembered_ops(&self, domain: &Domain) -> Result<Vec<RememberedOp>, FenceError> {
-        self.ensure_shape(domain, Operation::Read).await?;
-        let rows = sqlx::query(&format!(
-            "SELECT token, op_id, kind, revision, previous FROM {} WHERE domain = ? ORDER BY seq",
-            self.tables().ops()
-        ))
-        .bind(domain.as_str().as_bytes())
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| map_error(e, domain, Operation::Read, false))?;
-        rows.iter()
-            .map(|row| {
-                let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-                let token: u64 = row.try_get(0).map_err(column)?;
-                let token = token_column(domain, token, "operation record's token")?;
-                let op_id: Vec<u8> = row.try_get(1).map_err(column)?;
-                let op_id = fence_core::OperationId::new(String::from_utf8_lossy(&op_id))
-                    .map_err(|e| corrupt(domain, format!("operation record's op id: {e}")))?;
-                decode_op(domain, row, 2)?
-                    .map(|op| op.remembered(token, op_id))
-                    .ok_or_else(|| corrupt(domain, "operation record without a kind"))
-            })
-            .collect()
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {

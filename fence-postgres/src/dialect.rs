@@ -173,6 +173,14 @@ impl Dialect for PostgresDialect {
         token_column(domain, &value, what)
     }
 
+    fn decode_op(
+        domain: &Domain,
+        row: &sqlx::postgres::PgRow,
+        first: usize,
+    ) -> Result<Option<fence_core::raw::StoredOp>, FenceError> {
+        crate::mark::decode_op(domain, row, first)
+    }
+
     fn text_of(_domain: &Domain, value: String, _what: &str) -> Result<String, FenceError> {
         Ok(value) // text columns hold UTF-8 only
     }

@@ -4,13 +4,12 @@ use fence_core::raw::pipeline::{self, Current, Decision};
 use fence_core::raw::OpMemory;
 use fence_core::{
     BoundsConfig, Claimed, Domain, Entry, EqualTokenPolicy, FenceError, FencingToken, IssuerView,
-    Mutation, Operation, OperationId, RememberedOp, Snapshot, WriteCondition, WriteOutcome,
-    WriteRequest,
+    Mutation, Operation, OperationId, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::Row;
 
 use crate::dialect::PostgresDialect;
-use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
+use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
 use crate::mark::{decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange};
 use fence_sql::admit_claim;
 
@@ -146,33 +145,6 @@ impl PostgresFence {
             Ok(tx)
         })
         .await
-    }
-
-    /// The operation ids `domain` still remembers, oldest first: for operators.
-    pub async fn remembered_ops(&self, domain: &Domain) -> Result<Vec<RememberedOp>, FenceError> {
-        self.ensure_shape(domain, Operation::Read).await?;
-        let rows = sqlx::query(&format!(
-            "SELECT token::text, op_id, kind, revision, previous::text FROM {} \
-             WHERE domain = $1 ORDER BY seq",
-            self.tables().ops()
-        ))
-        .bind(domain.as_str())
-        .fetch_all(self.pool())
-        .await
-        .map_err(|e| map_error(e, domain, Operation::Read, false))?;
-        rows.iter()
-            .map(|row| {
-                let column = |e: sqlx::Error| corrupt(domain, format!("operation record: {e}"));
-                let token: String = row.try_get(0).map_err(column)?;
-                let token = token_column(domain, &token, "operation record's token")?;
-                let op_id: String = row.try_get(1).map_err(column)?;
-                let op_id = OperationId::new(&op_id)
-                    .map_err(|e| corrupt(domain, format!("operation record's op id: {e}")))?;
-                let op = decode_op(domain, row, 2)?
-                    .ok_or_else(|| corrupt(domain, "operation record without a kind"))?;
-                Ok(op.remembered(token, op_id))
-            })
-            .collect()
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {

@@ -122,6 +122,14 @@ pub trait Dialect: Send + Sync + Sized + 'static {
         what: &str,
     ) -> Result<FencingToken, FenceError>;
 
+    /// A remembered operation's kind, revision and previous mark in columns
+    /// `first..first + 3` of `row` (`None` when the kind is NULL: nothing remembered).
+    fn decode_op(
+        domain: &Domain,
+        row: &<Self::Db as Database>::Row,
+        first: usize,
+    ) -> Result<Option<fence_core::raw::StoredOp>, FenceError>;
+
     /// A text column's value (`what` names it), or `CorruptState` when it is not UTF-8.
     fn text_of(domain: &Domain, value: Self::TextValue, what: &str) -> Result<String, FenceError>;
 

@@ -4,10 +4,13 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use fence_core::{BoundsConfig, Capabilities, Domain, FenceError, OpIdRetention, Operation};
-use sqlx::Pool;
+use fence_core::{
+    BoundsConfig, Capabilities, Domain, FenceError, OpIdRetention, Operation, OperationId,
+    RememberedOp,
+};
+use sqlx::{ColumnIndex, Database, Executor, IntoArguments, Pool, QueryBuilder, Row};
 
-use crate::{map_error, shape_result, Dialect, FenceBuilder, Tables};
+use crate::{corrupt, map_error, shape_result, Dialect, FenceBuilder, Tables};
 
 /// The parts every SQL fence has (an adapter's fence dereferences to it): the pool it runs on,
 /// its tables, the largest value it accepts, the op ids it remembers per domain and this
@@ -128,5 +131,50 @@ impl<D: Dialect> fmt::Debug for FenceCore<D> {
             .field("op_id_retention", &self.op_id_retention)
             .field("bounds", &self.bounds)
             .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> FenceCore<D>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a, 'q> <D::Db as Database>::Arguments<'a>: IntoArguments<'q, D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+{
+    /// The operation ids `domain` still remembers, oldest first: for operators. A record that
+    /// is not Fence's fails closed (`CorruptState`).
+    pub async fn remembered_ops(&self, domain: &Domain) -> Result<Vec<RememberedOp>, FenceError> {
+        self.ensure_shape(domain, Operation::Read).await?;
+        let mut query = QueryBuilder::new(format!(
+            "SELECT {}, op_id, kind, revision, {} FROM {} WHERE domain = ",
+            D::token_select("token"),
+            D::token_select("previous"),
+            self.tables.ops()
+        ));
+        D::push_domain(&mut query, domain);
+        query.push(" ORDER BY seq");
+        let sql_error = |e| map_error::<D>(e, domain, Operation::Read, false);
+        let mut conn = self.pool.acquire().await.map_err(sql_error)?;
+        let rows = query
+            .build()
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(sql_error)?;
+        rows.iter()
+            .map(|row| {
+                let column =
+                    |e: sqlx::Error| corrupt::<D>(domain, format!("operation record: {e}"));
+                let token: D::TokenValue = row.try_get(0).map_err(column)?;
+                let token = D::token_of(domain, token, "operation record's token")?;
+                let op_id: D::TextValue = row.try_get(1).map_err(column)?;
+                let op_id =
+                    OperationId::new(D::text_of(domain, op_id, "operation record's op id")?)
+                        .map_err(|e| {
+                            corrupt::<D>(domain, format!("operation record's op id: {e}"))
+                        })?;
+                D::decode_op(domain, row, 2)?
+                    .map(|op| op.remembered(token, op_id))
+                    .ok_or_else(|| corrupt::<D>(domain, "operation record without a kind"))
+            })
+            .collect()
     }
 }
