@@ -53,9 +53,11 @@ pub fn an_unreachable_server_is_unavailable_without_its_password<T: Debug>(
 /// the same kind disagreeing, `other_kind` (a URL of another database) as the adapter's URL, a
 /// namespace that is not a plain identifier, an empty pool, an unreadable `FENCE_ISSUED_ONLY`;
 /// and a `DATABASE_URL` of another kind is left alone (the connection is tried, and fails).
-/// `url` is a URL of the adapter's kind naming a server that cannot be reached.
+/// `url` is a URL of the adapter's kind naming a server that cannot be reached; `namespace`
+/// what the adapter calls its tables' namespace in errors (`schema name`).
 pub async fn bad_sql_settings_are_refused_before_any_connection<T, F, Fut>(
     variables: &SqlPoolVariables,
+    namespace: &str,
     url: &str,
     other_kind: &str,
     from_env: F,
@@ -89,12 +91,15 @@ pub async fn bad_sql_settings_are_refused_before_any_connection<T, F, Fut>(
         refused(vec![(variables.url, other_kind)]).await,
         format!("{} is not a valid {product} URL", variables.url)
     );
-    assert!(refused(vec![
+    let bad_name = refused(vec![
         (variables.url, url),
-        (variables.namespace, "Bad-Name")
+        (variables.namespace, "Bad-Name"),
     ])
-    .await
-    .contains("`Bad-Name` must match"));
+    .await;
+    assert!(
+        bad_name.contains(&format!("{namespace} `Bad-Name` must match")),
+        "{bad_name}"
+    );
     assert!(
         refused(vec![(variables.url, url), (variables.max_connections, "0")])
             .await

@@ -176,6 +176,23 @@ impl PermissionReport {
             .map(|p| &p.access)
     }
 
+    /// The names of the permissions whose role is `role`, in order: with [`Role::Operator`],
+    /// what only operators need (retirement, re-bases), which a worker's credentials may lack.
+    ///
+    /// ```
+    /// use fence_core::permissions::{Permission, PermissionReport, Role};
+    /// let mut report = PermissionReport::new("redis", "keys `billing:*`");
+    /// report.push(Permission::granted("EVALSHA", "every fenced operation"));
+    /// report.push(Permission::denied("SCAN", "retire", "NOPERM").for_operators());
+    /// assert_eq!(report.names_for(Role::Operator).collect::<Vec<_>>(), ["SCAN"]);
+    /// ```
+    pub fn names_for(&self, role: Role) -> impl Iterator<Item = &str> {
+        self.permissions
+            .iter()
+            .filter(move |p| p.role == role)
+            .map(|p| p.name.as_str())
+    }
+
     /// True when every permission was granted (none denied, none unknown), operators' too.
     pub fn all_granted(&self) -> bool {
         self.permissions.iter().all(|p| p.access == Access::Granted)

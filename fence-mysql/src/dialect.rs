@@ -23,6 +23,18 @@ use crate::mark::token_column;
 pub(crate) const SAVEPOINT: &str = "SAVEPOINT fence_admitted";
 const RELEASE: &str = "RELEASE SAVEPOINT fence_admitted";
 
+/// What a MySQL fenced transaction keeps for its commit: the proof that the fence raised the
+/// mark and set the savepoint the commit checks (made by the fence's `begin` alone).
+#[derive(Debug)]
+pub struct SavepointSet(());
+
+impl SavepointSet {
+    /// The savepoint [`SAVEPOINT`] was set, after the mark was raised.
+    pub(crate) fn new() -> Self {
+        SavepointSet(())
+    }
+}
+
 /// MySQL and MariaDB, as fence-sql's shared code sees them ([`crate::FencedTransaction`] and
 /// [`crate::RowFence`] are fence-sql's types for this dialect).
 #[derive(Debug)]
@@ -42,8 +54,8 @@ pub(crate) fn number(error: &sqlx::Error) -> Option<u16> {
 impl Dialect for MySqlDialect {
     type Db = MySql;
     type Error = MySqlFenceError;
-    /// Nothing: the mark was raised when the transaction began (see `MySqlFence::begin`).
-    type Pending = ();
+    /// The savepoint the transaction set when it began (the mark raised before it).
+    type Pending = SavepointSet;
     type TokenValue = u64;
     type TextValue = Vec<u8>;
     type Fence = MySqlFence;
@@ -55,6 +67,8 @@ impl Dialect for MySqlDialect {
     // A locking read: the latest committed row, whatever the isolation level.
     const ROW_READ_SUFFIX: &'static str = " LOCK IN SHARE MODE";
 
+    // A `BIGINT UNSIGNED` column is NULL until its first token; 0 is no token of Fence's.
+    const ROW_ZERO_IS_UNSET: bool = false;
     const NOW: &'static str = "UTC_TIMESTAMP(6)";
     // A plain read, after the counter row's lock: a locking read of a missing lease row would
     // take a gap lock, and acquisitions of other domains inserting theirs would deadlock.
@@ -187,7 +201,7 @@ impl Dialect for MySqlDialect {
 
     /// Checks that the transaction is still the one the fence began: its savepoint is there.
     async fn before_commit(
-        _pending: (),
+        _pending: SavepointSet,
         tx: &mut Transaction<'static, MySql>,
         domain: &Domain,
     ) -> Result<(), FenceError> {

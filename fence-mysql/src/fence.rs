@@ -3,14 +3,13 @@
 use fence_core::raw::pipeline::{self, Current, Decision};
 use fence_core::raw::{EntryHead, OpMemory};
 use fence_core::{
-    Claimed, Domain, Entry, FenceError, FencingToken, Mutation, Operation, Snapshot, WriteOutcome,
-    WriteRequest,
+    Domain, Entry, FenceError, Mutation, Operation, Snapshot, WriteOutcome, WriteRequest,
 };
-use fence_sql::{admit_claim, release, Remember};
+use fence_sql::{release, MarkRows, Remember};
 
 use crate::dialect::MySqlDialect;
 use crate::error::{commit, corrupt, map_error, BACKEND};
-use crate::mark::{decode_head, MarkChange};
+use crate::mark::{decode_head, RowChange};
 
 /// Values larger than this are refused by default (keep it under the server's
 /// `max_allowed_packet`: 16 MiB by default on MariaDB 10.11, measured here; 64 MiB on MySQL 8
@@ -101,7 +100,7 @@ impl MySqlFence {
             &mut tx,
             domain,
             operation,
-            MarkChange::Write {
+            RowChange::Write {
                 from: locked.hwm,
                 head,
                 value,
@@ -111,18 +110,6 @@ impl MySqlFence {
         .await?;
         commit(tx, domain, operation).await?;
         Ok(WriteOutcome::Accepted(accepted))
-    }
-
-    async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let (tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let from = locked.hwm;
-        admit_claim::<MySqlDialect, _, _>(domain, token, tx, &locked, |mut tx| async move {
-            let raise = MarkChange::Raise { from, to: token };
-            self.apply(&mut tx, domain, Operation::Claim, raise, None)
-                .await?;
-            Ok(tx)
-        })
-        .await
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {

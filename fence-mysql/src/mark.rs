@@ -1,8 +1,9 @@
 //! A domain's mark row: locked and read in the transaction that decides on it, decoded with
 //! fence-core's column checks, and changed by the statements a decision calls for.
 
+use async_trait::async_trait;
 use fence_core::raw::{EntryHead, StoredOp};
-use fence_sql::{Locked, Remember};
+use fence_sql::{Locked, MarkChange, MarkRows, Remember};
 use std::num::NonZeroU64;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use fence_core::{
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, Row, Transaction};
 
+use crate::dialect::MySqlDialect;
 use crate::error::{corrupt, map_error};
 use crate::fence::MySqlFence;
 
@@ -24,15 +26,11 @@ fn is_deadlock(error: &sqlx::Error) -> bool {
     crate::dialect::number(error) == Some(1213)
 }
 
-/// How a transaction changes the locked mark row.
-pub(crate) enum MarkChange {
-    /// Leave it as it is.
-    Keep,
-    /// Raise the mark from `from` (what the lock read) to `to`; the entry stays.
-    Raise {
-        from: Option<FencingToken>,
-        to: FencingToken,
-    },
+/// How a statement changes the locked mark row: as a claim or a transaction does (fence-sql's
+/// [`MarkChange`]), or as a store write does.
+pub(crate) enum RowChange {
+    /// Keep or raise the mark; the entry stays.
+    Mark(MarkChange),
     /// Raise the mark from `from` to the writer's token and replace the entry (a value, or a
     /// tombstone without one).
     Write {
@@ -76,13 +74,16 @@ pub(crate) fn decode_head(
     Ok((hwm, entry))
 }
 
-impl MySqlFence {
+#[async_trait]
+impl MarkRows for MySqlFence {
+    type Dialect = MySqlDialect;
+
     /// Begins a transaction and locks the domain's mark row in it (creating the row if missing:
     /// `INSERT … ON DUPLICATE KEY UPDATE` takes the row's exclusive lock either way, so holders
     /// of one domain queue on it and never deadlock over its creation), reads it with a locking
     /// read (the latest committed row, whatever the isolation level), and the record of `op`.
-    /// A refusal drops the transaction, which rolls the creation back.
-    pub(crate) async fn lock(
+    /// A refusal rolls the transaction back, and the creation with it.
+    async fn lock(
         &self,
         domain: &Domain,
         operation: Operation,
@@ -165,6 +166,20 @@ impl MySqlFence {
         Ok((tx, Locked::new(hwm, entry, op, settings, issued)))
     }
 
+    async fn change(
+        &self,
+        tx: &mut Transaction<'static, MySql>,
+        domain: &Domain,
+        operation: Operation,
+        change: MarkChange,
+        remember: Option<Remember>,
+    ) -> Result<(), FenceError> {
+        self.apply(tx, domain, operation, RowChange::Mark(change), remember)
+            .await
+    }
+}
+
+impl MySqlFence {
     /// Begins a transaction and locks the domain's mark row in it, creating it if missing.
     async fn lock_row(
         &self,
@@ -191,22 +206,22 @@ impl MySqlFence {
     }
 
     /// Applies `change` and remembers `remember` in `tx` (the mark row locked by
-    /// [`MySqlFence::lock`]), pruning the domain's op ids to the retention.
+    /// the lock (`MarkRows::lock`)), pruning the domain's op ids to the retention.
     pub(crate) async fn apply(
         &self,
         tx: &mut Transaction<'static, MySql>,
         domain: &Domain,
         operation: Operation,
-        change: MarkChange,
+        change: RowChange,
         remember: Option<Remember>,
     ) -> Result<(), FenceError> {
         let sql_error = |e| map_error(e, domain, operation, false);
         let marks = self.tables().marks();
         let changed = match change {
-            MarkChange::Keep => None,
+            RowChange::Mark(MarkChange::Keep) => None,
             // Each change names the mark it decided on: the row cannot have moved under the
             // lock, and if it did (a transaction ended early), nothing is changed.
-            MarkChange::Raise { from, to } => Some(
+            RowChange::Mark(MarkChange::Raise { from, to }) => Some(
                 sqlx::query(&format!(
                     "UPDATE {marks} SET hwm = ? WHERE domain = ? AND hwm <=> ?"
                 ))
@@ -217,7 +232,7 @@ impl MySqlFence {
                 .await
                 .map_err(sql_error)?,
             ),
-            MarkChange::Write { from, head, value } => Some(
+            RowChange::Write { from, head, value } => Some(
                 sqlx::query(&format!(
                     "UPDATE {marks} SET hwm = ?, state = ?, revision = ?, writer = ?, value = ? \
                      WHERE domain = ? AND hwm <=> ?"

@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use fence_core::{Domain, FenceError, Operation, Rebase, RebaseRecord, Rebaser};
-use fence_sql::{decide_rebase, unix_ms};
+use fence_sql::{decide_rebase, unix_ms, MarkRows};
 
 use crate::dialect::MySqlDialect;
 use crate::error::{commit, corrupt, map_error};

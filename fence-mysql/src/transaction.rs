@@ -2,13 +2,12 @@
 //! mark row, so a stale holder's SQL never commits.
 
 use fence_core::{FenceError, Operation, TransactionRequest};
-use fence_sql::{admit_transaction, Transactional};
+use fence_sql::{admit_transaction, MarkRows, Transactional};
 use sqlx::Executor;
 
-use crate::dialect::{MySqlDialect, SAVEPOINT};
+use crate::dialect::{MySqlDialect, SavepointSet, SAVEPOINT};
 use crate::error::map_error;
 use crate::fence::MySqlFence;
-use crate::mark::MarkChange;
 
 /// What [`MySqlFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
 pub type Begun = fence_core::Begun<FencedTransaction>;
@@ -43,15 +42,14 @@ impl Transactional for MySqlFence {
                 // The mark and the op id before the caller's first statement: an implicit
                 // commit inside the transaction commits them with what ran before it, never
                 // that alone.
-                let change = match admitted.raise_to {
-                    Some(to) => MarkChange::Raise {
-                        from: admitted.previous,
-                        to,
-                    },
-                    None => MarkChange::Keep,
-                };
-                self.apply(&mut tx, domain, operation, change, admitted.remember)
-                    .await?;
+                self.change(
+                    &mut tx,
+                    domain,
+                    operation,
+                    admitted.change,
+                    admitted.remember,
+                )
+                .await?;
                 (&mut *tx)
                     .execute(SAVEPOINT)
                     .await
@@ -60,7 +58,7 @@ impl Transactional for MySqlFence {
                     tx,
                     request.fencing().clone(),
                     admitted.previous,
-                    (),
+                    SavepointSet::new(),
                 ))
             }
         })

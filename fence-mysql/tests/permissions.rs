@@ -48,12 +48,8 @@ async fn the_check_names_each_missing_privilege() {
     let report = report.unwrap();
     println!("{report}");
     let access = |name: &str| {
-        report
-            .permissions
-            .iter()
-            .find(|p| p.name == name)
-            .map(|p| p.access.clone())
-            .unwrap_or_else(|| panic!("{name} not in {report}"))
+        let found = report.permissions.iter().find(|p| p.name == name);
+        found.map_or_else(|| panic!("{name} not in {report}"), |p| p.access.clone())
     };
     assert_eq!(
         access(&format!("SELECT, INSERT, UPDATE on {db}.fence_marks")),
@@ -85,12 +81,7 @@ async fn the_check_names_each_missing_privilege() {
         Access::Granted
     );
     assert_eq!(report.denied().count(), 6, "{report}");
-    let operators: Vec<&str> = report
-        .permissions
-        .iter()
-        .filter(|p| p.role == Role::Operator)
-        .map(|p| p.name.as_str())
-        .collect();
+    let operators: Vec<&str> = report.names_for(Role::Operator).collect();
     assert_eq!(
         operators,
         [

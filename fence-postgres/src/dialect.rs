@@ -7,14 +7,12 @@ use fence_core::env::SqlPoolVariables;
 use fence_core::permissions::PermissionReport;
 use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
-use fence_sql::{Dialect, ErrorClass, FenceCore, Tables};
+use fence_sql::{Dialect, ErrorClass, FenceCore, MarkChange, Remember, Tables};
 use sqlx::postgres::{PgPool, PgQueryResult, Postgres};
 use sqlx::{QueryBuilder, Transaction};
 
 use crate::error::{corrupt, token_column, PostgresFenceError, BACKEND};
 use crate::fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES};
-use crate::mark::MarkChange;
-use fence_sql::Remember;
 
 /// PostgreSQL, as fence-sql's shared code sees it ([`crate::FencedTransaction`] and
 /// [`crate::RowFence`] are fence-sql's types for this dialect).
@@ -46,6 +44,8 @@ impl Dialect for PostgresDialect {
     // A plain read sees the latest committed row under READ COMMITTED, PostgreSQL's default.
     const ROW_READ_SUFFIX: &'static str = "";
 
+    // Columns made `DEFAULT 0` before adopting Fence (MIGRATION.md) mean no token yet.
+    const ROW_ZERO_IS_UNSET: bool = true;
     const NOW: &'static str = "clock_timestamp()";
     const LEASE_READ_SUFFIX: &'static str = " FOR UPDATE";
     // What fence-core's TTL check allows: whole milliseconds up to i64::MAX.
@@ -146,10 +146,11 @@ impl Dialect for PostgresDialect {
     }
 
     async fn notify_release(
+        conn: &mut sqlx::PgConnection,
         core: &FenceCore<PostgresDialect>,
         domain: &Domain,
     ) -> Result<(), sqlx::Error> {
-        crate::lease::notify_release(core, domain).await
+        crate::lease::notify_release(conn, core, domain).await
     }
 
     async fn wait_for_release(

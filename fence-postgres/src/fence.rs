@@ -3,15 +3,14 @@
 use fence_core::raw::pipeline::{self, Current, Decision};
 use fence_core::raw::OpMemory;
 use fence_core::{
-    BoundsConfig, Claimed, Domain, Entry, EqualTokenPolicy, FenceError, FencingToken, IssuerView,
-    Mutation, Operation, OperationId, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
+    BoundsConfig, Domain, Entry, EqualTokenPolicy, FenceError, IssuerView, Mutation, Operation,
+    OperationId, Snapshot, WriteCondition, WriteOutcome, WriteRequest,
 };
 use sqlx::Row;
 
 use crate::dialect::PostgresDialect;
 use crate::error::{corrupt, map_error, PostgresFenceError, BACKEND};
-use crate::mark::{decode_head, decode_op, issued_column, revision_i64, step_column, MarkChange};
-use fence_sql::admit_claim;
+use crate::mark::{decode_head, decode_op, issued_column, revision_i64, step_column};
 
 /// Values larger than this are refused by default (PostgreSQL's `bytea` holds up to 1 GiB).
 pub const DEFAULT_MAX_VALUE_BYTES: usize = 16 * 1024 * 1024;
@@ -133,18 +132,6 @@ impl PostgresFence {
                 }),
             )),
         }
-    }
-
-    async fn claim_now(&self, domain: &Domain, token: FencingToken) -> Result<Claimed, FenceError> {
-        let (tx, locked) = self.lock(domain, Operation::Claim, None).await?;
-        let from = locked.hwm;
-        admit_claim::<PostgresDialect, _, _>(domain, token, tx, &locked, |mut tx| async move {
-            let raise = MarkChange::Raise { from, to: token };
-            self.apply(&mut tx, domain, Operation::Claim, raise, None, false)
-                .await?;
-            Ok(tx)
-        })
-        .await
     }
 
     async fn read_now(&self, domain: &Domain) -> Result<Snapshot, FenceError> {

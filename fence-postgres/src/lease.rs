@@ -33,15 +33,16 @@ fn release_payload(core: &FenceCore<PostgresDialect>, domain: &Domain) -> String
     format!("{}\n{}", core.tables().name(), domain.as_str())
 }
 
-/// Notifies the waiters of `domain`'s lease in `core`'s schema that it was released.
+/// Notifies the waiters of `domain`'s lease in `core`'s schema that it was released, on `conn`.
 pub(crate) async fn notify_release(
+    conn: &mut sqlx::PgConnection,
     core: &FenceCore<PostgresDialect>,
     domain: &Domain,
 ) -> Result<(), sqlx::Error> {
     sqlx::query("SELECT pg_notify($1, $2)")
         .bind(RELEASE_CHANNEL)
         .bind(release_payload(core, domain))
-        .execute(core.pool())
+        .execute(conn)
         .await
         .map(drop)
 }

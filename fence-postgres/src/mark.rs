@@ -1,7 +1,6 @@
-//! A domain's mark row as claims and fenced transactions see it: what the lock read
-//! ([`Locked`]), a remembered operation (fence-core's `StoredOp`), the change a transaction makes
-//! ([`MarkChange`], [`Remember`]) and the column decoders. The statements that lock and change
-//! the row are in `mark_rows.rs`. (Store writes run the schema's `fence_write` instead.)
+//! The column decoders of a domain's mark row (what a lock read and what a change writes are
+//! fence-sql's `Locked`, `MarkChange` and `Remember`). The statements that lock and change the
+//! row are in `mark_rows.rs`. (Store writes run the schema's `fence_write` instead.)
 
 use std::num::NonZeroU64;
 
@@ -11,17 +10,6 @@ use sqlx::postgres::PgRow;
 use sqlx::Row;
 
 use crate::error::{corrupt, token_column};
-
-/// How a transaction changes the locked mark row.
-pub(crate) enum MarkChange {
-    /// Leave it as it is.
-    Keep,
-    /// Raise the mark from `from` (what the lock read) to `to`; the entry stays.
-    Raise {
-        from: Option<FencingToken>,
-        to: FencingToken,
-    },
-}
 
 /// The counter's last token as read (`None`: no row, or a counter at 0 that issued nothing).
 pub(crate) fn issued_column(

@@ -1,20 +1,25 @@
 //! The statements on a domain's mark row: locking it (with the settings, counter and op record
 //! read after the lock) and applying a transaction's change to it.
 
+use async_trait::async_trait;
 use fence_core::{BoundsConfig, Domain, FenceError, FencingToken, Operation, OperationId};
+use fence_sql::{Locked, MarkChange, MarkRows, Remember};
 use sqlx::{PgConnection, Postgres, QueryBuilder, Row, Transaction};
 
+use crate::dialect::PostgresDialect;
 use crate::error::{corrupt, map_error};
 use crate::fence::PostgresFence;
-use crate::mark::{decode_head, decode_op, issued_column, step_column, MarkChange};
-use fence_sql::{Locked, Remember};
+use crate::mark::{decode_head, decode_op, issued_column, step_column};
 
-impl PostgresFence {
+#[async_trait]
+impl MarkRows for PostgresFence {
+    type Dialect = PostgresDialect;
+
     /// Begins a transaction and locks the domain's mark row in it (creating the row if
-    /// missing; a refusal drops the transaction, which rolls the creation back), then reads, in
+    /// missing; a refusal rolls the transaction back, and the creation with it), then reads, in
     /// one statement of its own, the schema's settings, the domain's counter and the record of
     /// `op`. Concurrent holders of the domain wait on the lock until this transaction ends.
-    pub(crate) async fn lock(
+    async fn lock(
         &self,
         domain: &Domain,
         operation: Operation,
@@ -91,6 +96,20 @@ impl PostgresFence {
         ))
     }
 
+    async fn change(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        domain: &Domain,
+        operation: Operation,
+        change: MarkChange,
+        remember: Option<Remember>,
+    ) -> Result<(), FenceError> {
+        self.apply(tx, domain, operation, change, remember, false)
+            .await
+    }
+}
+
+impl PostgresFence {
     /// Applies `change` to the locked mark row and remembers `op`, in one statement, and
     /// forgets the domain's records beyond the newest `op_id_retention`. With nothing to
     /// change, sends the statement anyway when `always` (it fails on an aborted transaction,

@@ -2,11 +2,10 @@
 //! mark row, so a stale holder's SQL never commits.
 
 use fence_core::{FenceError, Operation, TransactionRequest};
-use fence_sql::{admit_transaction, Transactional};
+use fence_sql::{admit_transaction, MarkRows, Transactional};
 
 use crate::dialect::{PendingMark, PostgresDialect};
 use crate::fence::PostgresFence;
-use crate::mark::MarkChange;
 
 /// What [`PostgresFence::begin`] found: the admitted [`FencedTransaction`], or a replayed op id.
 pub type Begun = fence_core::Begun<FencedTransaction>;
@@ -20,7 +19,8 @@ pub type Begun = fence_core::Begun<FencedTransaction>;
 /// Its `commit` raises the mark and remembers the op id just before `COMMIT`. A connection
 /// lost once `COMMIT` was sent is [`FenceError::Ambiguous`] (retry with the same op id to
 /// learn the outcome). A transaction one of your statements aborted commits nothing and is an
-/// error there (code `25P02`), never a success.
+/// error there (code `25P02`), never a success. Savepoints inside it (through
+/// `sqlx::Connection::begin` on its connection) are fine.
 pub type FencedTransaction = fence_sql::FencedTransaction<PostgresDialect>;
 
 fence_sql::fenced_transactions!(fence_postgres, PostgresFence, PostgresDialect);
@@ -35,16 +35,9 @@ impl Transactional for PostgresFence {
         let (tx, locked) = self.lock(request.domain(), Operation::Write, op).await?;
         admit_transaction::<PostgresDialect, _, _, _>(request, tx, &locked, |tx, admitted| {
             // The mark is raised and the op id remembered by the commit, just before `COMMIT`.
-            let change = match admitted.raise_to {
-                Some(to) => MarkChange::Raise {
-                    from: admitted.previous,
-                    to,
-                },
-                None => MarkChange::Keep,
-            };
             let pending = PendingMark {
                 fence: self.clone(),
-                change,
+                change: admitted.change,
                 remember: admitted.remember,
             };
             let fencing = request.fencing().clone();

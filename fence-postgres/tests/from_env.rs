@@ -50,6 +50,7 @@ async fn an_unreachable_server_is_unavailable_and_its_password_is_not_shown() {
 async fn bad_settings_are_refused_before_any_connection() {
     bad_sql_settings_are_refused_before_any_connection(
         &fence_postgres::env::VARIABLES,
+        "schema name",
         "postgres://app:s3cret@127.0.0.1:1/db",
         "mysql://app:s3cret@127.0.0.1:1/db",
         |env| async move { PostgresFenceBuilder::from_env_with(&env).await },

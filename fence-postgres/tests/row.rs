@@ -1,6 +1,7 @@
 //! The seeds' per-row form on a user table against the shared server: the update's own
-//! condition fences, zero affected rows become `Fenced` (or a missing row), and a race of
-//! holders on one row ends with the newest token's data.
+//! condition fences, zero affected rows become `Fenced` (or a missing row), a token column at
+//! 0 has accepted no token yet, and a race of holders on one row ends with the newest token's
+//! data.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use fence_conformance::services::{assert_fenced, token as t};
@@ -118,6 +119,27 @@ async fn a_missing_row_and_a_corrupt_token_are_typed_and_change_nothing() {
     ] {
         assert!(RowFence::new("public", table, key, token).is_err());
     }
+}
+
+/// A column made `DEFAULT 0` before Fence (MIGRATION.md) holds no token yet: its first fenced
+/// update is admitted under either policy, and the column then fences as any other.
+#[tokio::test]
+async fn a_zero_token_column_has_accepted_no_token_yet() {
+    let Some((pool, rows, table)) = accounts("row_zero", "numeric(20,0)").await else {
+        return;
+    };
+    sqlx::query(&format!(
+        "INSERT INTO {table} VALUES (4, 100, 0), (5, 100, 0)"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    set_balance(&pool, &rows, 4, t(1), 90).await.unwrap();
+    assert_eq!(row(&pool, &table, 4).await, (90, Some("1".into())));
+    let strict = rows.clone().with_policy(EqualTokenPolicy::Strict);
+    set_balance(&pool, &strict, 5, t(1), 80).await.unwrap();
+    assert_fenced(set_balance(&pool, &strict, 5, t(1), 0).await, 1, 1);
+    assert_eq!(row(&pool, &table, 5).await, (80, Some("1".into())));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

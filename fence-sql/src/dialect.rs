@@ -17,7 +17,9 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     type Db: Database;
     /// The adapter's error type, the source of the [`FenceError`]s it reports.
     type Error: std::error::Error + From<sqlx::Error> + Send + Sync + 'static;
-    /// What a fenced transaction keeps for [`Dialect::before_commit`].
+    /// What a fenced transaction keeps for [`Dialect::before_commit`]. Constructible by the
+    /// adapter alone (a private field): a [`crate::FencedTransaction`] is made only with one,
+    /// so only the adapter's `begin` hands one out.
     type Pending: Send + Sync + 'static;
     /// How the database hands back a token column (read by [`Dialect::token_select`]).
     type TokenValue: for<'r> sqlx::Decode<'r, Self::Db> + sqlx::Type<Self::Db> + Send + Unpin;
@@ -38,6 +40,9 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// What the per-row fence appends to its read of a refused row's token, to read the latest
     /// committed one (a locking read where plain reads see a snapshot).
     const ROW_READ_SUFFIX: &'static str;
+    /// Whether a per-row token column holding 0 means "no token accepted yet", as NULL does
+    /// (else 0 is no token of Fence's, and such a row is refused as corrupt).
+    const ROW_ZERO_IS_UNSET: bool;
     /// The server's clock, as leases' expiry is compared with it.
     const NOW: &'static str;
     /// What the lease row's read in an acquisition ends with, under the counter row's lock:
@@ -93,9 +98,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// A counter read from a token column (`what` names it; 0 allowed), or `CorruptState`.
     fn number_of(domain: &Domain, value: Self::TokenValue, what: &str) -> Result<u64, FenceError>;
 
-    /// Tells waiters that `domain`'s lease was just released, where the database can; the
-    /// default does nothing (waiters poll).
-    async fn notify_release(_core: &FenceCore<Self>, _domain: &Domain) -> Result<(), sqlx::Error> {
+    /// Tells waiters that `domain`'s lease was just released (on `conn`, the connection the
+    /// release ran on), where the database can; the default does nothing (waiters poll).
+    async fn notify_release(
+        _conn: &mut <Self::Db as Database>::Connection,
+        _core: &FenceCore<Self>,
+        _domain: &Domain,
+    ) -> Result<(), sqlx::Error> {
         Ok(())
     }
 

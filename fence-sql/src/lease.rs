@@ -180,9 +180,17 @@ where
             .begin()
             .await
             .map_err(|e| map_error::<D>(e, domain, operation, false))?;
-        let token = self.core.issue_in(&mut tx, domain, operation).await?;
-        commit::<D>(tx, domain, operation).await?;
-        Ok(token)
+        match self.core.issue_in(&mut tx, domain, operation).await {
+            Ok(token) => {
+                commit::<D>(tx, domain, operation).await?;
+                Ok(token)
+            }
+            Err(error) => {
+                // The counter row's lock is free when the call returns.
+                crate::release(tx).await;
+                Err(error)
+            }
+        }
     }
 }
 
@@ -207,44 +215,56 @@ where
         let mut tx = self.core.pool().begin().await.map_err(sql_error)?;
         // The counter row's lock (taken by the issue) serializes acquisitions of the domain;
         // the lease row is read under it, so a refusal issues nothing.
-        let token = self.core.issue_in(&mut tx, domain, operation).await?;
-        let mut read = QueryBuilder::new(format!(
-            "SELECT owner, expires > {} FROM {leases} WHERE domain = ",
-            D::NOW
-        ));
-        D::push_domain(&mut read, domain);
-        read.push(D::LEASE_READ_SUFFIX);
-        let holder = read
-            .build()
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(sql_error)?;
-        if let Some(row) = holder {
-            let column = |e: sqlx::Error| crate::corrupt::<D>(domain, format!("lease row: {e}"));
-            let current: D::TextValue = row.try_get(0).map_err(column)?;
-            let live: bool = row.try_get(1).map_err(column)?;
-            if live && D::text_of(domain, current, "lease owner")? != owner.as_str() {
-                // Rolled back: losers consume no token.
-                crate::release(tx).await;
-                return Err(FenceError::LeaseHeld {
-                    domain: domain.clone(),
-                });
+        let granted = async {
+            let token = self.core.issue_in(&mut tx, domain, operation).await?;
+            let mut read = QueryBuilder::new(format!(
+                "SELECT owner, expires > {} FROM {leases} WHERE domain = ",
+                D::NOW
+            ));
+            D::push_domain(&mut read, domain);
+            read.push(D::LEASE_READ_SUFFIX);
+            let holder = read
+                .build()
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(sql_error)?;
+            if let Some(row) = holder {
+                let column =
+                    |e: sqlx::Error| crate::corrupt::<D>(domain, format!("lease row: {e}"));
+                let current: D::TextValue = row.try_get(0).map_err(column)?;
+                let live: bool = row.try_get(1).map_err(column)?;
+                if live && D::text_of(domain, current, "lease owner")? != owner.as_str() {
+                    return Err(FenceError::LeaseHeld {
+                        domain: domain.clone(),
+                    });
+                }
             }
+            let mut grant = QueryBuilder::new(format!(
+                "INSERT INTO {leases} (domain, owner, token, expires) VALUES ("
+            ));
+            D::push_domain(&mut grant, domain);
+            grant.push(", ");
+            D::push_text(&mut grant, owner.as_str());
+            grant.push(", ");
+            D::push_token(&mut grant, token);
+            grant.push(", ");
+            D::push_expiry(&mut grant, ttl);
+            grant
+                .push(")")
+                .push(D::upsert(&["owner", "token", "expires"]));
+            grant.build().execute(&mut *tx).await.map_err(sql_error)?;
+            Ok(token)
         }
-        let mut grant = QueryBuilder::new(format!(
-            "INSERT INTO {leases} (domain, owner, token, expires) VALUES ("
-        ));
-        D::push_domain(&mut grant, domain);
-        grant.push(", ");
-        D::push_text(&mut grant, owner.as_str());
-        grant.push(", ");
-        D::push_token(&mut grant, token);
-        grant.push(", ");
-        D::push_expiry(&mut grant, ttl);
-        grant
-            .push(")")
-            .push(D::upsert(&["owner", "token", "expires"]));
-        grant.build().execute(&mut *tx).await.map_err(sql_error)?;
+        .await;
+        let token = match granted {
+            Ok(token) => token,
+            Err(refused) => {
+                // Rolled back now: losers consume no token, and the counter row's lock is
+                // free when the call returns.
+                crate::release(tx).await;
+                return Err(refused);
+            }
+        };
         commit::<D>(tx, domain, operation).await?;
         Ok(Lease::new(
             domain.clone(),
@@ -282,6 +302,8 @@ where
     async fn release_now(&self, lease: &Lease) -> Result<(), FenceError> {
         let domain = &lease.domain;
         self.core.ensure_shape(domain, Operation::Lease).await?;
+        let sql_error = |e| map_error::<D>(e, domain, Operation::Lease, false);
+        let mut conn = self.core.pool().acquire().await.map_err(sql_error)?;
         // The live row first; else an expired row of this owner is removed too (no one holds
         // it), but reported lost.
         for live_only in [true, false] {
@@ -293,11 +315,15 @@ where
             if live_only {
                 delete.push(format!(" AND expires > {}", D::NOW));
             }
-            let deleted = self.execute(delete, domain).await?;
-            if live_only && deleted == 1 {
-                // Released whatever the notification does: a waiter it misses wakes at the
-                // expiry it read.
-                if let Err(error) = D::notify_release(&self.core, domain).await {
+            let deleted = delete
+                .build()
+                .execute(&mut *conn)
+                .await
+                .map_err(sql_error)?;
+            if live_only && D::rows_affected(&deleted) == 1 {
+                // Released whatever the notification does (on the same connection, once the
+                // delete committed): a waiter it misses wakes at the expiry it read.
+                if let Err(error) = D::notify_release(&mut conn, &self.core, domain).await {
                     tracing::debug!(%error, domain = domain.as_str(), "release not notified");
                 }
                 return Ok(());

@@ -18,7 +18,9 @@ pub use builder::FenceBuilder;
 pub use dialect::{Dialect, ErrorClass};
 pub use error::{commit, corrupt, map_error, release, user_sql_error};
 pub use lease::{SqlIssuer, SqlLeases};
-pub use mark::{admit_claim, admit_transaction, snapshot, Admitted, Locked, Remember};
+pub use mark::{
+    admit_transaction, claim, snapshot, Admitted, Locked, MarkChange, MarkRows, Remember,
+};
 pub use parts::FenceCore;
 pub use rebase::{decide_rebase, rebases, unix_ms};
 pub use retire::retire;
@@ -117,8 +119,8 @@ macro_rules! dialect_functions {
 /// given) with what it shares with every other: a struct whose field `core` is its
 /// [`FenceCore`], made from one (as [`FenceBuilder::build`] does) and dereferencing to it (the
 /// pool, the tables, the limits and bounds, `issuer()`, `leases()`, `to_builder()`), its
-/// `builder`, and fence-core's `Fence` and `FencedStore` from its inherent `claim_now`,
-/// `write_now` and `read_now`.
+/// `builder`, and fence-core's `Fence` and `FencedStore` from its [`MarkRows`] (claims) and its
+/// inherent `write_now` and `read_now`.
 #[macro_export]
 macro_rules! fenced_store {
     ($(#[$meta:meta])* $vis:vis struct $fence:ident: $dialect:ty;) => {
@@ -186,7 +188,7 @@ macro_rules! fenced_store {
                 $crate::__private::fence_core::Claimed,
                 $crate::__private::fence_core::FenceError,
             > {
-                self.claim_now(domain, token).await
+                $crate::claim(self, domain, token).await
             }
 
             async fn high_water_mark(

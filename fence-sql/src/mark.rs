@@ -3,6 +3,8 @@
 
 use std::future::Future;
 
+use async_trait::async_trait;
+
 use fence_core::raw::pipeline::{self, ClaimDecision, TransactionDecision};
 use fence_core::raw::{EntryHead, StoredOp, TokenBounds};
 use fence_core::{
@@ -88,14 +90,30 @@ impl Remember {
     }
 }
 
+/// How a fenced transaction or a claim changes the locked mark row.
+// Closed: a claim or a transaction keeps the mark or raises it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MarkChange {
+    /// Leave it as it is (the token is the mark already).
+    Keep,
+    /// Raise the mark from `from` (what the lock read) to `to`; the entry stays. The adapter's
+    /// statement names `from`, so a row that moved under the lock is never changed.
+    Raise {
+        /// The mark the lock read.
+        from: Option<FencingToken>,
+        /// The admitted token.
+        to: FencingToken,
+    },
+}
+
 /// What a fenced transaction admitted over a locked mark row writes there.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Admitted {
     /// The mark before the transaction.
     pub previous: Option<FencingToken>,
-    /// The mark to raise to (`None`: the token is the mark already).
-    pub raise_to: Option<FencingToken>,
+    /// How the mark row changes.
+    pub change: MarkChange,
     /// The request's op id to remember, if it has one.
     pub remember: Option<Remember>,
 }
@@ -133,9 +151,17 @@ where
         }
     };
     let token = request.token();
+    let change = if raise {
+        MarkChange::Raise {
+            from: locked.hwm,
+            to: token,
+        }
+    } else {
+        MarkChange::Keep
+    };
     let admitted = Admitted {
         previous: locked.hwm,
-        raise_to: raise.then_some(token),
+        change,
         remember: request
             .op_id()
             .map(|op_id| Remember::new(token, op_id.clone(), locked.hwm, None)),
@@ -167,22 +193,42 @@ where
     Ok(Snapshot::new(hwm, entry))
 }
 
-/// fence-core's decision on a claim of `token` over the mark row `tx` locked as `locked`: a
-/// refusal, or a claim at or below the mark, releases the row's lock (nothing changes); a
-/// raise is `raise`'s to write (the adapter's statement, in `tx`), then committed (`Ambiguous`
-/// when the answer to `COMMIT` was lost).
-pub async fn admit_claim<D, F, Fut>(
+/// The adapter's statements on a domain's mark row, which the shared decisions run in order:
+/// lock it (reading what fence-core's decisions need), then change it in the same transaction.
+#[async_trait]
+pub trait MarkRows: Send + Sync {
+    /// The fence's dialect.
+    type Dialect: Dialect;
+
+    /// Begins a transaction and locks `domain`'s mark row in it (creating it if missing),
+    /// reading the mark, the settings in force, the domain's counter and the record of `op`.
+    async fn lock(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+        op: Option<(FencingToken, &OperationId)>,
+    ) -> Result<(Transaction<'static, <Self::Dialect as Dialect>::Db>, Locked), FenceError>;
+
+    /// Applies `change` to the row `tx` locked and remembers `remember` with it.
+    async fn change(
+        &self,
+        tx: &mut Transaction<'static, <Self::Dialect as Dialect>::Db>,
+        domain: &Domain,
+        operation: Operation,
+        change: MarkChange,
+        remember: Option<Remember>,
+    ) -> Result<(), FenceError>;
+}
+
+/// A claim of `token` on `domain`: the row locked, fence-core's decision on it; a refusal, or a
+/// claim at or below the mark, rolls the transaction back before returning (nothing changes);
+/// a raise is written and committed (`Ambiguous` when the answer to `COMMIT` was lost).
+pub async fn claim<F: MarkRows>(
+    fence: &F,
     domain: &Domain,
     token: FencingToken,
-    tx: Transaction<'static, D::Db>,
-    locked: &Locked,
-    raise: F,
-) -> Result<Claimed, FenceError>
-where
-    D: Dialect,
-    F: FnOnce(Transaction<'static, D::Db>) -> Fut,
-    Fut: Future<Output = Result<Transaction<'static, D::Db>, FenceError>>,
-{
+) -> Result<Claimed, FenceError> {
+    let (mut tx, locked) = fence.lock(domain, Operation::Claim, None).await?;
     let decision = match pipeline::decide_claim(domain, locked.hwm, token, locked.bounds()) {
         Ok(decision) => decision,
         Err(refused) => {
@@ -191,8 +237,14 @@ where
         }
     };
     if let ClaimDecision::Raise(_) = decision {
-        let tx = raise(tx).await?;
-        commit::<D>(tx, domain, Operation::Claim).await?;
+        let raise = MarkChange::Raise {
+            from: locked.hwm,
+            to: token,
+        };
+        fence
+            .change(&mut tx, domain, Operation::Claim, raise, None)
+            .await?;
+        commit::<F::Dialect>(tx, domain, Operation::Claim).await?;
     } else {
         release(tx).await;
     }

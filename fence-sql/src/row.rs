@@ -18,9 +18,9 @@ use crate::{corrupt, user_sql_error, Dialect};
 /// The update is the seed's statement,
 /// `UPDATE accounts SET …, fence_token = t WHERE id = k AND (fence_token IS NULL OR fence_token <= t)`
 /// (`<` under [`EqualTokenPolicy::Strict`]): the row is its own mark, no Fence table is
-/// involved, and a row whose token column is NULL has accepted no token yet. A token column
-/// holding 0 (or a negative number) holds no token of Fence's: such a row is refused and
-/// reported corrupt.
+/// involved, and a row whose token column is NULL has accepted no token yet (0 too where the
+/// dialect says so: [`Dialect::ROW_ZERO_IS_UNSET`]). A column holding no token of Fence's
+/// (negative, or 0 elsewhere) is refused and reported corrupt.
 ///
 /// Zero rows matched becomes [`FenceError::Fenced`] with the row's current token, a
 /// `NotFound` backend error when the row does not exist, or a retryable `Contention` error
@@ -103,9 +103,10 @@ impl<D: Dialect> RowFence<D> {
                 query
                     .push(format!(" WHERE {} = ", self.target.key_column()))
                     .push_bind(key.clone())
-                    // A token below 1 is not Fence's: the row is refused and reported corrupt.
+                    // A token below the floor is not Fence's: the row is refused, reported corrupt.
                     .push(format!(
-                        " AND ({column} IS NULL OR ({column} >= 1 AND {column} {} ",
+                        " AND ({column} IS NULL OR ({column} >= {} AND {column} {} ",
+                        u8::from(!D::ROW_ZERO_IS_UNSET),
                         self.target.comparison()
                     ));
                 D::push_token(&mut query, token);
@@ -166,11 +167,8 @@ impl<D: Dialect> RowFence<D> {
                     D::row_missing(table()),
                 )
             }
-            Ok(Some(current)) => match current
-                .map(|c| D::token_of(domain, c, "token column"))
-                .transpose()
-            {
-                Ok(current) => current,
+            Ok(Some(current)) => match current.map(|c| row_token::<D>(domain, c)).transpose() {
+                Ok(current) => current.flatten(),
                 Err(corrupt) => return corrupt,
             },
         };
@@ -205,6 +203,20 @@ impl<D: Dialect> fmt::Debug for RowFence<D> {
             .field("backend", &D::BACKEND)
             .field("target", &self.target)
             .finish()
+    }
+}
+
+/// A token column's value: `None` for 0 where the dialect lets 0 mean "no token yet", else
+/// the token (`CorruptState` for anything that is not one).
+fn row_token<D: Dialect>(
+    domain: &Domain,
+    value: D::TokenValue,
+) -> Result<Option<FencingToken>, FenceError> {
+    match D::number_of(domain, value, "token column")? {
+        0 if D::ROW_ZERO_IS_UNSET => Ok(None),
+        n => FencingToken::new(n)
+            .map(Some)
+            .map_err(|e| corrupt::<D>(domain, format!("token column {n}: {e}"))),
     }
 }
 

@@ -31,7 +31,10 @@ pub struct FencedTransaction<D: Dialect> {
 impl<D: Dialect> FencedTransaction<D> {
     /// The transaction `tx` of `fencing`'s request, admitted by the adapter over the mark
     /// `previous_high_water_mark`; `pending` is what its [`Dialect::before_commit`] needs.
-    /// For adapters: users get theirs from the fence's `begin`.
+    /// For adapters: users get theirs from the fence's `begin`. Only the adapter can make a
+    /// [`Dialect::Pending`] (its fields or constructor are its own), so only it can call this:
+    /// a `FencedTransaction` is proof that the fence admitted the token.
+    #[doc(hidden)]
     pub fn admitted(
         tx: Transaction<'static, D::Db>,
         fencing: Fencing,

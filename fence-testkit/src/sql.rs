@@ -359,6 +359,34 @@ where
         Some(lease.token),
         "the lease survived the crash"
     );
+    // So another owner is refused until it expires.
+    let other = fence
+        .leases()
+        .acquire(&domain, &OwnerId::new("b").unwrap(), Duration::from_secs(5))
+        .await;
+    assert!(
+        matches!(other, Err(FenceError::LeaseHeld { .. })),
+        "{other:?}"
+    );
+}
+
+/// The counter row of `domain` as stored (`None`: no row), read around the issuer.
+pub async fn counter_of<D: SqlTestbed>(fence: &FenceCore<D>, domain: &Domain) -> Option<u64>
+where
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a, 'q> <D::Db as Database>::Arguments<'a>: IntoArguments<'q, D::Db>,
+    usize: ColumnIndex<<D::Db as Database>::Row>,
+{
+    let mut read = QueryBuilder::<D::Db>::new(format!(
+        "SELECT {} FROM {} WHERE domain = ",
+        D::token_select("last"),
+        fence.tables().counters()
+    ));
+    D::push_domain(&mut read, domain);
+    let mut conn = fence.pool().acquire().await.unwrap();
+    let row = read.build().fetch_optional(&mut *conn).await.unwrap()?;
+    let last: D::TokenValue = row.try_get(0).unwrap();
+    Some(D::number_of(domain, last, "token counter").unwrap())
 }
 
 /// The lease tests every SQL adapter runs, on its dialect `$dialect` (a [`SqlTestbed`]): the
@@ -469,6 +497,11 @@ macro_rules! sql_lease_tests {
                 &set_counter,
             )
             .await;
+            assert_eq!(
+                $crate::sql::counter_of::<$dialect>(&fence, &recreated).await,
+                Some(u64::MAX),
+                "an exhausted counter is left as it was"
+            );
         }
 
         #[tokio::test]
