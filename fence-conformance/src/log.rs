@@ -358,7 +358,11 @@ pub async fn log_state_survives_restart(h: &dyn LogHarness, ns: &Namespace) -> S
     let first = appended("append token 5 with an op id", log.append(&op).await)?;
     claimed("claim 9", log.claim(&claimed_only, t(9)?).await)?;
     let remembered = log.capabilities().op_id_replay();
-    if let Some(not_applicable) = restarted(h.restart().await)? {
+    if let Some(not_applicable) = restarted(
+        h.restart().await,
+        h.not_applicable(),
+        "log_state_survives_restart",
+    )? {
         return Ok(not_applicable);
     }
     let log = h.log();

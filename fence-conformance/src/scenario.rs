@@ -200,9 +200,18 @@ pub(crate) fn fenced<T: fmt::Debug>(
 
 /// Whether the harness restarted its backend: `Ok(Some(verdict))` ends the scenario as not
 /// applicable (a cluster the harness does not own, such as a user's production cluster).
-pub(crate) fn restarted(result: Result<bool, BoxError>) -> Result<Option<Verdict>, Failure> {
+pub(crate) fn restarted(
+    result: Result<bool, BoxError>,
+    declared: crate::NotApplicable,
+    scenario: &str,
+) -> Result<Option<Verdict>, Failure> {
     match result {
         Ok(true) => Ok(None),
+        // A backend whose only server here keeps its state in memory (moto for DynamoDB)
+        // cannot show this: allowed only as the adapter's reviewed declaration.
+        Ok(false) if declared.iter().any(|(name, _)| *name == scenario) => Ok(Some(
+            Verdict::NotApplicable("the harness declares its server cannot keep state across a restart".into()),
+        )),
         // Under the project's test command every backend is a server the test owns: a harness
         // that cannot restart it would let the scenario pass without checking anything.
         Ok(false) if crate::services::required() => Err(Failure::new(

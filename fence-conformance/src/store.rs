@@ -777,7 +777,11 @@ pub async fn state_survives_restart(h: &dyn StoreHarness, ns: &Namespace) -> Sce
     let op = put(&d, t(5)?, "before restart").with_op_id(OperationId::new("op-before")?);
     let first = accepted("write token 5 with an op id", store.write(&op).await)?;
     claimed("claim 9", store.claim(&claimed_only, t(9)?).await)?;
-    if let Some(not_applicable) = restarted(h.restart().await)? {
+    if let Some(not_applicable) = restarted(
+        h.restart().await,
+        h.not_applicable(),
+        "state_survives_restart",
+    )? {
         return Ok(not_applicable);
     }
     let store = h.store();

@@ -107,6 +107,40 @@ impl EntryHead {
         }))
     }
 
+    /// Checks that a stored entry agrees with its value and with the domain's mark `mark`: a
+    /// value entry has its bytes (`has_value`), bytes have a value entry, and the entry's token
+    /// is at most the mark. The error says what is wrong (the adapter reports it as corrupt
+    /// state).
+    ///
+    /// ```
+    /// use fence_core::raw::EntryHead;
+    /// use fence_core::{FencingToken, Revision};
+    /// let t = |n| FencingToken::new(n).unwrap_or_else(|_| unreachable!());
+    /// let head = EntryHead::Value { token: t(3), revision: Revision::new(1) };
+    /// assert!(EntryHead::check_stored(Some(head), true, Some(t(3))).is_ok());
+    /// assert!(EntryHead::check_stored(Some(head), false, Some(t(3))).is_err());
+    /// assert!(EntryHead::check_stored(Some(head), true, Some(t(2))).is_err());
+    /// assert!(EntryHead::check_stored(None, true, Some(t(2))).is_err());
+    /// ```
+    pub fn check_stored(
+        head: Option<EntryHead>,
+        has_value: bool,
+        mark: Option<FencingToken>,
+    ) -> Result<(), String> {
+        match (head, has_value) {
+            (Some(EntryHead::Value { .. }), false) => Err("a value entry without its value".into()),
+            (Some(EntryHead::Tombstone { .. }) | None, true) => {
+                Err("a value without a value entry".into())
+            }
+            (Some(head), _) if mark.is_none_or(|mark| head.token() > mark) => Err(format!(
+                "the entry's token {} is above the mark {}",
+                head.token(),
+                mark.map_or_else(|| "(none)".to_owned(), |m| m.to_string())
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// The entry a read reports for `head` (`None`: nothing written) and the stored `value`:
     /// a live head needs its value, and a tombstone keeps none worth reporting. The error says
     /// what is wrong (the adapter reports it as corrupt state).

@@ -3,6 +3,7 @@
 mod backoff;
 mod bounded_cache;
 mod capabilities;
+mod connection;
 mod domain;
 mod entry_head;
 pub mod env;

@@ -9,6 +9,7 @@ pub mod rule;
 
 pub use crate::backoff::{random_u64, splitmix64};
 pub use crate::bounded_cache::BoundedCache;
+pub use crate::connection::refused_connection;
 pub use crate::domain::percent_encode;
 pub use crate::entry_head::EntryHead;
 pub use crate::lease::{check_lease_ttl, held_until, poll_for_release, MAX_CLOCK_DRIFT};

@@ -130,22 +130,8 @@ impl Stored {
                 Ok(())
             };
         };
-        match (self.head, &self.value) {
-            (Some(EntryHead::Value { .. }), None) => {
-                Err(corrupt(domain, "a value entry without its value key"))
-            }
-            (Some(EntryHead::Tombstone { .. }) | None, Some(_)) => {
-                Err(corrupt(domain, "a value key without a value entry"))
-            }
-            (Some(head), _) if head.token() > mark => Err(corrupt(
-                domain,
-                format!(
-                    "the entry's token {} is above the mark {mark}",
-                    head.token()
-                ),
-            )),
-            _ => Ok(()),
-        }
+        EntryHead::check_stored(self.head, self.value.is_some(), Some(mark))
+            .map_err(|why| corrupt(domain, why))
     }
 
     /// The state as a cache keeps it: without the value's bytes (decisions do not need them).
@@ -163,15 +149,7 @@ impl Stored {
 
     /// What fence-core's decisions need.
     pub(crate) fn current(&self) -> Current {
-        match self.head {
-            Some(EntryHead::Value { revision, .. }) => {
-                Current::new(self.mark, true, Some(revision))
-            }
-            Some(EntryHead::Tombstone { revision, .. }) => {
-                Current::new(self.mark, false, Some(revision))
-            }
-            None => Current::mark(self.mark),
-        }
+        Current::with_head(self.mark, self.head)
     }
 
     /// The snapshot a read returns.

@@ -66,10 +66,7 @@ impl MySqlFence {
             (Some(op_id), Some(op)) => op.as_write(domain, token, op_id)?,
             _ => OpMemory::new(),
         };
-        let current = match locked.entry {
-            Some(head) => Current::new(locked.hwm, head.is_live(), Some(head.revision())),
-            None => Current::mark(locked.hwm),
-        };
+        let current = Current::with_head(locked.hwm, locked.entry);
         // A refusal or a replay ends the transaction: nothing changes.
         let decided = pipeline::decide_write(request, current, &remembered, locked.bounds());
         let accepted = match decided {

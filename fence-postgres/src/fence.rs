@@ -106,10 +106,7 @@ impl PostgresFence {
         }
         let bounds = in_force.with_issuer(IssuerView::IssuedUpTo(issued));
         let (hwm, entry) = decode_head(domain, &row, created)?;
-        let current = match entry {
-            Some(head) => Current::new(hwm, head.is_live(), Some(head.revision())),
-            None => Current::mark(hwm),
-        };
+        let current = Current::with_head(hwm, entry);
         let remembered = match (request.op_id(), decode_op(domain, &row, 5)?) {
             (Some(op_id), Some(op)) => op.as_write(domain, request.token(), op_id)?,
             _ => OpMemory::new(),

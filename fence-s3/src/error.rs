@@ -117,19 +117,6 @@ pub(crate) enum Failure {
     Refused(S3FenceError),
 }
 
-fn refused_connection(error: &(dyn StdError + 'static)) -> bool {
-    let mut cause = Some(error);
-    while let Some(e) = cause {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if io.kind() == std::io::ErrorKind::ConnectionRefused {
-                return true;
-            }
-        }
-        cause = e.source();
-    }
-    false
-}
-
 /// Classifies any SDK error. Status codes differ across S3 implementations; all of them are
 /// mapped here and nowhere else.
 pub(crate) fn classify<E>(error: SdkError<E, Response>, bucket: &str) -> Failure
@@ -168,7 +155,7 @@ where
         SdkError::ConstructionFailure(_) => {
             Failure::NotSent(S3FenceError::Transport(Box::new(error)))
         }
-        SdkError::DispatchFailure(_) if refused_connection(&error) => {
+        SdkError::DispatchFailure(_) if fence_core::raw::refused_connection(&error) => {
             Failure::NotSent(S3FenceError::Transport(Box::new(error)))
         }
         other => Failure::MaybeApplied(S3FenceError::Transport(Box::new(other))),

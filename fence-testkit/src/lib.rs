@@ -12,6 +12,8 @@
 
 #[cfg(feature = "azurite")]
 pub mod azurite;
+#[cfg(feature = "dynamodb")]
+pub mod dynamodb;
 pub mod envelope;
 #[cfg(feature = "etcd")]
 pub mod etcd;

@@ -76,6 +76,17 @@ impl Current {
         }
     }
 
+    /// A domain's state from its mark and the head of its entry (`None`: never written).
+    pub fn with_head(
+        high_water_mark: Option<FencingToken>,
+        head: Option<crate::raw::EntryHead>,
+    ) -> Self {
+        match head {
+            Some(head) => Current::new(high_water_mark, head.is_live(), Some(head.revision())),
+            None => Current::mark(high_water_mark),
+        }
+    }
+
     /// A domain known only by its mark (logs, claims).
     pub const fn mark(high_water_mark: Option<FencingToken>) -> Self {
         Current {
