@@ -37,6 +37,16 @@ pub enum DynamoDbFenceError {
         /// Its message, if any.
         message: String,
     },
+    /// DynamoDB cancelled a fenced transaction at the fence's own update of the domain's item
+    /// for a reason other than its condition (a conflict with another transaction, throttling):
+    /// nothing was written.
+    #[error("dynamodb: the transaction was cancelled at the domain's item ({code}): nothing was written")]
+    ItemCancelled {
+        /// DynamoDB's cancellation reason.
+        code: String,
+        /// Its message, if any.
+        message: String,
+    },
     /// DynamoDB throttled the request; nothing was done.
     #[error("dynamodb: throttled ({code}); nothing was written")]
     Throttled {
@@ -75,7 +85,8 @@ impl DynamoDbFenceError {
                 BackendErrorKind::Unavailable
             }
             DynamoDbFenceError::Contention { .. } => BackendErrorKind::Contention,
-            DynamoDbFenceError::ActionCancelled { code, .. } => match code.as_str() {
+            DynamoDbFenceError::ActionCancelled { code, .. }
+            | DynamoDbFenceError::ItemCancelled { code, .. } => match code.as_str() {
                 "TransactionConflict" => BackendErrorKind::Contention,
                 "ThrottlingError" | "ProvisionedThroughputExceeded" => {
                     BackendErrorKind::Unavailable

@@ -47,9 +47,10 @@ impl Expr {
     pub(crate) fn admits(&mut self, token: FencingToken, policy: EqualTokenPolicy) -> String {
         let mark = self.name(attr::MARK);
         let token = self.value("token", number(token.get()));
+        // Any policy but same-owner admits less: closed by default.
         let comparison = match policy {
-            EqualTokenPolicy::Strict => "<",
-            _ => "<=",
+            EqualTokenPolicy::SameOwner => "<=",
+            _ => "<",
         };
         format!("(attribute_not_exists({mark}) OR {mark} {comparison} {token})")
     }
@@ -75,5 +76,87 @@ impl Expr {
                 format!("{ctr} = {known}")
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use std::collections::HashMap;
+
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use fence_core::raw::rule;
+    use fence_core::{Domain, EqualTokenPolicy, FencingToken};
+
+    use super::Expr;
+    use crate::item::{attr, number};
+
+    const EDGE: u64 = 1 << 53;
+    const TOKENS: [u64; 7] = [1, EDGE, EDGE + 1, 1 << 63, u64::MAX - 1, u64::MAX, 2];
+
+    /// The rule's copy in the condition, alone, evaluated by the server on each mark and token
+    /// (both sides of the doubles' edge, u64's last two) under both policies: it must admit
+    /// exactly what fence-core's rule admits. In the fence the store version is compared too,
+    /// and fails first whenever the mark moved, so only this test shows what the copy decides.
+    #[tokio::test]
+    async fn the_condition_admits_exactly_what_the_rule_admits() {
+        let Some(endpoint) = fence_testkit::dynamodb::shared_endpoint() else {
+            return;
+        };
+        let client = fence_testkit::dynamodb::client(&endpoint);
+        let table = fence_testkit::dynamodb::unique_table("rule_copy");
+        let dynamodb = crate::DynamoDb::new(client.clone(), table.as_str(), "rule").unwrap();
+        dynamodb.create_table().await.unwrap();
+        let domain = Domain::new("rule").unwrap();
+        let key = HashMap::from([("pk".to_owned(), AttributeValue::S("rule/x".into()))]);
+        let mut disagreements = Vec::new();
+        for mark in TOKENS {
+            for token in TOKENS {
+                for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
+                    client
+                        .put_item()
+                        .table_name(&table)
+                        .set_item(Some(HashMap::from([
+                            ("pk".to_owned(), AttributeValue::S("rule/x".into())),
+                            (attr::MARK.to_owned(), number(mark)),
+                        ])))
+                        .send()
+                        .await
+                        .unwrap();
+                    let mut expr = Expr::default();
+                    let condition = expr.admits(FencingToken::new(token).unwrap(), policy);
+                    let update = format!("SET {} = :token", expr.name(attr::MARK));
+                    let sent = client
+                        .update_item()
+                        .table_name(&table)
+                        .set_key(Some(key.clone()))
+                        .condition_expression(condition)
+                        .update_expression(update)
+                        .set_expression_attribute_names(expr.names())
+                        .set_expression_attribute_values(expr.values())
+                        .send()
+                        .await;
+                    let admitted = match sent {
+                        Ok(_) => true,
+                        Err(error) if format!("{error:?}").contains("ConditionalCheckFailed") => {
+                            false
+                        }
+                        Err(error) => panic!("mark {mark}, token {token}: {error:?}"),
+                    };
+                    let expected = rule::check_token(
+                        &domain,
+                        Some(FencingToken::new(mark).unwrap()),
+                        FencingToken::new(token).unwrap(),
+                        policy,
+                    )
+                    .is_ok();
+                    if admitted != expected {
+                        disagreements
+                            .push(format!("mark {mark} token {token} {policy:?}: {admitted}"));
+                    }
+                }
+            }
+        }
+        assert!(disagreements.is_empty(), "{disagreements:#?}");
     }
 }

@@ -13,8 +13,8 @@ use fence_core::raw::pipeline::{self, ClaimDecision, Decision};
 use fence_core::raw::{BoundedCache, EntryHead, StoredOp, TokenBounds};
 use fence_core::{
     Backoff, BoundsConfig, Capabilities, Claimed, Domain, EqualTokenPolicy, Fence, FenceError,
-    FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, OpKind, Operation,
-    RememberedOp, Snapshot, WriteOutcome, WriteRequest,
+    FencedStore, FencingToken, IssuerView, Mutation, OpIdRetention, Operation, RememberedOp,
+    Snapshot, WriteOutcome, WriteRequest,
 };
 use std::sync::Arc;
 
@@ -24,16 +24,19 @@ use crate::item::{attr, number, op_lines, text, Stored};
 use crate::table::without_key;
 use crate::DynamoDb;
 
-/// Values larger than this are refused by default (a DynamoDB item holds at most 400 KB, its
-/// names, op ids and lease included).
-pub const DEFAULT_MAX_VALUE_BYTES: usize = 256 * 1024;
-/// The largest value limit a builder accepts: what leaves room in a 400 KB item for the
-/// rest of the domain's attributes.
-pub const MAX_VALUE_BYTES: usize = 320 * 1024;
-/// Operation ids remembered per domain by default (each write with an op id rewrites them).
-pub const DEFAULT_OP_ID_RETENTION: usize = 64;
-/// The most operation ids a builder accepts per domain (they share the item's 400 KB).
-pub const MAX_OP_ID_RETENTION: usize = 128;
+/// Values larger than this are refused by default: the most a builder accepts
+/// ([`MAX_VALUE_BYTES`]).
+pub const DEFAULT_MAX_VALUE_BYTES: usize = MAX_VALUE_BYTES;
+/// The largest value limit a builder accepts: a DynamoDB item holds at most 400 KB, and the
+/// domain's item also holds up to [`MAX_OP_ID_RETENTION`] write and as many transaction op
+/// records (each up to ~450 bytes: a 128-byte op id escapes to 384) and its lease.
+pub const MAX_VALUE_BYTES: usize = 256 * 1024;
+/// Operation ids remembered per domain by default (each write with an op id rewrites them),
+/// for writes and for fenced transactions each.
+pub const DEFAULT_OP_ID_RETENTION: usize = MAX_OP_ID_RETENTION;
+/// The most operation ids a builder accepts per domain, for writes and for transactions each
+/// (they share the item's 400 KB with the value).
+pub const MAX_OP_ID_RETENTION: usize = 64;
 /// Domains whose last seen state is remembered by default.
 pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
 /// Conditional-write attempts per operation by default before
@@ -135,13 +138,10 @@ impl DynamoDbFence {
         let stored = self.load(domain, Operation::Read).await?;
         let writes = stored.ops.iter().map(RememberedOp::from);
         let transactions = stored.tx_ops.iter().map(|tx| {
-            RememberedOp::new(
-                tx.token,
-                tx.op_id.clone(),
-                OpKind::Transaction,
-                tx.previous,
-                String::new(),
-            )
+            StoredOp::Transaction {
+                previous: tx.previous,
+            }
+            .remembered(tx.token, tx.op_id.clone())
         });
         Ok(writes.chain(transactions).collect())
     }
@@ -199,7 +199,7 @@ impl DynamoDbFence {
         &self,
         domain: &Domain,
         (operation, token, policy): (Operation, FencingToken, EqualTokenPolicy),
-        mut attempt: impl FnMut(&Stored) -> Result<Step<T, ItemChange>, FenceError> + Send,
+        attempt: impl FnMut(&Stored) -> Result<Step<T, ItemChange>, FenceError> + Send,
     ) -> Result<T, FenceError> {
         let resource = DomainItem {
             fence: self,
@@ -213,11 +213,7 @@ impl DynamoDbFence {
             backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(100)),
             free_losses: 2,
         };
-        cas::drive(&resource, policy, |stored, cached| match attempt(stored) {
-            Ok(Step::Done(_)) | Err(_) if cached => Ok(Step::Reload),
-            decided => decided,
-        })
-        .await
+        cas::drive_fresh_answers(&resource, policy, attempt).await
     }
 
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {

@@ -134,28 +134,43 @@ impl DynamoDbLeases {
         }
     }
 
-    /// A conditional update of the lease `lease` still holds (same owner, same token): `Ok(false)`
-    /// when it no longer holds it.
+    /// A conditional update of the lease `lease` still holds (same owner, same token), with
+    /// `extra` conditions: `Ok(Err(now))` when a condition failed (`now`: the item as it is,
+    /// when DynamoDB returned it). A lost answer is `Ambiguous`: renewing or releasing again
+    /// after one that landed would find the lease changed and answer `LeaseLost`.
     async fn update_held(
         &self,
         lease: &Lease,
-        update: impl FnOnce(&mut Expr) -> String,
-    ) -> Result<bool, FenceError> {
+        change: impl FnOnce(&mut Expr) -> (String, String),
+    ) -> Result<Result<(), Option<Stored>>, FenceError> {
         let (domain, dynamodb) = (&lease.domain, &self.dynamodb);
         let mut expr = Expr::default();
-        let condition = format!(
+        let held = format!(
             "{} = {} AND {} = {}",
             expr.name(attr::OWNER),
             expr.value("owner", text(lease.owner.as_str())),
             expr.name(attr::LEASE_TOKEN),
             expr.value("token", number(lease.token.get())),
         );
-        let update = update(&mut expr);
+        let (extra, update) = change(&mut expr);
+        let condition = if extra.is_empty() {
+            held
+        } else {
+            format!("{held} AND {extra}")
+        };
         match dynamodb.update(domain, &expr, (condition, update)).await {
-            Ok(()) => Ok(true),
-            Err(Failure::Condition(_)) => Ok(false),
-            // Renewing or releasing again is harmless: a retry can help.
-            Err(other) => Err(other.into_fence_error(domain, Operation::Lease, false)),
+            Ok(()) => Ok(Ok(())),
+            Err(Failure::Condition(item)) => Ok(Err(item
+                .map(|item| Stored::decode(domain, Some(&without_key(item))))
+                .transpose()?)),
+            Err(other) => Err(other.into_fence_error(domain, Operation::Lease, true)),
+        }
+    }
+
+    fn lost(lease: &Lease) -> FenceError {
+        FenceError::LeaseLost {
+            domain: lease.domain.clone(),
+            token: lease.token,
         }
     }
 }
@@ -187,7 +202,8 @@ impl LeaseManager for DynamoDbLeases {
         let mut stored = self.dynamodb.read(domain, Operation::Lease).await?;
         for attempt in 0..MAX_ATTEMPTS {
             if let Some(lease) = &stored.lease {
-                if !self.remaining(domain, lease).is_zero() {
+                // The same owner re-acquires its own lease at once (a new, greater token).
+                if lease.owner != owner.as_str() && !self.remaining(domain, lease).is_zero() {
                     return Err(FenceError::LeaseHeld {
                         domain: domain.clone(),
                     });
@@ -224,51 +240,54 @@ impl LeaseManager for DynamoDbLeases {
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
         check_lease_ttl(&lease.domain, ttl)?;
         let started = Instant::now();
+        // Never shorter than the duration stored: a contender that saw the renewal counts the
+        // new duration from its sighting, while a holder that lost the answer still counts the
+        // old one.
         let renewed = self
             .update_held(lease, |expr| {
-                format!(
-                    "SET {} = {}, {} = {}",
+                let ttl_attr = expr.name(attr::TTL);
+                let ttl = expr.value("ttl", number(ttl_ms(ttl)));
+                let update = format!(
+                    "SET {} = {}, {ttl_attr} = {ttl}",
                     expr.name(attr::RVN),
                     expr.value("rvn", number(fresh_rvn())),
-                    expr.name(attr::TTL),
-                    expr.value("ttl", number(ttl_ms(ttl))),
-                )
+                );
+                (format!("{ttl_attr} <= {ttl}"), update)
             })
             .await?;
-        if !renewed {
-            return Err(FenceError::LeaseLost {
-                domain: lease.domain.clone(),
-                token: lease.token,
-            });
+        match renewed {
+            Ok(()) => Ok(Lease::new(
+                lease.domain.clone(),
+                lease.owner.clone(),
+                lease.token,
+                held_until(started, ttl),
+            )),
+            Err(Some(now)) if now.lease.as_ref().is_some_and(|held| held.owner == lease.owner.as_str() && held.token == lease.token) => {
+                Err(fence_core::InvalidInput::Configuration(format!(
+                    "the lease on domain `{}` cannot be renewed for {ttl:?}, less than the {} ms it holds: a contender would count the shorter time",
+                    lease.domain,
+                    now.lease.map_or(0, |held| held.ttl_ms)
+                ))
+                .into())
+            }
+            Err(_) => Err(Self::lost(lease)),
         }
-        Ok(Lease::new(
-            lease.domain.clone(),
-            lease.owner.clone(),
-            lease.token,
-            held_until(started, ttl),
-        ))
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), FenceError> {
         let released = self
             .update_held(lease, |expr| {
-                format!(
+                let update = format!(
                     "REMOVE {}, {}, {}, {}",
                     expr.name(attr::OWNER),
                     expr.name(attr::LEASE_TOKEN),
                     expr.name(attr::RVN),
                     expr.name(attr::TTL)
-                )
+                );
+                (String::new(), update)
             })
             .await?;
-        if released {
-            Ok(())
-        } else {
-            Err(FenceError::LeaseLost {
-                domain: lease.domain.clone(),
-                token: lease.token,
-            })
-        }
+        released.map_err(|_| Self::lost(lease))
     }
 
     async fn holder(&self, domain: &Domain) -> Result<Option<LeaseHolder>, FenceError> {

@@ -7,7 +7,9 @@ use aws_sdk_dynamodb::types::{ReturnValuesOnConditionCheckFailure, TransactWrite
 use fence_core::raw::cas::Step;
 use fence_core::raw::pipeline::{decide_transaction, TransactionDecision};
 use fence_core::raw::splitmix64;
-use fence_core::{Domain, FenceError, InvalidInput, Operation, Transacted, TransactionRequest};
+use fence_core::{
+    BackendErrorKind, Domain, FenceError, InvalidInput, Operation, Transacted, TransactionRequest,
+};
 
 use crate::error::{classify, DynamoDbFenceError, Failure};
 use crate::expr::Expr;
@@ -43,8 +45,8 @@ impl DynamoDbFence {
     ///   transaction: a retry after an ambiguous answer is [`Transacted::Duplicate`] and
     ///   writes nothing again. Each attempt is also sent with a `ClientRequestToken` made of
     ///   the op id and the state decided on, so DynamoDB applies a resent attempt once.
-    /// - At most [`MAX_TRANSACTION_ACTIONS`] actions; none may write the domain's own item.
-    ///   Both are refused before any I/O.
+    /// - At most [`MAX_TRANSACTION_ACTIONS`] actions; none may touch Fence's table (its items
+    ///   change only through Fence). Both are refused before any I/O.
     ///
     /// ```no_run
     /// # async fn run(fence: fence_dynamodb::DynamoDbFence, token: fence_core::FencingToken) -> Result<(), Box<dyn std::error::Error>> {
@@ -132,22 +134,26 @@ impl DynamoDbFence {
             ))
             .into());
         }
-        let own = self.dynamodb.key(domain);
         for (index, item) in items.iter().enumerate() {
-            if touches(item, self.dynamodb.table(), &own) {
+            if touches(item, self.dynamodb.table()) {
                 return Err(InvalidInput::ReservedName {
                     domain: domain.clone(),
-                    what: "transaction action on the table's item",
-                    name: format!("action {index}: {}", self.dynamodb.item_key(domain)),
+                    what: "transaction action on fence table",
+                    name: format!("action {index}: {}", self.dynamodb.table()),
                 }
                 .into());
             }
         }
         Ok(Actions {
             items,
-            op_key: request
-                .op_id()
-                .map(|op_id| format!("{}\n{}", self.dynamodb.item_key(domain), op_id.as_str())),
+            op_key: request.op_id().map(|op_id| {
+                format!(
+                    "{}\n{}\n{}",
+                    self.dynamodb.item_key(domain),
+                    op_id.as_str(),
+                    request.token()
+                )
+            }),
         })
     }
 
@@ -195,6 +201,16 @@ impl DynamoDbFence {
         };
         match failure {
             Failure::Cancelled(reasons) => cancelled(domain, reasons),
+            // Another attempt with this op id and state, with other actions or another token,
+            // is known to DynamoDB: it may have applied, or may yet.
+            Failure::Refused(DynamoDbFenceError::Service { code, message })
+                if code == "IdempotentParameterMismatchException" =>
+            {
+                Err(
+                    Failure::MaybeApplied(DynamoDbFenceError::Service { code, message })
+                        .into_fence_error(domain, Operation::Commit, true),
+                )
+            }
             Failure::NotApplied(source) => Ok(Written::NotApplied(source)),
             other => Err(other.into_fence_error(domain, Operation::Commit, true)),
         }
@@ -250,31 +266,33 @@ fn cancelled(domain: &Domain, reasons: Vec<crate::error::Reason>) -> Result<Writ
     ))
 }
 
-/// A cancellation reason of action `position` (0: the fence's): a retryable one (a conflict
-/// with another transaction, throttling) as the loss to retry after, any other as the
-/// caller's error, naming their action.
+/// A cancellation reason of action `position` (0: the fence's own update): a retryable one (a
+/// conflict with another transaction, throttling) as the loss to retry after, any other as
+/// an error naming the action.
 fn retry_or_refuse(
     domain: &Domain,
     code: &str,
     message: &str,
     position: usize,
 ) -> Result<DynamoDbFenceError, FenceError> {
-    let error = DynamoDbFenceError::ActionCancelled {
-        // The caller counts their own actions from 0; the fence's is reported as -1 would be:
-        // its reasons other than a failed condition are retryable or unexpected.
-        action: position.saturating_sub(1),
-        code: code.to_owned(),
-        message: message.to_owned(),
+    let (code, message) = (code.to_owned(), message.to_owned());
+    let error = match position.checked_sub(1) {
+        None => DynamoDbFenceError::ItemCancelled { code, message },
+        // The caller counts their own actions from 0.
+        Some(action) => DynamoDbFenceError::ActionCancelled {
+            action,
+            code,
+            message,
+        },
     };
-    match code {
-        "TransactionConflict" | "ThrottlingError" | "ProvisionedThroughputExceeded" => Ok(error),
-        _ if position == 0 => Err(crate::error::backend_error(
-            Some(domain),
-            DynamoDbFenceError::Unexpected(format!(
-                "the fence's own update was cancelled: {code} {message}"
-            )),
-        )),
-        _ => Err(crate::error::backend_error(Some(domain), error)),
+    // Nothing was written, and another attempt may go through.
+    if matches!(
+        error.kind(),
+        BackendErrorKind::Unavailable | BackendErrorKind::Contention
+    ) {
+        Ok(error)
+    } else {
+        Err(crate::error::backend_error(Some(domain), error))
     }
 }
 
@@ -288,24 +306,20 @@ fn request_token(key: &str) -> String {
     format!("{a:016x}{b:016x}")
 }
 
-/// Whether `item` writes (or checks) the fence's own item in `table`.
-fn touches(
-    item: &TransactWriteItem,
-    table: &str,
-    own: &std::collections::HashMap<String, aws_sdk_dynamodb::types::AttributeValue>,
-) -> bool {
-    let targets = [
-        item.put().map(|p| (p.table_name(), p.item())),
-        item.update().map(|u| (u.table_name(), u.key())),
-        item.delete().map(|d| (d.table_name(), d.key())),
-        item.condition_check().map(|c| (c.table_name(), c.key())),
+/// Whether `item` writes (or checks) an item of Fence's `table`, named or by its ARN: Fence's
+/// items change only through Fence.
+fn touches(item: &TransactWriteItem, table: &str) -> bool {
+    let names = [
+        item.put().map(|p| p.table_name()),
+        item.update().map(|u| u.table_name()),
+        item.delete().map(|d| d.table_name()),
+        item.condition_check().map(|c| c.table_name()),
     ];
-    targets.into_iter().flatten().any(|(name, key)| {
-        name == table
-            && key
-                .get(attr::PK)
-                .is_some_and(|pk| Some(pk) == own.get(attr::PK))
-    })
+    let arn = format!(":table/{table}");
+    names
+        .into_iter()
+        .flatten()
+        .any(|name| name == table || name.ends_with(&arn))
 }
 
 #[cfg(test)]

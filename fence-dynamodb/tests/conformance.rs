@@ -61,6 +61,16 @@ impl StoreHarness for Harness {
         Ok(true)
     }
 
+    /// The qualification the issue set for an emulator: 8 writers racing conditional writes,
+    /// 30 rounds, exactly one winner each (strict policy, one token per round).
+    fn race_writers(&self) -> usize {
+        8
+    }
+
+    fn race_rounds(&self) -> usize {
+        30
+    }
+
     fn not_applicable(&self) -> NotApplicable {
         &[(
             "state_survives_restart",

@@ -217,12 +217,12 @@ async fn a_renewed_lease_is_never_taken_over() {
         }
     }
     // Once the holder stops renewing, the contender takes over after one whole TTL of
-    // sightings, with a greater token; the old holder's write is refused by DynamoDB.
-    let store = dynamodb.fence();
-    put(&store, &domain, lease.token.get(), "holder")
+    // sightings, never while the holder still believes in its lease; the old holder's write,
+    // decided on what its own client last saw, is refused by DynamoDB's condition.
+    let stalled = another_client(&dynamodb).fence();
+    put(&stalled, &domain, lease.token.get(), "holder")
         .await
         .unwrap();
-    let seen_from = Instant::now();
     let next = loop {
         match contender.acquire(&domain, &owner("contender"), ttl).await {
             Ok(next) => break next,
@@ -233,15 +233,15 @@ async fn a_renewed_lease_is_never_taken_over() {
         }
     };
     assert!(
-        seen_from.elapsed() >= ttl / 3,
-        "taken over after {:?}",
-        seen_from.elapsed()
+        Instant::now() >= lease.valid_until,
+        "taken over {:?} before the holder's lease ended",
+        lease.valid_until - Instant::now()
     );
     assert!(next.token > lease.token);
+    let store = dynamodb.fence();
     put(&store, &domain, next.token.get(), "contender")
         .await
         .unwrap();
-    let stalled = another_client(&dynamodb).fence();
     assert_fenced(
         put(&stalled, &domain, lease.token.get(), "stalled").await,
         lease.token.get(),
@@ -282,4 +282,61 @@ async fn a_foreign_lease_item_fails_closed() {
         Err(FenceError::CorruptState { .. }) => {}
         other => panic!("issue on a foreign item: {other:?}"),
     }
+}
+
+/// The same owner re-acquires its own lease at once, with a greater token (after an
+/// acquisition whose answer was lost, say), and the earlier token is then stale.
+#[tokio::test]
+async fn the_same_owner_re_acquires_at_once_with_a_greater_token() {
+    let Some(dynamodb) = shared("lease_again").await else {
+        return;
+    };
+    let (leases, domain) = (dynamodb.leases(), d("again"));
+    let first = leases
+        .acquire(&domain, &owner("a"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    // Another process of the same owner: no sighting to wait on.
+    let again = another_client(&dynamodb)
+        .leases()
+        .acquire(&domain, &owner("a"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(again.token > first.token, "{again:?} after {first:?}");
+    match leases.renew(&first, Duration::from_secs(60)).await {
+        Err(FenceError::LeaseLost { token, .. }) => assert_eq!(token, first.token),
+        other => panic!("renewing the earlier lease: {other:?}"),
+    }
+    match leases
+        .acquire(&domain, &owner("b"), Duration::from_secs(60))
+        .await
+    {
+        Err(FenceError::LeaseHeld { .. }) => {}
+        other => panic!("another owner: {other:?}"),
+    }
+}
+
+/// A renewal never shortens the lease: a contender counts the stored duration from when it
+/// saw the renewal, while a holder that lost the renewal's answer still counts the old one.
+#[tokio::test]
+async fn a_renewal_for_less_than_the_lease_is_refused() {
+    let Some(dynamodb) = shared("lease_shorter").await else {
+        return;
+    };
+    let (leases, domain) = (dynamodb.leases(), d("shorter"));
+    let lease = leases
+        .acquire(&domain, &owner("a"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    match leases.renew(&lease, Duration::from_secs(5)).await {
+        Err(FenceError::InvalidInput(fence_core::InvalidInput::Configuration(why))) => {
+            assert!(why.contains("shorter") || why.contains("less than"), "{why}")
+        }
+        other => panic!("a shorter renewal: {other:?}"),
+    }
+    let holder = leases.holder(&domain).await.unwrap().unwrap();
+    assert_eq!((holder.owner.as_str(), holder.token), ("a", lease.token));
+    assert!(holder.remaining.unwrap() > Duration::from_secs(50));
+    leases.renew(&lease, Duration::from_secs(90)).await.unwrap();
+    leases.release(&lease).await.unwrap();
 }

@@ -172,7 +172,8 @@ async fn tokens_compare_exactly_at_the_doubles_edge_and_u64_max() {
             .await
             .unwrap_or_else(|e| panic!("{token}: {e}"));
     }
-    // A fresh client, so DynamoDB's condition decides, not a cached state.
+    // A fresh client reads DynamoDB's numbers back and fence-core decides on them: exact at the
+    // edges (the condition's own copy of the rule is checked alone in `expr`'s unit test).
     let fresh = another_client(&dynamodb).fence();
     for (stale, current) in [
         (u64::MAX - 1, u64::MAX),

@@ -252,7 +252,7 @@ impl EtcdFence {
         &self,
         domain: &Domain,
         (operation, token): (Operation, FencingToken),
-        mut attempt: impl FnMut(&Stored) -> Result<Step<T, TxnChange>, FenceError> + Send,
+        attempt: impl FnMut(&Stored) -> Result<Step<T, TxnChange>, FenceError> + Send,
     ) -> Result<T, FenceError> {
         let resource = DomainTxn {
             fence: self,
@@ -265,11 +265,7 @@ impl EtcdFence {
             backoff: Backoff::new(Duration::from_millis(2), Duration::from_millis(50)),
             free_losses: 2,
         };
-        cas::drive(&resource, policy, |stored, cached| match attempt(stored) {
-            Ok(Step::Done(_)) | Err(_) if cached => Ok(Step::Reload),
-            decided => decided,
-        })
-        .await
+        cas::drive_fresh_answers(&resource, policy, attempt).await
     }
 
     fn key(&self, domain: &Domain, key: StoreKey) -> String {

@@ -150,6 +150,26 @@ where
     }
 }
 
+/// [`drive`] for a resource whose remembered state may answer only with a write: `decide`
+/// commits on a remembered state, and any other answer it gives there (a refusal, a replay, an
+/// error) is decided again on a fresh read, so that what the caller hears without a write
+/// comes from the resource's state, never from a cache (fence-etcd, fence-dynamodb).
+pub async fn drive_fresh_answers<R, T>(
+    resource: &R,
+    policy: CasPolicy,
+    mut decide: impl FnMut(&R::State) -> Result<Step<T, R::Change>, FenceError> + Send,
+) -> Result<T, FenceError>
+where
+    R: CasResource,
+    T: Send,
+{
+    drive(resource, policy, |state, remembered| match decide(state) {
+        Ok(Step::Done(_)) | Err(_) if remembered => Ok(Step::Reload),
+        decided => decided,
+    })
+    .await
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a failed assertion in a test panics
 mod tests {
