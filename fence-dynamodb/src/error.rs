@@ -345,6 +345,7 @@ mod tests {
 
 mod details {
     use aws_sdk_dynamodb::operation::create_table::CreateTableError;
+    use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
     use aws_sdk_dynamodb::operation::describe_table::DescribeTableError;
     use aws_sdk_dynamodb::operation::get_item::GetItemError;
     use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
@@ -375,6 +376,15 @@ mod details {
                         })
                         .collect(),
                 ),
+                _ => None,
+            }
+        }
+    }
+
+    impl Detail for DeleteItemError {
+        fn condition_item(&self) -> Option<Option<RawItem>> {
+            match self {
+                DeleteItemError::ConditionalCheckFailedException(e) => Some(e.item().cloned()),
                 _ => None,
             }
         }

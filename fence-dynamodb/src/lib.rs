@@ -8,6 +8,7 @@ mod fence;
 mod issuer;
 mod item;
 mod lease;
+mod retire;
 mod table;
 mod transaction;
 

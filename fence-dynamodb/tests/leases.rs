@@ -330,7 +330,10 @@ async fn a_renewal_for_less_than_the_lease_is_refused() {
         .unwrap();
     match leases.renew(&lease, Duration::from_secs(5)).await {
         Err(FenceError::InvalidInput(fence_core::InvalidInput::Configuration(why))) => {
-            assert!(why.contains("shorter") || why.contains("less than"), "{why}")
+            assert!(
+                why.contains("shorter") || why.contains("less than"),
+                "{why}"
+            )
         }
         other => panic!("a shorter renewal: {other:?}"),
     }
@@ -339,4 +342,19 @@ async fn a_renewal_for_less_than_the_lease_is_refused() {
     assert!(holder.remaining.unwrap() > Duration::from_secs(50));
     leases.renew(&lease, Duration::from_secs(90)).await.unwrap();
     leases.release(&lease).await.unwrap();
+}
+
+#[tokio::test]
+async fn retirement_removes_the_domain_and_nothing_else() {
+    let Some(dynamodb) = shared("retire").await else {
+        return;
+    };
+    let fence = dynamodb.fence();
+    fence_conformance::retirement::retirement_removes_the_domain_and_nothing_else(
+        &fence,
+        &fence,
+        Some(&dynamodb.leases()),
+        &d("retired"),
+    )
+    .await;
 }
