@@ -11,6 +11,7 @@
 //! `benchmarks/HISTORY.md`; then prints the tables.
 
 mod chart;
+mod dynamodb;
 mod etcd;
 mod fenced;
 mod history;
@@ -34,7 +35,7 @@ use std::process::ExitCode;
 use report::Row;
 
 /// The backends `--only` may name.
-const BACKENDS: [&str; 9] = [
+const BACKENDS: [&str; 10] = [
     "memory",
     "redis",
     "outbox",
@@ -43,6 +44,7 @@ const BACKENDS: [&str; 9] = [
     "postgres",
     "mysql",
     "etcd",
+    "dynamodb",
     "kafka",
 ];
 
@@ -124,6 +126,10 @@ async fn main() -> ExitCode {
     if wanted("etcd") {
         eprintln!("benchmarking etcd…");
         rows.extend(etcd::run().await);
+    }
+    if wanted("dynamodb") {
+        eprintln!("benchmarking dynamodb…");
+        rows.extend(dynamodb::run().await);
     }
     if wanted("kafka") {
         eprintln!("benchmarking kafka…");
