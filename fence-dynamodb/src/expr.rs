@@ -110,16 +110,20 @@ mod tests {
         let domain = Domain::new("rule").unwrap();
         let key = HashMap::from([("pk".to_owned(), AttributeValue::S("rule/x".into()))]);
         let mut disagreements = Vec::new();
-        for mark in TOKENS {
+        // `None`: no mark yet (`attribute_not_exists`).
+        let marks = std::iter::once(None).chain(TOKENS.map(Some));
+        for mark in marks {
             for token in TOKENS {
                 for policy in [EqualTokenPolicy::SameOwner, EqualTokenPolicy::Strict] {
+                    let mut item =
+                        HashMap::from([("pk".to_owned(), AttributeValue::S("rule/x".into()))]);
+                    if let Some(mark) = mark {
+                        item.insert(attr::MARK.to_owned(), number(mark));
+                    }
                     client
                         .put_item()
                         .table_name(&table)
-                        .set_item(Some(HashMap::from([
-                            ("pk".to_owned(), AttributeValue::S("rule/x".into())),
-                            (attr::MARK.to_owned(), number(mark)),
-                        ])))
+                        .set_item(Some(item))
                         .send()
                         .await
                         .unwrap();
@@ -141,22 +145,29 @@ mod tests {
                         Err(error) if format!("{error:?}").contains("ConditionalCheckFailed") => {
                             false
                         }
-                        Err(error) => panic!("mark {mark}, token {token}: {error:?}"),
+                        Err(error) => panic!("mark {mark:?}, token {token}: {error:?}"),
                     };
                     let expected = rule::check_token(
                         &domain,
-                        Some(FencingToken::new(mark).unwrap()),
+                        mark.map(|mark| FencingToken::new(mark).unwrap()),
                         FencingToken::new(token).unwrap(),
                         policy,
                     )
                     .is_ok();
                     if admitted != expected {
-                        disagreements
-                            .push(format!("mark {mark} token {token} {policy:?}: {admitted}"));
+                        disagreements.push(format!(
+                            "mark {mark:?} token {token} {policy:?}: {admitted}"
+                        ));
                     }
                 }
             }
         }
+        client
+            .delete_table()
+            .table_name(&table)
+            .send()
+            .await
+            .unwrap();
         assert!(disagreements.is_empty(), "{disagreements:#?}");
     }
 }

@@ -100,6 +100,12 @@ impl DynamoDbLeases {
                 condition.push_str(&format!(" AND {rvn} = {seen}"));
             }
         }
+        // The stored duration never shrinks under a holder that may still count it: the same
+        // owner re-acquiring its running lease keeps the longer of the two.
+        let stored_ttl = match &stored.lease {
+            Some(held) if held.owner == owner.as_str() => ttl_ms(ttl).max(held.ttl_ms),
+            _ => ttl_ms(ttl),
+        };
         let update = format!(
             "SET {} = {next}, {owner_attr} = {}, {} = {next}, {} = {}, {} = {}",
             expr.name(attr::COUNTER),
@@ -108,7 +114,7 @@ impl DynamoDbLeases {
             expr.name(attr::RVN),
             expr.value("rvn", number(fresh_rvn())),
             expr.name(attr::TTL),
-            expr.value("ttl", number(ttl_ms(ttl))),
+            expr.value("ttl", number(stored_ttl)),
             next = expr.value("next", number(next.get())),
         );
         match self
@@ -135,14 +141,14 @@ impl DynamoDbLeases {
     }
 
     /// A conditional update of the lease `lease` still holds (same owner, same token), with
-    /// `extra` conditions: `Ok(Err(now))` when a condition failed (`now`: the item as it is,
-    /// when DynamoDB returned it). A lost answer is `Ambiguous`: renewing or releasing again
-    /// after one that landed would find the lease changed and answer `LeaseLost`.
+    /// `extra` conditions: `Ok(Err(now))` with the item as it is now when a condition failed.
+    /// A lost answer is `Ambiguous` (a release repeated after one that landed would answer
+    /// `LeaseLost`).
     async fn update_held(
         &self,
         lease: &Lease,
         change: impl FnOnce(&mut Expr) -> (String, String),
-    ) -> Result<Result<(), Option<Stored>>, FenceError> {
+    ) -> Result<Result<(), Stored>, FenceError> {
         let (domain, dynamodb) = (&lease.domain, &self.dynamodb);
         let mut expr = Expr::default();
         let held = format!(
@@ -160,9 +166,12 @@ impl DynamoDbLeases {
         };
         match dynamodb.update(domain, &expr, (condition, update)).await {
             Ok(()) => Ok(Ok(())),
-            Err(Failure::Condition(item)) => Ok(Err(item
-                .map(|item| Stored::decode(domain, Some(&without_key(item))))
-                .transpose()?)),
+            Err(Failure::Condition(Some(item))) => {
+                Ok(Err(Stored::decode(domain, Some(&without_key(item)))?))
+            }
+            Err(Failure::Condition(None)) => {
+                Ok(Err(dynamodb.read(domain, Operation::Lease).await?))
+            }
             Err(other) => Err(other.into_fence_error(domain, Operation::Lease, true)),
         }
     }
@@ -240,38 +249,46 @@ impl LeaseManager for DynamoDbLeases {
     async fn renew(&self, lease: &Lease, ttl: Duration) -> Result<Lease, FenceError> {
         check_lease_ttl(&lease.domain, ttl)?;
         let started = Instant::now();
-        // Never shorter than the duration stored: a contender that saw the renewal counts the
-        // new duration from its sighting, while a holder that lost the answer still counts the
-        // old one.
-        let renewed = self
-            .update_held(lease, |expr| {
-                let ttl_attr = expr.name(attr::TTL);
-                let ttl = expr.value("ttl", number(ttl_ms(ttl)));
-                let update = format!(
-                    "SET {} = {}, {ttl_attr} = {ttl}",
-                    expr.name(attr::RVN),
-                    expr.value("rvn", number(fresh_rvn())),
-                );
-                (format!("{ttl_attr} <= {ttl}"), update)
-            })
-            .await?;
-        match renewed {
-            Ok(()) => Ok(Lease::new(
-                lease.domain.clone(),
-                lease.owner.clone(),
-                lease.token,
-                held_until(started, ttl),
-            )),
-            Err(Some(now)) if now.lease.as_ref().is_some_and(|held| held.owner == lease.owner.as_str() && held.token == lease.token) => {
-                Err(fence_core::InvalidInput::Configuration(format!(
-                    "the lease on domain `{}` cannot be renewed for {ttl:?}, less than the {} ms it holds: a contender would count the shorter time",
-                    lease.domain,
-                    now.lease.map_or(0, |held| held.ttl_ms)
-                ))
-                .into())
+        // The stored duration never shrinks: a contender counts it from when it saw the
+        // renewal, while a holder that lost the renewal's answer still counts the one before.
+        // A shorter renewal keeps the stored duration, and the holder counts the shorter one
+        // it asked for (it gives up first). Repeating a renewal is harmless.
+        let mut stored_ttl = ttl_ms(ttl);
+        for _ in 0..2 {
+            let renewed = self
+                .update_held(lease, |expr| {
+                    let ttl_attr = expr.name(attr::TTL);
+                    let ttl = expr.value("ttl", number(stored_ttl));
+                    let update = format!(
+                        "SET {} = {}, {ttl_attr} = {ttl}",
+                        expr.name(attr::RVN),
+                        expr.value("rvn", number(fresh_rvn())),
+                    );
+                    (format!("{ttl_attr} <= {ttl}"), update)
+                })
+                .await?;
+            match renewed {
+                Ok(()) => {
+                    return Ok(Lease::new(
+                        lease.domain.clone(),
+                        lease.owner.clone(),
+                        lease.token,
+                        held_until(started, ttl),
+                    ))
+                }
+                Err(now) => match now.lease {
+                    Some(held)
+                        if held.owner == lease.owner.as_str()
+                            && held.token == lease.token
+                            && held.ttl_ms > stored_ttl =>
+                    {
+                        stored_ttl = held.ttl_ms;
+                    }
+                    _ => break,
+                },
             }
-            Err(_) => Err(Self::lost(lease)),
         }
+        Err(Self::lost(lease))
     }
 
     async fn release(&self, lease: &Lease) -> Result<(), FenceError> {

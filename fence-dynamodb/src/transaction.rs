@@ -390,6 +390,23 @@ mod tests {
                 );
             }
         }
+        // Which action a refusal names: the fence's own update is the domain's item, the
+        // caller's count from 0.
+        let source_of = |reasons| match cancelled(&d(), reasons) {
+            Err(error) => format!("{:?}", std::error::Error::source(&error)),
+            Ok(_) => panic!("a validation error is not retried"),
+        };
+        assert!(
+            source_of(vec![reason("ValidationError"), reason("None")]).contains("ItemCancelled")
+        );
+        assert!(source_of(vec![reason("None"), reason("ValidationError")])
+            .contains("ActionCancelled { action: 0"));
+        match cancelled(&d(), vec![reason("TransactionConflict"), reason("None")]) {
+            Ok(Written::NotApplied(DynamoDbFenceError::ItemCancelled { code, .. })) => {
+                assert_eq!(code, "TransactionConflict")
+            }
+            other => panic!("{:?}", other.is_ok()),
+        }
         // A reason-less cancellation is not guessed at.
         assert!(cancelled(&d(), vec![reason("None"), reason("None")]).is_err());
     }

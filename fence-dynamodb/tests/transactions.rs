@@ -312,19 +312,49 @@ async fn bad_actions_are_refused_before_any_io() {
         offline.transact(&request, many).await,
         Err(FenceError::InvalidInput(InvalidInput::Configuration(_)))
     ));
-    let own_item = TransactWriteItem::builder()
+    // Any item of Fence's table — the domain's own, another domain's, a key Fence never
+    // wrote — named by the table's name or its ARN: Fence's items change only through Fence.
+    let arn = format!(
+        "arn:aws:dynamodb:us-east-1:123456789012:table/{}",
+        dynamodb.table()
+    );
+    for (table, key) in [
+        (dynamodb.table().to_owned(), dynamodb.item_key(&domain)),
+        (dynamodb.table().to_owned(), dynamodb.item_key(&d("other"))),
+        (dynamodb.table().to_owned(), "not-fence".to_owned()),
+        (arn.clone(), dynamodb.item_key(&domain)),
+    ] {
+        let action = TransactWriteItem::builder()
+            .put(
+                Put::builder()
+                    .table_name(table.as_str())
+                    .item("pk", s(&key))
+                    .item("mark", AttributeValue::N("99".into()))
+                    .build()
+                    .unwrap(),
+            )
+            .build();
+        assert!(
+            matches!(
+                offline.transact(&request, vec![action]).await,
+                Err(FenceError::InvalidInput(InvalidInput::ReservedName { .. }))
+            ),
+            "{table} {key}"
+        );
+    }
+    // A table whose name only ends like Fence's is the caller's own.
+    let elsewhere = TransactWriteItem::builder()
         .put(
             Put::builder()
-                .table_name(dynamodb.table())
-                .item("pk", s(&dynamodb.item_key(&domain)))
-                .item("mark", AttributeValue::N("99".into()))
+                .table_name(format!("x{}", dynamodb.table()))
+                .item("pk", s("k"))
                 .build()
                 .unwrap(),
         )
         .build();
-    assert!(matches!(
-        offline.transact(&request, vec![own_item]).await,
-        Err(FenceError::InvalidInput(InvalidInput::ReservedName { .. }))
+    assert!(!matches!(
+        offline.transact(&request, vec![elsewhere]).await,
+        Err(FenceError::InvalidInput(_))
     ));
 }
 

@@ -269,6 +269,37 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn fresh_answers_come_from_a_read_not_from_what_was_remembered() {
+        // Remembered: 7 (already set). The server holds 0: the answer without a write must be
+        // the server's, so the remembered "already" is decided again on a read, which writes.
+        let resource = Scripted {
+            remembered: Some((0, 7)),
+            ..Scripted::default()
+        };
+        let decide = |state: &(u32, u32)| set_seven(state, false);
+        assert_eq!(
+            drive_fresh_answers(&resource, POLICY, decide)
+                .await
+                .unwrap(),
+            "set"
+        );
+        assert_eq!(*resource.loads.lock().unwrap(), 1);
+        assert_eq!(*resource.server.lock().unwrap(), (1, 7));
+        // A remembered state that commits needs no read.
+        let resource = Scripted {
+            remembered: Some((0, 0)),
+            ..Scripted::default()
+        };
+        assert_eq!(
+            drive_fresh_answers(&resource, POLICY, decide)
+                .await
+                .unwrap(),
+            "set"
+        );
+        assert_eq!(*resource.loads.lock().unwrap(), 0);
+    }
+
+    #[tokio::test]
     async fn lost_races_are_decided_again_up_to_the_limit() {
         for carry_state in [false, true] {
             // Two losses: the third commit applies.
