@@ -12,7 +12,7 @@ use fence_conformance::services::{assert_fenced, domain as d, put};
 use fence_core::{Domain, FenceError, LeaseManager, OwnerId, TokenIssuer};
 use fence_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
 use fence_dynamodb::DynamoDb;
-use fence_testkit::dynamodb::{another_client, shared};
+use fence_testkit::dynamodb::{another_client, raw_item, shared};
 
 fn owner(name: &str) -> OwnerId {
     OwnerId::new(name).unwrap()
@@ -168,17 +168,9 @@ async fn the_issuer_is_floored_at_the_mark_and_exhausts_cleanly() {
     )
     .await;
     // The exhausted counter was left as it was.
-    let item = dynamodb
-        .client()
-        .get_item()
-        .table_name(dynamodb.table())
-        .key("pk", AttributeValue::S(dynamodb.item_key(&domain)))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap();
+    let item = raw_item(&dynamodb, &dynamodb.item_key(&domain)).await;
     assert_eq!(
-        item.item().and_then(|i| i.get("ctr")).cloned(),
+        item.and_then(|i| i.get("ctr").cloned()),
         Some(AttributeValue::N(u64::MAX.to_string()))
     );
 }
@@ -329,16 +321,10 @@ async fn a_lease_is_never_stored_shorter_than_a_holder_may_count() {
     };
     let (leases, domain) = (dynamodb.leases(), d("shorter"));
     let stored_ttl = || async {
-        let item = dynamodb
-            .client()
-            .get_item()
-            .table_name(dynamodb.table())
-            .key("pk", AttributeValue::S(dynamodb.item_key(&domain)))
-            .consistent_read(true)
-            .send()
+        match raw_item(&dynamodb, &dynamodb.item_key(&domain))
             .await
-            .unwrap();
-        match item.item().and_then(|i| i.get("ttl")) {
+            .and_then(|i| i.get("ttl").cloned())
+        {
             Some(AttributeValue::N(ms)) => ms.parse::<u64>().unwrap(),
             other => panic!("{other:?}"),
         }

@@ -13,7 +13,7 @@ use fence_core::{
 };
 use fence_dynamodb::aws_sdk_dynamodb::types::{AttributeValue, Put, TransactWriteItem, Update};
 use fence_dynamodb::{DynamoDb, DynamoDbFence, DynamoDbFenceError, MAX_TRANSACTION_ACTIONS};
-use fence_testkit::dynamodb::{another_client, shared, unique_table};
+use fence_testkit::dynamodb::{another_client, raw_item, shared, unique_table};
 
 fn t(n: u64) -> FencingToken {
     FencingToken::new(n).unwrap()
@@ -56,23 +56,8 @@ fn order_and_ledger(table: &str, order: &str, state: &str, token: u64) -> Vec<Tr
     ]
 }
 
-async fn item(
-    own: &DynamoDb,
-    key: &str,
-) -> Option<std::collections::HashMap<String, AttributeValue>> {
-    own.client()
-        .get_item()
-        .table_name(own.table())
-        .key("pk", s(key))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap()
-        .item
-}
-
 async fn history(own: &DynamoDb) -> Vec<u64> {
-    match item(own, "ledger")
+    match raw_item(own, "ledger")
         .await
         .and_then(|i| i.get("hist").cloned())
     {
@@ -89,10 +74,12 @@ async fn history(own: &DynamoDb) -> Vec<u64> {
 }
 
 async fn state_of(own: &DynamoDb, order: &str) -> Option<String> {
-    item(own, order).await.and_then(|i| match i.get("state") {
-        Some(AttributeValue::S(state)) => Some(state.clone()),
-        _ => None,
-    })
+    raw_item(own, order)
+        .await
+        .and_then(|i| match i.get("state") {
+            Some(AttributeValue::S(state)) => Some(state.clone()),
+            _ => None,
+        })
 }
 
 #[tokio::test]

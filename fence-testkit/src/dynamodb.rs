@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use fence_dynamodb::aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use fence_dynamodb::aws_sdk_dynamodb::config::{BehaviorVersion, Credentials, Region};
+use fence_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
 use fence_dynamodb::aws_sdk_dynamodb::{Client, Config};
 use fence_dynamodb::DynamoDb;
 
@@ -93,4 +94,22 @@ pub fn unreachable(dynamodb: &DynamoDb) -> DynamoDb {
         dynamodb.namespace(),
     )
     .expect("a valid table")
+}
+
+/// The item whose partition key is `key` in `dynamodb`'s table, as DynamoDB holds it now
+/// (strongly consistent), read around Fence: what a test checks Fence left there.
+pub async fn raw_item(
+    dynamodb: &DynamoDb,
+    key: &str,
+) -> Option<std::collections::HashMap<String, AttributeValue>> {
+    dynamodb
+        .client()
+        .get_item()
+        .table_name(dynamodb.table())
+        .key("pk", AttributeValue::S(key.to_owned()))
+        .consistent_read(true)
+        .send()
+        .await
+        .expect("read the item")
+        .item
 }
