@@ -1,10 +1,12 @@
 //! Removing what a `qualify` run created: every key under its Redis prefix, object under its
-//! S3 or object store prefix, its PostgreSQL schema, keys under its etcd prefix, or its Kafka
-//! topics.
+//! S3 or object store prefix, its PostgreSQL schema, keys under its etcd prefix, items of its
+//! DynamoDB namespace, or its Kafka topics.
 
 use std::sync::Arc;
 
 use fence_core::Observed;
+use fence_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
+use fence_dynamodb::DynamoDb;
 use fence_etcd::Etcd;
 use fence_kafka::rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use fence_kafka::rdkafka::client::DefaultClientContext;
@@ -51,6 +53,8 @@ pub(crate) enum Cleanup {
     },
     /// Keys under the run's prefix.
     Etcd { etcd: Box<Etcd> },
+    /// Items of the run's namespace in the table.
+    Dynamodb { dynamodb: Box<DynamoDb> },
     /// The run's topics.
     Kafka {
         config: ClientConfig,
@@ -104,6 +108,12 @@ impl Cleanup {
         }
     }
 
+    pub(crate) fn dynamodb(dynamodb: &DynamoDb) -> Self {
+        Cleanup::Dynamodb {
+            dynamodb: Box::new(dynamodb.clone()),
+        }
+    }
+
     /// Creates the run's data and ledger topics (one partition each), to delete afterwards.
     pub(crate) async fn kafka(scoped: &Targets) -> Result<Self, Report> {
         let (config, topics) = scoped.kafka_topics()?;
@@ -146,6 +156,11 @@ impl Cleanup {
             Cleanup::Postgres { schema, .. } => format!("PostgreSQL schema {schema}"),
             Cleanup::Mysql { database, .. } => format!("MySQL database {database}"),
             Cleanup::Etcd { etcd } => format!("etcd keys {}/*", etcd.prefix()),
+            Cleanup::Dynamodb { dynamodb } => format!(
+                "DynamoDB items {}/* of table {}",
+                dynamodb.namespace(),
+                dynamodb.table()
+            ),
             Cleanup::Kafka { topics, .. } => format!("Kafka topics {}", topics.join(", ")),
         }
     }
@@ -210,6 +225,7 @@ impl Cleanup {
                     .map(|r| format!("{} keys", r.deleted()))
                     .map_err(|e| e.to_string())
             }
+            Cleanup::Dynamodb { dynamodb } => dynamodb_cleanup(dynamodb).await,
             Cleanup::Kafka { config, topics } => {
                 let admin: AdminClient<DefaultClientContext> =
                     config.create().map_err(|e| e.to_string())?;
@@ -223,6 +239,44 @@ impl Cleanup {
                 }
                 Ok(format!("{} topics", topics.len()))
             }
+        }
+    }
+}
+
+/// Deletes every item of the handle's namespace: a `Scan` of the table for the keys that start
+/// with `<namespace>/` (the slash keeps a longer namespace that merely starts with this one
+/// out), then one `DeleteItem` each. The scan reads the whole table: point qualify at a table
+/// of its own when yours is large.
+async fn dynamodb_cleanup(dynamodb: &DynamoDb) -> Result<String, String> {
+    let prefix = AttributeValue::S(format!("{}/", dynamodb.namespace()));
+    let client = dynamodb.client();
+    let mut start = None;
+    let mut deleted = 0_u64;
+    loop {
+        let page = client
+            .scan()
+            .table_name(dynamodb.table())
+            .filter_expression("begins_with(pk, :p)")
+            .projection_expression("pk")
+            .expression_attribute_values(":p", prefix.clone())
+            .consistent_read(true)
+            .set_exclusive_start_key(start)
+            .send()
+            .await
+            .map_err(|e| format!("scanning {}: {}", dynamodb.table(), e.into_service_error()))?;
+        for key in page.items() {
+            client
+                .delete_item()
+                .table_name(dynamodb.table())
+                .set_key(Some(key.clone()))
+                .send()
+                .await
+                .map_err(|e| format!("deleting {key:?}: {}", e.into_service_error()))?;
+            deleted += 1;
+        }
+        start = page.last_evaluated_key().cloned();
+        if start.is_none() {
+            return Ok(format!("{deleted} items"));
         }
     }
 }

@@ -59,7 +59,8 @@ enum Command {
         /// The token (canonical decimal).
         token: String,
     },
-    /// Take the domain's next token from the resource's own issuer (Redis, PostgreSQL, etcd):
+    /// Take the domain's next token from the resource's own issuer (Redis, PostgreSQL, MySQL,
+    /// etcd, DynamoDB):
     /// above every token its leases and issuer gave the domain. With `claim` and `delete`, what
     /// fences every holder out before a domain is retired (LIFECYCLE.md).
     Issue {
@@ -102,7 +103,8 @@ enum Command {
     ///
     /// Any token writes to a retired domain again: run it only after fencing everyone out and
     /// waiting until every holder ended (LIFECYCLE.md), and never reuse the name. Refused while
-    /// a lease on the domain is live (Redis, PostgreSQL, etcd: S3 and object stores keep no
+    /// a lease on the domain is live (Redis, PostgreSQL, MySQL, etcd; DynamoDB, which has no
+    /// clock, while one is recorded at all: release it first; S3 and object stores keep no
     /// lease to check). Kafka has no retirement (see LIFECYCLE.md).
     Retire {
         /// Where the domain lives.
@@ -119,7 +121,8 @@ enum Command {
         action: OutboxAction,
     },
     /// Check that the configured credentials have every permission the adapter needs (IAM
-    /// actions, Redis ACL commands, Kafka ACLs, PostgreSQL privileges, etcd key ranges), each
+    /// actions of S3 and DynamoDB, Redis ACL commands, Kafka ACLs, PostgreSQL privileges, etcd
+    /// key ranges), each
     /// used for real on a probe (PostgreSQL: read from its privilege functions); the missing
     /// ones are named. Permissions only operators need (retiring a domain, re-bases) are
     /// marked `[operators]`: a worker's credentials pass without them. Exit 0: every permission
@@ -228,6 +231,8 @@ enum Backend {
     Mysql,
     /// etcd (`FENCE_ETCD_ENDPOINTS`).
     Etcd,
+    /// DynamoDB (`FENCE_DYNAMODB_TABLE`, `FENCE_DYNAMODB_NAMESPACE`): the domain's item.
+    Dynamodb,
     /// Any object store object_store speaks, by URL (`FENCE_OBJECT_STORE_URL`: `az://container`,
     /// `gs://bucket`, `s3://bucket`), with object_store's own settings (`AZURE_*`, `GOOGLE_*`,
     /// `AWS_*`).
@@ -253,6 +258,8 @@ enum RetireBackend {
     Mysql,
     /// etcd.
     Etcd,
+    /// DynamoDB.
+    Dynamodb,
 }
 
 impl From<RetireBackend> for Backend {
@@ -264,6 +271,7 @@ impl From<RetireBackend> for Backend {
             RetireBackend::Postgres => Backend::Postgres,
             RetireBackend::Mysql => Backend::Mysql,
             RetireBackend::Etcd => Backend::Etcd,
+            RetireBackend::Dynamodb => Backend::Dynamodb,
         }
     }
 }

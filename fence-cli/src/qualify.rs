@@ -38,11 +38,11 @@ pub(crate) struct QualifyArgs {
     seed: Option<u64>,
     /// Route the clients through a loopback fault proxy that cuts connections (before, during
     /// and after requests, and on replies), delays and black-holes them (plain-TCP endpoints
-    /// with an explicit port: Redis, S3, PostgreSQL, etcd; not TLS, whose certificate names the
-    /// real host).
+    /// with an explicit port: Redis, S3, PostgreSQL, MySQL, etcd, a DynamoDB endpoint; not TLS,
+    /// whose certificate names the real host).
     #[arg(long)]
     network_faults: bool,
-    /// Leave the run's keys, objects, schema or topics in place (to inspect them).
+    /// Leave the run's keys, objects, schema, items or topics in place (to inspect them).
     #[arg(long)]
     keep: bool,
 }
@@ -152,7 +152,9 @@ fn profile(backend: Backend, seed: u64, args: &QualifyArgs) -> Profile {
         Backend::S3 | Backend::ObjectStore | Backend::Postgres | Backend::Mysql => {
             Duration::from_millis(300)
         }
-        Backend::Kafka => Duration::from_millis(400),
+        // moto serves one request at a time: a lease's grant and sightings queue behind the
+        // workers' writes.
+        Backend::Kafka | Backend::Dynamodb => Duration::from_millis(400),
         Backend::Etcd => Duration::from_secs(1),
     };
     let profile = Profile::new(seed, args.workers, windows, 5)
@@ -336,6 +338,25 @@ async fn clients(
                 fresh: Subject::Register(Arc::new(etcd.fence())),
                 per_worker: Vec::new(),
                 cleanup: Cleanup::etcd(&etcd),
+            }
+        }
+        Backend::Dynamodb => {
+            // The run's items live in its own namespace of the configured table, which
+            // qualify never creates. Each worker its own client and cache, as processes
+            // would have.
+            let dynamodb = scoped.dynamodb().await?;
+            let mut per_worker = Vec::new();
+            for _ in 0..workers {
+                per_worker.push(Subject::Register(Arc::new(
+                    scoped.dynamodb().await?.fence(),
+                )));
+            }
+            Clients {
+                leases: Arc::new(dynamodb.leases()),
+                subject: Subject::Register(Arc::new(dynamodb.fence())),
+                fresh: Subject::Register(Arc::new(scoped.dynamodb().await?.fence())),
+                per_worker,
+                cleanup: Cleanup::dynamodb(&dynamodb),
             }
         }
         Backend::Kafka => {

@@ -8,6 +8,7 @@ use fence_core::{
     Domain, Fence, FenceError, FencedStore, LeaseManager, Observed, RememberedOp, Retirer,
     TokenIssuer,
 };
+use fence_dynamodb::{DynamoDb, DynamoDbFence};
 use fence_etcd::{Etcd, EtcdFence};
 use fence_kafka::KafkaFence;
 use fence_mysql::MySqlFence;
@@ -79,9 +80,16 @@ impl Targets {
             Backend::Mysql => Box::new(self.mysql().await?),
             Backend::Etcd => {
                 let etcd = self.etcd().await?;
-                Box::new(EtcdTarget {
+                Box::new(HandleTarget {
                     fence: etcd.fence(),
-                    etcd,
+                    handle: etcd,
+                })
+            }
+            Backend::Dynamodb => {
+                let dynamodb = self.dynamodb().await?;
+                Box::new(HandleTarget {
+                    fence: dynamodb.fence(),
+                    handle: dynamodb,
                 })
             }
             Backend::Kafka => Box::new(self.kafka()?),
@@ -199,42 +207,51 @@ impl Target for Observed<KafkaFence> {
     }
 }
 
-/// etcd's fence and leases come from one handle, which also checks the permissions.
-struct EtcdTarget {
-    etcd: Etcd,
-    fence: Observed<EtcdFence>,
+/// A backend whose fence, leases and issuer come from one handle, which also checks the
+/// permissions (etcd, DynamoDB).
+struct HandleTarget<H, F> {
+    handle: H,
+    fence: Observed<F>,
 }
 
-#[async_trait]
-impl Target for EtcdTarget {
-    fn fence(&self) -> &dyn Fence {
-        &self.fence
-    }
+/// Implements [`Target`] for a backend of one handle.
+macro_rules! handle_target {
+    ($handle:ident, $fence:ident) => {
+        #[async_trait]
+        impl Target for HandleTarget<$handle, $fence> {
+            fn fence(&self) -> &dyn Fence {
+                &self.fence
+            }
 
-    fn store(&self) -> Option<&dyn FencedStore> {
-        Some(&self.fence)
-    }
+            fn store(&self) -> Option<&dyn FencedStore> {
+                Some(&self.fence)
+            }
 
-    fn retirer(&self) -> Option<&dyn Retirer> {
-        Some(&self.fence)
-    }
+            fn retirer(&self) -> Option<&dyn Retirer> {
+                Some(&self.fence)
+            }
 
-    fn leases(&self) -> Option<Box<dyn LeaseManager>> {
-        Some(Box::new(self.etcd.leases()))
-    }
+            fn leases(&self) -> Option<Box<dyn LeaseManager>> {
+                Some(Box::new(self.handle.leases()))
+            }
 
-    fn issuer(&self) -> Option<Box<dyn TokenIssuer>> {
-        Some(Box::new(self.etcd.issuer()))
-    }
+            fn issuer(&self) -> Option<Box<dyn TokenIssuer>> {
+                Some(Box::new(self.handle.issuer()))
+            }
 
-    async fn remembered_ops(
-        &self,
-        domain: &Domain,
-    ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
-        Some(self.fence.remembered_ops(domain).await)
-    }
+            async fn remembered_ops(
+                &self,
+                domain: &Domain,
+            ) -> Option<Result<Vec<RememberedOp>, FenceError>> {
+                Some(self.fence.remembered_ops(domain).await)
+            }
 
-    async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
-        self.etcd.check_permissions().await
-    }
+            async fn check_permissions(&self) -> Result<PermissionReport, FenceError> {
+                self.handle.check_permissions().await
+            }
+        }
+    };
 }
+
+handle_target!(Etcd, EtcdFence);
+handle_target!(DynamoDb, DynamoDbFence);

@@ -7,6 +7,7 @@ use std::fmt;
 use clap::{Args, ValueEnum};
 use fence_core::env::Env;
 use fence_core::Observed;
+use fence_dynamodb::DynamoDb;
 use fence_etcd::Etcd;
 use fence_mysql::MySqlFence;
 use fence_object_store::{ObjectStoreFence, ObjectStoreFenceBuilder};
@@ -46,10 +47,11 @@ pub(crate) const DEFAULT_MAX_TOKEN_STEP: u64 = 1_000_000;
 pub(crate) struct Targets {
     /// Refuse claims and adopts whose token is more than this above the domain's mark (above
     /// zero for a domain without one), at the resource where it can check (Redis, PostgreSQL,
-    /// etcd; S3 and Kafka between the read and the write); 0 for no bound.
+    /// MySQL, etcd, DynamoDB; S3 and Kafka between the read and the write); 0 for no bound.
     #[arg(long, env = fence_core::env::MAX_TOKEN_STEP, global = true, default_value_t = DEFAULT_MAX_TOKEN_STEP)]
     max_token_step: u64,
-    /// Redis, PostgreSQL, etcd: refuse tokens the resource's own issuer never issued.
+    /// Redis, PostgreSQL, MySQL, etcd, DynamoDB: refuse tokens the resource's own issuer never
+    /// issued.
     #[arg(long, env = fence_core::env::ISSUED_ONLY, global = true)]
     issued_only: bool,
     /// Redis URL (standalone; Redis Cluster: `--redis-cluster`; behind Sentinel: the
@@ -196,6 +198,35 @@ pub(crate) struct Targets {
     /// would show every domain as unseen).
     #[arg(long, env = fence_etcd::env::PREFIX, global = true)]
     etcd_prefix: Option<String>,
+    /// DynamoDB table of Fence's items.
+    #[arg(long, env = fence_dynamodb::env::TABLE, global = true)]
+    dynamodb_table: Option<String>,
+    /// Namespace of Fence's items in the DynamoDB table (no default: the library has none,
+    /// and a wrong one would show every domain as unseen).
+    #[arg(long, env = fence_dynamodb::env::NAMESPACE, global = true)]
+    dynamodb_namespace: Option<String>,
+    /// DynamoDB endpoint other than AWS's (an emulator); unset for AWS.
+    #[arg(long, env = fence_dynamodb::env::ENDPOINT, global = true)]
+    dynamodb_endpoint: Option<String>,
+    /// DynamoDB region (else the AWS chain's; `us-east-1` with an endpoint).
+    #[arg(long, env = fence_dynamodb::env::REGION, global = true)]
+    dynamodb_region: Option<String>,
+    /// DynamoDB access key id.
+    #[arg(
+        long,
+        env = fence_dynamodb::env::ACCESS_KEY,
+        global = true,
+        hide_env_values = true
+    )]
+    dynamodb_access_key: Option<String>,
+    /// DynamoDB secret access key.
+    #[arg(
+        long,
+        env = fence_dynamodb::env::SECRET_KEY,
+        global = true,
+        hide_env_values = true
+    )]
+    dynamodb_secret_key: Option<String>,
 }
 
 impl fmt::Debug for Targets {
@@ -212,6 +243,7 @@ impl fmt::Debug for Targets {
             .field("mysql", &self.mysql_url.is_some())
             .field("etcd_endpoints", &self.etcd_endpoints)
             .field("kafka_topic", &self.kafka_topic)
+            .field("dynamodb_table", &self.dynamodb_table)
             .finish_non_exhaustive()
     }
 }
@@ -226,7 +258,8 @@ fn set(value: &Option<String>) -> Option<&str> {
 
 impl Targets {
     /// The same settings confined to names of one `qualify` run: its own Redis prefix, S3
-    /// prefix, PostgreSQL schema, etcd prefix and Kafka topics, each under the configured one.
+    /// prefix, PostgreSQL schema, etcd prefix, DynamoDB namespace and Kafka topics, each under
+    /// the configured one.
     pub(crate) fn confined(&self, run: &str) -> Targets {
         let mut scoped = self.clone();
         scoped.redis_prefix = format!("{}:qualify-{run}", self.redis_prefix);
@@ -237,6 +270,10 @@ impl Targets {
         scoped.etcd_prefix = Some(format!(
             "{}/qualify-{run}",
             set(&self.etcd_prefix).unwrap_or("fence")
+        ));
+        scoped.dynamodb_namespace = Some(format!(
+            "{}.qualify-{run}",
+            set(&self.dynamodb_namespace).unwrap_or("fence")
         ));
         let topic = format!(
             "{}-qualify-{run}",
@@ -282,6 +319,7 @@ impl Targets {
             Backend::Postgres => self.postgres_url = Some(routed),
             Backend::Mysql => self.mysql_url = Some(routed),
             Backend::Etcd => self.etcd_endpoints = vec![routed],
+            Backend::Dynamodb => self.dynamodb_endpoint = Some(routed),
             Backend::Kafka | Backend::ObjectStore => {}
         }
         Ok(())
@@ -302,6 +340,7 @@ impl Targets {
                 Some(self.etcd_endpoints[0].as_str())
             }
             Backend::Etcd => return refused("name exactly one etcd endpoint"),
+            Backend::Dynamodb => set(&self.dynamodb_endpoint),
             Backend::Kafka => {
                 return refused("Kafka brokers tell clients their own addresses; qualify Kafka without network faults (the run still pauses workers past their leases)");
             }
@@ -432,6 +471,21 @@ impl Targets {
         put(fence_etcd::env::PREFIX, set(&self.etcd_prefix));
         put(fence_etcd::env::USER, set(&self.etcd_user));
         put(fence_etcd::env::PASSWORD, set(&self.etcd_password));
+        put(fence_dynamodb::env::TABLE, set(&self.dynamodb_table));
+        put(
+            fence_dynamodb::env::NAMESPACE,
+            set(&self.dynamodb_namespace),
+        );
+        put(fence_dynamodb::env::ENDPOINT, set(&self.dynamodb_endpoint));
+        put(fence_dynamodb::env::REGION, set(&self.dynamodb_region));
+        put(
+            fence_dynamodb::env::ACCESS_KEY,
+            set(&self.dynamodb_access_key),
+        );
+        put(
+            fence_dynamodb::env::SECRET_KEY,
+            set(&self.dynamodb_secret_key),
+        );
         // An operator's command needs few connections, unless the environment says otherwise.
         let defaults = Env::from_pairs([
             (fence_postgres::env::MAX_CONNECTIONS, "2"),
@@ -520,6 +574,13 @@ impl Targets {
     /// An etcd handle; its fences carry the configured bounds.
     pub(crate) async fn etcd(&self) -> Connect<Etcd> {
         Etcd::from_env_with(&self.env())
+            .await
+            .map_err(|e| Report::failed(&e))
+    }
+
+    /// A DynamoDB handle (no request made yet); its fences carry the configured bounds.
+    pub(crate) async fn dynamodb(&self) -> Connect<DynamoDb> {
+        DynamoDb::from_env_with(&self.env())
             .await
             .map_err(|e| Report::failed(&e))
     }

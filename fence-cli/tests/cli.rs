@@ -567,15 +567,17 @@ async fn s3_inspect_adopt_and_decode() {
 }
 
 #[tokio::test]
-async fn sql_and_etcd_inspect_show_the_lease_and_retire() {
-    let (Some(pg_url), Some(my_url), Some(endpoints)) = (
+async fn sql_etcd_and_dynamodb_inspect_show_the_lease_and_retire() {
+    let (Some(pg_url), Some(my_url), Some(endpoints), Some(dynamodb_endpoint)) = (
         fence_testkit::postgres::shared_url(),
         fence_testkit::mysql::shared_url(),
         fence_testkit::etcd::shared_endpoints(),
+        fence_testkit::dynamodb::shared_endpoint(),
     ) else {
-        unavailable("the shared PostgreSQL, MariaDB and etcd");
+        unavailable("the shared PostgreSQL, MariaDB, etcd and DynamoDB (moto)");
         return;
     };
+    let dynamodb = fence_testkit::dynamodb::shared("cli").await.unwrap();
     let schema = fence_testkit::postgres::unique_schema("cli");
     let pool = fence_testkit::postgres::pool(&pg_url).await;
     fence_postgres::migrate(&pool, &schema).await.unwrap();
@@ -623,6 +625,19 @@ async fn sql_and_etcd_inspect_show_the_lease_and_retire() {
         )
         .await
         .unwrap();
+    let dynamodb_lease = dynamodb
+        .leases()
+        .acquire(&domain, &owner, ttl)
+        .await
+        .unwrap();
+    dynamodb
+        .fence()
+        .write(
+            &WriteRequest::put(domain.clone(), dynamodb_lease.token, "100")
+                .with_op_id(OperationId::new("deposit 1").unwrap()),
+        )
+        .await
+        .unwrap();
 
     let env = vec![
         ("FENCE_POSTGRES_URL", pg_url),
@@ -631,11 +646,17 @@ async fn sql_and_etcd_inspect_show_the_lease_and_retire() {
         ("FENCE_MYSQL_DATABASE", database),
         ("FENCE_ETCD_ENDPOINTS", endpoints.join(",")),
         ("FENCE_ETCD_PREFIX", etcd_prefix),
+        ("FENCE_DYNAMODB_ENDPOINT", dynamodb_endpoint),
+        ("FENCE_DYNAMODB_TABLE", dynamodb.table().to_owned()),
+        ("FENCE_DYNAMODB_NAMESPACE", dynamodb.namespace().to_owned()),
+        ("FENCE_DYNAMODB_ACCESS_KEY", "fence-test".to_owned()),
+        ("FENCE_DYNAMODB_SECRET_KEY", "fence-test".to_owned()),
     ];
     for (backend, lease) in [
         ("postgres", &pg_lease),
         ("mysql", &my_lease),
         ("etcd", &etcd_lease),
+        ("dynamodb", &dynamodb_lease),
     ] {
         let json = fence(&env, &["--json", "inspect", backend, "account-9"], b"")
             .expect(0)
@@ -680,12 +701,28 @@ async fn sql_and_etcd_inspect_show_the_lease_and_retire() {
         assert!(issued > lease.token.get(), "{backend}: {issued}");
     }
 
+    // Every IAM action DynamoDB's fence needs, probed at the server (an operator's included).
+    let permissions = fence(
+        &env,
+        &["--json", "permissions", "dynamodb", "--operator"],
+        b"",
+    )
+    .expect(0)
+    .json();
+    assert_eq!(
+        permissions["permissions"].as_array().map(Vec::len),
+        Some(4),
+        "{permissions}"
+    );
+
     // Retiring: only when confirmed, never under a live lease, then the domain is gone.
     let (pg_leases, my_leases, etcd_leases) = (postgres.leases(), mysql.leases(), etcd.leases());
-    let held: [(&str, &dyn LeaseManager, &fence_core::Lease); 3] = [
+    let dynamodb_leases = dynamodb.leases();
+    let held: [(&str, &dyn LeaseManager, &fence_core::Lease); 4] = [
         ("postgres", &pg_leases, &pg_lease),
         ("mysql", &my_leases, &my_lease),
         ("etcd", &etcd_leases, &etcd_lease),
+        ("dynamodb", &dynamodb_leases, &dynamodb_lease),
     ];
     for (backend, leases, lease) in held {
         let unconfirmed = fence(&env, &["retire", backend, "account-9"], b"").expect(2);

@@ -6,11 +6,13 @@
 
 mod support;
 
+use fence_dynamodb::aws_sdk_dynamodb::types::AttributeValue;
 use fence_kafka::rdkafka::consumer::{BaseConsumer, Consumer};
 use fence_redis::redis;
 use fence_testkit::s3 as s3_support;
 use fence_testkit::{
-    etcd as etcd_support, kafka as kafka_support, mysql as my_support, postgres as pg_support,
+    dynamodb as dynamodb_support, etcd as etcd_support, kafka as kafka_support,
+    mysql as my_support, postgres as pg_support,
 };
 use serde_json::Value;
 use support::fence;
@@ -298,6 +300,51 @@ async fn etcd_qualifies_and_is_cleaned_up() {
         .await
         .unwrap();
     assert_eq!(left.count(), 2, "only the neighbours are left: {json}");
+}
+
+#[tokio::test]
+async fn dynamodb_qualifies_and_is_cleaned_up() {
+    let Some(dynamodb) = dynamodb_support::shared("qualify").await else {
+        return;
+    };
+    let env = vec![
+        (
+            "FENCE_DYNAMODB_ENDPOINT",
+            dynamodb_support::shared_endpoint().unwrap(),
+        ),
+        ("FENCE_DYNAMODB_TABLE", dynamodb.table().to_owned()),
+        ("FENCE_DYNAMODB_NAMESPACE", "fence".to_owned()),
+        ("FENCE_DYNAMODB_ACCESS_KEY", "fence-test".to_owned()),
+        ("FENCE_DYNAMODB_SECRET_KEY", "fence-test".to_owned()),
+    ];
+    // A neighbour whose namespace merely starts like a run's, and an item beside the runs.
+    let keep = ["fence.qualify-neighbour/x", "fence/keep"];
+    for key in keep {
+        dynamodb
+            .client()
+            .put_item()
+            .table_name(dynamodb.table())
+            .item("pk", AttributeValue::S(key.to_owned()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let json = qualifies(&env, "dynamodb", true);
+    let scan = dynamodb
+        .client()
+        .scan()
+        .table_name(dynamodb.table())
+        .consistent_read(true)
+        .send()
+        .await
+        .unwrap();
+    let mut left: Vec<&str> = scan
+        .items()
+        .iter()
+        .filter_map(|item| item.get("pk")?.as_s().ok().map(String::as_str))
+        .collect();
+    left.sort_unstable();
+    assert_eq!(left, keep, "only the neighbours are left: {json}");
 }
 
 #[tokio::test]

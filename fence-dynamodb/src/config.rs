@@ -35,11 +35,11 @@ pub struct DynamoDbFenceBuilder {
 impl DynamoDbFenceBuilder {
     pub(crate) fn new(dynamodb: DynamoDb) -> Self {
         DynamoDbFenceBuilder {
-            dynamodb,
+            dynamodb: dynamodb.clone(),
             max_value_bytes: DEFAULT_MAX_VALUE_BYTES,
             op_id_retention: DEFAULT_OP_ID_RETENTION,
             max_attempts: DEFAULT_MAX_ATTEMPTS,
-            bounds: BoundsConfig::NONE,
+            bounds: dynamodb.fence_bounds,
             cache_capacity: DEFAULT_CACHE_CAPACITY,
         }
     }

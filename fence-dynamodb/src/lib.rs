@@ -2,12 +2,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod config;
+pub mod env;
 mod error;
 mod expr;
 mod fence;
 mod issuer;
 mod item;
 mod lease;
+mod permissions;
 mod retire;
 mod table;
 mod transaction;

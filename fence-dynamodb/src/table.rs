@@ -10,7 +10,7 @@ use aws_sdk_dynamodb::types::{
     ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
 };
 use aws_sdk_dynamodb::Client;
-use fence_core::{Domain, FenceError, InvalidInput, Observed, Operation};
+use fence_core::{BoundsConfig, Domain, FenceError, InvalidInput, Observed, Operation};
 
 use crate::error::{backend_error, classify, DynamoDbFenceError};
 use crate::expr::Expr;
@@ -49,6 +49,8 @@ pub struct DynamoDb {
     client: Client,
     table: String,
     namespace: String,
+    /// The bounds of the fences [`DynamoDb::fence`] builds ([`DynamoDb::from_env`] sets them).
+    pub(crate) fence_bounds: BoundsConfig,
 }
 
 impl DynamoDb {
@@ -73,6 +75,7 @@ impl DynamoDb {
             client,
             table,
             namespace,
+            fence_bounds: BoundsConfig::NONE,
         })
     }
 
@@ -83,26 +86,6 @@ impl DynamoDb {
         namespace: impl Into<String>,
     ) -> Result<Self, InvalidInput> {
         Self::new(Client::new(config), table, namespace)
-    }
-
-    /// As [`DynamoDb::new`], with a client from the default AWS chain (environment, profile,
-    /// web identity, ECS and EC2 instance roles; the region from `AWS_REGION` or the profile).
-    #[cfg(feature = "aws-config")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "aws-config")))]
-    pub async fn from_default_chain(
-        table: impl Into<String>,
-        namespace: impl Into<String>,
-    ) -> Result<Self, InvalidInput> {
-        let config = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .load()
-            .await;
-        if config.region().is_none() {
-            return Err(InvalidInput::Configuration(
-                "no AWS region for DynamoDB: set AWS_REGION, or configure one in your AWS profile"
-                    .into(),
-            ));
-        }
-        Self::from_sdk_config(&config, table, namespace)
     }
 
     /// The table.
@@ -271,7 +254,7 @@ fn unexpected_build(error: aws_sdk_dynamodb::error::BuildError) -> FenceError {
     backend_error(None, DynamoDbFenceError::Unexpected(error.to_string()))
 }
 
-fn check_table(table: &str) -> Result<(), InvalidInput> {
+pub(crate) fn check_table(table: &str) -> Result<(), InvalidInput> {
     // DynamoDB's rule: 3 to 255 of [a-zA-Z0-9_.-].
     let valid = (3..=255).contains(&table.len())
         && table
@@ -287,7 +270,7 @@ fn check_table(table: &str) -> Result<(), InvalidInput> {
     }
 }
 
-fn check_namespace(namespace: &str) -> Result<(), InvalidInput> {
+pub(crate) fn check_namespace(namespace: &str) -> Result<(), InvalidInput> {
     let refuse = |reason: &str| {
         Err(InvalidInput::Configuration(format!(
             "dynamodb namespace `{}`: {reason}",

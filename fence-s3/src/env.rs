@@ -19,11 +19,7 @@
 //! `AWS_ENDPOINT_URL`; and `FENCE_S3_ACCESS_KEY` with `AWS_ACCESS_KEY_ID` (two credentials).
 //! `FENCE_ISSUED_ONLY` is refused: S3 cannot see an issuer.
 
-use std::time::Duration;
-
-use aws_sdk_s3::config::timeout::TimeoutConfig;
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
-use fence_core::env::{configuration, Env};
+use fence_core::env::Env;
 use fence_core::FenceError;
 use fence_objects::settings::{apply_env, SettingNames};
 
@@ -46,11 +42,17 @@ pub const SECRET_KEY: &str = "FENCE_S3_SECRET_KEY";
 /// The session token of temporary static credentials.
 pub const SESSION_TOKEN: &str = "FENCE_S3_SESSION_TOKEN";
 
-/// The region used with an endpoint when nothing names one (S3-compatible servers ignore it,
-/// the signature needs one).
-const ENDPOINT_REGION: &str = "us-east-1";
-/// How long a connection may take to open: a missing server is reported in seconds.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(3100);
+/// The variables' names, for the reading fence-dynamodb shares ([`fence_aws`]).
+const VARIABLES: fence_aws::AwsVariables = fence_aws::AwsVariables {
+    service: "S3",
+    crate_name: "fence-s3",
+    endpoint: ENDPOINT,
+    sdk_endpoint: "AWS_ENDPOINT_URL_S3",
+    region: REGION,
+    access_key: ACCESS_KEY,
+    secret_key: SECRET_KEY,
+    session_token: SESSION_TOKEN,
+};
 
 impl S3FenceBuilder {
     /// A builder configured from the process environment: see [`crate::env`] for the
@@ -88,82 +90,10 @@ fence_objects::object_fence_builder!(S3FenceBuilder);
 /// The S3 client configuration the variables describe (endpoint, region, credentials: static
 /// ones, else the default AWS chain), for your own plain S3 clients beside the fence.
 pub async fn client_config(env: &Env) -> Result<aws_sdk_s3::Config, FenceError> {
-    let endpoint = agreeing_endpoint(env)?;
-    let region = env.agreeing(REGION, "AWS_REGION")?;
-    let static_keys = env.both_or_neither(ACCESS_KEY, SECRET_KEY)?;
-    if static_keys.is_some() {
-        env.one_of(&[ACCESS_KEY, "AWS_ACCESS_KEY_ID"])?;
-    } else if env.get(SESSION_TOKEN).is_some() {
-        return Err(configuration(format!(
-            "{SESSION_TOKEN} is set without {ACCESS_KEY} and {SECRET_KEY}"
-        )));
-    }
-    if static_keys.is_some() && endpoint.is_none() && region.is_none() {
-        return Err(configuration(format!(
-            "no region for AWS S3: set {REGION} (or AWS_REGION)"
-        )));
-    }
-    let mut config = match static_keys {
-        Some((access, secret)) => {
-            let credentials =
-                Credentials::new(access, secret, env.get(SESSION_TOKEN), None, "fence-env");
-            aws_sdk_s3::Config::builder()
-                .behavior_version(BehaviorVersion::latest())
-                .credentials_provider(credentials)
-                .timeout_config(
-                    TimeoutConfig::builder()
-                        .connect_timeout(CONNECT_TIMEOUT)
-                        .build(),
-                )
-                .region(Region::new(
-                    region.unwrap_or_else(|| ENDPOINT_REGION.to_owned()),
-                ))
-        }
-        None => default_chain(region, endpoint.is_some()).await?,
-    };
-    if let Some(endpoint) = &endpoint {
-        config = config.endpoint_url(endpoint).force_path_style(true);
-    }
-    Ok(config.build())
-}
-
-/// `FENCE_S3_ENDPOINT`, refused when the SDK's own endpoint variables name another.
-fn agreeing_endpoint(env: &Env) -> Result<Option<String>, FenceError> {
-    env.agreeing(ENDPOINT, "AWS_ENDPOINT_URL_S3")?;
-    env.agreeing(ENDPOINT, "AWS_ENDPOINT_URL")
-}
-
-/// A client configuration from the default AWS chain, with the region named here if any.
-#[cfg(feature = "aws-config")]
-async fn default_chain(
-    region: Option<String>,
-    endpoint: bool,
-) -> Result<aws_sdk_s3::config::Builder, FenceError> {
-    let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest());
-    if let Some(region) = region {
-        loader = loader.region(Region::new(region));
-    }
-    let shared = loader.load().await;
-    let mut config = aws_sdk_s3::config::Builder::from(&shared);
-    if shared.region().is_none() {
-        if !endpoint {
-            return Err(configuration(format!(
-                "no region: set {REGION} or AWS_REGION, or configure one in your AWS profile"
-            )));
-        }
-        config = config.region(Region::new(ENDPOINT_REGION));
-    }
-    Ok(config)
-}
-
-#[cfg(not(feature = "aws-config"))]
-async fn default_chain(
-    _region: Option<String>,
-    _endpoint: bool,
-) -> Result<aws_sdk_s3::config::Builder, FenceError> {
-    Err(configuration(format!(
-        "set {ACCESS_KEY} and {SECRET_KEY}, or build fence-s3 with its `aws-config` feature for the default AWS credential chain"
-    )))
+    let aws = fence_aws::sdk_config(env, &VARIABLES).await?;
+    let config = aws_sdk_s3::config::Builder::from(&aws.config);
+    // S3-compatible servers are addressed by path, not by a bucket's own host name.
+    Ok(config.force_path_style(aws.endpoint.is_some()).build())
 }
 
 #[cfg(test)]
