@@ -215,6 +215,8 @@ enum OutboxBackend {
     Postgres,
     /// fence-outbox-mysql.
     Mysql,
+    /// fence-outbox-dynamodb (its table: `FENCE_DYNAMODB_OUTBOX_TABLE`).
+    Dynamodb,
 }
 
 /// A backend with fenced domains.

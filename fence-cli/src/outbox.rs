@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use fence_core::Domain;
 use fence_outbox::{EffectKinds, EntryStatus, OutboxEntry, OutboxError};
+use fence_outbox_dynamodb::DynamoDbOutbox;
 use fence_outbox_mysql::MySqlOutbox;
 use fence_outbox_postgres::PostgresOutbox;
 use fence_outbox_redis::RedisOutbox;
@@ -19,6 +20,7 @@ enum Outbox {
     Redis(RedisOutbox),
     Postgres(PostgresOutbox),
     Mysql(MySqlOutbox),
+    Dynamodb(DynamoDbOutbox),
 }
 
 impl Outbox {
@@ -35,6 +37,13 @@ impl Outbox {
             OutboxBackend::Mysql => {
                 Outbox::Mysql(MySqlOutbox::new(targets.mysql().await?, EffectKinds::new()))
             }
+            OutboxBackend::Dynamodb => {
+                let table = targets.dynamodb_outbox_table()?;
+                let fence = targets.dynamodb().await?.fence();
+                Outbox::Dynamodb(
+                    DynamoDbOutbox::new(fence, table, EffectKinds::new()).map_err(failed)?,
+                )
+            }
         })
     }
 
@@ -43,6 +52,7 @@ impl Outbox {
             Outbox::Redis(outbox) => outbox.entries(domain).await,
             Outbox::Postgres(outbox) => outbox.entries(domain).await,
             Outbox::Mysql(outbox) => outbox.entries(domain).await,
+            Outbox::Dynamodb(outbox) => outbox.entries(domain).await,
         }
     }
 
@@ -51,6 +61,7 @@ impl Outbox {
             Outbox::Redis(outbox) => outbox.redrive_dead_letter(domain, seq).await,
             Outbox::Postgres(outbox) => outbox.redrive_dead_letter(domain, seq).await,
             Outbox::Mysql(outbox) => outbox.redrive_dead_letter(domain, seq).await,
+            Outbox::Dynamodb(outbox) => outbox.redrive_dead_letter(domain, seq).await,
         }
     }
 
@@ -59,6 +70,7 @@ impl Outbox {
             Outbox::Redis(outbox) => outbox.discard_dead_letter(domain, seq).await,
             Outbox::Postgres(outbox) => outbox.discard_dead_letter(domain, seq).await,
             Outbox::Mysql(outbox) => outbox.discard_dead_letter(domain, seq).await,
+            Outbox::Dynamodb(outbox) => outbox.discard_dead_letter(domain, seq).await,
         }
     }
 }

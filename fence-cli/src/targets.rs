@@ -227,6 +227,9 @@ pub(crate) struct Targets {
         hide_env_values = true
     )]
     dynamodb_secret_key: Option<String>,
+    /// DynamoDB table of the outbox (fence-outbox-dynamodb), for `fence outbox … dynamodb`.
+    #[arg(long, env = fence_outbox_dynamodb::TABLE_VARIABLE, global = true)]
+    dynamodb_outbox_table: Option<String>,
 }
 
 impl fmt::Debug for Targets {
@@ -576,6 +579,18 @@ impl Targets {
         Etcd::from_env_with(&self.env())
             .await
             .map_err(|e| Report::failed(&e))
+    }
+
+    /// The DynamoDB outbox's table.
+    pub(crate) fn dynamodb_outbox_table(&self) -> Connect<String> {
+        set(&self.dynamodb_outbox_table)
+            .map(str::to_owned)
+            .ok_or_else(|| {
+                Report::usage(format!(
+                    "no DynamoDB outbox table: set {} (or --dynamodb-outbox-table)",
+                    fence_outbox_dynamodb::TABLE_VARIABLE
+                ))
+            })
     }
 
     /// A DynamoDB handle (no request made yet); its fences carry the configured bounds.

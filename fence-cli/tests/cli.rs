@@ -798,6 +798,7 @@ enum TestOutbox {
     Redis(fence_outbox_redis::RedisOutbox),
     Postgres(fence_outbox_postgres::PostgresOutbox),
     Mysql(fence_outbox_mysql::MySqlOutbox),
+    Dynamodb(fence_outbox_dynamodb::DynamoDbOutbox),
 }
 
 impl TestOutbox {
@@ -824,6 +825,14 @@ impl TestOutbox {
                     fence_mysql::TransactionRequest::new(domain.clone(), t(token)).with_op_id(op);
                 outbox.transition(&request, &[effect]).await.unwrap();
             }
+            TestOutbox::Dynamodb(outbox) => {
+                let request =
+                    fence_core::TransactionRequest::new(domain.clone(), t(token)).with_op_id(op);
+                outbox
+                    .transition(&request, Vec::new(), &[effect])
+                    .await
+                    .unwrap();
+            }
         }
     }
 
@@ -832,6 +841,7 @@ impl TestOutbox {
             TestOutbox::Redis(outbox) => outbox.entries(domain).await.unwrap(),
             TestOutbox::Postgres(outbox) => outbox.entries(domain).await.unwrap(),
             TestOutbox::Mysql(outbox) => outbox.entries(domain).await.unwrap(),
+            TestOutbox::Dynamodb(outbox) => outbox.entries(domain).await.unwrap(),
         }
     }
 
@@ -859,25 +869,40 @@ impl TestOutbox {
                 Arc::new(outbox.fence().leases()),
                 config,
             ),
+            TestOutbox::Dynamodb(outbox) => fence_outbox::Relay::new(
+                Arc::new(outbox.clone()),
+                sink,
+                Arc::new(outbox.fence().dynamodb().leases()),
+                config,
+            ),
         };
         relay.unwrap().spawn()
     }
 }
 
 #[tokio::test]
-async fn outbox_list_and_discard_on_redis_postgres_and_mysql() {
+async fn outbox_list_and_discard_on_redis_postgres_mysql_and_dynamodb() {
     use fence_conformance::relay_kit::kinds;
     use fence_conformance::wait::until_async;
     use fence_outbox::EntryStatus;
 
-    let (Some(redis_url), Some(pg_url), Some(my_url)) = (
+    let (Some(redis_url), Some(pg_url), Some(my_url), Some(dynamodb_endpoint)) = (
         shared_url(),
         fence_testkit::postgres::shared_url(),
         fence_testkit::mysql::shared_url(),
+        fence_testkit::dynamodb::shared_endpoint(),
     ) else {
-        unavailable("the shared Redis, PostgreSQL and MariaDB");
+        unavailable("the shared Redis, PostgreSQL, MariaDB and DynamoDB (moto)");
         return;
     };
+    let dynamodb = fence_testkit::dynamodb::shared("cli_outbox").await.unwrap();
+    let dynamodb_outbox = fence_outbox_dynamodb::DynamoDbOutbox::new(
+        dynamodb.fence(),
+        format!("{}-outbox", dynamodb.table()),
+        kinds(),
+    )
+    .unwrap();
+    dynamodb_outbox.create_table().await.unwrap();
     let prefix = unique_prefix("cli-outbox");
     let redis_fence = RedisFence::builder()
         .url(&redis_url)
@@ -925,6 +950,21 @@ async fn outbox_list_and_discard_on_redis_postgres_and_mysql() {
             vec![
                 ("FENCE_MYSQL_URL", my_url.clone()),
                 ("FENCE_MYSQL_DATABASE", database.clone()),
+            ],
+        ),
+        (
+            "dynamodb",
+            TestOutbox::Dynamodb(dynamodb_outbox.clone()),
+            vec![
+                ("FENCE_DYNAMODB_ENDPOINT", dynamodb_endpoint.clone()),
+                ("FENCE_DYNAMODB_TABLE", dynamodb.table().to_owned()),
+                ("FENCE_DYNAMODB_NAMESPACE", dynamodb.namespace().to_owned()),
+                ("FENCE_DYNAMODB_ACCESS_KEY", "fence-test".to_owned()),
+                ("FENCE_DYNAMODB_SECRET_KEY", "fence-test".to_owned()),
+                (
+                    "FENCE_DYNAMODB_OUTBOX_TABLE",
+                    dynamodb_outbox.table().to_owned(),
+                ),
             ],
         ),
     ];

@@ -156,14 +156,28 @@ pub(crate) fn classify<E>(error: SdkError<E, Response>, table: &str) -> Failure
 where
     E: ProvideErrorMetadata + Detail + StdError + Send + Sync + 'static,
 {
+    classify_with(error, table, |err| {
+        err.condition_item()
+            .map(Failure::Condition)
+            .or_else(|| err.reasons().map(Failure::Cancelled))
+    })
+}
+
+/// [`classify`], the operation's own detail (a failed condition's item, a cancelled
+/// transaction's reasons) read by `detail`.
+pub(crate) fn classify_with<E>(
+    error: SdkError<E, Response>,
+    table: &str,
+    detail: impl FnOnce(&E) -> Option<Failure>,
+) -> Failure
+where
+    E: ProvideErrorMetadata + StdError + Send + Sync + 'static,
+{
     match error {
         SdkError::ServiceError(context) => {
             let err = context.err();
-            if let Some(item) = err.condition_item() {
-                return Failure::Condition(item);
-            }
-            if let Some(reasons) = err.reasons() {
-                return Failure::Cancelled(reasons);
+            if let Some(failure) = detail(err) {
+                return failure;
             }
             let status = context.raw().status().as_u16();
             classify_code(

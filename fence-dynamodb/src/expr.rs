@@ -9,35 +9,38 @@ use fence_core::{EqualTokenPolicy, FencingToken};
 
 use crate::item::{attr, number};
 
-/// The names and values of one request's expressions.
+/// The names and values of one request's expressions (also for extensions:
+/// `extension::Expr`).
 #[derive(Debug, Default)]
-pub(crate) struct Expr {
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))]
+pub struct Expr {
     names: HashMap<String, String>,
     values: HashMap<String, AttributeValue>,
 }
 
+#[cfg_attr(not(feature = "unstable-raw"), allow(unreachable_pub))]
 impl Expr {
     /// `#attribute`, registered.
-    pub(crate) fn name(&mut self, attribute: &str) -> String {
+    pub fn name(&mut self, attribute: &str) -> String {
         let placeholder = format!("#{attribute}");
         self.names.insert(placeholder.clone(), attribute.to_owned());
         placeholder
     }
 
     /// `:key`, bound to `value`.
-    pub(crate) fn value(&mut self, key: &str, value: AttributeValue) -> String {
+    pub fn value(&mut self, key: &str, value: AttributeValue) -> String {
         let placeholder = format!(":{key}");
         self.values.insert(placeholder.clone(), value);
         placeholder
     }
 
     /// The names, `None` when there are none (DynamoDB refuses an empty map).
-    pub(crate) fn names(&self) -> Option<HashMap<String, String>> {
+    pub fn names(&self) -> Option<HashMap<String, String>> {
         (!self.names.is_empty()).then(|| self.names.clone())
     }
 
     /// The values, `None` when there are none.
-    pub(crate) fn values(&self) -> Option<HashMap<String, AttributeValue>> {
+    pub fn values(&self) -> Option<HashMap<String, AttributeValue>> {
         (!self.values.is_empty()).then(|| self.values.clone())
     }
 
@@ -45,7 +48,19 @@ impl Expr {
     /// as the change: no mark yet, or the mark at most the token (below it under
     /// [`EqualTokenPolicy::Strict`]). DynamoDB compares numbers exactly (38 digits).
     pub(crate) fn admits(&mut self, token: FencingToken, policy: EqualTokenPolicy) -> String {
-        let mark = self.name(attr::MARK);
+        self.admits_on(attr::MARK, token, policy)
+    }
+
+    /// The acceptance rule, as the fence's own conditions state it on the mark, on another
+    /// attribute holding a mark (an extension's: an outbox's newest relay token), so the rule
+    /// DynamoDB evaluates exists once.
+    pub fn admits_on(
+        &mut self,
+        attribute: &str,
+        token: FencingToken,
+        policy: EqualTokenPolicy,
+    ) -> String {
+        let mark = self.name(attribute);
         let token = self.value("token", number(token.get()));
         // Any policy but same-owner admits less: closed by default.
         let comparison = match policy {

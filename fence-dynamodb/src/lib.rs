@@ -5,6 +5,9 @@ mod config;
 pub mod env;
 mod error;
 mod expr;
+#[cfg(feature = "unstable-raw")]
+#[cfg_attr(docsrs, doc(cfg(feature = "unstable-raw")))]
+pub mod extension;
 mod fence;
 mod issuer;
 mod item;

@@ -143,45 +143,14 @@ impl DynamoDb {
             .attribute_type(ScalarAttributeType::S)
             .build()
             .map_err(unexpected_build)?;
-        self.client
+        let request = self
+            .client
             .create_table()
             .table_name(&self.table)
             .key_schema(key)
             .attribute_definitions(definition)
-            .billing_mode(BillingMode::PayPerRequest)
-            .send()
-            .await
-            .map_err(|e| self.table_error(classify(e, &self.table)))?;
-        for _ in 0..600 {
-            let described = self
-                .client
-                .describe_table()
-                .table_name(&self.table)
-                .send()
-                .await
-                .map_err(|e| self.table_error(classify(e, &self.table)))?;
-            let active = described
-                .table()
-                .and_then(|t| t.table_status())
-                .is_some_and(|s| s.as_str() == "ACTIVE");
-            if active {
-                return Ok(());
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        Err(backend_error(
-            None,
-            DynamoDbFenceError::Unexpected(format!("table `{}` never became ACTIVE", self.table)),
-        ))
-    }
-
-    fn table_error(&self, failure: crate::error::Failure) -> FenceError {
-        use crate::error::Failure;
-        let source = match failure {
-            Failure::NotApplied(e) | Failure::MaybeApplied(e) | Failure::Refused(e) => e,
-            other => DynamoDbFenceError::Unexpected(format!("{other:?}")),
-        };
-        backend_error(None, source)
+            .billing_mode(BillingMode::PayPerRequest);
+        create_table(&self.client, request, &self.table).await
     }
 
     /// The key of `domain`'s item, as a request names it.
@@ -242,6 +211,48 @@ impl DynamoDb {
             .map_err(|e| classify(e, &self.table).into_fence_error(domain, operation, false))?;
         Ok(output.item.map(without_key))
     }
+}
+
+/// Sends `request` (a `CreateTable` of `table`) and waits until the table is `ACTIVE`.
+pub(crate) async fn create_table(
+    client: &Client,
+    request: aws_sdk_dynamodb::operation::create_table::builders::CreateTableFluentBuilder,
+    table: &str,
+) -> Result<(), FenceError> {
+    request
+        .send()
+        .await
+        .map_err(|e| table_error(classify(e, table)))?;
+    for _ in 0..600 {
+        let described = client
+            .describe_table()
+            .table_name(table)
+            .send()
+            .await
+            .map_err(|e| table_error(classify(e, table)))?;
+        let active = described
+            .table()
+            .and_then(|t| t.table_status())
+            .is_some_and(|s| s.as_str() == "ACTIVE");
+        if active {
+            return Ok(());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    Err(backend_error(
+        None,
+        DynamoDbFenceError::Unexpected(format!("table `{table}` never became ACTIVE")),
+    ))
+}
+
+/// A table-level failure (no domain).
+fn table_error(failure: crate::error::Failure) -> FenceError {
+    use crate::error::Failure;
+    let source = match failure {
+        Failure::NotApplied(e) | Failure::MaybeApplied(e) | Failure::Refused(e) => e,
+        other => DynamoDbFenceError::Unexpected(format!("{other:?}")),
+    };
+    backend_error(None, source)
 }
 
 /// An item without its partition key (what [`Stored::decode`] reads).

@@ -67,8 +67,20 @@ impl DynamoDbFence {
         request: &TransactionRequest,
         actions: Vec<TransactWriteItem>,
     ) -> Result<Transacted<()>, FenceError> {
+        self.transact_salted(request, actions, "").await
+    }
+
+    /// [`DynamoDbFence::transact`], `salt` mixed into the `ClientRequestToken`: an extension
+    /// whose actions depend on state it read (an outbox numbering its entries) names that
+    /// state, so two attempts with other actions never share a token.
+    pub(crate) async fn transact_salted(
+        &self,
+        request: &TransactionRequest,
+        actions: Vec<TransactWriteItem>,
+        salt: &str,
+    ) -> Result<Transacted<()>, FenceError> {
         let domain = request.domain();
-        let actions = self.checked(domain, request, actions)?;
+        let actions = self.checked(domain, request, actions, salt)?;
         let what = (Operation::Commit, request.token(), request.policy());
         self.decided(domain, what, |stored| {
             let first = request.op_id().and_then(|op_id| stored.stored_op(op_id));
@@ -126,6 +138,7 @@ impl DynamoDbFence {
         domain: &Domain,
         request: &TransactionRequest,
         items: Vec<TransactWriteItem>,
+        salt: &str,
     ) -> Result<Actions, FenceError> {
         if items.len() > MAX_TRANSACTION_ACTIONS {
             return Err(InvalidInput::Configuration(format!(
@@ -148,7 +161,7 @@ impl DynamoDbFence {
             items,
             op_key: request.op_id().map(|op_id| {
                 format!(
-                    "{}\n{}\n{}",
+                    "{}\n{}\n{}\n{salt}",
                     self.dynamodb.item_key(domain),
                     op_id.as_str(),
                     request.token()

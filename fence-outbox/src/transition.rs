@@ -17,6 +17,23 @@ pub struct Recorded {
     pub previous_high_water_mark: Option<FencingToken>,
 }
 
+impl Recorded {
+    /// What a transition recorded: `keys` (none for a `duplicate`) over a mark of
+    /// `previous_high_water_mark` (for outbox backends whose transitions are not
+    /// [`record_transition`]'s).
+    pub fn new(
+        keys: Vec<IdempotencyKey>,
+        duplicate: bool,
+        previous_high_water_mark: Option<FencingToken>,
+    ) -> Self {
+        Recorded {
+            keys,
+            duplicate,
+            previous_high_water_mark,
+        }
+    }
+}
+
 /// Records a transition in the fenced transaction `begun` admitted: `record` records its
 /// effects in the transaction, which then commits (an error from `record` drops it, which
 /// rolls everything back, the mark included). A replayed op id records nothing: `duplicate`.
