@@ -53,11 +53,17 @@ pub struct AwsSettings {
 
 /// The configuration `env` describes under `names`: static credentials with a region (the
 /// named one, else [`ENDPOINT_REGION`] with an endpoint), else the default AWS chain (the
-/// `aws-config` feature) with the named region, if any. Settings two tools would each decide
-/// are refused when both are set and differ; nothing is contacted.
+/// `aws-config` feature) with the named region, if any. The endpoint is the adapter's
+/// variable, else the SDK's service variable, else `AWS_ENDPOINT_URL` (as the SDK's own chain
+/// reads them, so static keys never send to AWS what the SDK's variables point elsewhere).
+/// Settings two tools would each decide are refused when both are set and differ; nothing is
+/// contacted.
 pub async fn sdk_config(env: &Env, names: &AwsVariables) -> Result<AwsSettings, FenceError> {
     env.agreeing(names.endpoint, names.sdk_endpoint)?;
-    let endpoint = env.agreeing(names.endpoint, "AWS_ENDPOINT_URL")?;
+    env.agreeing(names.endpoint, "AWS_ENDPOINT_URL")?;
+    let endpoint = [names.endpoint, names.sdk_endpoint, "AWS_ENDPOINT_URL"]
+        .into_iter()
+        .find_map(|name| env.get(name));
     let region = env.agreeing(names.region, "AWS_REGION")?;
     let static_keys = env.both_or_neither(names.access_key, names.secret_key)?;
     if static_keys.is_some() {
@@ -185,8 +191,9 @@ mod tests {
         assert_eq!(named.endpoint, None);
         assert!(named.config.credentials_provider().is_some());
 
+        // The SDK's own variable alone is honoured with static keys too.
         let mut pairs = KEYS.to_vec();
-        pairs.push(("X_ENDPOINT", "http://127.0.0.1:1"));
+        pairs.push(("AWS_ENDPOINT_URL_X", "http://127.0.0.1:1"));
         let local = sdk_config(&Env::from_pairs(pairs), &NAMES).await;
         let local = local.unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(local.endpoint.as_deref(), Some("http://127.0.0.1:1"));

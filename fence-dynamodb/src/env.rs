@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `FENCE_DYNAMODB_TABLE` | the table of Fence's items (required) |
 //! | `FENCE_DYNAMODB_NAMESPACE` | the namespace of Fence's items in the table (required: a wrong one would show every domain as unseen) |
-//! | `FENCE_DYNAMODB_ENDPOINT` | another endpoint than AWS's (an emulator); unset for AWS |
+//! | `FENCE_DYNAMODB_ENDPOINT` | another endpoint than AWS's (an emulator); else `AWS_ENDPOINT_URL_DYNAMODB`, else `AWS_ENDPOINT_URL`; unset for AWS |
 //! | `FENCE_DYNAMODB_REGION` | the region (else the AWS chain's, else `us-east-1` with an endpoint) |
 //! | `FENCE_DYNAMODB_ACCESS_KEY`, `FENCE_DYNAMODB_SECRET_KEY` | static credentials (both or neither), `FENCE_DYNAMODB_SESSION_TOKEN` with temporary ones |
 //! | `FENCE_MAX_TOKEN_STEP` | fences from [`DynamoDb::fence`] refuse tokens more than this above a domain's mark |

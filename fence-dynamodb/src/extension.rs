@@ -85,6 +85,23 @@ impl CancelReason {
     }
 }
 
+/// The error for a transaction DynamoDB cancelled for a reason other than a condition (the
+/// first such reason: a conflict with another transaction and throttling are retryable, any
+/// other is not), classified as fence-dynamodb classifies its own; `None` when no action
+/// gives one.
+pub fn cancellation(domain: &Domain, reasons: &[CancelReason]) -> Option<FenceError> {
+    let reason = reasons
+        .iter()
+        .find(|r| !matches!(r.code.as_str(), "None" | "" | "ConditionalCheckFailed"))?;
+    Some(crate::error::backend_error(
+        Some(domain),
+        crate::DynamoDbFenceError::ItemCancelled {
+            code: reason.code.clone(),
+            message: String::new(),
+        },
+    ))
+}
+
 /// The refusal of a conditional `UpdateItem` on `table` about `domain`.
 pub fn update_refusal(
     error: SdkError<UpdateItemError, Response>,

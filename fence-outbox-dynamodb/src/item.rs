@@ -5,14 +5,16 @@
 //! <namespace>/<escaped domain>          the domain's progress
 //!   dom   S  the domain            part  N  its partition
 //!   last  N  entries 1..=last recorded        done  N  1..=done settled
-//!   kept  N  entries below it purged          ver   N  raised by every transition
+//!   kept  N  entries below it gone or dead    ver   N  raised by every transition
 //!   relay N  the newest relay token seen      pend  N  the partition, while entries are pending
+//!   dls   NS the dead letters (until discarded or re-driven)
 //! <namespace>/<escaped domain>#<seq>     one entry
 //!   seq N, ikey S (idempotency key), op S (op id), kind S, dest S, pay B, tok N (token),
 //!   at N (recorded, ms), st S (`p` pending, `d` delivered, `x` dead letter), att N (attempts),
 //!   err S (last error), sat N (settled, ms), sby N (the relay token that settled it)
 //! ```
 
+use std::collections::BTreeSet;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use fence_core::{Domain, FenceError, FencingToken};
@@ -33,6 +35,7 @@ pub(crate) mod attr {
     pub(crate) const VER: &str = "ver";
     pub(crate) const RELAY: &str = "relay";
     pub(crate) const PENDING: &str = "pend";
+    pub(crate) const DEAD: &str = "dls";
     pub(crate) const SEQ: &str = "seq";
     pub(crate) const KEY: &str = "ikey";
     pub(crate) const OP: &str = "op";
@@ -64,7 +67,7 @@ pub(crate) fn corrupt(domain: &Domain, detail: impl Into<String>) -> FenceError 
 }
 
 /// A domain's progress item.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Progress {
     pub(crate) part: u16,
     pub(crate) last: u64,
@@ -72,6 +75,7 @@ pub(crate) struct Progress {
     pub(crate) kept: u64,
     pub(crate) ver: u64,
     pub(crate) relay: Option<FencingToken>,
+    pub(crate) dead: BTreeSet<u64>,
 }
 
 impl Progress {
@@ -93,6 +97,19 @@ impl Progress {
                     .map_err(|_| corrupt(domain, "relay token 0"))?,
             ),
         };
+        match item.get(attr::DOMAIN) {
+            Some(AttributeValue::S(name)) if name == domain.as_str() => {}
+            _ => return Err(corrupt(domain, "the progress of another domain")),
+        }
+        let dead = match item.get(attr::DEAD) {
+            None => BTreeSet::new(),
+            Some(AttributeValue::Ns(seqs)) => seqs
+                .iter()
+                .map(|n| count_of(Some(&AttributeValue::N(n.clone()))))
+                .collect::<Option<BTreeSet<u64>>>()
+                .ok_or_else(|| corrupt(domain, "a dead letter number"))?,
+            Some(_) => return Err(corrupt(domain, "dead letters that are not a number set")),
+        };
         let progress = Progress {
             part,
             last: count(attr::LAST)?,
@@ -100,6 +117,7 @@ impl Progress {
             kept: count(attr::KEPT)?,
             ver: count(attr::VER)?,
             relay,
+            dead,
         };
         if progress.done > progress.last
             || progress.kept == 0
@@ -226,6 +244,7 @@ mod tests {
         damaged.insert(attr::STATUS.into(), text("?"));
         assert!(decode_entry(&domain, 3, &damaged).is_err());
         let mut progress = Item::from([
+            (attr::DOMAIN.to_owned(), text("order/1")),
             (attr::PART.to_owned(), number(0)),
             (attr::LAST.to_owned(), number(2)),
             (attr::DONE.to_owned(), number(3)),
@@ -239,5 +258,10 @@ mod tests {
         progress.insert(attr::DONE.into(), number(1));
         let decoded = Progress::decode(&domain, Some(&progress)).unwrap_or_else(|e| panic!("{e}"));
         assert!(decoded.is_some_and(|p| (p.last, p.done, p.kept, p.relay) == (2, 1, 1, None)));
+        progress.insert(attr::DOMAIN.into(), text("order/2"));
+        assert!(
+            Progress::decode(&domain, Some(&progress)).is_err(),
+            "another domain's"
+        );
     }
 }

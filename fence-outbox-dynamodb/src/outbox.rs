@@ -3,18 +3,17 @@
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::ops::RangeInclusive;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fence_core::{
-    BackendErrorKind, Domain, FenceError, InvalidInput, Observed, Operation, Transacted,
+    BackendErrorKind, Backoff, Domain, FenceError, InvalidInput, Observed, Operation, Transacted,
     TransactionRequest,
 };
 use fence_dynamodb::aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, Delete, GlobalSecondaryIndex, KeySchemaElement, KeyType,
-    KeysAndAttributes, Projection, ProjectionType, Put, ScalarAttributeType, TransactWriteItem,
-    Update,
+    AttributeDefinition, AttributeValue, BillingMode, Delete, GlobalSecondaryIndex,
+    KeySchemaElement, KeyType, KeysAndAttributes, Projection, ProjectionType, Put,
+    ScalarAttributeType, TransactWriteItem, Update,
 };
 use fence_dynamodb::aws_sdk_dynamodb::Client;
 use fence_dynamodb::extension::{self, number, Expr, Item, Refusal, BACKEND};
@@ -34,9 +33,21 @@ pub const MAX_EFFECTS: usize = MAX_TRANSACTION_ACTIONS - 1;
 /// attributes. A transaction carries at most 4 MB in all.
 pub const MAX_PAYLOAD_BYTES: usize = 350 * 1024;
 
+/// The most bytes of one effect (payload, kind and destination): an entry is one item, whose
+/// other attributes take the rest of DynamoDB's 400 KB.
+const MAX_ENTRY_BYTES: usize = 390 * 1024;
+
+/// The most bytes of effects one transition carries: a transaction carries at most 4 MB, the
+/// fence's item and your actions included.
+const MAX_TRANSITION_BYTES: usize = 3 * 1024 * 1024;
+
 /// How many times a transition is tried again when a concurrent one numbered the domain's
-/// entries first.
+/// entries first (and a re-drive, when the numbering moved on).
 const NUMBERING_ATTEMPTS: u32 = 16;
+
+/// The pause between those attempts: racing writers spread out.
+const NUMBERING_BACKOFF: Backoff =
+    Backoff::new(Duration::from_millis(5), Duration::from_millis(200));
 
 /// A fenced outbox on DynamoDB: [`DynamoDbOutbox::transition`] writes your actions, the
 /// fence's check of the token and one item per effect in one `TransactWriteItems`, so the
@@ -80,9 +91,13 @@ impl DynamoDbOutbox {
                 "the outbox needs a table of its own, not the fence's `{table}`: fenced transactions refuse actions on it"
             )));
         }
-        if config.max_effects > MAX_EFFECTS || config.max_payload_bytes > MAX_PAYLOAD_BYTES {
+        let budget = config.max_effects.saturating_mul(config.max_payload_bytes);
+        if config.max_effects > MAX_EFFECTS
+            || config.max_payload_bytes > MAX_PAYLOAD_BYTES
+            || budget > MAX_TRANSITION_BYTES
+        {
             return Err(OutboxError::Configuration(format!(
-                "a DynamoDB outbox records at most {MAX_EFFECTS} effects of at most {MAX_PAYLOAD_BYTES} bytes per transition (one transaction, one item each), configured {} of {}",
+                "a DynamoDB outbox records at most {MAX_EFFECTS} effects of at most {MAX_PAYLOAD_BYTES} bytes, {MAX_TRANSITION_BYTES} bytes in all, per transition (one transaction of at most 4 MB, one item each), configured {} of {}",
                 config.max_effects, config.max_payload_bytes
             )));
         }
@@ -200,6 +215,18 @@ impl DynamoDbOutbox {
             ))
             .into());
         }
+        let sizes: Vec<usize> = effects
+            .iter()
+            .map(|e| e.payload().len() + e.kind().len() + e.destination().len())
+            .collect();
+        if sizes.iter().any(|&size| size > MAX_ENTRY_BYTES)
+            || sizes.iter().sum::<usize>() > MAX_TRANSITION_BYTES
+        {
+            return Err(InvalidInput::Configuration(format!(
+                "a transition on domain `{domain}` records at most {MAX_ENTRY_BYTES} bytes per effect and {MAX_TRANSITION_BYTES} in all (DynamoDB's item and transaction sizes), got {sizes:?}"
+            ))
+            .into());
+        }
         let numbering_action = actions.len();
         let keys: Vec<IdempotencyKey> = (0..effects.len())
             .map(|index| IdempotencyKey::new(domain, request.token(), op_id, index))
@@ -207,19 +234,22 @@ impl DynamoDbOutbox {
         let partition = self.config.partition_of(domain);
         let mut attempt = 0;
         loop {
+            if attempt > 0 {
+                tokio::time::sleep(NUMBERING_BACKOFF.delay(attempt - 1)).await;
+            }
             attempt += 1;
             let progress = self.progress(domain).await?;
-            if let Some(stored) = progress.filter(|p| p.part != partition) {
+            if let Some(stored) = progress.as_ref().filter(|p| p.part != partition) {
                 return Err(OutboxError::Configuration(format!(
                     "the outbox lists domain `{domain}` in partition {}, this writer computes {partition}: writers and relays must agree on `partitions`",
                     stored.part
                 )));
             }
-            let last = progress.map_or(0, |p| p.last);
+            let last = progress.as_ref().map_or(0, |p| p.last);
             let mut all = actions.clone();
+            let at = now_ms();
             if !effects.is_empty() {
-                all.push(self.numbering(domain, progress, partition, effects.len())?);
-                let at = now_ms();
+                all.push(self.numbering(domain, progress.as_ref(), partition, effects.len())?);
                 for (offset, (effect, key)) in (1..).zip(effects.iter().zip(&keys)) {
                     let seq = last + offset;
                     let mut item =
@@ -237,9 +267,9 @@ impl DynamoDbOutbox {
                     all.push(TransactWriteItem::builder().put(put).build());
                 }
             }
-            let sent =
-                extension::transact_naming_state(&self.fence, request, all, &last.to_string())
-                    .await;
+            // The token names what the actions were built from: the numbering and the time.
+            let state = format!("{last} {at}");
+            let sent = extension::transact_naming_state(&self.fence, request, all, &state).await;
             return match sent {
                 Ok(Transacted::Committed {
                     previous_high_water_mark,
@@ -248,13 +278,24 @@ impl DynamoDbOutbox {
                 Ok(Transacted::Duplicate {
                     previous_high_water_mark,
                 }) => Ok(Recorded::new(Vec::new(), true, previous_high_water_mark)),
-                Err(error)
-                    if attempt < NUMBERING_ATTEMPTS
-                        && condition_failed_at(&error) == Some(numbering_action) =>
-                {
-                    continue;
-                }
-                Err(error) => Err(error.into()),
+                Err(error) => match condition_failed_at(&error) {
+                    Some(action) if action == numbering_action && attempt < NUMBERING_ATTEMPTS => {
+                        continue;
+                    }
+                    Some(action) if action == numbering_action => {
+                        Err(contention(domain, NUMBERING_ATTEMPTS).into())
+                    }
+                    // An entry's number was taken though the numbering said it was free.
+                    Some(action) if action > numbering_action => Err(corrupt(
+                        domain,
+                        format!(
+                            "entry {} exists beyond the last one numbered, {last}",
+                            last + (action - numbering_action) as u64
+                        ),
+                    )
+                    .into()),
+                    _ => Err(error.into()),
+                },
             };
         }
     }
@@ -264,7 +305,7 @@ impl DynamoDbOutbox {
     fn numbering(
         &self,
         domain: &Domain,
-        progress: Option<Progress>,
+        progress: Option<&Progress>,
         partition: u16,
         count: usize,
     ) -> Result<TransactWriteItem, OutboxError> {
@@ -336,14 +377,14 @@ impl DynamoDbOutbox {
         Progress::decode(domain, output.item())
     }
 
-    /// The entries of `domain` numbered in `seqs` that the table still holds, in order
+    /// The entries of `domain` numbered `seqs` that the table still holds, in order
     /// (strongly consistent reads).
     pub(crate) async fn fetch(
         &self,
         domain: &Domain,
-        seqs: RangeInclusive<u64>,
+        seqs: impl IntoIterator<Item = u64>,
     ) -> Result<Vec<OutboxEntry>, FenceError> {
-        let seqs: Vec<u64> = seqs.collect();
+        let seqs: Vec<u64> = seqs.into_iter().collect();
         let mut entries = Vec::with_capacity(seqs.len());
         // BatchGetItem reads at most 100 keys.
         for chunk in seqs.chunks(100) {
@@ -382,8 +423,14 @@ impl DynamoDbOutbox {
                     .into_iter()
                     .flatten()
                 {
-                    let seq = extension::count_of(item.get(attr::SEQ))
-                        .ok_or_else(|| corrupt(domain, "an entry without its number"))?;
+                    // The number the key names: `decode_entry` checks the item's own against it.
+                    let seq = item
+                        .get(attr::PK)
+                        .and_then(|pk| pk.as_s().ok())
+                        .and_then(|pk| pk.rsplit_once('#'))
+                        .and_then(|(_, seq)| seq.parse::<u64>().ok())
+                        .filter(|seq| chunk.contains(seq))
+                        .ok_or_else(|| corrupt(domain, "an entry under a key not asked for"))?;
                     entries.push(decode_entry(domain, seq, item)?);
                 }
                 keys = output
@@ -406,7 +453,11 @@ impl DynamoDbOutbox {
         let Some(progress) = self.progress(domain).await? else {
             return Ok(Vec::new());
         };
-        Ok(self.fetch(domain, progress.kept..=progress.last).await?)
+        // Dead letters below `kept` (the purge moves past them) are listed on the progress item.
+        let below = progress.dead.range(..progress.kept).copied();
+        Ok(self
+            .fetch(domain, below.chain(progress.kept..=progress.last))
+            .await?)
     }
 
     /// The dead letters of `domain`, in order: entries given up on, kept until an operator acts.
@@ -423,37 +474,127 @@ impl DynamoDbOutbox {
         domain: &Domain,
         seq: u64,
     ) -> Result<bool, OutboxError> {
-        Ok(self.delete_entry_if(domain, seq, "x").await?)
+        let actions = vec![
+            self.delete_dead_letter(domain, seq)?,
+            self.forget_dead_letter(domain, seq, None)?,
+        ];
+        match self.send_dead_letter_step(domain, actions).await? {
+            Step::Done => Ok(true),
+            Step::Refused(0) => Ok(false),
+            Step::Refused(_) => {
+                Err(corrupt(domain, format!("dead letter {seq} without progress")).into())
+            }
+            Step::Retry => Err(contention(domain, 1).into()),
+        }
     }
 
-    /// Deletes entry `seq` of `domain` if its status is `status`; false when it is not (or
-    /// the entry is gone).
-    pub(crate) async fn delete_entry_if(
+    /// The deletion of dead letter `seq` (refused when it is not one).
+    fn delete_dead_letter(
         &self,
         domain: &Domain,
         seq: u64,
-        status: &str,
-    ) -> Result<bool, FenceError> {
+    ) -> Result<TransactWriteItem, OutboxError> {
         let mut expr = Expr::default();
         let st = expr.name(attr::STATUS);
-        let wanted = expr.value("status", text(status));
-        let deleted = self
-            .client()
-            .delete_item()
+        let x = expr.value("dead", text("x"));
+        let delete = Delete::builder()
             .table_name(&*self.table)
             .set_key(Some(self.entry_key(domain, seq)))
-            .condition_expression(format!("{st} = {wanted}"))
+            .condition_expression(format!("{st} = {x}"))
             .set_expression_attribute_names(expr.names())
             .set_expression_attribute_values(expr.values())
+            .build()
+            .map_err(|e| unexpected(domain, e))?;
+        Ok(TransactWriteItem::builder().delete(delete).build())
+    }
+
+    /// The progress item's update that drops `seq` from the dead letters (`renumber`: and
+    /// numbers one more entry after `last` as read).
+    fn forget_dead_letter(
+        &self,
+        domain: &Domain,
+        seq: u64,
+        renumber: Option<&Progress>,
+    ) -> Result<TransactWriteItem, OutboxError> {
+        let mut expr = Expr::default();
+        let pk = expr.name(attr::PK);
+        let dead = expr.name(attr::DEAD);
+        let gone = expr.value("gone", AttributeValue::Ns(vec![seq.to_string()]));
+        let (condition, update) = match renumber {
+            None => (
+                format!("attribute_exists({pk})"),
+                format!("DELETE {dead} {gone}"),
+            ),
+            Some(progress) => {
+                let new_seq = progress
+                    .last
+                    .checked_add(1)
+                    .ok_or_else(|| corrupt(domain, format!("numbering at {}", progress.last)))?;
+                let (last, pend, ver) = (
+                    expr.name(attr::LAST),
+                    expr.name(attr::PENDING),
+                    expr.name(attr::VER),
+                );
+                let known = expr.value("last", number(progress.last));
+                let next = expr.value("next", number(new_seq));
+                let part = expr.value("part", number(u64::from(progress.part)));
+                let one = expr.value("one", number(1));
+                (
+                    format!("attribute_exists({pk}) AND {last} = {known}"),
+                    format!(
+                        "SET {last} = {next}, {pend} = {part} ADD {ver} {one} DELETE {dead} {gone}"
+                    ),
+                )
+            }
+        };
+        let update = Update::builder()
+            .table_name(&*self.table)
+            .set_key(Some(self.progress_key(domain)))
+            .condition_expression(condition)
+            .update_expression(update)
+            .set_expression_attribute_names(expr.names())
+            .set_expression_attribute_values(expr.values())
+            .build()
+            .map_err(|e| unexpected(domain, e))?;
+        Ok(TransactWriteItem::builder().update(update).build())
+    }
+
+    /// Sends an operator's step on a dead letter (one transaction).
+    async fn send_dead_letter_step(
+        &self,
+        domain: &Domain,
+        actions: Vec<TransactWriteItem>,
+    ) -> Result<Step, FenceError> {
+        let sent = self
+            .client()
+            .transact_write_items()
+            .set_transact_items(Some(actions))
             .send()
             .await;
-        let Err(error) = deleted else {
-            return Ok(true);
+        let Err(error) = sent else {
+            return Ok(Step::Done);
         };
-        match extension::delete_refusal(error, &self.table, domain, Operation::Delete) {
-            Refusal::Condition(_) => Ok(false),
+        match extension::transaction_refusal(error, &self.table, domain, Operation::Write) {
+            Refusal::Cancelled(reasons) => {
+                if let Some(index) = reasons
+                    .iter()
+                    .position(extension::CancelReason::condition_failed)
+                {
+                    return Ok(Step::Refused(index));
+                }
+                match extension::cancellation(domain, &reasons) {
+                    Some(error)
+                        if error.is_retryable()
+                            || error.backend_kind() == Some(BackendErrorKind::Contention) =>
+                    {
+                        Ok(Step::Retry)
+                    }
+                    Some(error) => Err(error),
+                    None => Err(corrupt(domain, "a transaction cancelled without a reason")),
+                }
+            }
             Refusal::Failed(error) => Err(error),
-            other => Err(corrupt(domain, format!("a delete answered {other:?}"))),
+            other => Err(corrupt(domain, format!("a transaction answered {other:?}"))),
         }
     }
 
@@ -466,7 +607,10 @@ impl DynamoDbOutbox {
         domain: &Domain,
         seq: u64,
     ) -> Result<Option<u64>, OutboxError> {
-        for _ in 0..NUMBERING_ATTEMPTS {
+        for attempt in 0..NUMBERING_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(NUMBERING_BACKOFF.delay(attempt - 1)).await;
+            }
             let Some(progress) = self.progress(domain).await? else {
                 return Ok(None);
             };
@@ -485,10 +629,7 @@ impl DynamoDbOutbox {
             if !decode_entry(domain, seq, &item)?.is_dead_letter() {
                 return Ok(None);
             }
-            let new_seq = progress
-                .last
-                .checked_add(1)
-                .ok_or_else(|| corrupt(domain, format!("numbering at {}", progress.last)))?;
+            let new_seq = progress.last + 1; // checked by forget_dead_letter
             for stale in [attr::ERROR, attr::SETTLED_AT, attr::SETTLED_BY] {
                 item.remove(stale);
             }
@@ -496,112 +637,56 @@ impl DynamoDbOutbox {
             item.insert(attr::STATUS.into(), text("p"));
             item.insert(attr::ATTEMPTS.into(), number(0));
             item.extend(self.entry_key(domain, new_seq));
-            let actions = self.redrive_actions(domain, progress, seq, new_seq, item)?;
-            let sent = self
-                .client()
-                .transact_write_items()
-                .set_transact_items(Some(actions))
-                .send()
-                .await;
-            match sent {
-                Ok(_) => return Ok(Some(new_seq)),
-                Err(error) => {
-                    match extension::transaction_refusal(
-                        error,
-                        &self.table,
+            let renumber = self.forget_dead_letter(domain, seq, Some(&progress))?;
+            let mut expr = Expr::default();
+            let pk = expr.name(attr::PK);
+            let put = Put::builder()
+                .table_name(&*self.table)
+                .set_item(Some(item))
+                .condition_expression(format!("attribute_not_exists({pk})"))
+                .set_expression_attribute_names(expr.names())
+                .build()
+                .map_err(|e| unexpected(domain, e))?;
+            let actions = vec![
+                renumber,
+                TransactWriteItem::builder().put(put).build(),
+                self.delete_dead_letter(domain, seq)?,
+            ];
+            match self.send_dead_letter_step(domain, actions).await? {
+                Step::Done => return Ok(Some(new_seq)),
+                // The numbering moved on (a transition), or the dead letter went (another
+                // operator): read again.
+                Step::Refused(0 | 2) | Step::Retry => continue,
+                Step::Refused(_) => {
+                    return Err(corrupt(
                         domain,
-                        Operation::Write,
-                    ) {
-                        // The numbering moved on (a transition), or the dead letter went
-                        // (another operator): read again.
-                        Refusal::Cancelled(reasons)
-                            if reasons
-                                .iter()
-                                .any(extension::CancelReason::condition_failed) =>
-                        {
-                            continue
-                        }
-                        Refusal::Failed(error) => return Err(error.into()),
-                        other => {
-                            return Err(FenceError::backend(
-                                BACKEND,
-                                BackendErrorKind::Contention,
-                                Some(domain),
-                                DynamoDbFenceError::Unexpected(format!("redrive: {other:?}")),
-                            )
-                            .into())
-                        }
-                    }
+                        format!("entry {new_seq} exists beyond the last one numbered"),
+                    )
+                    .into())
                 }
             }
         }
-        Err(FenceError::backend(
-            BACKEND,
-            BackendErrorKind::Contention,
-            Some(domain),
-            DynamoDbFenceError::Contention {
-                attempts: NUMBERING_ATTEMPTS,
-            },
-        )
-        .into())
+        Err(contention(domain, NUMBERING_ATTEMPTS).into())
     }
+}
 
-    /// The progress item's renumbering, the new entry and the dead letter's removal.
-    fn redrive_actions(
-        &self,
-        domain: &Domain,
-        progress: Progress,
-        seq: u64,
-        new_seq: u64,
-        item: Item,
-    ) -> Result<Vec<TransactWriteItem>, OutboxError> {
-        let mut expr = Expr::default();
-        let (last, pend, ver) = (
-            expr.name(attr::LAST),
-            expr.name(attr::PENDING),
-            expr.name(attr::VER),
-        );
-        let known = expr.value("last", number(progress.last));
-        let next = expr.value("next", number(new_seq));
-        let part = expr.value("part", number(u64::from(progress.part)));
-        let one = expr.value("one", number(1));
-        let renumber = Update::builder()
-            .table_name(&*self.table)
-            .set_key(Some(self.progress_key(domain)))
-            .condition_expression(format!("{last} = {known}"))
-            .update_expression(format!(
-                "SET {last} = {next}, {pend} = {part} ADD {ver} {one}"
-            ))
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
-            .build()
-            .map_err(|e| unexpected(domain, e))?;
-        let mut expr = Expr::default();
-        let pk = expr.name(attr::PK);
-        let put = Put::builder()
-            .table_name(&*self.table)
-            .set_item(Some(item))
-            .condition_expression(format!("attribute_not_exists({pk})"))
-            .set_expression_attribute_names(expr.names())
-            .build()
-            .map_err(|e| unexpected(domain, e))?;
-        let mut expr = Expr::default();
-        let st = expr.name(attr::STATUS);
-        let x = expr.value("x", text("x"));
-        let delete = Delete::builder()
-            .table_name(&*self.table)
-            .set_key(Some(self.entry_key(domain, seq)))
-            .condition_expression(format!("{st} = {x}"))
-            .set_expression_attribute_names(expr.names())
-            .set_expression_attribute_values(expr.values())
-            .build()
-            .map_err(|e| unexpected(domain, e))?;
-        Ok(vec![
-            TransactWriteItem::builder().update(renumber).build(),
-            TransactWriteItem::builder().put(put).build(),
-            TransactWriteItem::builder().delete(delete).build(),
-        ])
-    }
+/// How an operator's step on a dead letter ended.
+enum Step {
+    Done,
+    /// The condition of this action (its index) was false: nothing was written.
+    Refused(usize),
+    /// A conflict or throttling: nothing was written, and a retry can help.
+    Retry,
+}
+
+/// Concurrent writers changed the domain's numbering under every attempt.
+fn contention(domain: &Domain, attempts: u32) -> FenceError {
+    FenceError::backend(
+        BACKEND,
+        BackendErrorKind::Contention,
+        Some(domain),
+        DynamoDbFenceError::Contention { attempts },
+    )
 }
 
 /// An item key.

@@ -6,14 +6,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fence_core::{BackendErrorKind, Domain, EqualTokenPolicy, FenceError, FencingToken, Operation};
+use fence_core::{Domain, EqualTokenPolicy, FenceError, FencingToken, Operation};
 use fence_dynamodb::aws_sdk_dynamodb::types::{
-    ConditionCheck, ReturnValue, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    AttributeValue, ConditionCheck, Delete, ReturnValue, ReturnValuesOnConditionCheckFailure,
+    TransactWriteItem, Update,
 };
 use fence_dynamodb::extension::{
     self, count_of, number, CancelReason, Expr, Item, Refusal, BACKEND,
 };
-use fence_dynamodb::DynamoDbFenceError;
 use fence_outbox::{
     verdict, Candidate, EntryStatus, OutboxEntry, OutboxError, OutboxStore, Purged, Settlement,
 };
@@ -33,8 +33,7 @@ impl DynamoDbOutbox {
     fn relay_step(
         &self,
         relay: FencingToken,
-        head: Option<u64>,
-        settles: bool,
+        head: Option<(u64, Settles)>,
     ) -> (String, String, Expr) {
         let mut expr = Expr::default();
         let pk = expr.name(attr::PK);
@@ -43,13 +42,19 @@ impl DynamoDbOutbox {
         let relay_value = expr.value("relay", number(relay.get()));
         let mut condition = format!("attribute_exists({pk}) AND {admits}");
         let mut update = format!("SET {relay_name} = {relay_value}");
-        if let Some(seq) = head {
+        if let Some((seq, settles)) = head {
             let (done, last) = (expr.name(attr::DONE), expr.name(attr::LAST));
-            let before = expr.value("before", number(seq - 1));
+            let before = expr.value("before", number(seq.saturating_sub(1)));
             let head = expr.value("head", number(seq));
             condition.push_str(&format!(" AND {done} = {before} AND {last} >= {head}"));
-            if settles {
+            if settles != Settles::No {
                 update.push_str(&format!(", {done} = {head}"));
+            }
+            if settles == Settles::DeadLetter {
+                // Listed, so that purges move past it and `entries` still finds it.
+                let dead = expr.name(attr::DEAD);
+                let this = expr.value("dead", AttributeValue::Ns(vec![seq.to_string()]));
+                update.push_str(&format!(" ADD {dead} {this}"));
             }
         }
         (condition, update, expr)
@@ -62,10 +67,10 @@ impl DynamoDbOutbox {
         domain: &Domain,
         relay: FencingToken,
         seq: u64,
-        settles: bool,
+        settles: Settles,
         entry: TransactWriteItem,
     ) -> Result<bool, OutboxError> {
-        let (condition, update, expr) = self.relay_step(relay, Some(seq), settles);
+        let (condition, update, expr) = self.relay_step(relay, Some((seq, settles)));
         let step = Update::builder()
             .table_name(self.table())
             .set_key(Some(self.progress_key(domain)))
@@ -97,7 +102,9 @@ impl DynamoDbOutbox {
                     format!("head entry {seq} is missing or already settled"),
                 )
                 .into()),
-                reasons => Err(cancelled(domain, reasons).into()),
+                reasons => Err(extension::cancellation(domain, reasons)
+                    .unwrap_or_else(|| corrupt(domain, "a transaction cancelled without a reason"))
+                    .into()),
             },
             Refusal::Failed(error) => Err(error.into()),
             other => Err(corrupt(domain, format!("a transaction answered {other:?}")).into()),
@@ -141,23 +148,15 @@ impl DynamoDbOutbox {
     }
 }
 
-/// A cancellation for a reason other than a condition (a conflict with another transaction,
-/// throttling): nothing was written, and a retry can help.
-fn cancelled(domain: &Domain, reasons: &[CancelReason]) -> FenceError {
-    let code = reasons
-        .iter()
-        .map(|r| r.code.as_str())
-        .find(|c| !matches!(*c, "None" | ""))
-        .unwrap_or("none given");
-    let source = DynamoDbFenceError::ItemCancelled {
-        code: code.to_owned(),
-        message: String::new(),
-    };
-    let kind = match source.kind() {
-        BackendErrorKind::Rejected => BackendErrorKind::Contention,
-        kind => kind,
-    };
-    FenceError::backend(BACKEND, kind, Some(domain), source)
+/// What a head step records on the progress item besides the relay token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Settles {
+    /// Nothing (a begin, or a retry's failure).
+    No,
+    /// `done` moves to the head.
+    Delivered,
+    /// `done` moves to the head, which joins the dead letters.
+    DeadLetter,
 }
 
 #[async_trait]
@@ -256,31 +255,39 @@ impl OutboxStore for DynamoDbOutbox {
         domain: &Domain,
         limit: usize,
     ) -> Result<Vec<OutboxEntry>, OutboxError> {
-        let Some(progress) = self.progress(domain).await? else {
-            return Ok(Vec::new());
-        };
-        if progress.done == progress.last {
-            return Ok(Vec::new());
-        }
         let limit = u64::try_from(limit.max(1)).unwrap_or(u64::MAX);
-        let end = progress.last.min(progress.done.saturating_add(limit));
-        let entries = self.fetch(domain, progress.done + 1..=end).await?;
-        let numbered = entries.iter().map(|e| e.seq).eq(progress.done + 1..=end);
-        if !numbered
-            || entries
+        let mut read = self.progress(domain).await?;
+        loop {
+            let Some(progress) = read else {
+                return Ok(Vec::new());
+            };
+            if progress.done == progress.last {
+                return Ok(Vec::new());
+            }
+            let end = progress.last.min(progress.done.saturating_add(limit));
+            let entries = self.fetch(domain, progress.done + 1..=end).await?;
+            let numbered = entries.iter().map(|e| e.seq).eq(progress.done + 1..=end);
+            let pending = entries
                 .iter()
-                .any(|e| !matches!(e.status, EntryStatus::Pending { .. }))
-        {
-            return Err(corrupt(
-                domain,
-                format!(
-                    "entries {}..={end} are not all there and pending",
-                    progress.done + 1
-                ),
-            )
-            .into());
+                .all(|e| matches!(e.status, EntryStatus::Pending { .. }));
+            if numbered && pending {
+                return Ok(entries);
+            }
+            // Another relay settled the head between the two reads: read again. The same
+            // progress over entries that are not all there and pending is damage.
+            let now = self.progress(domain).await?;
+            if now.as_ref().map(|p| (p.done, p.last)) == Some((progress.done, progress.last)) {
+                return Err(corrupt(
+                    domain,
+                    format!(
+                        "entries {}..={end} are not all there and pending",
+                        progress.done + 1
+                    ),
+                )
+                .into());
+            }
+            read = now;
         }
-        Ok(entries)
     }
 
     async fn begin(
@@ -296,7 +303,10 @@ impl OutboxStore for DynamoDbOutbox {
         let att = expr.name(attr::ATTEMPTS);
         let one = expr.value("one", number(1));
         let entry = self.entry_update(domain, seq, format!("ADD {att} {one}"), expr)?;
-        if !self.head_step(domain, relay, seq, false, entry).await? {
+        if !self
+            .head_step(domain, relay, seq, Settles::No, entry)
+            .await?
+        {
             return Ok(None);
         }
         // The count this step raised (a newer relay's begin may have raised it since: the
@@ -327,7 +337,12 @@ impl OutboxStore for DynamoDbOutbox {
             return Ok(false);
         }
         let (code, error) = settlement.code();
-        let settled = code != 'r';
+        let settles = match code {
+            'd' => Settles::Delivered,
+            'x' => Settles::DeadLetter,
+            _ => Settles::No,
+        };
+        let settled = settles != Settles::No;
         let mut expr = Expr::default();
         let mut sets = Vec::new();
         if settled {
@@ -362,7 +377,7 @@ impl OutboxStore for DynamoDbOutbox {
         } else {
             self.entry_update(domain, seq, format!("SET {}", sets.join(", ")), expr)?
         };
-        self.head_step(domain, relay, seq, settled, entry).await
+        self.head_step(domain, relay, seq, settles, entry).await
     }
 
     async fn purge(
@@ -373,7 +388,7 @@ impl OutboxStore for DynamoDbOutbox {
         drained: bool,
     ) -> Result<Purged, OutboxError> {
         let domain = &candidate.domain;
-        let (condition, update, expr) = self.relay_step(relay, None, false);
+        let (condition, update, expr) = self.relay_step(relay, None);
         let stepped = self
             .client()
             .update_item()
@@ -414,26 +429,35 @@ impl OutboxStore for DynamoDbOutbox {
             let cut =
                 now_ms().saturating_sub(u64::try_from(retention.as_millis()).unwrap_or(u64::MAX));
             let entries = self.fetch(domain, progress.kept..=end).await?;
-            // Entries still there after this purge: dead letters, and delivered ones within
-            // retention (or whose delete lost to an operator).
-            let mut staying = BTreeSet::new();
-            for entry in &entries {
-                let expired =
-                    matches!(entry.status, EntryStatus::Delivered { at_ms, .. } if at_ms <= cut);
-                if expired && self.delete_entry_if(domain, entry.seq, "d").await? {
-                    removed += 1;
-                } else {
-                    staying.insert(entry.seq);
+            let expired: Vec<u64> = entries
+                .iter()
+                .filter(
+                    |e| matches!(e.status, EntryStatus::Delivered { at_ms, .. } if at_ms <= cut),
+                )
+                .map(|e| e.seq)
+                .collect();
+            let mut deleted = BTreeSet::new();
+            for batch in expired.chunks(MAX_DELETES) {
+                if !self.delete_delivered(domain, relay, batch, cut).await? {
+                    break;
                 }
+                deleted.extend(batch.iter().copied());
             }
-            // Every entry below `kept` is gone: it moves past the gone ones in a row (a dead
-            // letter stops it, and later purges visit from there).
+            removed = deleted.len();
+            // Every entry below `kept` is gone or a listed dead letter: it moves past those in
+            // a row (a delivered entry within retention stops it).
+            let staying: BTreeSet<u64> = entries
+                .iter()
+                .map(|e| e.seq)
+                .filter(|seq| !deleted.contains(seq) && !progress.dead.contains(seq))
+                .collect();
             while kept <= end && !staying.contains(&kept) {
                 kept += 1;
             }
         }
         let mut expr = Expr::default();
-        let mut conditions = Vec::new();
+        // The tidy-up is a relay step too: refused to a relay older than the newest.
+        let mut conditions = vec![expr.admits_on(attr::RELAY, relay, EqualTokenPolicy::SameOwner)];
         let mut updates = Vec::new();
         if kept > progress.kept {
             let name = expr.name(attr::KEPT);
@@ -478,5 +502,76 @@ impl OutboxStore for DynamoDbOutbox {
             }
         }
         Ok(Purged::new(removed))
+    }
+}
+
+/// The most deletes one purge transaction holds, beside the relay check.
+const MAX_DELETES: usize = 99;
+
+impl DynamoDbOutbox {
+    /// Deletes the delivered entries `seqs` (settled before `cut`) in one transaction with the
+    /// relay rule checked on the progress item: refused (`Fenced`) to a relay older than the
+    /// newest. False when an entry changed meanwhile (another purge took it): nothing deleted.
+    async fn delete_delivered(
+        &self,
+        domain: &Domain,
+        relay: FencingToken,
+        seqs: &[u64],
+        cut: u64,
+    ) -> Result<bool, OutboxError> {
+        let mut expr = Expr::default();
+        let pk = expr.name(attr::PK);
+        let admits = expr.admits_on(attr::RELAY, relay, EqualTokenPolicy::SameOwner);
+        let check = ConditionCheck::builder()
+            .table_name(self.table())
+            .set_key(Some(self.progress_key(domain)))
+            .condition_expression(format!("attribute_exists({pk}) AND {admits}"))
+            .set_expression_attribute_names(expr.names())
+            .set_expression_attribute_values(expr.values())
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| unexpected(domain, e))?;
+        let mut actions = vec![TransactWriteItem::builder().condition_check(check).build()];
+        for &seq in seqs {
+            let mut expr = Expr::default();
+            let (st, sat) = (expr.name(attr::STATUS), expr.name(attr::SETTLED_AT));
+            let d = expr.value("delivered", text("d"));
+            let cut = expr.value("cut", number(cut));
+            let delete = Delete::builder()
+                .table_name(self.table())
+                .set_key(Some(self.entry_key(domain, seq)))
+                .condition_expression(format!("{st} = {d} AND {sat} <= {cut}"))
+                .set_expression_attribute_names(expr.names())
+                .set_expression_attribute_values(expr.values())
+                .build()
+                .map_err(|e| unexpected(domain, e))?;
+            actions.push(TransactWriteItem::builder().delete(delete).build());
+        }
+        let sent = self
+            .client()
+            .transact_write_items()
+            .set_transact_items(Some(actions))
+            .send()
+            .await;
+        let Err(error) = sent else {
+            return Ok(true);
+        };
+        match extension::transaction_refusal(error, self.table(), domain, Operation::Delete) {
+            Refusal::Cancelled(reasons) => match reasons
+                .iter()
+                .position(CancelReason::condition_failed)
+            {
+                Some(0) => {
+                    self.not_admitted(domain, relay, reasons[0].item.as_ref())?;
+                    Ok(false)
+                }
+                Some(_) => Ok(false),
+                None => Err(extension::cancellation(domain, &reasons)
+                    .unwrap_or_else(|| corrupt(domain, "a transaction cancelled without a reason"))
+                    .into()),
+            },
+            Refusal::Failed(error) => Err(error.into()),
+            other => Err(corrupt(domain, format!("a transaction answered {other:?}")).into()),
+        }
     }
 }

@@ -5,7 +5,7 @@
 //! | `FENCE_S3_BUCKET` | the bucket (required) |
 //! | `FENCE_S3_PREFIX` | key prefix of the fenced objects (default `fence/`) |
 //! | `FENCE_S3_KEY_LAYOUT` | `escaped` (default) or `verbatim` (see [`KeyLayout`](crate::KeyLayout)) |
-//! | `FENCE_S3_ENDPOINT` | an S3-compatible server's endpoint (path-style addressing); unset for AWS |
+//! | `FENCE_S3_ENDPOINT` | an S3-compatible server's endpoint (path-style addressing); else `AWS_ENDPOINT_URL_S3`, else `AWS_ENDPOINT_URL`; unset for AWS |
 //! | `FENCE_S3_REGION` | the region (else the AWS chain's, else `us-east-1` for an endpoint) |
 //! | `FENCE_S3_ACCESS_KEY`, `FENCE_S3_SECRET_KEY` | static credentials (both or neither), `FENCE_S3_SESSION_TOKEN` with temporary ones |
 //! | `FENCE_MAX_TOKEN_STEP` | refuse tokens more than this above an object's mark |

@@ -98,25 +98,15 @@ pub async fn order_status(outbox: &DynamoDbOutbox, domain: &Domain) -> Option<St
     item.get("status").and_then(|s| s.as_s().ok()).cloned()
 }
 
-/// The progress item of `domain`, as the outbox table holds it.
+/// The progress item of `domain`, as the outbox table holds it (fence-testkit's one raw read,
+/// on a handle of the outbox's table).
 pub async fn progress_item(
     outbox: &DynamoDbOutbox,
     domain: &Domain,
 ) -> Option<std::collections::HashMap<String, AttributeValue>> {
-    let key = outbox.fence().dynamodb().item_key(domain);
-    let dynamodb = outbox.fence().dynamodb();
-    outbox
-        .fence()
-        .dynamodb()
-        .client()
-        .get_item()
-        .table_name(outbox.table())
-        .key("pk", AttributeValue::S(key))
-        .consistent_read(true)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("{}: {e}", dynamodb.table()))
-        .item
+    let fence = outbox.fence().dynamodb();
+    let table = DynamoDb::new(fence.client().clone(), outbox.table(), fence.namespace()).unwrap();
+    fence_testkit::dynamodb::raw_item(&table, &fence.item_key(domain)).await
 }
 
 /// The outbox as the relay contract drives it.
