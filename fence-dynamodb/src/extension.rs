@@ -87,19 +87,22 @@ impl CancelReason {
 
 /// The error for a transaction DynamoDB cancelled for a reason other than a condition (the
 /// first such reason: a conflict with another transaction and throttling are retryable, any
-/// other is not), classified as fence-dynamodb classifies its own; `None` when no action
-/// gives one.
-pub fn cancellation(domain: &Domain, reasons: &[CancelReason]) -> Option<FenceError> {
+/// other is not), classified as fence-dynamodb classifies its own; an unexpected answer when
+/// no action gives one.
+pub fn cancellation(domain: &Domain, reasons: &[CancelReason]) -> FenceError {
     let reason = reasons
         .iter()
-        .find(|r| !matches!(r.code.as_str(), "None" | "" | "ConditionalCheckFailed"))?;
-    Some(crate::error::backend_error(
-        Some(domain),
-        crate::DynamoDbFenceError::ItemCancelled {
+        .find(|r| !matches!(r.code.as_str(), "None" | "" | "ConditionalCheckFailed"));
+    let source = match reason {
+        Some(reason) => crate::DynamoDbFenceError::ItemCancelled {
             code: reason.code.clone(),
             message: String::new(),
         },
-    ))
+        None => {
+            crate::DynamoDbFenceError::Unexpected("a transaction cancelled without a reason".into())
+        }
+    };
+    crate::error::backend_error(Some(domain), source)
 }
 
 /// The refusal of a conditional `UpdateItem` on `table` about `domain`.

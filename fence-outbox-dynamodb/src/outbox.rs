@@ -582,15 +582,13 @@ impl DynamoDbOutbox {
                 {
                     return Ok(Step::Refused(index));
                 }
-                match extension::cancellation(domain, &reasons) {
-                    Some(error)
-                        if error.is_retryable()
-                            || error.backend_kind() == Some(BackendErrorKind::Contention) =>
-                    {
-                        Ok(Step::Retry)
-                    }
-                    Some(error) => Err(error),
-                    None => Err(corrupt(domain, "a transaction cancelled without a reason")),
+                let error = extension::cancellation(domain, &reasons);
+                if error.is_retryable()
+                    || error.backend_kind() == Some(BackendErrorKind::Contention)
+                {
+                    Ok(Step::Retry)
+                } else {
+                    Err(error)
                 }
             }
             Refusal::Failed(error) => Err(error),

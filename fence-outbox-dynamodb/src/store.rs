@@ -102,9 +102,7 @@ impl DynamoDbOutbox {
                     format!("head entry {seq} is missing or already settled"),
                 )
                 .into()),
-                reasons => Err(extension::cancellation(domain, reasons)
-                    .unwrap_or_else(|| corrupt(domain, "a transaction cancelled without a reason"))
-                    .into()),
+                reasons => Err(extension::cancellation(domain, reasons).into()),
             },
             Refusal::Failed(error) => Err(error.into()),
             other => Err(corrupt(domain, format!("a transaction answered {other:?}")).into()),
@@ -557,19 +555,16 @@ impl DynamoDbOutbox {
             return Ok(true);
         };
         match extension::transaction_refusal(error, self.table(), domain, Operation::Delete) {
-            Refusal::Cancelled(reasons) => match reasons
-                .iter()
-                .position(CancelReason::condition_failed)
-            {
-                Some(0) => {
-                    self.not_admitted(domain, relay, reasons[0].item.as_ref())?;
-                    Ok(false)
+            Refusal::Cancelled(reasons) => {
+                match reasons.iter().position(CancelReason::condition_failed) {
+                    Some(0) => {
+                        self.not_admitted(domain, relay, reasons[0].item.as_ref())?;
+                        Ok(false)
+                    }
+                    Some(_) => Ok(false),
+                    None => Err(extension::cancellation(domain, &reasons).into()),
                 }
-                Some(_) => Ok(false),
-                None => Err(extension::cancellation(domain, &reasons)
-                    .unwrap_or_else(|| corrupt(domain, "a transaction cancelled without a reason"))
-                    .into()),
-            },
+            }
             Refusal::Failed(error) => Err(error.into()),
             other => Err(corrupt(domain, format!("a transaction answered {other:?}")).into()),
         }
