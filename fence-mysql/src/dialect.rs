@@ -199,14 +199,15 @@ impl Dialect for MySqlDialect {
         MySqlFenceError::RowChanged { table }
     }
 
-    /// Checks that the transaction is still the one the fence began: its savepoint is there.
-    async fn before_commit(
+    /// Checks that the transaction is still the one the fence began (its savepoint is there),
+    /// then commits.
+    async fn commit_admitted(
         _pending: SavepointSet,
-        tx: &mut Transaction<'static, MySql>,
+        mut tx: Transaction<'static, MySql>,
         domain: &Domain,
     ) -> Result<(), FenceError> {
-        match (&mut **tx).execute(RELEASE).await {
-            Ok(_) => Ok(()),
+        match (&mut *tx).execute(RELEASE).await {
+            Ok(_) => crate::error::commit(tx, domain, Operation::Write).await,
             // 1305: no such savepoint. The transaction that set it is gone.
             Err(error) if number(&error) == Some(1305) => Err(FenceError::Ambiguous {
                 domain: domain.clone(),

@@ -1,4 +1,4 @@
--- fence-postgres schema, version 3 (FORMATS.md §6). `fence_schema` is replaced by the schema you choose.
+-- fence-postgres schema, version 4 (FORMATS.md §6). `fence_schema` is replaced by the schema you choose.
 -- Tokens are u64: numeric(20,0), compared exactly by the server (bigint stops at 2^63 - 1),
 -- with a check that keeps them in 1 ..= 2^64 - 1. Rows that break it anyway fail closed.
 CREATE SCHEMA IF NOT EXISTS fence_schema;
@@ -179,5 +179,85 @@ BEGIN
     END IF;
     applied := true;
     RETURN NEXT;
+END
+$fence$;
+
+-- A fenced transaction's (and a claim's) lock: the domain's mark row locked `FOR UPDATE`
+-- (created if missing: `created`; the caller's rollback removes it again), then, in statements
+-- of their own so that what committed while the lock was awaited is seen, the record of
+-- (p_token, p_op_id), the schema's settings and, when p_counter asks for it (the client's
+-- issued-only setting, a re-base) or the settings' issued-only is on, the domain's counter. Returns the row as locked; the client
+-- decides with fence-core. One call after `BEGIN`: one round trip, its plans cached by the
+-- session. (New in version 4.)
+CREATE OR REPLACE FUNCTION fence_schema.fence_lock(
+    p_domain text, p_token numeric, p_op_id text, p_counter boolean)
+RETURNS TABLE (hwm text, state "char", revision bigint, writer text, created boolean,
+               op_kind text, op_revision bigint, op_previous text, issued text,
+               step text, issued_only boolean)
+LANGUAGE plpgsql AS $fence$
+DECLARE
+    m fence_schema.fence_marks%ROWTYPE;
+    o fence_schema.fence_ops%ROWTYPE;
+BEGIN
+    IF p_domain IS NULL OR p_counter IS NULL THEN
+        RAISE EXCEPTION 'fence_lock: invalid arguments' USING ERRCODE = '22023';
+    END IF;
+    created := false;
+    SELECT * INTO m FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain FOR UPDATE;
+    IF NOT FOUND THEN
+        INSERT INTO fence_schema.fence_marks AS k (domain) VALUES (p_domain)
+            ON CONFLICT (domain) DO NOTHING;
+        created := FOUND;
+        SELECT * INTO m FROM fence_schema.fence_marks AS k WHERE k.domain = p_domain FOR UPDATE;
+    END IF;
+    IF p_op_id IS NOT NULL THEN
+        SELECT * INTO o FROM fence_schema.fence_ops AS r
+         WHERE r.domain = p_domain AND r.token = p_token AND r.op_id = p_op_id;
+    END IF;
+    SELECT s.max_step::text, s.issued_only INTO step, issued_only
+      FROM fence_schema.fence_settings AS s WHERE s.one;
+    issued_only := COALESCE(issued_only, false);
+    IF p_counter OR issued_only THEN
+        -- Tokens are returned by the issuer only once committed: every one is visible here.
+        SELECT c.last::text INTO issued FROM fence_schema.fence_counters AS c
+         WHERE c.domain = p_domain;
+    END IF;
+    hwm := m.hwm::text; state := m.state; revision := m.revision; writer := m.writer::text;
+    op_kind := o.kind; op_revision := o.revision; op_previous := o.previous::text;
+    RETURN NEXT;
+END
+$fence$;
+
+-- A fenced transaction's change to the row fence_lock locked, sent with its `COMMIT` in one
+-- message: the mark raised from p_from (what the lock read; a row that changed under the
+-- transaction, a `COMMIT` sent inside it, fails with ZF001 so the `COMMIT` after it never
+-- runs) to p_to (NULL: kept), and the op id remembered (pruned to the newest p_retention).
+-- Any statement fails in an aborted transaction, whose `COMMIT` would answer `ROLLBACK`
+-- without an error. (New in version 4.)
+CREATE OR REPLACE FUNCTION fence_schema.fence_raise(
+    p_domain text, p_from numeric, p_to numeric, p_op_token numeric, p_op_id text,
+    p_previous numeric, p_retention bigint)
+RETURNS void
+LANGUAGE plpgsql AS $fence$
+BEGIN
+    IF p_domain IS NULL OR p_retention IS NULL
+       OR (p_op_id IS NOT NULL AND p_op_token IS NULL) THEN
+        RAISE EXCEPTION 'fence_raise: invalid arguments' USING ERRCODE = '22023';
+    END IF;
+    IF p_to IS NOT NULL THEN
+        UPDATE fence_schema.fence_marks AS k SET hwm = p_to
+         WHERE k.domain = p_domain AND k.hwm IS NOT DISTINCT FROM p_from;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'fence_raise: the mark row of % changed under the transaction',
+                p_domain USING ERRCODE = 'ZF001';
+        END IF;
+    END IF;
+    IF p_op_id IS NOT NULL AND p_retention > 0 THEN
+        INSERT INTO fence_schema.fence_ops AS r (domain, token, op_id, kind, revision, previous)
+        VALUES (p_domain, p_op_token, p_op_id, 'transaction', NULL, p_previous);
+        DELETE FROM fence_schema.fence_ops AS r WHERE r.domain = p_domain AND r.seq <=
+            (SELECT q.seq FROM fence_schema.fence_ops AS q WHERE q.domain = p_domain
+              ORDER BY q.seq DESC OFFSET p_retention LIMIT 1);
+    END IF;
 END
 $fence$;

@@ -9,10 +9,11 @@ use fence_core::raw::Shape;
 use fence_core::{BackendErrorKind, Domain, FenceError, FencingToken, Operation};
 use fence_sql::{Dialect, ErrorClass, FenceCore, MarkChange, Remember, Tables};
 use sqlx::postgres::{PgPool, PgQueryResult, Postgres};
-use sqlx::{QueryBuilder, Transaction};
+use sqlx::{QueryBuilder, Transaction, TransactionManager};
 
-use crate::error::{corrupt, token_column, PostgresFenceError, BACKEND};
+use crate::error::{corrupt, map_error, token_column, PostgresFenceError, BACKEND};
 use crate::fence::{PostgresFence, DEFAULT_MAX_VALUE_BYTES};
+use crate::mark_rows::{apply_error, run};
 
 /// PostgreSQL, as fence-sql's shared code sees it ([`crate::FencedTransaction`] and
 /// [`crate::RowFence`] are fence-sql's types for this dialect).
@@ -198,9 +199,14 @@ impl Dialect for PostgresDialect {
         PostgresFenceError::RowChanged { table }
     }
 
-    async fn before_commit(
+    /// One message: the mark's statement (raised, the op id remembered; it fails on an aborted
+    /// transaction and on a mark changed under it, and `COMMIT` then never runs), `COMMIT`,
+    /// and a `BEGIN` that leaves the connection in the transaction sqlx still counts, so that
+    /// its queued `ROLLBACK` (sent with the connection's next message) ends an empty one. The
+    /// fence adds no round trip to the commit: a plain transaction sends `COMMIT` alone.
+    async fn commit_admitted(
         pending: PendingMark,
-        tx: &mut Transaction<'static, Postgres>,
+        mut tx: Transaction<'static, Postgres>,
         domain: &Domain,
     ) -> Result<(), FenceError> {
         let PendingMark {
@@ -208,8 +214,41 @@ impl Dialect for PostgresDialect {
             change,
             remember,
         } = pending;
-        fence
-            .apply(tx, domain, Operation::Write, change, remember, true)
-            .await
+        let message = format!(
+            "{}; COMMIT; BEGIN",
+            fence.raise_sql(domain, change, remember)?
+        );
+        let (done, failed) = run(&mut tx, &message).await;
+        let done = done.len();
+        match (failed, done) {
+            // Committed, and the empty transaction after it is rolled back by the queued
+            // `ROLLBACK` (`Transaction`'s drop then has nothing left to do).
+            (None, 3) | (Some(_), 2) => {
+                <Postgres as sqlx::Database>::TransactionManager::start_rollback(&mut tx);
+                Ok(())
+            }
+            // The mark's statement failed: `COMMIT` was skipped, the transaction is aborted
+            // and rolled back when `tx` drops. Only a connection lost (no answer) may hide a
+            // `COMMIT` that ran.
+            (Some(error), 0) => {
+                let lost = !matches!(error, sqlx::Error::Database(_));
+                Err(apply_error(error, domain, Operation::Write, lost))
+            }
+            // `COMMIT` failed or its answer was lost.
+            (Some(error), _) => {
+                if let sqlx::Error::Database(_) = error {
+                    // The server ended the transaction: a `BEGIN` for sqlx's `ROLLBACK`.
+                    let _ = run(&mut tx, "BEGIN").await;
+                }
+                Err(map_error(error, domain, Operation::Write, true))
+            }
+            (None, _) => Err(FenceError::Ambiguous {
+                domain: domain.clone(),
+                operation: Operation::Write,
+                source: Box::new(PostgresFenceError::from(sqlx::Error::Protocol(format!(
+                    "the commit's message answered {done} of its 3 statements"
+                )))),
+            }),
+        }
     }
 }

@@ -9,6 +9,7 @@ mod error;
 pub mod extension;
 mod fence;
 mod lease;
+mod literal;
 mod mark;
 mod mark_rows;
 mod permissions;

@@ -1,24 +1,29 @@
-//! The statements on a domain's mark row: locking it (with the settings, counter and op record
-//! read after the lock) and applying a transaction's change to it.
+//! The statements on a domain's mark row: locking it (the schema's `fence_lock`, which reads the
+//! settings, counter and op record after the lock) and applying a transaction's change to it
+//! (`fence_raise`).
 
 use async_trait::async_trait;
 use fence_core::{BoundsConfig, Domain, FenceError, FencingToken, Operation, OperationId};
 use fence_sql::{Locked, MarkChange, MarkRows, Remember};
-use sqlx::{PgConnection, Postgres, QueryBuilder, Row, Transaction};
+use futures_util::StreamExt;
+use sqlx::postgres::PgRow;
+use sqlx::{Either, PgConnection, Postgres, Row, Transaction};
 
 use crate::dialect::PostgresDialect;
 use crate::error::{corrupt, map_error};
 use crate::fence::PostgresFence;
+use crate::literal;
 use crate::mark::{decode_head, decode_op, issued_column, step_column};
 
 #[async_trait]
 impl MarkRows for PostgresFence {
     type Dialect = PostgresDialect;
 
-    /// Begins a transaction and locks the domain's mark row in it (creating the row if
-    /// missing; a refusal rolls the transaction back, and the creation with it), then reads, in
-    /// one statement of its own, the schema's settings, the domain's counter and the record of
-    /// `op`. Concurrent holders of the domain wait on the lock until this transaction ends.
+    /// Begins a transaction and calls the schema's `fence_lock` in it: the domain's mark row
+    /// locked (created if missing; a refusal rolls the transaction back, and the creation with
+    /// it), then, in statements of their own, the record of `op`, the schema's settings and,
+    /// when issued-only is in force or for a re-base, the domain's counter. Concurrent holders of the domain wait on the lock until this
+    /// transaction ends.
     async fn lock(
         &self,
         domain: &Domain,
@@ -28,59 +33,26 @@ impl MarkRows for PostgresFence {
         self.ensure_shape(domain, operation).await?;
         let sql_error = |e| map_error(e, domain, operation, false);
         let mut tx = self.pool().begin().await.map_err(sql_error)?;
-        let marks = self.tables().marks();
-        let select = format!(
-            "SELECT hwm::text, state, revision, writer::text FROM {marks} \
-             WHERE domain = $1 FOR UPDATE"
-        );
-        let read = || sqlx::query(&select).bind(domain.as_str());
-        let (row, created) = match read().fetch_optional(&mut *tx).await.map_err(sql_error)? {
-            Some(row) => (row, false),
-            None => {
-                let created = sqlx::query(&format!(
-                    "INSERT INTO {marks} (domain) VALUES ($1) ON CONFLICT (domain) DO NOTHING"
-                ))
-                .bind(domain.as_str())
-                .execute(&mut *tx)
-                .await
-                .map_err(sql_error)?
-                .rows_affected()
-                    == 1;
-                let row = read().fetch_optional(&mut *tx).await.map_err(sql_error)?;
-                (
-                    row.ok_or_else(|| corrupt(domain, "the mark row vanished"))?,
-                    created,
-                )
-            }
-        };
-        // The entry's head is validated too: a row that is not Fence's fails closed.
-        let (hwm, _) = decode_head(domain, &row, created)?;
-        // In a statement of its own, after the lock: a statement that waited for the lock would
-        // still see the database of its start (settings changed, counters issued, an earlier
-        // retry's operation record committed meanwhile would be missed).
-        let (settings_table, counters, ops) = (
-            self.tables().settings(),
-            self.tables().counters(),
-            self.tables().ops(),
-        );
-        let after = sqlx::query(&format!(
-            "SELECT (SELECT max_step::text FROM {settings_table} WHERE one), \
-             COALESCE((SELECT issued_only FROM {settings_table} WHERE one), false), \
-             (SELECT last::text FROM {counters} WHERE domain = $1), \
-             o.kind, o.revision, o.previous::text \
-             FROM (SELECT 1) AS just_one \
-             LEFT JOIN {ops} AS o ON o.domain = $1 AND o.token = $2::numeric AND o.op_id = $3"
+        let row = sqlx::query(&format!(
+            "SELECT * FROM {}.fence_lock($1, $2::numeric, $3, $4)",
+            self.tables().name()
         ))
         .bind(domain.as_str())
         .bind(op.map(|(token, _)| token.to_string()))
         .bind(op.map(|(_, op_id)| op_id.as_str()))
+        // The counter is read when the decision needs it: issued-only (the client's setting or
+        // the schema's, which fence_lock adds) or a re-base, which never lands below it.
+        .bind(self.client_bounds().issued_only || operation == Operation::Rebase)
         .fetch_one(&mut *tx)
         .await
         .map_err(sql_error)?;
-        let column = |e: sqlx::Error| corrupt(domain, format!("settings or counter: {e}"));
-        let step: Option<String> = after.try_get(0).map_err(column)?;
-        let issued_only: bool = after.try_get(1).map_err(column)?;
-        let last: Option<String> = after.try_get(2).map_err(column)?;
+        let column = |e: sqlx::Error| corrupt(domain, format!("fence_lock result: {e}"));
+        let created: bool = row.try_get(4).map_err(column)?;
+        // The entry's head is validated too: a row that is not Fence's fails closed.
+        let (hwm, _) = decode_head(domain, &row, created)?;
+        let last: Option<String> = row.try_get(8).map_err(column)?;
+        let step: Option<String> = row.try_get(9).map_err(column)?;
+        let issued_only: bool = row.try_get(10).map_err(column)?;
         let settings = self
             .client_bounds()
             .tighter(BoundsConfig::new(step_column(domain, step)?, issued_only));
@@ -89,7 +61,7 @@ impl MarkRows for PostgresFence {
             Locked::new(
                 hwm,
                 None,
-                decode_op(domain, &after, 3)?,
+                decode_op(domain, &row, 5)?,
                 settings,
                 issued_column(domain, last)?,
             ),
@@ -104,89 +76,82 @@ impl MarkRows for PostgresFence {
         change: MarkChange,
         remember: Option<Remember>,
     ) -> Result<(), FenceError> {
-        self.apply(tx, domain, operation, change, remember, false)
-            .await
+        if matches!(change, MarkChange::Keep) && remember.is_none() {
+            return Ok(());
+        }
+        match run(tx, &self.raise_sql(domain, change, remember)?).await {
+            (_, None) => Ok(()),
+            (_, Some(error)) => Err(apply_error(error, domain, operation, false)),
+        }
     }
 }
 
 impl PostgresFence {
-    /// Applies `change` to the locked mark row and remembers `op`, in one statement, and
-    /// forgets the domain's records beyond the newest `op_id_retention`. With nothing to
-    /// change, sends the statement anyway when `always` (it fails on an aborted transaction,
-    /// whose `COMMIT` would answer `ROLLBACK` without an error).
-    pub(crate) async fn apply(
+    /// The call of the schema's `fence_raise` that applies `change` to the row `fence_lock`
+    /// locked and remembers `op`, as SQL text (it goes in one message with `COMMIT`, and
+    /// such a message has no parameters). It fails on an aborted transaction (whose `COMMIT`
+    /// would answer `ROLLBACK` without an error) and when the mark is not what the lock read
+    /// (ZF001, mapped by [`apply_error`]), so a `COMMIT` after it in the message never runs.
+    pub(crate) fn raise_sql(
         &self,
-        conn: &mut PgConnection,
         domain: &Domain,
-        operation: Operation,
         change: MarkChange,
         op: Option<Remember>,
-        always: bool,
-    ) -> Result<(), FenceError> {
+    ) -> Result<String, FenceError> {
         let retention = i64::try_from(self.op_id_retention()).unwrap_or(i64::MAX);
-        let op = op.filter(|_| retention > 0);
-        if matches!(change, MarkChange::Keep) && op.is_none() && !always {
-            return Ok(());
+        let (from, to) = match change {
+            MarkChange::Keep => (None, None),
+            MarkChange::Raise { from, to } => (from, Some(to)),
+        };
+        let op_id = match &op {
+            Some(op) => literal::text(domain, op.op_id.as_str())?,
+            None => "NULL".to_owned(),
+        };
+        Ok(format!(
+            "SELECT {}.fence_raise({}, {}, {}, {}, {op_id}, {}, {retention})",
+            self.tables().name(),
+            literal::text(domain, domain.as_str())?,
+            literal::token(from),
+            literal::token(to),
+            literal::token(op.as_ref().map(|op| op.token)),
+            literal::token(op.as_ref().and_then(|op| op.previous)),
+        ))
+    }
+}
+
+/// Sends `sql`, a message of one or more statements, on `conn`: the rows of each statement
+/// that completed, in order, and the error that stopped the rest, if any.
+pub(crate) async fn run(
+    conn: &mut PgConnection,
+    sql: &str,
+) -> (Vec<Vec<PgRow>>, Option<sqlx::Error>) {
+    let mut results = sqlx::raw_sql(sql).fetch_many(conn);
+    let (mut done, mut rows) = (Vec::new(), Vec::new());
+    while let Some(result) = results.next().await {
+        match result {
+            Ok(Either::Left(_)) => done.push(std::mem::take(&mut rows)),
+            Ok(Either::Right(row)) => rows.push(row),
+            Err(error) => return (done, Some(error)),
         }
-        let (marks, ops) = (self.tables().marks(), self.tables().ops());
-        let mut query = QueryBuilder::<Postgres>::new("WITH ");
-        match change {
-            MarkChange::Keep => {
-                query.push("m AS (SELECT 1)");
-            }
-            MarkChange::Raise { from, to } => {
-                // Guarded by what the lock read: a row that changed under this transaction
-                // (a `COMMIT` sent inside it ended the lock early) is not lowered.
-                query
-                    .push(format!("m AS (UPDATE {marks} SET hwm = "))
-                    .push_bind(to.to_string())
-                    .push("::numeric WHERE domain = ")
-                    .push_bind(domain.as_str().to_owned())
-                    .push(" AND hwm IS NOT DISTINCT FROM ")
-                    .push_bind(from.map(|t| t.to_string()))
-                    .push("::numeric RETURNING 1)");
-            }
-        }
-        if let Some(op) = op {
-            query
-                .push(format!(
-                    ", o AS (INSERT INTO {ops} (domain, token, op_id, kind, revision, previous) VALUES ("
-                ))
-                .push_bind(domain.as_str().to_owned())
-                .push(", ")
-                .push_bind(op.token.to_string())
-                .push("::numeric, ")
-                .push_bind(op.op_id.as_str().to_owned())
-                .push(", 'transaction', NULL, ")
-                .push_bind(op.previous.map(|p| p.to_string()))
-                // The delete does not see the row inserted by the same statement: it keeps
-                // the newest `retention - 1` of the others.
-                .push(format!(
-                    "::numeric) RETURNING 1), d AS (DELETE FROM {ops} WHERE domain = "
-                ))
-                .push_bind(domain.as_str().to_owned())
-                .push(format!(
-                    " AND seq <= (SELECT seq FROM {ops} WHERE domain = "
-                ))
-                .push_bind(domain.as_str().to_owned())
-                .push(" ORDER BY seq DESC OFFSET ")
-                .push_bind(retention - 1)
-                .push(" LIMIT 1) RETURNING 1)");
-        }
-        query.push(" SELECT count(*) FROM m");
-        let changed: i64 = query
-            .build_query_scalar()
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(|e| map_error(e, domain, operation, false))?;
-        if changed != 1 {
-            return Err(FenceError::backend(
-                crate::error::BACKEND,
-                fence_core::BackendErrorKind::Rejected,
-                Some(domain),
-                crate::error::PostgresFenceError::MarkChanged,
-            ));
-        }
-        Ok(())
+    }
+    (done, None)
+}
+
+/// An error of the statement [`PostgresFence::raise_sql`] made: ZF001 is the mark found
+/// changed under the transaction.
+pub(crate) fn apply_error(
+    error: sqlx::Error,
+    domain: &Domain,
+    operation: Operation,
+    after_send: bool,
+) -> FenceError {
+    match &error {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some("ZF001") => FenceError::backend(
+            crate::error::BACKEND,
+            fence_core::BackendErrorKind::Rejected,
+            Some(domain),
+            crate::error::PostgresFenceError::MarkChanged,
+        ),
+        _ => map_error(error, domain, operation, after_send),
     }
 }

@@ -104,19 +104,33 @@ impl PostgresFence {
             "operation ids",
             sequence,
         ));
-        let function = self
-            .has(
-                "SELECT bool_and(has_function_privilege(p.oid, 'EXECUTE')) \
-                 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-                 WHERE n.nspname = $1 AND p.proname = 'fence_write'",
-                schema,
-            )
-            .await?;
-        report.push(permission(
-            format!("EXECUTE on {schema}.fence_write"),
-            "writes and deletes",
-            function,
-        ));
+        for (functions, purpose) in [
+            (&["fence_write"][..], "writes and deletes"),
+            (
+                &["fence_lock", "fence_raise"][..],
+                "claims and fenced transactions",
+            ),
+        ] {
+            let names: Vec<String> = functions.iter().map(|f| format!("'{f}'")).collect();
+            let granted = self
+                .has(
+                    &format!(
+                        "SELECT bool_and(has_function_privilege(p.oid, 'EXECUTE')) \
+                         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+                         WHERE n.nspname = $1 AND p.proname IN ({})",
+                        names.join(", ")
+                    ),
+                    schema,
+                )
+                .await?;
+            let qualified: Vec<String> =
+                functions.iter().map(|f| format!("{schema}.{f}")).collect();
+            report.push(permission(
+                format!("EXECUTE on {}", qualified.join(", ")),
+                purpose,
+                granted,
+            ));
+        }
         Ok(report)
     }
 

@@ -96,15 +96,29 @@ pub(crate) async fn check_shape(
     }
     // The store's write function, added with the tables (a schema migrated by an older version
     // lacks it, or has one that ignores fence_settings: run `migrate` again).
-    let function: bool = sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
-         WHERE n.nspname = $1 AND p.proname = 'fence_write' \
-         AND p.pronargs = 11 AND 'bound_step' = ANY (p.proargnames))",
+    // The functions of version 4: fence_write with its bounds, fence_lock and fence_raise.
+    let (write, lock, raise): (bool, bool, bool) = sqlx::query_as(
+        "SELECT bool_or(p.proname = 'fence_write' AND p.pronargs = 11 \
+                        AND 'bound_step' = ANY (p.proargnames)), \
+                bool_or(p.proname = 'fence_lock' AND p.pronargs = 4), \
+                bool_or(p.proname = 'fence_raise' AND p.pronargs = 7) \
+         FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+         WHERE n.nspname = $1 AND p.proname IN ('fence_write', 'fence_lock', 'fence_raise')",
     )
     .bind(schema.name())
-    .fetch_one(pool)
-    .await?;
-    Ok((!function).then_some(Shape::Missing("fence_write")))
+    .fetch_optional(pool)
+    .await?
+    .map(|(w, l, r): (Option<bool>, Option<bool>, Option<bool>)| {
+        (w.unwrap_or(false), l.unwrap_or(false), r.unwrap_or(false))
+    })
+    .unwrap_or_default();
+    Ok(if !write {
+        Some(Shape::Missing("fence_write"))
+    } else if !lock {
+        Some(Shape::Missing("fence_lock"))
+    } else {
+        (!raise).then_some(Shape::Missing("fence_raise"))
+    })
 }
 
 /// Creates the fence's tables in `schema` (idempotent: existing tables are left as they are),

@@ -54,6 +54,12 @@ async fn the_check_names_each_missing_privilege() {
         access(&format!("EXECUTE on {schema}.fence_write")),
         Access::Granted
     );
+    assert_eq!(
+        access(&format!(
+            "EXECUTE on {schema}.fence_lock, {schema}.fence_raise"
+        )),
+        Access::Granted
+    );
     assert!(matches!(
         access(&format!("USAGE on the sequence of {schema}.fence_ops")),
         Access::Denied(_)

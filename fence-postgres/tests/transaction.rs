@@ -176,7 +176,7 @@ async fn holders_of_one_domain_serialize_on_the_mark_row() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
+async fn a_commit_whose_answer_is_lost_is_ambiguous_and_its_retry_learns_the_outcome() {
     let Some((_, direct, ledger)) = with_ledger("lost_commit").await else {
         return;
     };
@@ -191,8 +191,10 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
     let domain = d("account");
     let insert = format!("INSERT INTO {ledger} (domain, token) VALUES ('account', $1::numeric)");
 
-    // Cut while the fence's last statement before COMMIT is answered: COMMIT was never sent, so
-    // nothing committed, and the error says a retry can help (not "ambiguous").
+    // Cut while the commit's message is answered: the mark's statement and COMMIT travel in
+    // one message (the fence adds no round trip to the commit), so the server committed and
+    // only the answer was lost: `Ambiguous`, never a guess; the retry with the same op id
+    // learns it committed.
     let first = TransactionRequest::new(domain.clone(), t(3))
         .with_op_id(OperationId::new("statement-1").unwrap());
     let mut tx = support::admitted(&fence, &first).await;
@@ -205,19 +207,19 @@ async fn a_cut_before_commit_is_not_ambiguous_and_one_after_commit_is() {
     proxy.lose_replies();
     let cut = tx.commit().await;
     proxy.forward();
-    match &cut {
-        Err(error) => assert!(
-            error.is_retryable() && !matches!(error, FenceError::Ambiguous { .. }),
-            "{error}"
-        ),
-        Ok(()) => panic!("a commit whose statements were cut succeeded"),
-    }
-    assert_eq!(logged(&direct, &ledger, &domain).await, Vec::<u64>::new());
-    let retry = log_token(&fence, &ledger, &first).await.unwrap();
     assert!(
-        !retry.is_duplicate(),
-        "nothing had committed: the retry runs"
+        matches!(cut, Err(FenceError::Ambiguous { .. })),
+        "a commit whose answer was lost must be ambiguous: {cut:?}"
     );
+    let retry = log_token(&fence, &ledger, &first).await.unwrap();
+    assert_eq!(
+        retry,
+        Transacted::Duplicate {
+            previous_high_water_mark: None
+        },
+        "the retry replays the committed transaction"
+    );
+    assert_eq!(logged(&direct, &ledger, &domain).await, vec![3]);
 
     // Cut once COMMIT was sent (a deferred trigger keeps the server busy committing): the
     // outcome is unknown, so `Ambiguous`; the retry with the same op id learns it committed.
@@ -550,4 +552,46 @@ async fn retries_of_one_transaction_queued_behind_the_lock_run_once() {
     }
     assert_eq!(duplicates, 1, "one runs, the other replays");
     assert_eq!(logged(&pool, &ledger, &domain).await, vec![2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_commit_sent_inside_is_an_error_and_never_lowers_the_mark() {
+    let Some((fence, pool, ledger)) = with_ledger("commit_inside").await else {
+        return;
+    };
+    let domain = d("it's a \\ domain");
+    log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(3)),
+    )
+    .await
+    .unwrap();
+    let mut tx = support::admitted(&fence, &TransactionRequest::new(domain.clone(), t(4))).await;
+    // The work ends the transaction itself: the lock is gone, and a newer holder (token 9)
+    // commits meanwhile.
+    sqlx::raw_sql("COMMIT").execute(&mut *tx).await.unwrap();
+    sqlx::query(&format!(
+        "UPDATE {}.fence_marks SET hwm = 9 WHERE domain = $1",
+        fence.schema()
+    ))
+    .bind(domain.as_str())
+    .execute(&pool)
+    .await
+    .unwrap();
+    let committed = tx.commit().await;
+    match &committed {
+        Err(error) => assert!(error.to_string().contains("changed under it"), "{error}"),
+        Ok(()) => panic!("a transaction that ended inside reported success"),
+    }
+    assert_eq!(fence.high_water_mark(&domain).await.unwrap(), Some(t(9)));
+    // The connection went back to the pool usable: the domain's next holder commits.
+    log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(10)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![3, 10]);
 }

@@ -17,7 +17,7 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     type Db: Database;
     /// The adapter's error type, the source of the [`FenceError`]s it reports.
     type Error: std::error::Error + From<sqlx::Error> + Send + Sync + 'static;
-    /// What a fenced transaction keeps for [`Dialect::before_commit`]. Constructible by the
+    /// What a fenced transaction keeps for [`Dialect::commit_admitted`]. Constructible by the
     /// adapter alone (a private field): a [`crate::FencedTransaction`] is made only with one,
     /// so only the adapter's `begin` hands one out.
     type Pending: Send + Sync + 'static;
@@ -153,11 +153,13 @@ pub trait Dialect: Send + Sync + Sized + 'static {
     /// token: it was inserted or changed meanwhile (retryable).
     fn row_changed(table: String) -> Self::Error;
 
-    /// Runs just before a fenced transaction's `COMMIT`, with what [`Dialect::Pending`] kept:
-    /// raises the mark, or checks that the transaction is still the one the fence began.
-    async fn before_commit(
+    /// Commits a fenced transaction with what [`Dialect::Pending`] kept: raises the mark, or
+    /// checks that the transaction is still the one the fence began, then `COMMIT`. A
+    /// transaction that cannot commit what the fence admitted is an error, never a success;
+    /// a connection lost once `COMMIT` may have been sent is [`FenceError::Ambiguous`].
+    async fn commit_admitted(
         pending: Self::Pending,
-        tx: &mut Transaction<'static, Self::Db>,
+        tx: Transaction<'static, Self::Db>,
         domain: &Domain,
     ) -> Result<(), FenceError>;
 }

@@ -10,7 +10,7 @@ use fence_core::{
 };
 use sqlx::{Database, Transaction};
 
-use crate::{commit, map_error, user_sql_error, Dialect};
+use crate::{map_error, user_sql_error, Dialect};
 
 /// A database transaction admitted by the fence: it holds the domain's mark row locked until
 /// it ends, so no other holder of the domain commits in between, and commits the mark (raised
@@ -30,7 +30,7 @@ pub struct FencedTransaction<D: Dialect> {
 
 impl<D: Dialect> FencedTransaction<D> {
     /// The transaction `tx` of `fencing`'s request, admitted by the adapter over the mark
-    /// `previous_high_water_mark`; `pending` is what its [`Dialect::before_commit`] needs.
+    /// `previous_high_water_mark`; `pending` is what its [`Dialect::commit_admitted`] needs.
     /// For adapters: users get theirs from the fence's `begin`. Only the adapter can make a
     /// [`Dialect::Pending`] (its fields or constructor are its own), so only it can call this:
     /// a `FencedTransaction` is proof that the fence admitted the token.
@@ -102,9 +102,8 @@ impl<D: Dialect> FencedTransaction<D> {
         .await
     }
 
-    async fn commit_now(mut self) -> Result<(), FenceError> {
-        D::before_commit(self.pending, &mut self.tx, self.fencing.domain()).await?;
-        commit::<D>(self.tx, self.fencing.domain(), Operation::Write).await
+    async fn commit_now(self) -> Result<(), FenceError> {
+        D::commit_admitted(self.pending, self.tx, self.fencing.domain()).await
     }
 
     /// Rolls everything back, the mark included.

@@ -42,7 +42,7 @@ pub(crate) async fn wait_for_lock_waiters(pool: &PgPool, schema: &str, count: i6
 pub(crate) async fn wait_for_sleeping_commit(pool: &PgPool) {
     fence_testkit::postgres::wait_for_sessions(
         pool,
-        "wait_event = $1 AND query ILIKE 'COMMIT%'",
+        "wait_event = $1 AND query ILIKE '%; COMMIT; BEGIN'",
         "PgSleep",
         1,
         "a COMMIT sleeping in its deferred trigger",
