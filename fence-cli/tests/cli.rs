@@ -1135,10 +1135,10 @@ async fn permissions_are_named_and_decide_the_exit_code() {
         .expect(0)
         .json();
     assert_eq!(json["all_granted"], true, "{json}");
-    // PING, ROLE, EVALSHA/EVAL, the 14 commands the scripts call and retirement's SCAN.
+    // PING, ROLE, EVALSHA/EVAL, the 15 commands the scripts call and retirement's SCAN.
     assert_eq!(
         json["permissions"].as_array().map(Vec::len),
-        Some(18),
+        Some(19),
         "{json}"
     );
 

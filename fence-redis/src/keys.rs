@@ -26,7 +26,7 @@ use fence_core::{Domain, FencingToken, InvalidInput, OperationId};
 /// ACL SETUSER worker on >secret resetkeys ~billing:* resetchannels -@all <FENCE_ACL_COMMANDS>
 /// ```
 pub const FENCE_ACL_COMMANDS: &str = "+evalsha +eval +ping +role +wait +lrange +type +exists \
-     +get +set +del +hget +hmget +hset +hdel +pttl +pexpire +rpush +time +cluster|slots \
+     +get +set +del +hget +hmget +hgetall +hset +hdel +pttl +pexpire +rpush +time +cluster|slots \
      +cluster|shards +asking";
 
 /// The Redis ACL command rules retirement needs besides [`FENCE_ACL_COMMANDS`]

@@ -14,9 +14,9 @@ use crate::scripts::LuaScript;
 use crate::RedisFence;
 
 /// The commands the probe script tries, in its order (`lua/permissions.lua`).
-const SCRIPT_COMMANDS: [&str; 14] = [
-    "TYPE", "EXISTS", "GET", "SET", "HGET", "HMGET", "HSET", "HDEL", "RPUSH", "LRANGE", "PEXPIRE",
-    "PTTL", "TIME", "DEL",
+const SCRIPT_COMMANDS: [&str; 15] = [
+    "TYPE", "EXISTS", "GET", "SET", "HGET", "HMGET", "HGETALL", "HSET", "HDEL", "RPUSH", "LRANGE",
+    "PEXPIRE", "PTTL", "TIME", "DEL",
 ];
 
 static PROBE: LazyLock<LuaScript> =

@@ -167,8 +167,8 @@ async fn the_permission_check_names_what_the_acl_refuses() {
         let report = fence.check_permissions().await.unwrap();
         println!("{report}");
         assert!(report.all_granted(), "{report}");
-        // PING, ROLE, EVALSHA/EVAL, the 14 commands inside scripts, WAIT, SCAN.
-        assert_eq!(report.permissions.len(), 19, "{report}");
+        // PING, ROLE, EVALSHA/EVAL, the 15 commands inside scripts, WAIT, SCAN.
+        assert_eq!(report.permissions.len(), 20, "{report}");
     })
     .await;
 

@@ -125,15 +125,20 @@ local function last_issued(seq_key)
 end
 
 -- A domain's own admission settings (its bounds hash: `max_step`, a canonical token, and
--- `issued_only`, '1' or '0'; no key: none), or nil and why the key is not Fence's.
+-- `issued_only`, '1' or '0'; no key: none), or nil and why the key is not Fence's. Every write
+-- reads it and most domains have none: HGETALL answers a missing key with no fields, so one
+-- command tells it from someone else's hash (HMGET would need an EXISTS more).
 local function stored_bounds(key)
-  local f, wrong = hash_fields(key, 'fence bounds', 'max_step', 'issued_only')
-  if not f then return nil, wrong end
-  local step, issued = field(f[1]), field(f[2])
-  if step == nil and issued == nil then
-    if redis.call('EXISTS', key) == 1 then return nil, 'hash ' .. key .. ' holds no fence bounds' end
-    return { max_step = '', issued_only = false }
+  local all = redis.pcall('HGETALL', key)
+  if all['err'] then
+    return nil, 'key ' .. key .. ' holds a ' .. redis.call('TYPE', key)['ok'] .. ', not fence bounds'
   end
+  if #all == 0 then return { max_step = '', issued_only = false } end
+  local step, issued
+  for i = 1, #all, 2 do
+    if all[i] == 'max_step' then step = all[i + 1] elseif all[i] == 'issued_only' then issued = all[i + 1] end
+  end
+  if step == nil and issued == nil then return nil, 'hash ' .. key .. ' holds no fence bounds' end
   if step ~= nil and not is_token(step) then
     return nil, 'bounds ' .. key .. ': max_step is not a canonical u64 token'
   end
