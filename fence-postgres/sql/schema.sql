@@ -189,11 +189,21 @@ $fence$;
 -- issued-only setting, a re-base) or the settings' issued-only is on, the domain's counter. Returns the row as locked; the client
 -- decides with fence-core. One call after `BEGIN`: one round trip, its plans cached by the
 -- session. (New in version 4.)
+-- (The first development build of version 4 had a fence_lock without `txid` and a fence_raise
+-- without p_txid: migrating replaces them.)
+DROP FUNCTION IF EXISTS fence_schema.fence_raise(text, numeric, numeric, numeric, text, numeric, bigint);
+DO $drop$ BEGIN
+    IF EXISTS (SELECT 1 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+                WHERE n.nspname = 'fence_schema' AND p.proname = 'fence_lock'
+                  AND NOT COALESCE('txid' = ANY (p.proargnames), false)) THEN
+        DROP FUNCTION fence_schema.fence_lock(text, numeric, text, boolean);
+    END IF;
+END $drop$;
 CREATE OR REPLACE FUNCTION fence_schema.fence_lock(
     p_domain text, p_token numeric, p_op_id text, p_counter boolean)
 RETURNS TABLE (hwm text, state "char", revision bigint, writer text, created boolean,
                op_kind text, op_revision bigint, op_previous text, issued text,
-               step text, issued_only boolean)
+               step text, issued_only boolean, txid bigint)
 LANGUAGE plpgsql AS $fence$
 DECLARE
     m fence_schema.fence_marks%ROWTYPE;
@@ -224,25 +234,32 @@ BEGIN
     END IF;
     hwm := m.hwm::text; state := m.state; revision := m.revision; writer := m.writer::text;
     op_kind := o.kind; op_revision := o.revision; op_previous := o.previous::text;
+    -- The row lock gave the transaction its id: fence_raise checks it is still this one.
+    txid := txid_current();
     RETURN NEXT;
 END
 $fence$;
 
 -- A fenced transaction's change to the row fence_lock locked, sent with its `COMMIT` in one
--- message: the mark raised from p_from (what the lock read; a row that changed under the
--- transaction, a `COMMIT` sent inside it, fails with ZF001 so the `COMMIT` after it never
--- runs) to p_to (NULL: kept), and the op id remembered (pruned to the newest p_retention).
--- Any statement fails in an aborted transaction, whose `COMMIT` would answer `ROLLBACK`
--- without an error. (New in version 4.)
+-- message: first a check that this is still the transaction fence_lock ran in (p_txid: a
+-- `COMMIT` or `ROLLBACK` sent inside it ended it, and this statement would run in a new one),
+-- then the mark raised from p_from (what the lock read) to p_to (NULL: kept), and the op id
+-- remembered (pruned to the newest p_retention). Either check failing raises ZF001, so the
+-- `COMMIT` after it never runs. Any statement fails in an aborted transaction, whose `COMMIT`
+-- would answer `ROLLBACK` without an error. (New in version 4.)
 CREATE OR REPLACE FUNCTION fence_schema.fence_raise(
-    p_domain text, p_from numeric, p_to numeric, p_op_token numeric, p_op_id text,
-    p_previous numeric, p_retention bigint)
+    p_domain text, p_txid bigint, p_from numeric, p_to numeric, p_op_token numeric,
+    p_op_id text, p_previous numeric, p_retention bigint)
 RETURNS void
 LANGUAGE plpgsql AS $fence$
 BEGIN
-    IF p_domain IS NULL OR p_retention IS NULL
+    IF p_domain IS NULL OR p_txid IS NULL OR p_retention IS NULL
        OR (p_op_id IS NOT NULL AND p_op_token IS NULL) THEN
         RAISE EXCEPTION 'fence_raise: invalid arguments' USING ERRCODE = '22023';
+    END IF;
+    IF txid_current_if_assigned() IS DISTINCT FROM p_txid THEN
+        RAISE EXCEPTION 'fence_raise: the transaction that locked the mark row of % has ended',
+            p_domain USING ERRCODE = 'ZF001';
     END IF;
     IF p_to IS NOT NULL THEN
         UPDATE fence_schema.fence_marks AS k SET hwm = p_to

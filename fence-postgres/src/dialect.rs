@@ -25,6 +25,8 @@ pub enum PostgresDialect {}
 /// answer `ROLLBACK`, not an error).
 pub struct PendingMark {
     pub(crate) fence: PostgresFence,
+    /// The transaction that took the lock (`fence_lock`'s `txid`).
+    pub(crate) txid: i64,
     pub(crate) change: MarkChange,
     pub(crate) remember: Option<Remember>,
 }
@@ -211,12 +213,13 @@ impl Dialect for PostgresDialect {
     ) -> Result<(), FenceError> {
         let PendingMark {
             fence,
+            txid,
             change,
             remember,
         } = pending;
         let message = format!(
             "{}; COMMIT; BEGIN",
-            fence.raise_sql(domain, change, remember)?
+            fence.raise_sql(domain, Some(txid), change, remember)?
         );
         let (done, failed) = run(&mut tx, &message).await;
         let done = done.len();

@@ -30,6 +30,37 @@ impl MarkRows for PostgresFence {
         operation: Operation,
         op: Option<(FencingToken, &OperationId)>,
     ) -> Result<(Transaction<'static, Postgres>, Locked), FenceError> {
+        let (tx, locked, _) = self.lock_row(domain, operation, op).await?;
+        Ok((tx, locked))
+    }
+
+    async fn change(
+        &self,
+        tx: &mut Transaction<'static, Postgres>,
+        domain: &Domain,
+        operation: Operation,
+        change: MarkChange,
+        remember: Option<Remember>,
+    ) -> Result<(), FenceError> {
+        if matches!(change, MarkChange::Keep) && remember.is_none() {
+            return Ok(());
+        }
+        match run(tx, &self.raise_sql(domain, None, change, remember)?).await {
+            (_, None) => Ok(()),
+            (_, Some(error)) => Err(apply_error(error, domain, operation, false)),
+        }
+    }
+}
+
+impl PostgresFence {
+    /// [`MarkRows::lock`], with the id of the transaction that holds the lock (`fence_lock`'s
+    /// `txid`), which [`PostgresFence::raise_sql`] checks before anything commits.
+    pub(crate) async fn lock_row(
+        &self,
+        domain: &Domain,
+        operation: Operation,
+        op: Option<(FencingToken, &OperationId)>,
+    ) -> Result<(Transaction<'static, Postgres>, Locked, i64), FenceError> {
         self.ensure_shape(domain, operation).await?;
         let sql_error = |e| map_error(e, domain, operation, false);
         let mut tx = self.pool().begin().await.map_err(sql_error)?;
@@ -53,6 +84,7 @@ impl MarkRows for PostgresFence {
         let last: Option<String> = row.try_get(8).map_err(column)?;
         let step: Option<String> = row.try_get(9).map_err(column)?;
         let issued_only: bool = row.try_get(10).map_err(column)?;
+        let txid: i64 = row.try_get(11).map_err(column)?;
         let settings = self
             .client_bounds()
             .tighter(BoundsConfig::new(step_column(domain, step)?, issued_only));
@@ -65,36 +97,23 @@ impl MarkRows for PostgresFence {
                 settings,
                 issued_column(domain, last)?,
             ),
+            txid,
         ))
     }
 
-    async fn change(
-        &self,
-        tx: &mut Transaction<'static, Postgres>,
-        domain: &Domain,
-        operation: Operation,
-        change: MarkChange,
-        remember: Option<Remember>,
-    ) -> Result<(), FenceError> {
-        if matches!(change, MarkChange::Keep) && remember.is_none() {
-            return Ok(());
-        }
-        match run(tx, &self.raise_sql(domain, change, remember)?).await {
-            (_, None) => Ok(()),
-            (_, Some(error)) => Err(apply_error(error, domain, operation, false)),
-        }
-    }
-}
-
-impl PostgresFence {
     /// The call of the schema's `fence_raise` that applies `change` to the row `fence_lock`
     /// locked and remembers `op`, as SQL text (it goes in one message with `COMMIT`, and
     /// such a message has no parameters). It fails on an aborted transaction (whose `COMMIT`
-    /// would answer `ROLLBACK` without an error) and when the mark is not what the lock read
-    /// (ZF001, mapped by [`apply_error`]), so a `COMMIT` after it in the message never runs.
+    /// would answer `ROLLBACK` without an error), when the transaction is no longer the one
+    /// that took the lock (a `COMMIT` or `ROLLBACK` sent inside it) and when the mark is not
+    /// what the lock read (ZF001, mapped by [`apply_error`]), so a `COMMIT` after it in the
+    /// message never runs.
+    /// `txid` is what [`PostgresFence::lock_row`] answered (`None`: a claim, which changes the
+    /// row right after its lock, checks its own transaction).
     pub(crate) fn raise_sql(
         &self,
         domain: &Domain,
+        txid: Option<i64>,
         change: MarkChange,
         op: Option<Remember>,
     ) -> Result<String, FenceError> {
@@ -108,9 +127,10 @@ impl PostgresFence {
             None => "NULL".to_owned(),
         };
         Ok(format!(
-            "SELECT {}.fence_raise({}, {}, {}, {}, {op_id}, {}, {retention})",
+            "SELECT {}.fence_raise({}, {}, {}, {}, {}, {op_id}, {}, {retention})",
             self.tables().name(),
             literal::text(domain, domain.as_str())?,
+            txid.map_or_else(|| "txid_current()".to_owned(), |txid| txid.to_string()),
             literal::token(from),
             literal::token(to),
             literal::token(op.as_ref().map(|op| op.token)),

@@ -100,8 +100,8 @@ pub(crate) async fn check_shape(
     let (write, lock, raise): (bool, bool, bool) = sqlx::query_as(
         "SELECT bool_or(p.proname = 'fence_write' AND p.pronargs = 11 \
                         AND 'bound_step' = ANY (p.proargnames)), \
-                bool_or(p.proname = 'fence_lock' AND p.pronargs = 4), \
-                bool_or(p.proname = 'fence_raise' AND p.pronargs = 7) \
+                bool_or(p.proname = 'fence_lock' AND p.pronargs = 4 AND 'txid' = ANY (p.proargnames)), \
+                bool_or(p.proname = 'fence_raise' AND p.pronargs = 8) \
          FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
          WHERE n.nspname = $1 AND p.proname IN ('fence_write', 'fence_lock', 'fence_raise')",
     )

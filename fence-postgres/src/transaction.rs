@@ -2,7 +2,7 @@
 //! mark row, so a stale holder's SQL never commits.
 
 use fence_core::{FenceError, Operation, TransactionRequest};
-use fence_sql::{admit_transaction, MarkRows, Transactional};
+use fence_sql::{admit_transaction, Transactional};
 
 use crate::dialect::{PendingMark, PostgresDialect};
 use crate::fence::PostgresFence;
@@ -32,11 +32,14 @@ impl Transactional for PostgresFence {
     /// [`PostgresFence::begin`] without telemetry: the lock, fence-core's decision, the set-up.
     async fn begin_now(&self, request: &TransactionRequest) -> Result<Begun, FenceError> {
         let op = request.op_id().map(|op_id| (request.token(), op_id));
-        let (tx, locked) = self.lock(request.domain(), Operation::Write, op).await?;
+        let (tx, locked, txid) = self
+            .lock_row(request.domain(), Operation::Write, op)
+            .await?;
         admit_transaction::<PostgresDialect, _, _, _>(request, tx, &locked, |tx, admitted| {
             // The mark is raised and the op id remembered by the commit, just before `COMMIT`.
             let pending = PendingMark {
                 fence: self.clone(),
+                txid,
                 change: admitted.change,
                 remember: admitted.remember,
             };

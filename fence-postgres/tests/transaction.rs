@@ -595,3 +595,48 @@ async fn a_commit_sent_inside_is_an_error_and_never_lowers_the_mark() {
     .unwrap();
     assert_eq!(logged(&pool, &ledger, &domain).await, vec![3, 10]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transaction_ended_inside_is_an_error_and_remembers_nothing() {
+    let Some((fence, pool, ledger)) = with_ledger("ended_inside").await else {
+        return;
+    };
+    let domain = d("account");
+    log_token(
+        &fence,
+        &ledger,
+        &TransactionRequest::new(domain.clone(), t(3)),
+    )
+    .await
+    .unwrap();
+    let insert = format!("INSERT INTO {ledger} (domain, token) VALUES ('account', 4)");
+    // A raise (4 over 3) whose work sends ROLLBACK: the work is gone, so the commit must fail
+    // and remember nothing (else the retry would answer Duplicate for work that never ran).
+    let raise = TransactionRequest::new(domain.clone(), t(4))
+        .with_op_id(OperationId::new("rolled-back").unwrap());
+    // The same holder's next transaction (4 at mark 4: the mark is kept) whose work sends
+    // COMMIT: its statements committed alone, without the fence's record; an error too.
+    let keep = TransactionRequest::new(domain.clone(), t(4))
+        .with_op_id(OperationId::new("committed-inside").unwrap());
+    for (request, end, logged_after) in [
+        (&raise, "ROLLBACK", vec![3]),
+        (&keep, "COMMIT", vec![3, 4, 4]),
+    ] {
+        let mut tx = support::admitted(&fence, request).await;
+        sqlx::raw_sql(&insert).execute(&mut *tx).await.unwrap();
+        sqlx::raw_sql(end).execute(&mut *tx).await.unwrap();
+        match tx.commit().await {
+            Err(error) => assert!(error.to_string().contains("changed under it"), "{error}"),
+            Ok(()) => panic!("a transaction whose work sent {end} reported success"),
+        }
+        assert_eq!(logged(&pool, &ledger, &domain).await, logged_after, "{end}");
+        // Nothing was remembered: the retry with the same op id runs.
+        let retry = log_token(&fence, &ledger, request).await.unwrap();
+        assert!(
+            !retry.is_duplicate(),
+            "{end}: the retry was answered as a duplicate"
+        );
+        assert_eq!(fence.high_water_mark(&domain).await.unwrap(), Some(t(4)));
+    }
+    assert_eq!(logged(&pool, &ledger, &domain).await, vec![3, 4, 4, 4]);
+}
