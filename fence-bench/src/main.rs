@@ -3,6 +3,8 @@
 //! `scripts/bench` starts the services and runs this in release mode from the repository root:
 //! - `--only memory,redis` limits the backends;
 //! - `--state N` measures the state kept per domain after N domains' workloads instead;
+//! - `--growth [N]` draws the growth curves instead (domains up to N, by default 100,000):
+//!   `benchmarks/growth.json` and `benchmarks/growth.svg`;
 //! - `--chart REPORT SVG` only redraws a chart from a `report.json`.
 //!
 //! A run writes `target/fence-bench/report.json`, merges its rows into `benchmarks/report.json`
@@ -14,6 +16,9 @@ mod chart;
 mod dynamodb;
 mod etcd;
 mod fenced;
+mod growth;
+mod growth_chart;
+mod growth_targets;
 mod history;
 mod kafka;
 mod measure;
@@ -93,6 +98,30 @@ async fn main() -> ExitCode {
         let rows = state::run(domains, wanted).await;
         println!("{}", state::table(&rows));
         return ExitCode::SUCCESS;
+    }
+    if std::env::args().any(|a| a == "--growth") {
+        let max = match arg_after("--growth").filter(|a| !a.starts_with("--")) {
+            None => 100_000,
+            Some(n) => match n.parse::<usize>() {
+                Ok(n) if n > 0 => n,
+                _ => {
+                    eprintln!("--growth takes a number of domains (at least 1)");
+                    return ExitCode::FAILURE;
+                }
+            },
+        };
+        let points = growth::run(max, wanted).await;
+        println!("{}", growth::table(&points));
+        return match growth::publish(&points, Path::new(BENCHMARKS)) {
+            Ok(()) => {
+                println!("growth: {BENCHMARKS}/growth.json, {BENCHMARKS}/growth.svg");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("{error}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let mut rows: Vec<Row> = Vec::new();
     if wanted("memory") {

@@ -161,3 +161,18 @@ where
     }
     (a, b)
 }
+
+/// Runs a warm-up round, then `plan.rounds` batches of one operation (a curve's point, which
+/// has no unfenced twin); `probe` is sampled around every recorded batch.
+pub(crate) async fn sample<F, Fut>(plan: Plan, probe: &Probe, op: F) -> Side
+where
+    F: Fn(usize) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = OpResult> + Send,
+{
+    let op = Arc::new(op);
+    let mut side = Side::default();
+    for round in 0..=plan.rounds {
+        run_batch(plan, probe, round * plan.batch, &op, &mut side, round > 0).await;
+    }
+    side
+}

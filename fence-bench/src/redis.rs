@@ -35,7 +35,7 @@ pub(crate) struct Setup {
 }
 
 /// The pid file `scripts/services` keeps for the Redis server on `url`'s port.
-fn pid_file(url: &str) -> String {
+pub(crate) fn pid_file(url: &str) -> String {
     let port = url
         .rsplit(':')
         .next()
