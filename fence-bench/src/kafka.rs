@@ -50,9 +50,8 @@ fn plain_transaction(
             }
         }
     }
-    producer
-        .commit_transaction(Duration::from_secs(30))
-        .map_err(|e| e.to_string())
+    // As the fence commits: rust-rdkafka's own commit waits ~100 ms after a send.
+    fence_kafka::commit_when_delivered(producer, Duration::from_secs(30)).map_err(|e| e.to_string())
 }
 
 /// The sum of `topic`'s partitions' end offsets (records plus transaction markers).

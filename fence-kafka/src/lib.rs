@@ -3,6 +3,7 @@
 mod append;
 mod claim;
 mod client;
+mod commit;
 mod config;
 mod consumer;
 mod context;
@@ -24,6 +25,7 @@ pub use fence_core;
 
 pub use rdkafka;
 
+pub use commit::commit_when_delivered;
 pub use config::{
     KafkaFenceBuilder, DEFAULT_LEDGER_TOPIC, DEFAULT_MAX_BATCH_BYTES, DEFAULT_OP_ID_RETENTION,
     DEFAULT_TRANSACTIONAL_ID_PREFIX,

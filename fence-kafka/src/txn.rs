@@ -312,7 +312,7 @@ fn send_and_commit(
             }
         }
     }
-    match producer.commit_transaction(timeout) {
+    match crate::commit_when_delivered(producer, timeout) {
         Ok(()) => Ok(()),
         Err(error) => match classify(error, true) {
             TxnFailure::Aborted(error) => {
