@@ -16,7 +16,7 @@ use fence_core::{Domain, FencedStore, FencingToken, OpIdRetention, OperationId, 
 use futures_util::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 
-use crate::growth_targets::{self, Plain, Target};
+use crate::growth_targets::{self, Target};
 use crate::measure::{compare, done, sample, Plan, Side};
 
 /// The three curves, as the report names them.
@@ -147,7 +147,7 @@ const NOT_MEASURED: [(&str, &str); 3] = [
     ),
     (
         "kafka",
-        "not measured: a domain's first append follows its claim, a broker transaction with the ledger (a takeover took 783 ms at 2ed5e08), so 100,000 domains would take about a day",
+        "not measured: a domain's first append follows its claim, a broker transaction with the ledger (a takeover took 270 ms at 8921612), so 100,000 domains would take about 7.5 hours",
     ),
 ];
 
@@ -188,7 +188,7 @@ async fn curves(backend: &str, target: &Target, max_domains: usize) -> Vec<Point
         Ok(curve) => points.extend(curve),
         Err(why) => points.push(Point::note(backend, OP_IDS, 0, why)),
     }
-    points.extend(value_curve(backend, target).await);
+    points.extend(value_curve(backend, target, max_domains).await);
     points
 }
 
@@ -219,12 +219,17 @@ async fn fill_domains(
         .await
 }
 
-/// The fenced write of `value` to `domain`, boxed so each series is one closure type.
+/// The fenced write of `value` to domain `index` of `domains`, boxed so each series is one
+/// closure type.
 fn fenced_write(
     store: &Arc<dyn FencedStore>,
-    domain: &Domain,
+    domains: &[Domain],
+    index: usize,
     value: &Bytes,
 ) -> futures_util::future::BoxFuture<'static, crate::measure::OpResult> {
+    let Some(domain) = domains.get(index) else {
+        return Box::pin(async move { Err(format!("no domain {index}")) });
+    };
     let (store, request) = (
         store.clone(),
         WriteRequest::put(domain.clone(), FencingToken::MIN, value.clone()),
@@ -232,31 +237,48 @@ fn fenced_write(
     Box::pin(async move { done(store.write(&request).await) })
 }
 
-/// The fenced and plain writes of `value` interleaved, the key of operation `i` given by
-/// `key`: one point of each series.
+/// `store`'s writes and the plain writes of `value` interleaved, the domain (and plain key,
+/// past `plain_offset`) of operation `i` given by `key`: one point of each series.
 async fn fenced_and_plain(
     target: &Target,
+    store: Arc<dyn FencedStore>,
     plan: Plan,
     domains: Arc<Vec<Domain>>,
     key: impl Fn(usize) -> usize + Copy + Send + Sync + 'static,
     plain_offset: usize,
     value: Bytes,
 ) -> (Side, Side) {
-    let (store, fenced_value) = (target.store.clone(), value.clone());
-    let plain: Plain = target.plain.clone();
+    let (fenced_value, plain) = (value.clone(), target.plain.clone());
     compare(
         plan,
         &target.probe,
-        move |i| fenced_write(&store, &domains[key(i)], &fenced_value),
+        move |i| fenced_write(&store, &domains, key(i), &fenced_value),
         move |i| plain(plain_offset + key(i), value.clone()),
     )
     .await
 }
 
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// A stride prime to `n`: stepping by it walks all `n` domains before it comes back to one,
+/// so measured writes land on domains the run has not just written.
+pub(crate) fn stride(n: usize) -> usize {
+    [7_919, 7_927, 7_933]
+        .into_iter()
+        .find(|&s| gcd(s, n) == 1)
+        .unwrap_or(1)
+}
+
 /// Latency and server CPU of 1 KiB writes spread over `n` domains the store already holds,
 /// for each `n` of [`domain_counts`], beside the plain write over as many keys; the store
-/// grows from one point to the next. At the largest `n`, the fence with the adapter's default
-/// cache too (its steady state when writes spread over more domains than it holds).
+/// grows from one point to the next. Where `n` passes the adapter's default cache, the fence
+/// with that cache too, from empty.
 async fn domain_curve(
     backend: &str,
     target: &Target,
@@ -273,25 +295,33 @@ async fn domain_curve(
     for n in counts {
         fill_domains(target, &domains, held, n).await?;
         held = n;
-        // A stride prime to `n` walks every domain before it comes back to one, so the
-        // measured writes land on domains the run has not just written.
-        let key = move |i: usize| i.wrapping_mul(7_919) % n;
+        let step = stride(n);
+        let key = move |i: usize| i.wrapping_mul(step) % n;
         let plan = plan(1024, rounds(backend));
         let value = Bytes::from(vec![b'w'; 1024]);
-        let (fenced, plain) =
-            fenced_and_plain(target, plan, domains.clone(), key, 0, value.clone()).await;
+        let (fenced, plain) = fenced_and_plain(
+            target,
+            target.store.clone(),
+            plan,
+            domains.clone(),
+            key,
+            0,
+            value.clone(),
+        )
+        .await;
         points.push(Point::measured(backend, FENCED, DOMAINS, n as u64, &fenced));
         points.push(Point::measured(backend, PLAIN, DOMAINS, n as u64, &plain));
-        if let Some((store, capacity)) = target.default_cache.as_ref().filter(|_| n == largest) {
-            let (store, domains) = (store.clone(), domains.clone());
-            let side = sample(plan, &target.probe, move |i| {
-                fenced_write(&store, &domains[key(i)], &value)
-            })
-            .await;
+        // The default cache where the domains outnumber it: a fresh fence, as a cache that
+        // held `capacity` of `n` domains written evenly would hit at most `capacity / n`.
+        if let Some((store, capacity)) = target.default_cache.as_ref().filter(|(_, c)| n > *c) {
+            let (side, _) =
+                fenced_and_plain(target, store.clone(), plan, domains.clone(), key, 0, value).await;
             let mut point = Point::measured(backend, DEFAULT_CACHE, DOMAINS, n as u64, &side);
-            point.note = point
-                .note
-                .or_else(|| Some(format!("the default cache holds {capacity} domains")));
+            point.note = point.note.or_else(|| {
+                Some(format!(
+                    "the default cache holds {capacity} domains; measured from empty (a warm one would hit at most {capacity} in {n})"
+                ))
+            });
             points.push(point);
         }
     }
@@ -314,8 +344,20 @@ fn op_write(domain: &Domain, op: String, value: &Bytes) -> Result<WriteRequest, 
     Ok(WriteRequest::put(domain.clone(), FencingToken::MIN, value.clone()).with_op_id(op))
 }
 
-/// Latency and server CPU of 1 KiB writes with fresh op ids on a domain that already holds
-/// 0, half its bound and its bound of op ids (a fresh domain per level).
+/// How the op-id curve samples: each measured write goes to a domain of its own, filled
+/// beforehand, so every write meets exactly the level's op ids.
+fn op_id_plan(backend: &str) -> Plan {
+    Plan {
+        rounds: if backend == "memory" { 10 } else { 3 },
+        batch: if backend == "memory" { 50 } else { 20 },
+        concurrency: 1,
+        group: 1,
+    }
+}
+
+/// Latency and server CPU of 1 KiB writes with a new op id on domains that already hold
+/// none, half their bound and their bound of op ids (at the bound each write evicts the
+/// oldest: the steady state).
 async fn op_id_curve(backend: &str, target: &Target) -> Result<Vec<Point>, String> {
     let Some(levels) = op_id_levels(target.store.capabilities().op_id_retention) else {
         return Ok(vec![Point::note(
@@ -326,21 +368,40 @@ async fn op_id_curve(backend: &str, target: &Target) -> Result<Vec<Point>, Strin
         )]);
     };
     let value = Bytes::from(vec![b'o'; 1024]);
+    let plan = op_id_plan(backend);
+    let writes = plan.batch * (plan.rounds + 1);
     let mut points = Vec::new();
     for held in levels {
-        let domain = domain("ops-", held)?;
-        // One after the other: a domain's op ids are remembered in order.
-        for j in 0..held {
-            done(
-                target
-                    .store
-                    .write(&op_write(&domain, format!("fill-{j}"), &value)?)
-                    .await,
-            )?;
-        }
-        let (store, value, d) = (target.store.clone(), value.clone(), domain.clone());
-        let side = sample(plan(1024, rounds(backend)), &target.probe, move |i| {
-            let request = op_write(&d, format!("op-{i}"), &value);
+        let domains: Arc<Vec<Domain>> = Arc::new(
+            (0..writes)
+                .map(|i| domain(&format!("ops{held}-"), i))
+                .collect::<Result<_, _>>()?,
+        );
+        // Domains side by side; each one's op ids one after the other, remembered in order.
+        let store = target.store.as_ref();
+        futures_util::stream::iter(domains.iter())
+            .map(|d| {
+                let value = value.clone();
+                async move {
+                    for j in 0..held {
+                        done(
+                            store
+                                .write(&op_write(d, format!("fill-{j}"), &value)?)
+                                .await,
+                        )?;
+                    }
+                    Ok::<(), String>(())
+                }
+            })
+            .buffer_unordered(FILL_CONCURRENCY)
+            .try_collect::<()>()
+            .await?;
+        let (store, value, domains) = (target.store.clone(), value.clone(), domains.clone());
+        let side = sample(plan, &target.probe, move |i| {
+            let request = domains
+                .get(i)
+                .ok_or_else(|| format!("no domain {i}"))
+                .and_then(|d| op_write(d, "measured".to_owned(), &value));
             let store = store.clone();
             async move { done(store.write(&request?).await) }
         })
@@ -350,9 +411,11 @@ async fn op_id_curve(backend: &str, target: &Target) -> Result<Vec<Point>, Strin
     Ok(points)
 }
 
-/// Latency and server CPU of writes of 1 KiB, 64 KiB and 1 MiB over 16 domains; a size past
-/// the adapter's declared limit is a note saying so.
-async fn value_curve(backend: &str, target: &Target) -> Vec<Point> {
+/// Latency and server CPU of writes of 1 KiB, 64 KiB and 1 MiB over up to 16 domains (as many
+/// as a batch writes, so the warm-up writes each before the recorded rounds); plain keys
+/// from `first_plain_key`, past the domain curve's. A size past the adapter's declared limit
+/// is a note saying so.
+async fn value_curve(backend: &str, target: &Target, first_plain_key: usize) -> Vec<Point> {
     let limit = target.store.capabilities().max_value_bytes;
     let mut points = Vec::new();
     for size in VALUE_SIZES {
@@ -365,18 +428,28 @@ async fn value_curve(backend: &str, target: &Target) -> Vec<Point> {
             ));
             continue;
         }
-        let domains: Result<Vec<Domain>, String> =
-            (0..16).map(|i| domain(&format!("v{size}-"), i)).collect();
+        let plan = plan(size, rounds(backend));
+        let count = plan.batch.min(16);
+        let domains: Result<Vec<Domain>, String> = (0..count)
+            .map(|i| domain(&format!("v{size}-"), i))
+            .collect();
         let domains = match domains {
             Ok(domains) => Arc::new(domains),
             Err(why) => return vec![Point::note(backend, VALUE, size as u64, why)],
         };
-        // Plain keys past the domain curve's, one set per size.
-        let plain_offset = (1 << 32) + size * 16;
+        // One set of plain keys per size: 16 apart, the sizes being powers of two.
+        let plain_offset = first_plain_key + 16 * size.trailing_zeros() as usize;
         let value = Bytes::from(vec![b'v'; size]);
-        let plan = plan(size, rounds(backend));
-        let (fenced, plain) =
-            fenced_and_plain(target, plan, domains, |i| i % 16, plain_offset, value).await;
+        let (fenced, plain) = fenced_and_plain(
+            target,
+            target.store.clone(),
+            plan,
+            domains,
+            move |i| i % count,
+            plain_offset,
+            value,
+        )
+        .await;
         points.push(Point::measured(
             backend,
             FENCED,
@@ -535,12 +608,34 @@ mod tests {
             op_id_levels(OpIdRetention::PerDomain(128)),
             Some([0, 64, 128])
         );
+        let window = OpIdRetention::Window(std::time::Duration::from_secs(60));
+        assert_eq!(op_id_levels(window), Some([0, 512, 1024]));
         assert_eq!(op_id_levels(OpIdRetention::None), None);
+    }
+
+    #[test]
+    fn the_stride_walks_every_domain_before_coming_back() {
+        for n in [1, 2, 1_000, 7_919, 7_919 * 7_927, 100_000] {
+            let step = stride(n);
+            assert_eq!(gcd(step, n), 1, "stride {step} for {n}");
+        }
+        let n = 7_919;
+        let mut seen: Vec<usize> = (0..n).map(|i| i * stride(n) % n).collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert_eq!(seen.len(), n);
     }
 
     #[tokio::test]
     async fn every_curve_is_measured_on_the_memory_adapter() -> Result<(), String> {
+        // Eight op ids per domain: the curve's levels are then 0, 4 and 8.
         let target = growth_targets::connect("memory", 1_000).await?;
+        let target = growth_targets::Target {
+            store: Arc::new(fence_core::Observed::new(
+                fence_core::MemoryFence::new().with_op_id_retention(8),
+            )),
+            ..target
+        };
         let points = curves("memory", &target, 1_000).await;
         let measured = |curve: &str, variant: &str| {
             points
@@ -552,7 +647,7 @@ mod tests {
         };
         assert_eq!(measured(DOMAINS, FENCED), vec![1, 1_000]);
         assert_eq!(measured(DOMAINS, PLAIN), vec![1, 1_000]);
-        assert_eq!(measured(OP_IDS, FENCED), vec![0, 512, 1024]);
+        assert_eq!(measured(OP_IDS, FENCED), vec![0, 4, 8]);
         assert_eq!(measured(OP_IDS, PLAIN), Vec::<u64>::new());
         assert_eq!(measured(VALUE, FENCED), vec![1024, 65_536, 1_048_576]);
         assert_eq!(measured(VALUE, PLAIN), vec![1024, 65_536, 1_048_576]);
