@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use fence_conformance::services::unavailable;
 use fence_core::raw::{percent_encode, EntryHead, OpRecord};
 use fence_core::{Domain, OpKind, OpOutcome, OperationId, RebaseRecord};
+use fence_etcd::etcd_client::{Txn, TxnOp};
 use fence_redis::redis::AsyncCommands;
 use serde_json::Value;
 use support::fence;
@@ -355,16 +356,25 @@ async fn the_etcd_example_loads_and_reads_back() {
     let mut client = fence_etcd::etcd_client::Client::connect(&endpoints, None)
         .await
         .unwrap();
-    for (key, value) in pairs(&example("etcd-store")) {
-        let key = format!("{prefix}{}", key.strip_prefix("/fence").unwrap());
-        // The `ops` value is its lines, each ended by LF.
-        let value = if key.ends_with("/ops") {
-            format!("{value}\n")
-        } else {
-            value
-        };
-        client.put(key, value, None).await.unwrap();
-    }
+    // The keys of one change, in one txn (the `ops` key is never newer than the state's).
+    let puts = pairs(&example("etcd-store"))
+        .into_iter()
+        .map(|(key, value)| {
+            let key = format!("{prefix}{}", key.strip_prefix("/fence").unwrap());
+            // `\n` stands for LF; the `ops` value is its lines, each ended by LF.
+            let value = value.replace("\\n", "\n");
+            let value = if key.ends_with("/ops") {
+                format!("{value}\n")
+            } else {
+                value
+            };
+            TxnOp::put(key, value, None)
+        });
+    let loaded = client
+        .txn(Txn::new().and_then(puts.collect::<Vec<_>>()))
+        .await
+        .unwrap();
+    assert!(loaded.succeeded());
     let env = [
         ("FENCE_ETCD_ENDPOINTS", endpoints.join(",")),
         ("FENCE_ETCD_PREFIX", prefix),

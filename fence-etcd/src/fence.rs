@@ -1,7 +1,7 @@
-//! `EtcdFence`: etcd's KV as a fenced store. A domain's mark and entry are read in one range
-//! request, decided by fence-core's pipeline, and written in one txn that compares the mark
-//! key's `mod_revision` with what was read: a stale holder, or a writer that lost a race,
-//! changes nothing.
+//! `EtcdFence`: etcd's KV as a fenced store. A domain's state (mark, entry and value in one
+//! key) is read in one range request, decided by fence-core's pipeline, and written in one
+//! txn that compares the state key's `mod_revision` with what was read: a stale holder, or a
+//! writer that lost a race, changes nothing.
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +37,7 @@ pub const DEFAULT_CACHE_CAPACITY: usize = 1024;
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 64;
 
 /// etcd's KV as a fenced store: one folder of keys per domain (see the crate docs), changed
-/// only by txns that compare the domain's mark key with what the decision read. Durable and
+/// only by txns that compare the domain's state key with what the decision read. Durable and
 /// linearizable as etcd is.
 ///
 /// ```no_run
@@ -174,32 +174,30 @@ impl EtcdFence {
         }
     }
 
-    /// Runs `changes` if the domain's mark key is still at the version `known` was read at,
-    /// the prefix's settings are still the ones read and, when issued-only is in force,
-    /// `token` is still the live lease's; else returns the domain's state as it is now, in the
-    /// same request.
+    /// Runs `change` if the domain's state key is still at the version `known` was read at
+    /// (and its `ops` key, when the decision read it), the prefix's settings are still the
+    /// ones read and, when issued-only is in force, `token` is still the live lease's; else
+    /// returns the domain's state as it is now, in the same request.
     async fn compare_and_write(
         &self,
         domain: &Domain,
         operation: Operation,
         (known, token): (&Stored, FencingToken),
-        changes: Vec<TxnOp>,
+        (changes, reads_ops): (Vec<TxnOp>, bool),
     ) -> Result<Written, FenceError> {
-        let (mark, version) = (self.key(domain, StoreKey::Mark), known.version);
+        let keys = self.etcd.keys();
         let lock = self.in_force(known).issued_only;
-        let dir = self.etcd.keys().store_dir(domain);
-        // The mark is where it was read, and no key of the folder changed since (another
-        // tool's key, an edit, a key put under a lease), nor the settings: else etcd's state
-        // is read again.
-        let mut compares = vec![
-            Compare::mod_revision(mark, CompareOp::Equal, version),
-            Compare::mod_revision(dir.as_bytes(), CompareOp::Less, version + 1).with_prefix(),
-            Compare::mod_revision(
-                self.etcd.keys().settings(),
-                CompareOp::Equal,
-                known.settings.version,
-            ),
-        ];
+        // The state is as it was read, nor did the settings change: else etcd's state is read
+        // again. (Another tool's key in the folder is found by the next read of the folder.)
+        let mut compares = known.unchanged(keys, domain);
+        compares.push(Compare::mod_revision(
+            keys.settings(),
+            CompareOp::Equal,
+            known.settings.version,
+        ));
+        if reads_ops {
+            compares.push(known.ops_unchanged(keys, domain));
+        }
         if lock {
             // Admitted only as the live lease's token, which is an etcd revision (an i64).
             let revision = i64::try_from(token.get()).map_err(|_| FenceError::Unissued {
@@ -268,10 +266,6 @@ impl EtcdFence {
         cas::drive_fresh_answers(&resource, policy, attempt).await
     }
 
-    fn key(&self, domain: &Domain, key: StoreKey) -> String {
-        self.etcd.keys().store(domain, key)
-    }
-
     async fn write_now(&self, request: &WriteRequest) -> Result<WriteOutcome, FenceError> {
         pipeline::validate_write(request, Some(self.max_value_bytes))?;
         let value = match request.mutation() {
@@ -290,48 +284,27 @@ impl EtcdFence {
                     }
                     Decision::Apply { outcome, remember } => (outcome, remember),
                 };
-            let mut changes = vec![TxnOp::put(
-                self.key(domain, StoreKey::Mark),
-                outcome.token.to_string(),
-                None,
-            )];
+            let (token, revision) = (outcome.token, outcome.revision);
             let head = match value {
-                Some(value) => {
-                    changes.push(TxnOp::put(
-                        self.key(domain, StoreKey::Value),
-                        value.to_vec(),
-                        None,
-                    ));
-                    EntryHead::Value {
-                        token: outcome.token,
-                        revision: outcome.revision,
-                    }
-                }
-                None => {
-                    changes.push(TxnOp::delete(self.key(domain, StoreKey::Value), None));
-                    EntryHead::Tombstone {
-                        token: outcome.token,
-                        revision: outcome.revision,
-                    }
-                }
+                Some(_) => EntryHead::Value { token, revision },
+                None => EntryHead::Tombstone { token, revision },
             };
-            changes.push(TxnOp::put(
-                self.key(domain, StoreKey::Entry),
-                head.to_string(),
-                None,
-            ));
+            let keys = self.etcd.keys();
+            let mut changes =
+                stored.replace(keys, domain, (token, Some(head), value.map(|v| &v[..])));
             let mut ops = stored.ops.clone();
             if let (Some(record), true) = (remember, self.op_id_retention > 0) {
                 ops.remember(record, self.op_id_retention);
                 changes.push(TxnOp::put(
-                    self.key(domain, StoreKey::Ops),
+                    keys.store(domain, StoreKey::Ops),
                     encode_ops(&ops),
                     None,
                 ));
             }
             let next = Stored {
-                mark: Some(outcome.token),
+                mark: Some(token),
                 version: 0,
+                layout_1: false,
                 head: Some(head),
                 value: None,
                 ops,
@@ -341,6 +314,7 @@ impl EtcdFence {
             Ok(Step::Commit {
                 change: TxnChange {
                     changes,
+                    reads_ops: request.op_id().is_some(),
                     next: Box::new(next),
                 },
                 outcome: WriteOutcome::Accepted(outcome),
@@ -355,15 +329,25 @@ impl EtcdFence {
             Ok(
                 match pipeline::decide_claim(domain, stored.mark, token, bounds)? {
                     ClaimDecision::Held(claimed) => Step::Done(claimed),
+                    // The state key is rewritten whole, value included, and a cache keeps no
+                    // value: read it.
+                    ClaimDecision::Raise(_)
+                        if matches!(stored.head, Some(EntryHead::Value { .. }))
+                            && stored.value.is_none() =>
+                    {
+                        Step::Reload
+                    }
                     ClaimDecision::Raise(claimed) => Step::Commit {
                         change: TxnChange {
-                            changes: vec![TxnOp::put(
-                                self.key(domain, StoreKey::Mark),
-                                token.to_string(),
-                                None,
-                            )],
+                            changes: stored.replace(
+                                self.etcd.keys(),
+                                domain,
+                                (token, stored.head, stored.value.as_deref()),
+                            ),
+                            reads_ops: false,
                             next: Box::new(Stored {
                                 mark: Some(token),
+                                layout_1: false,
                                 ..stored.without_value()
                             }),
                         },
@@ -385,9 +369,11 @@ fn unexpected(domain: &Domain, what: &str) -> FenceError {
     )
 }
 
-/// A decided txn: its changes, and the domain's state once they apply.
+/// A decided txn: its changes, whether the decision read the remembered operation ids, and
+/// the domain's state once they apply.
 struct TxnChange {
     changes: Vec<TxnOp>,
+    reads_ops: bool,
     next: Box<Stored>,
 }
 
@@ -419,14 +405,24 @@ impl CasResource for DomainTxn<'_> {
         change: TxnChange,
     ) -> Result<Committed<Stored, ()>, FenceError> {
         let (domain, fence) = (self.domain, self.fence);
+        let TxnChange {
+            changes,
+            reads_ops,
+            next,
+        } = change;
         let written = fence
-            .compare_and_write(domain, self.operation, (known, self.token), change.changes)
+            .compare_and_write(
+                domain,
+                self.operation,
+                (known, self.token),
+                (changes, reads_ops),
+            )
             .await;
         match written {
             Ok(Written::Applied(revision)) => {
                 let next = Stored {
                     version: revision,
-                    ..*change.next
+                    ..*next
                 };
                 fence.cache.insert(domain.clone(), next);
                 Ok(Committed::Applied)

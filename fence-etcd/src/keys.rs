@@ -6,15 +6,17 @@
 //! <p>/lease/<domain>          the lock key: created under the holder's etcd lease; its
 //!                             create_revision is the holder's token
 //! <p>/issued/<domain>         written by the issuer: the put's revision is the issued token
-//! <p>/store/<domain>/mark     the high-water mark (canonical decimal)
-//! <p>/store/<domain>/entry    `value <token> <revision>` or `tombstone <token> <revision>`
-//! <p>/store/<domain>/value    the value's bytes, as written (present with a `value` entry)
+//! <p>/store/<domain>/state    `fence-store/2 <mark> <entry head | none>`, LF, the value's
+//!                             bytes: the domain's whole state, rewritten by every change
 //! <p>/store/<domain>/ops      remembered operation ids, one fence-core op line each
 //! <p>/rebases/<domain>/<n>    an operator's re-base (a fence-core `RebaseRecord` line), `n`
-//!                             the mark key's revision it replaced (20 digits)
+//!                             the state key's revision it replaced (20 digits)
 //! <p>/settings                the prefix's admission settings, which every write and claim
 //!                             reads and compares (absent: none)
 //! ```
+//!
+//! A folder of layout 1 (before the `state` key: `mark`, `entry` and `value` keys, each one
+//! part of the state) is still read, and its next change replaces those keys with `state`.
 
 use fence_core::{Domain, InvalidInput};
 
@@ -30,22 +32,30 @@ pub(crate) struct Keys {
 /// One of a domain's store keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum StoreKey {
+    /// The domain's state (layout 2).
+    State,
+    Ops,
+    /// Layout 1's parts of the state.
     Mark,
     Entry,
     Value,
-    Ops,
 }
 
 impl StoreKey {
-    pub(crate) const ALL: [StoreKey; 4] = [
+    pub(crate) const ALL: [StoreKey; 5] = [
+        StoreKey::State,
+        StoreKey::Ops,
         StoreKey::Mark,
         StoreKey::Entry,
         StoreKey::Value,
-        StoreKey::Ops,
     ];
+
+    /// The keys a layout-1 folder holds instead of `state`.
+    pub(crate) const LAYOUT_1: [StoreKey; 3] = [StoreKey::Mark, StoreKey::Entry, StoreKey::Value];
 
     pub(crate) const fn name(self) -> &'static str {
         match self {
+            StoreKey::State => "state",
             StoreKey::Mark => "mark",
             StoreKey::Entry => "entry",
             StoreKey::Value => "value",
@@ -110,7 +120,7 @@ impl Keys {
         format!("{}/rebases/{}/", self.prefix, domain.escaped())
     }
 
-    /// The record of a re-base that replaced the mark key written at `version`.
+    /// The record of a re-base that replaced the state written at `version`.
     pub(crate) fn rebase(&self, domain: &Domain, version: i64) -> String {
         format!("{}{version:020}", self.rebases_dir(domain))
     }
@@ -133,10 +143,10 @@ mod tests {
         let keys = Keys::new("/fence").unwrap_or_else(|e| unreachable!("{e}"));
         let d = |s: &str| Domain::new(s).unwrap_or_else(|e| unreachable!("{e}"));
         assert_eq!(keys.lock(&d("a/b")), "/fence/lease/a%2Fb");
-        assert_eq!(keys.store(&d("a"), StoreKey::Mark), "/fence/store/a/mark");
+        assert_eq!(keys.store(&d("a"), StoreKey::State), "/fence/store/a/state");
         // `a` and `a/mark` cannot share keys: the slash is escaped.
         assert!(!keys
-            .store_dir(&d("a/mark"))
+            .store_dir(&d("a/state"))
             .starts_with(&keys.store_dir(&d("a"))));
     }
 }

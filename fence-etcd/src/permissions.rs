@@ -23,7 +23,7 @@ impl Etcd {
         let client = self.etcd_client().clone();
         for (key, name, needed_for) in [
             (
-                format!("{prefix}/store/{PROBE_SEGMENT}/mark"),
+                format!("{prefix}/store/{PROBE_SEGMENT}/state"),
                 format!("read on `{prefix}/store/`"),
                 "reads, and every write's first read",
             ),

@@ -1,19 +1,18 @@
 //! An operator's re-base of a domain whose mark was pushed to a token no one issued: the
 //! domain's folder read, the re-base decided on it with the read's revision as the issuer's
-//! floor, and the lowered mark written with its record in one txn that fails if the folder
+//! floor, and the lowered mark written with its record in one txn that fails if the domain
 //! changed meanwhile.
 
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, GetOptions, Txn, TxnOp};
+use etcd_client::{GetOptions, Txn, TxnOp};
 use fence_core::{
     Domain, FenceError, FencingToken, IssuerView, Operation, Rebase, RebaseRecord, Rebaser,
 };
 
 use crate::error::{corrupt, map_error};
 use crate::fence::EtcdFence;
-use crate::keys::StoreKey;
 use crate::state::Stored;
 
 #[async_trait]
@@ -52,27 +51,15 @@ impl Rebaser for EtcdFence {
         let to = rebase.decide(domain, stored.mark, issuer)?;
 
         let record = RebaseRecord::new(rebase, to, SystemTime::now());
-        let mut changes = vec![
-            TxnOp::put(keys.store(domain, StoreKey::Mark), to.to_string(), None),
-            TxnOp::put(keys.rebase(domain, stored.version), record.to_line(), None),
-        ];
-        if let Some(head) = stored.head.filter(|head| head.token() > to) {
-            changes.push(TxnOp::put(
-                keys.store(domain, StoreKey::Entry),
-                head.capped_at(to).to_string(),
-                None,
-            ));
-        }
+        let head = stored.head.map(|head| head.capped_at(to));
+        let mut changes = stored.replace(keys, domain, (to, head, stored.value.as_deref()));
+        changes.push(TxnOp::put(
+            keys.rebase(domain, stored.version),
+            record.to_line(),
+            None,
+        ));
         let write = Txn::new()
-            .when([
-                Compare::mod_revision(
-                    keys.store(domain, StoreKey::Mark),
-                    CompareOp::Equal,
-                    stored.version,
-                ),
-                Compare::mod_revision(dir.as_bytes(), CompareOp::Less, stored.version + 1)
-                    .with_prefix(),
-            ])
+            .when(stored.unchanged(keys, domain))
             .and_then(changes);
         let written = kv
             .txn(write)

@@ -75,10 +75,11 @@ async fn a_stale_cache_is_corrected_by_the_compare() {
     );
 }
 
-/// Once a domain is cached, another tool's key added to its folder still fails closed: the
-/// txn compares the whole folder, not only the mark.
+/// A steady-state write compares the domain's state key only (one compare, one put), so another
+/// tool's key added to a cached domain's folder is neither seen nor touched by it; every read of
+/// the folder (a read, an uncached fence's first write) fails closed on it.
 #[tokio::test]
-async fn a_foreign_key_added_after_caching_fails_closed() {
+async fn a_foreign_key_added_after_caching_fails_closed_at_the_next_read() {
     let Some(etcd) = support::shared("foreign_after").await else {
         return;
     };
@@ -90,10 +91,16 @@ async fn a_foreign_key_added_after_caching_fails_closed() {
     kv.put(foreign.clone(), "someone else's", None)
         .await
         .unwrap();
-    let write = put(&fence, &domain, 2, "v2").await;
+    put(&fence, &domain, 2, "v2").await.unwrap();
+    let read = fence.read(&domain).await;
     assert!(
-        matches!(write, Err(FenceError::CorruptState { .. })),
-        "{write:?}"
+        matches!(read, Err(FenceError::CorruptState { .. })),
+        "{read:?}"
+    );
+    let uncached = put(&etcd.fence(), &domain, 3, "v3").await;
+    assert!(
+        matches!(uncached, Err(FenceError::CorruptState { .. })),
+        "{uncached:?}"
     );
     let kept = kv.get(foreign, None).await.unwrap();
     assert_eq!(kept.kvs()[0].value(), b"someone else's");

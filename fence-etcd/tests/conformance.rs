@@ -48,19 +48,19 @@ impl StoreHarness for Dedicated {
         Some(Arc::new(self.unreachable.clone()))
     }
 
-    /// Puts a key of the domain's store folder, going around Fence: a mark with a leading
-    /// zero, or an entry record of a kind Fence never writes.
+    /// Rewrites the domain's state key, going around Fence: a mark with a leading zero, or an
+    /// entry record of a kind Fence never writes.
     async fn corrupt(&self, domain: &Domain, part: StatePart) -> Result<bool, BoxError> {
-        let (key, value) = match part {
-            StatePart::Mark => ("mark", "02"),
-            StatePart::Entry => ("entry", "maybe 2 1"),
+        let value = match part {
+            StatePart::Mark => "fence-store/2 02 value 2 1\nkept",
+            StatePart::Entry => "fence-store/2 2 maybe 2 1\nkept",
             _ => return Ok(false),
         };
         let (mut kv, prefix) = {
             let etcd = self.etcd.lock().expect("lock");
             (etcd.client().kv_client(), etcd.prefix().to_owned())
         };
-        let key = format!("{prefix}/store/{}/{key}", domain.escaped());
+        let key = format!("{prefix}/store/{}/state", domain.escaped());
         kv.put(key, value, None).await?;
         Ok(true)
     }
