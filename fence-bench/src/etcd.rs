@@ -1,8 +1,11 @@
-//! etcd: a fenced write (one transaction comparing the mark) vs a plain `put` of the same value.
+//! etcd: a fenced write (one txn comparing the domain's state key and putting it) vs a plain
+//! `put` of the same value; and the floor of any fenced write, a txn of one put and no compare,
+//! vs the same `put` (etcd serves a txn slower than a put, most at high concurrency).
 
 use std::sync::Arc;
 
 use fence_core::{Domain, FencedStore, FencingToken, WriteRequest};
+use fence_etcd::etcd_client::{Txn, TxnOp};
 
 use crate::measure::{compare, done, Plan, CONCURRENCY};
 use crate::probe::Probe;
@@ -63,6 +66,31 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             "write 1 KiB vs put",
             concurrency,
             &fenced,
+            &unfenced,
+        ));
+        let (c, p, txn_keys) = (client.clone(), payload.clone(), format!("{prefix}-txn/"));
+        let (c2, p2, plain) = (client.clone(), payload.clone(), format!("{prefix}-plain/"));
+        let (floor, unfenced) = compare(
+            plan,
+            &probe,
+            move |i| {
+                let (mut client, value, key) =
+                    (c.clone(), p.clone(), format!("{txn_keys}{}", i % 64));
+                let txn = Txn::new().and_then([TxnOp::put(key, value.to_vec(), None)]);
+                async move { done(client.txn(txn).await) }
+            },
+            move |i| {
+                let (mut client, value, key) =
+                    (c2.clone(), p2.clone(), format!("{plain}{}", i % 64));
+                async move { done(client.put(key, value.to_vec(), None).await) }
+            },
+        )
+        .await;
+        rows.push(Row::new(
+            "etcd",
+            "floor: txn of one put vs put",
+            concurrency,
+            &floor,
             &unfenced,
         ));
     }
