@@ -29,14 +29,20 @@ pub(crate) async fn run() -> Vec<Row> {
     }
 }
 
-/// One plain transaction: begin, send, commit (blocking).
+/// One plain transaction: begin, send (`values` to `topic`, and with `second`, one small
+/// record to that topic too), commit (blocking).
 fn plain_transaction(
     producer: &ThreadedProducer<DefaultProducerContext>,
-    topic: &str,
+    (topic, second): (&str, Option<&str>),
     values: &[Bytes],
 ) -> Result<(), String> {
     producer.begin_transaction().map_err(|e| e.to_string())?;
-    for value in values {
+    let small = Bytes::from_static(&[b'o'; 64]);
+    let sends = values
+        .iter()
+        .map(|value| (topic, value))
+        .chain(second.map(|second| (second, &small)));
+    for (topic, value) in sends {
         let mut record = BaseRecord::<[u8], [u8]>::to(topic)
             .partition(0)
             .payload(&value[..]);
@@ -110,6 +116,9 @@ struct Case {
     /// Transactions in flight at once: each on its own domain (fenced) or its own
     /// transactional producer (plain), as a producer runs one transaction at a time.
     concurrency: usize,
+    /// The plain transaction also writes one small record to a second topic: the floor of a
+    /// transaction that, like one with an op id, spans two partitions.
+    plain_second_partition: bool,
 }
 
 async fn run_cases() -> Result<Vec<Row>, String> {
@@ -125,6 +134,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             rounds: 6,
             batch: 100,
             concurrency: 1,
+            plain_second_partition: false,
         },
         Case {
             records: 100,
@@ -132,6 +142,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             rounds: 4,
             batch: 40,
             concurrency: 1,
+            plain_second_partition: false,
         },
         Case {
             records: 1000,
@@ -139,6 +150,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             rounds: 3,
             batch: 10,
             concurrency: 1,
+            plain_second_partition: false,
         },
         Case {
             records: 1,
@@ -146,6 +158,15 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             rounds: 6,
             batch: 100,
             concurrency: 1,
+            plain_second_partition: false,
+        },
+        Case {
+            records: 1,
+            extra: Extra::OpId,
+            rounds: 6,
+            batch: 100,
+            concurrency: 1,
+            plain_second_partition: true,
         },
         Case {
             records: 1,
@@ -153,6 +174,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             rounds: 6,
             batch: 10,
             concurrency: 1,
+            plain_second_partition: false,
         },
         Case {
             records: 1,
@@ -160,6 +182,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             rounds: 4,
             batch: 128,
             concurrency: 4,
+            plain_second_partition: false,
         },
         Case {
             records: 1,
@@ -167,6 +190,7 @@ async fn run_cases() -> Result<Vec<Row>, String> {
             rounds: 3,
             batch: 256,
             concurrency: 16,
+            plain_second_partition: false,
         },
     ];
     let mut rows = Vec::new();
@@ -185,8 +209,9 @@ async fn run_case(
 ) -> Result<Row, String> {
     let topic = format!("bench-{run}-{index}");
     let plain_topic = format!("{topic}-plain");
+    let plain_second = format!("{topic}-plain-second");
     let ledger = format!("{topic}-ledger");
-    for t in [&topic, &plain_topic] {
+    for t in [&topic, &plain_topic, &plain_second] {
         fence_testkit::kafka::try_create_topic(config, t, 1).await?;
     }
     let fence = KafkaFence::builder(config.clone())
@@ -245,6 +270,7 @@ async fn run_case(
     let (f, d, v, extra) = (fence.clone(), domains.clone(), values.clone(), case.extra);
     let next_token = Arc::new(AtomicU64::new(FencingToken::MIN.get()));
     let (p, t, v2) = (producers.clone(), plain_topic.clone(), values.clone());
+    let second = case.plain_second_partition.then_some(plain_second);
     let (fenced, unfenced) = compare(
         plan,
         probe,
@@ -278,10 +304,13 @@ async fn run_case(
         },
         move |i| {
             let (producer, topic, values) = (p[i % p.len()].clone(), t.clone(), v2.clone());
+            let second = second.clone();
             async move {
-                tokio::task::spawn_blocking(move || plain_transaction(&producer, &topic, &values))
-                    .await
-                    .map_err(|e| e.to_string())?
+                tokio::task::spawn_blocking(move || {
+                    plain_transaction(&producer, (&topic, second.as_deref()), &values)
+                })
+                .await
+                .map_err(|e| e.to_string())?
             }
         },
     )
@@ -297,6 +326,10 @@ async fn run_case(
             "transactional produce, {} record(s)/txn of 1 KiB",
             case.records
         ),
+        Extra::OpId if case.plain_second_partition => {
+            "transactional produce, 1 record/txn with an op id vs a plain txn on two partitions (the floor)"
+                .to_owned()
+        }
         Extra::OpId => "transactional produce, 1 record/txn with an op id".to_owned(),
         Extra::NewToken => {
             "transactional produce, 1 record/txn under a new token (a takeover each)".to_owned()

@@ -1,11 +1,13 @@
-//! MySQL (MariaDB here): fenced write vs the same plain `UPDATE`, and a fenced transaction vs
-//! the same plain transaction (the cases are `sql.rs`'s).
+//! MySQL (MariaDB here): fenced write vs the same plain `UPDATE`, `RowFence` vs the same
+//! `UPDATE`, and a fenced transaction vs the same plain transaction (the cases are `sql.rs`'s).
 
 use std::sync::Arc;
 
-use fence_mysql::MySqlFence;
+use fence_core::FencingToken;
+use fence_mysql::{MySqlFence, RowFence};
 use sqlx::mysql::MySqlPoolOptions;
 
+use crate::measure::done;
 use crate::probe::Probe;
 use crate::report::Row;
 use crate::sql::{cases, Sql, ROWS};
@@ -14,8 +16,13 @@ pub(crate) async fn run() -> Vec<Row> {
     let url = std::env::var("FENCE_MYSQL_URL")
         .unwrap_or_else(|_| "mysql://fence:fence@127.0.0.1:3340/fence".into());
     match setup(&url).await {
-        Ok((fence, pool, accounts)) => {
+        Ok((fence, pool, (database, accounts))) => {
+            let rows = match RowFence::new(&database, "accounts", "id", "fence_token") {
+                Ok(rows) => Arc::new(rows),
+                Err(error) => return vec![Row::note("mysql", "all cases", error.to_string())],
+            };
             let begin_fence = fence.clone();
+            let row_pool = pool.clone();
             cases(Sql {
                 backend: "mysql",
                 fence: Arc::new(fence),
@@ -28,6 +35,21 @@ pub(crate) async fn run() -> Vec<Row> {
                     "UPDATE {accounts} SET payload = ?, balance = balance + 1 WHERE id = ?"
                 ),
                 credit: format!("UPDATE {accounts} SET balance = balance + 1 WHERE id = ?"),
+                row_update: move |i: usize, value: Arc<Vec<u8>>| {
+                    let (pool, rows) = (row_pool.clone(), rows.clone());
+                    async move {
+                        let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+                        let row = (i % ROWS) as i64;
+                        done(
+                            rows.update(&mut conn, row, FencingToken::MIN, |set| {
+                                set.push("payload = ")
+                                    .push_bind(value.to_vec())
+                                    .push(", balance = balance + 1");
+                            })
+                            .await,
+                        )
+                    }
+                },
                 probe: Probe::server("mariadb/mariadbd.pid"),
             })
             .await
@@ -36,10 +58,18 @@ pub(crate) async fn run() -> Vec<Row> {
     }
 }
 
-/// A fresh database with the fence's tables and `accounts(id, balance, payload)`, rows 0..64.
+/// A fresh database with the fence's tables and `accounts(id, balance, payload, fence_token)`,
+/// rows 0..64; answers the database and the table's name beside the fence and pool.
 async fn setup(
     url: &str,
-) -> Result<(fence_core::Observed<MySqlFence>, sqlx::MySqlPool, String), String> {
+) -> Result<
+    (
+        fence_core::Observed<MySqlFence>,
+        sqlx::MySqlPool,
+        (String, String),
+    ),
+    String,
+> {
     let pool = MySqlPoolOptions::new()
         .max_connections(16)
         .connect(url)
@@ -51,7 +81,8 @@ async fn setup(
         .map_err(|e| e.to_string())?;
     let accounts = format!("{database}.accounts");
     sqlx::raw_sql(&format!(
-        "CREATE TABLE {accounts} (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL, payload LONGBLOB)"
+        "CREATE TABLE {accounts} (id BIGINT PRIMARY KEY, balance BIGINT NOT NULL, payload LONGBLOB,
+                                  fence_token BIGINT UNSIGNED NULL)"
     ))
     .execute(&pool)
     .await
@@ -67,5 +98,5 @@ async fn setup(
     let fence = MySqlFence::builder(pool.clone(), &database)
         .build()
         .map_err(|e| e.to_string())?;
-    Ok((fence, pool, accounts))
+    Ok((fence, pool, (database, accounts)))
 }

@@ -1,11 +1,13 @@
-//! PostgreSQL: fenced write vs the same plain `UPDATE`, and a fenced transaction vs the same
-//! plain transaction (the cases are `sql.rs`'s).
+//! PostgreSQL: fenced write vs the same plain `UPDATE`, `RowFence` vs the same `UPDATE`, and a
+//! fenced transaction vs the same plain transaction (the cases are `sql.rs`'s).
 
 use std::sync::Arc;
 
-use fence_postgres::PostgresFence;
+use fence_core::FencingToken;
+use fence_postgres::{PostgresFence, RowFence};
 use sqlx::postgres::PgPoolOptions;
 
+use crate::measure::done;
 use crate::probe::Probe;
 use crate::report::Row;
 use crate::sql::{cases, Sql, ROWS};
@@ -15,8 +17,13 @@ pub(crate) async fn run() -> Vec<Row> {
         .unwrap_or_else(|_| "postgres://fence@127.0.0.1:5440/postgres".into());
     match setup(&url).await {
         // The postmaster and its backends.
-        Ok((fence, pool, accounts)) => {
+        Ok((fence, pool, (schema, accounts))) => {
+            let rows = match RowFence::new(&schema, "accounts", "id", "fence_token") {
+                Ok(rows) => Arc::new(rows),
+                Err(error) => return vec![Row::note("postgres", "all cases", error.to_string())],
+            };
             let begin_fence = fence.clone();
+            let row_pool = pool.clone();
             cases(Sql {
                 backend: "postgres",
                 fence: Arc::new(fence),
@@ -29,6 +36,21 @@ pub(crate) async fn run() -> Vec<Row> {
                     "UPDATE {accounts} SET payload = $1, balance = balance + 1 WHERE id = $2"
                 ),
                 credit: format!("UPDATE {accounts} SET balance = balance + 1 WHERE id = $1"),
+                row_update: move |i: usize, value: Arc<Vec<u8>>| {
+                    let (pool, rows) = (row_pool.clone(), rows.clone());
+                    async move {
+                        let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+                        let row = (i % ROWS) as i64;
+                        done(
+                            rows.update(&mut conn, row, FencingToken::MIN, |set| {
+                                set.push("payload = ")
+                                    .push_bind(value.to_vec())
+                                    .push(", balance = balance + 1");
+                            })
+                            .await,
+                        )
+                    }
+                },
                 probe: Probe::server("postgres/postgres.pid"),
             })
             .await
@@ -37,10 +59,18 @@ pub(crate) async fn run() -> Vec<Row> {
     }
 }
 
-/// A fresh schema with the fence's tables and `accounts(id, balance, payload)`, rows 0..64.
+/// A fresh schema with the fence's tables and `accounts(id, balance, payload, fence_token)`,
+/// rows 0..64; answers the schema and the table's name beside the fence and pool.
 async fn setup(
     url: &str,
-) -> Result<(fence_core::Observed<PostgresFence>, sqlx::PgPool, String), String> {
+) -> Result<
+    (
+        fence_core::Observed<PostgresFence>,
+        sqlx::PgPool,
+        (String, String),
+    ),
+    String,
+> {
     let pool = PgPoolOptions::new()
         .max_connections(16)
         .connect(url)
@@ -52,8 +82,9 @@ async fn setup(
         .map_err(|e| e.to_string())?;
     let accounts = format!("{schema}.accounts");
     sqlx::raw_sql(&format!(
-        "CREATE TABLE {accounts} (id bigint PRIMARY KEY, balance bigint NOT NULL, payload bytea);
-         INSERT INTO {accounts} SELECT g, 0, NULL FROM generate_series(0, {}) g;",
+        "CREATE TABLE {accounts} (id bigint PRIMARY KEY, balance bigint NOT NULL, payload bytea,
+                                  fence_token numeric(20,0));
+         INSERT INTO {accounts} SELECT g, 0, NULL, NULL FROM generate_series(0, {}) g;",
         ROWS - 1
     ))
     .execute(&pool)
@@ -62,5 +93,5 @@ async fn setup(
     let fence = PostgresFence::builder(pool.clone(), &schema)
         .build()
         .map_err(|e| e.to_string())?;
-    Ok((fence, pool, accounts))
+    Ok((fence, pool, (schema, accounts)))
 }

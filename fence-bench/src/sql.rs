@@ -1,6 +1,7 @@
 //! The SQL cases, one body for every SQL adapter (PostgreSQL, MySQL): a fenced write vs the same
-//! plain `UPDATE`, and a fenced transaction vs the same plain transaction. Each adapter's module
-//! sets up its tables and statements.
+//! plain `UPDATE`, a `RowFence` update (the token in the user's row) vs the same plain `UPDATE`,
+//! and a fenced transaction vs the same plain transaction. Each adapter's module sets up its
+//! tables and statements.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use fence_core::{
 };
 use sqlx::{Database, Executor, IntoArguments, Pool};
 
-use crate::measure::{compare, done, Plan, CONCURRENCY};
+use crate::measure::{compare, done, OpResult, Plan, CONCURRENCY};
 use crate::probe::Probe;
 use crate::report::Row;
 
@@ -19,7 +20,7 @@ use crate::report::Row;
 pub(crate) const ROWS: usize = 64;
 
 /// One adapter's side of the cases.
-pub(crate) struct Sql<DB: Database, B> {
+pub(crate) struct Sql<DB: Database, B, R> {
     /// The backend's name in the report.
     pub(crate) backend: &'static str,
     /// The fence, as a store.
@@ -35,6 +36,9 @@ pub(crate) struct Sql<DB: Database, B> {
     pub(crate) update_payload: String,
     /// `UPDATE accounts SET balance = balance + 1 WHERE id = <1st>`, in the dialect.
     pub(crate) credit: String,
+    /// The adapter's `RowFence` update of row `i % ROWS` (its `fence_token` column) under
+    /// token 1, setting what `update_payload` sets.
+    pub(crate) row_update: R,
     /// The server's processes.
     pub(crate) probe: Probe,
 }
@@ -48,7 +52,7 @@ pub(crate) fn domains() -> Result<Arc<Vec<Domain>>, String> {
         .map_err(|e| e.to_string())
 }
 
-pub(crate) async fn cases<DB, B, BF, Tx>(sql: Sql<DB, B>) -> Vec<Row>
+pub(crate) async fn cases<DB, B, BF, Tx, R, RF>(sql: Sql<DB, B, R>) -> Vec<Row>
 where
     DB: Database,
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
@@ -58,6 +62,8 @@ where
     B: Fn(TransactionRequest) -> BF + Clone + Send + Sync + 'static,
     BF: Future<Output = Result<Begun<Tx>, FenceError>> + Send,
     Tx: AdmittedTransaction<Connection = DB::Connection> + 'static,
+    R: Fn(usize, Arc<Vec<u8>>) -> RF + Clone + Send + Sync + 'static,
+    RF: Future<Output = OpResult> + Send,
 {
     let domains = match domains() {
         Ok(domains) => domains,
@@ -78,7 +84,7 @@ where
 
         // A fenced write of 1 KiB vs the same UPDATE of one row, each its own transaction.
         let (f, d, p) = (sql.fence.clone(), domains.clone(), payload.clone());
-        let (pool, p2, update) = (sql.pool.clone(), payload.clone(), update.clone());
+        let (pool, p2, update_plain) = (sql.pool.clone(), payload.clone(), update.clone());
         let (fenced, unfenced) = compare(
             plan,
             &sql.probe,
@@ -87,21 +93,30 @@ where
                 let request = WriteRequest::put(d[i % d.len()].clone(), token, p.to_vec());
                 async move { done(fence.write(&request).await) }
             },
-            move |i| {
-                let (pool, value, statement) = (pool.clone(), p2.clone(), update.clone());
-                async move {
-                    let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-                    let query = sqlx::query::<DB>(&statement)
-                        .bind(value.to_vec())
-                        .bind((i % ROWS) as i64);
-                    done((&mut *conn).execute(query).await)
-                }
-            },
+            move |i| plain_update(pool.clone(), p2.clone(), update_plain.clone(), i),
         )
         .await;
         rows.push(Row::new(
             sql.backend,
             "write 1 KiB vs UPDATE",
+            concurrency,
+            &fenced,
+            &unfenced,
+        ));
+
+        // The same UPDATE with the rule in its WHERE (RowFence), vs the plain UPDATE.
+        let (row_update, p) = (sql.row_update.clone(), payload.clone());
+        let (pool, p2, update_plain) = (sql.pool.clone(), payload.clone(), update.clone());
+        let (fenced, unfenced) = compare(
+            plan,
+            &sql.probe,
+            move |i| row_update(i, p.clone()),
+            move |i| plain_update(pool.clone(), p2.clone(), update_plain.clone(), i),
+        )
+        .await;
+        rows.push(Row::new(
+            sql.backend,
+            "RowFence update 1 KiB vs UPDATE",
             concurrency,
             &fenced,
             &unfenced,
@@ -147,4 +162,25 @@ where
         ));
     }
     rows
+}
+
+/// The plain `UPDATE` (`update_payload`) of row `i % ROWS` with `value`, on its own connection.
+async fn plain_update<DB>(
+    pool: Pool<DB>,
+    value: Arc<Vec<u8>>,
+    statement: Arc<String>,
+    i: usize,
+) -> OpResult
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Vec<u8>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+    let query = sqlx::query::<DB>(&statement)
+        .bind(value.to_vec())
+        .bind((i % ROWS) as i64);
+    done((&mut *conn).execute(query).await)
 }
