@@ -387,7 +387,7 @@ async fn etcd_state(domains: usize) -> Result<Vec<StateRow>, String> {
         .map_err(|e| e.to_string())?;
     Ok(vec![StateRow::measured(
         "etcd",
-        "store keys (mark, entry, value, ops), keys and values",
+        "store keys (state, ops), keys and values",
         "forever (and every revision until compaction)",
         domains,
         bytes,
