@@ -78,10 +78,11 @@ pub(crate) fn decode_head(
 impl MarkRows for MySqlFence {
     type Dialect = MySqlDialect;
 
-    /// Begins a transaction and locks the domain's mark row in it (creating the row if missing:
-    /// `INSERT … ON DUPLICATE KEY UPDATE` takes the row's exclusive lock either way, so holders
-    /// of one domain queue on it and never deadlock over its creation), reads it with a locking
-    /// read (the latest committed row, whatever the isolation level), and the record of `op`.
+    /// Begins a transaction and locks the domain's mark row in it with a locking read (the
+    /// latest committed row, whatever the isolation level); a missing row is created instead
+    /// (`INSERT … ON DUPLICATE KEY UPDATE` takes the row's exclusive lock either way, so holders
+    /// of one domain queue on it and never deadlock over its creation), then read the same way.
+    /// Then it reads the record of `op`.
     /// A refusal rolls the transaction back, and the creation with it.
     async fn lock(
         &self,
@@ -185,8 +186,27 @@ impl MySqlFence {
         &self,
         domain: &Domain,
     ) -> Result<(Transaction<'static, MySql>, Option<MySqlRow>), sqlx::Error> {
-        let mut tx = self.pool().begin().await?;
         let marks = self.tables().marks();
+        let lock = format!(
+            "SELECT hwm, state, revision, writer FROM {marks} WHERE domain = ? FOR UPDATE"
+        );
+        // A domain written before has its row: the locking read alone locks it (one statement
+        // fewer than creating it). A row with a NULL mark is never committed by Fence: it goes
+        // the creating way below, which turns it to 0 for the decoding to refuse.
+        let mut tx = self.pool().begin().await?;
+        let found = sqlx::query(&lock)
+            .bind(domain.as_str().as_bytes())
+            .fetch_optional(&mut *tx)
+            .await?;
+        if let Some(row) = found {
+            if row.try_get::<Option<u64>, _>(0).ok().flatten().is_some() {
+                return Ok((tx, Some(row)));
+            }
+        }
+        // No row (or a NULL mark): the read's gap lock is let go before creating the row, as
+        // two creators holding the gap would deadlock on their inserts.
+        tx.rollback().await?;
+        let mut tx = self.pool().begin().await?;
         // A committed row never has a NULL mark: one found is set to 0 here, which the decoding
         // refuses (and the refusal rolls back), so NULL below means "created by this statement".
         sqlx::query(&format!(
@@ -196,12 +216,10 @@ impl MySqlFence {
         .bind(domain.as_str().as_bytes())
         .execute(&mut *tx)
         .await?;
-        let row = sqlx::query(&format!(
-            "SELECT hwm, state, revision, writer FROM {marks} WHERE domain = ? FOR UPDATE"
-        ))
-        .bind(domain.as_str().as_bytes())
-        .fetch_optional(&mut *tx)
-        .await?;
+        let row = sqlx::query(&lock)
+            .bind(domain.as_str().as_bytes())
+            .fetch_optional(&mut *tx)
+            .await?;
         Ok((tx, row))
     }
 
