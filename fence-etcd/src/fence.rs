@@ -174,16 +174,16 @@ impl EtcdFence {
         }
     }
 
-    /// Runs `change` if the domain's state key is still at the version `known` was read at
-    /// (and its `ops` key, when the decision read it), the prefix's settings are still the
-    /// ones read and, when issued-only is in force, `token` is still the live lease's; else
-    /// returns the domain's state as it is now, in the same request.
+    /// Runs `changes` if the domain's state key is still at the version `known` was read at
+    /// (and its `ops` key no newer), the prefix's settings are still the ones read and, when
+    /// issued-only is in force, `token` is still the live lease's; else returns the domain's
+    /// state as it is now, in the same request.
     async fn compare_and_write(
         &self,
         domain: &Domain,
         operation: Operation,
         (known, token): (&Stored, FencingToken),
-        (changes, reads_ops): (Vec<TxnOp>, bool),
+        changes: Vec<TxnOp>,
     ) -> Result<Written, FenceError> {
         let keys = self.etcd.keys();
         let lock = self.in_force(known).issued_only;
@@ -195,9 +195,6 @@ impl EtcdFence {
             CompareOp::Equal,
             known.settings.version,
         ));
-        if reads_ops {
-            compares.push(known.ops_unchanged(keys, domain));
-        }
         if lock {
             // Admitted only as the live lease's token, which is an etcd revision (an i64).
             let revision = i64::try_from(token.get()).map_err(|_| FenceError::Unissued {
@@ -291,7 +288,7 @@ impl EtcdFence {
             };
             let keys = self.etcd.keys();
             let mut changes =
-                stored.replace(keys, domain, (token, Some(head), value.map(|v| &v[..])));
+                stored.replace(keys, domain, (token, Some(head), value.map(|v| &v[..])))?;
             let mut ops = stored.ops.clone();
             if let (Some(record), true) = (remember, self.op_id_retention > 0) {
                 ops.remember(record, self.op_id_retention);
@@ -314,7 +311,6 @@ impl EtcdFence {
             Ok(Step::Commit {
                 change: TxnChange {
                     changes,
-                    reads_ops: request.op_id().is_some(),
                     next: Box::new(next),
                 },
                 outcome: WriteOutcome::Accepted(outcome),
@@ -343,8 +339,7 @@ impl EtcdFence {
                                 self.etcd.keys(),
                                 domain,
                                 (token, stored.head, stored.value.as_deref()),
-                            ),
-                            reads_ops: false,
+                            )?,
                             next: Box::new(Stored {
                                 mark: Some(token),
                                 layout_1: false,
@@ -369,11 +364,9 @@ fn unexpected(domain: &Domain, what: &str) -> FenceError {
     )
 }
 
-/// A decided txn: its changes, whether the decision read the remembered operation ids, and
-/// the domain's state once they apply.
+/// A decided txn: its changes, and the domain's state once they apply.
 struct TxnChange {
     changes: Vec<TxnOp>,
-    reads_ops: bool,
     next: Box<Stored>,
 }
 
@@ -405,18 +398,9 @@ impl CasResource for DomainTxn<'_> {
         change: TxnChange,
     ) -> Result<Committed<Stored, ()>, FenceError> {
         let (domain, fence) = (self.domain, self.fence);
-        let TxnChange {
-            changes,
-            reads_ops,
-            next,
-        } = change;
+        let TxnChange { changes, next } = change;
         let written = fence
-            .compare_and_write(
-                domain,
-                self.operation,
-                (known, self.token),
-                (changes, reads_ops),
-            )
+            .compare_and_write(domain, self.operation, (known, self.token), changes)
             .await;
         match written {
             Ok(Written::Applied(revision)) => {

@@ -52,7 +52,7 @@ impl Rebaser for EtcdFence {
 
         let record = RebaseRecord::new(rebase, to, SystemTime::now());
         let head = stored.head.map(|head| head.capped_at(to));
-        let mut changes = stored.replace(keys, domain, (to, head, stored.value.as_deref()));
+        let mut changes = stored.replace(keys, domain, (to, head, stored.value.as_deref()))?;
         changes.push(TxnOp::put(
             keys.rebase(domain, stored.version),
             record.to_line(),

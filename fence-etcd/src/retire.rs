@@ -1,4 +1,5 @@
-//! Retiring a domain on etcd: its store folder (mark, entry, value, remembered operations) and
+//! Retiring a domain on etcd: its store folder (its state, remembered operations, any layout-1
+//! keys) and
 //! its issuer key, deleted in one txn that refuses while the lock key exists (a live lease);
 //! re-base records, the audit trail, are kept.
 

@@ -220,8 +220,8 @@ impl Stored {
     }
 
     /// The compares that hold while the domain is as read: the key every change rewrites at
-    /// the version read and, where no state key was read (no keys yet, or a layout-1 folder),
-    /// no key of the folder changed since. In steady state, one compare of one key.
+    /// the version read and the `ops` key not newer than it (each one key) or, where no state
+    /// key was read (no keys yet, or a layout-1 folder), no key of the folder changed since.
     pub(crate) fn unchanged(&self, keys: &Keys, domain: &Domain) -> Vec<Compare> {
         let versioned = if self.layout_1 {
             StoreKey::Mark
@@ -233,32 +233,32 @@ impl Stored {
             CompareOp::Equal,
             self.version,
         )];
-        if self.version == 0 || self.layout_1 {
-            compares.push(
-                Compare::mod_revision(keys.store_dir(domain), CompareOp::Less, self.version + 1)
-                    .with_prefix(),
-            );
-        }
+        compares.push(if self.version == 0 || self.layout_1 {
+            Compare::mod_revision(keys.store_dir(domain), CompareOp::Less, self.version + 1)
+                .with_prefix()
+        } else {
+            // Fence changes `ops` only with the state: a newer one was written around it, and
+            // a write must not carry it on as its own.
+            Compare::mod_revision(
+                keys.store(domain, StoreKey::Ops),
+                CompareOp::Less,
+                self.version + 1,
+            )
+        });
         compares
     }
 
-    /// The compare that the `ops` key is as read (decisions on an operation id read it).
-    pub(crate) fn ops_unchanged(&self, keys: &Keys, domain: &Domain) -> Compare {
-        Compare::mod_revision(
-            keys.store(domain, StoreKey::Ops),
-            CompareOp::Less,
-            self.version + 1,
-        )
-    }
-
     /// The changes that make the domain's state `mark`, `head` and `value`: one put of the
-    /// state key (a layout-1 folder's parts deleted with it).
+    /// state key (a layout-1 folder's parts deleted with it). A value entry needs its value
+    /// (a cached state has none: read the domain first).
     pub(crate) fn replace(
         &self,
         keys: &Keys,
         domain: &Domain,
         (mark, head, value): (FencingToken, Option<EntryHead>, Option<&[u8]>),
-    ) -> Vec<TxnOp> {
+    ) -> Result<Vec<TxnOp>, FenceError> {
+        EntryHead::check_stored(head, value.is_some(), Some(mark))
+            .map_err(|why| corrupt(domain, format!("a state not written: {why}")))?;
         let mut changes = vec![TxnOp::put(
             keys.store(domain, StoreKey::State),
             encode_state(mark, head, value),
@@ -268,7 +268,7 @@ impl Stored {
             changes
                 .extend(StoreKey::LAYOUT_1.map(|key| TxnOp::delete(keys.store(domain, key), None)));
         }
-        changes
+        Ok(changes)
     }
 
     /// The state as a cache keeps it: without the value's bytes (decisions do not need them).

@@ -85,7 +85,7 @@ async fn a_write_is_one_state_key_holding_mark_entry_and_value() {
     );
 }
 
-/// A folder written by an earlier release is read as it is, its next change replaces its
+/// A folder written by an earlier build is read as it is, its next change replaces its
 /// three keys with the state key (the remembered operation ids kept), and a process still
 /// writing layout 1 (mark key compared, folder compared) can no longer change it.
 #[tokio::test]
@@ -128,7 +128,8 @@ async fn a_layout_1_folder_is_read_and_its_next_write_replaces_it() {
     );
     assert_fenced(put(&etcd.fence(), &d("old"), 5, "stale").await, 5, 6);
 
-    // An earlier release's write, from the state it read before, or from none: both refused.
+    // An earlier build's write (from ff79725 on: mark and folder compared), from the state it
+    // read before, or from none: both refused.
     let mark = format!("{dir}mark");
     for version in [mark_version, 0] {
         let old_write = Txn::new()
@@ -139,6 +140,41 @@ async fn a_layout_1_folder_is_read_and_its_next_write_replaces_it() {
             .and_then([TxnOp::put(mark.clone(), "7", None)]);
         assert!(!kv.txn(old_write).await.unwrap().succeeded(), "{version}");
     }
+}
+
+/// A fence that read a layout-1 folder (and so remembers it) replaces it with its next write,
+/// comparing the mark key and the folder; a claim that raises the mark replaces one too, the
+/// value kept.
+#[tokio::test]
+async fn remembered_layout_1_states_and_claims_replace_the_folder() {
+    let Some(etcd) = support::shared("layout_1_cached").await else {
+        return;
+    };
+    let mut kv = etcd.client().kv_client();
+    for domain in ["cached", "claimed"] {
+        let dir = format!("{}/store/{domain}/", etcd.prefix());
+        let layout_1 = [("mark", "5"), ("entry", "value 4 2"), ("value", "before")]
+            .map(|(name, value)| TxnOp::put(format!("{dir}{name}"), value, None));
+        kv.txn(Txn::new().and_then(layout_1)).await.unwrap();
+    }
+    let fence = etcd.fence();
+    fence.read(&d("cached")).await.unwrap();
+    put(&fence, &d("cached"), 6, "after").await.unwrap();
+    assert_eq!(
+        folder(&etcd, "cached").await,
+        [(
+            "state".to_owned(),
+            b"fence-store/2 6 value 6 3\nafter".to_vec()
+        )]
+    );
+    etcd.fence().claim(&d("claimed"), token(8)).await.unwrap();
+    assert_eq!(
+        folder(&etcd, "claimed").await,
+        [(
+            "state".to_owned(),
+            b"fence-store/2 8 value 4 2\nbefore".to_vec()
+        )]
+    );
 }
 
 #[tokio::test]
@@ -172,6 +208,14 @@ async fn an_ops_key_changed_without_the_state_fails_closed() {
     put_raw(&mut kv, &etcd, "ops", "ops", "op 2 1 - a\nop 2 1 - b\n").await;
     let cached = WriteRequest::put(d("ops"), token(3), "w").with_op_id(op("c"));
     corrupt(fence.write(&cached).await, "a cached write with an op id");
+    // Without an op id too: a write must not carry the forged records on as its own.
+    let other = etcd.fence();
+    put(&other, &d("ops-2"), 2, "v").await.unwrap();
+    put_raw(&mut kv, &etcd, "ops-2", "ops", "op 9 7 - forged\n").await;
+    corrupt(
+        put(&other, &d("ops-2"), 3, "w").await,
+        "a cached write without an op id",
+    );
     corrupt(etcd.fence().read(&d("ops")).await, "read");
     let (_, ops) = &folder(&etcd, "ops").await[0];
     assert_eq!(ops, b"op 2 1 - a\nop 2 1 - b\n");

@@ -187,9 +187,8 @@ impl MySqlFence {
         domain: &Domain,
     ) -> Result<(Transaction<'static, MySql>, Option<MySqlRow>), sqlx::Error> {
         let marks = self.tables().marks();
-        let lock = format!(
-            "SELECT hwm, state, revision, writer FROM {marks} WHERE domain = ? FOR UPDATE"
-        );
+        let lock =
+            format!("SELECT hwm, state, revision, writer FROM {marks} WHERE domain = ? FOR UPDATE");
         // A domain written before has its row: the locking read alone locks it (one statement
         // fewer than creating it). A row with a NULL mark is never committed by Fence: it goes
         // the creating way below, which turns it to 0 for the decoding to refuse.
