@@ -35,6 +35,8 @@ pub(crate) async fn run() -> Vec<Row> {
                     "UPDATE {accounts} SET payload = ?, balance = balance + 1 WHERE id = ?"
                 ),
                 credit: format!("UPDATE {accounts} SET balance = balance + 1 WHERE id = ?"),
+                lock_account: format!("SELECT balance FROM {accounts} WHERE id = ? FOR UPDATE"),
+                lock_other: format!("SELECT id FROM {database}.locks WHERE id = ? FOR UPDATE"),
                 row_update: move |i: usize, value: Arc<Vec<u8>>| {
                     let (pool, rows) = (row_pool.clone(), rows.clone());
                     async move {
@@ -58,8 +60,8 @@ pub(crate) async fn run() -> Vec<Row> {
     }
 }
 
-/// A fresh database with the fence's tables and `accounts(id, balance, payload, fence_token)`,
-/// rows 0..64; answers the database and the table's name beside the fence and pool.
+/// A fresh database with the fence's tables, `accounts(id, balance, payload, fence_token)` and
+/// `locks(id)`, rows 0..64; answers the database and the table's name beside the fence and pool.
 async fn setup(
     url: &str,
 ) -> Result<
@@ -88,9 +90,13 @@ async fn setup(
     .await
     .map_err(|e| e.to_string())?;
     let values: Vec<String> = (0..ROWS).map(|i| format!("({i}, 0)")).collect();
+    let ids: Vec<String> = (0..ROWS).map(|i| format!("({i})")).collect();
     sqlx::raw_sql(&format!(
-        "INSERT INTO {accounts} (id, balance) VALUES {}",
-        values.join(", ")
+        "INSERT INTO {accounts} (id, balance) VALUES {};
+         CREATE TABLE {database}.locks (id BIGINT PRIMARY KEY);
+         INSERT INTO {database}.locks (id) VALUES {};",
+        values.join(", "),
+        ids.join(", ")
     ))
     .execute(&pool)
     .await

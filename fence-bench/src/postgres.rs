@@ -36,6 +36,8 @@ pub(crate) async fn run() -> Vec<Row> {
                     "UPDATE {accounts} SET payload = $1, balance = balance + 1 WHERE id = $2"
                 ),
                 credit: format!("UPDATE {accounts} SET balance = balance + 1 WHERE id = $1"),
+                lock_account: format!("SELECT balance FROM {accounts} WHERE id = $1 FOR UPDATE"),
+                lock_other: format!("SELECT id FROM {schema}.locks WHERE id = $1 FOR UPDATE"),
                 row_update: move |i: usize, value: Arc<Vec<u8>>| {
                     let (pool, rows) = (row_pool.clone(), rows.clone());
                     async move {
@@ -59,8 +61,8 @@ pub(crate) async fn run() -> Vec<Row> {
     }
 }
 
-/// A fresh schema with the fence's tables and `accounts(id, balance, payload, fence_token)`,
-/// rows 0..64; answers the schema and the table's name beside the fence and pool.
+/// A fresh schema with the fence's tables, `accounts(id, balance, payload, fence_token)` and
+/// `locks(id)`, rows 0..64; answers the schema and the table's name beside the fence and pool.
 async fn setup(
     url: &str,
 ) -> Result<
@@ -84,8 +86,10 @@ async fn setup(
     sqlx::raw_sql(&format!(
         "CREATE TABLE {accounts} (id bigint PRIMARY KEY, balance bigint NOT NULL, payload bytea,
                                   fence_token numeric(20,0));
-         INSERT INTO {accounts} SELECT g, 0, NULL, NULL FROM generate_series(0, {}) g;",
-        ROWS - 1
+         INSERT INTO {accounts} SELECT g, 0, NULL, NULL FROM generate_series(0, {rows}) g;
+         CREATE TABLE {schema}.locks (id bigint PRIMARY KEY);
+         INSERT INTO {schema}.locks SELECT g FROM generate_series(0, {rows}) g;",
+        rows = ROWS - 1
     ))
     .execute(&pool)
     .await

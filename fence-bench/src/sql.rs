@@ -1,7 +1,10 @@
 //! The SQL cases, one body for every SQL adapter (PostgreSQL, MySQL): a fenced write vs the same
 //! plain `UPDATE`, a `RowFence` update (the token in the user's row) vs the same plain `UPDATE`,
-//! and a fenced transaction vs the same plain transaction. Each adapter's module sets up its
-//! tables and statements.
+//! and a fenced transaction vs the same plain transaction; and the floors of the first and the
+//! last, the least a fence of the row can do: the same `UPDATE` after a `SELECT … FOR UPDATE` of
+//! its row in a transaction, and the plain transaction with a `SELECT … FOR UPDATE` of a row of
+//! another table first (a fenced transaction locks its domain's mark row). Each adapter's module
+//! sets up its tables and statements.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -36,6 +39,10 @@ pub(crate) struct Sql<DB: Database, B, R> {
     pub(crate) update_payload: String,
     /// `UPDATE accounts SET balance = balance + 1 WHERE id = <1st>`, in the dialect.
     pub(crate) credit: String,
+    /// `SELECT balance FROM accounts WHERE id = <1st> FOR UPDATE`, in the dialect.
+    pub(crate) lock_account: String,
+    /// `SELECT id FROM locks WHERE id = <1st> FOR UPDATE` (a table of 64 rows of its own).
+    pub(crate) lock_other: String,
     /// The adapter's `RowFence` update of row `i % ROWS` (its `fence_token` column) under
     /// token 1, setting what `update_payload` sets.
     pub(crate) row_update: R,
@@ -73,6 +80,8 @@ where
     let token = FencingToken::MIN;
     let update = Arc::new(sql.update_payload);
     let credit = Arc::new(sql.credit);
+    let lock_account = Arc::new(sql.lock_account);
+    let lock_other = Arc::new(sql.lock_other);
     let mut rows = Vec::new();
     for concurrency in CONCURRENCY {
         let plan = Plan {
@@ -122,6 +131,41 @@ where
             &unfenced,
         ));
 
+        // The write's floor: the row locked by a read, then the same UPDATE, in a transaction.
+        let (pool, p, lock, update_locked) = (
+            sql.pool.clone(),
+            payload.clone(),
+            lock_account.clone(),
+            update.clone(),
+        );
+        let (pool2, p2, update_plain) = (sql.pool.clone(), payload.clone(), update.clone());
+        let (floor, unfenced) = compare(
+            plan,
+            &sql.probe,
+            move |i| {
+                let (pool, lock, statement) = (pool.clone(), lock.clone(), update_locked.clone());
+                let value = p.clone();
+                async move {
+                    let row = (i % ROWS) as i64;
+                    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+                    let read = sqlx::query::<DB>(&lock).bind(row);
+                    (&mut *tx).execute(read).await.map_err(|e| e.to_string())?;
+                    let write = sqlx::query::<DB>(&statement).bind(value.to_vec()).bind(row);
+                    (&mut *tx).execute(write).await.map_err(|e| e.to_string())?;
+                    done(tx.commit().await)
+                }
+            },
+            move |i| plain_update(pool2.clone(), p2.clone(), update_plain.clone(), i),
+        )
+        .await;
+        rows.push(Row::new(
+            sql.backend,
+            "floor: SELECT FOR UPDATE + UPDATE in a transaction vs UPDATE",
+            concurrency,
+            &floor,
+            &unfenced,
+        ));
+
         // A fenced transaction vs the same plain transaction: one UPDATE of the user's row.
         let (begin, d, fenced_credit) = (sql.begin.clone(), domains.clone(), credit.clone());
         let (pool, plain_credit) = (sql.pool.clone(), credit.clone());
@@ -142,15 +186,7 @@ where
                     done(tx.commit().await)
                 }
             },
-            move |i| {
-                let (pool, statement) = (pool.clone(), plain_credit.clone());
-                async move {
-                    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
-                    let query = sqlx::query::<DB>(&statement).bind((i % ROWS) as i64);
-                    (&mut *tx).execute(query).await.map_err(|e| e.to_string())?;
-                    done(tx.commit().await)
-                }
-            },
+            move |i| plain_transaction(pool.clone(), plain_credit.clone(), i),
         )
         .await;
         rows.push(Row::new(
@@ -158,6 +194,35 @@ where
             "transaction vs plain transaction",
             concurrency,
             &fenced,
+            &unfenced,
+        ));
+
+        // The transaction's floor: another table's row locked first, as a fence locks the mark.
+        let (pool, lock, floor_credit) = (sql.pool.clone(), lock_other.clone(), credit.clone());
+        let (pool2, plain_credit) = (sql.pool.clone(), credit.clone());
+        let (floor, unfenced) = compare(
+            plan,
+            &sql.probe,
+            move |i| {
+                let (pool, lock, statement) = (pool.clone(), lock.clone(), floor_credit.clone());
+                async move {
+                    let row = (i % ROWS) as i64;
+                    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+                    let read = sqlx::query::<DB>(&lock).bind(row);
+                    (&mut *tx).execute(read).await.map_err(|e| e.to_string())?;
+                    let query = sqlx::query::<DB>(&statement).bind(row);
+                    (&mut *tx).execute(query).await.map_err(|e| e.to_string())?;
+                    done(tx.commit().await)
+                }
+            },
+            move |i| plain_transaction(pool2.clone(), plain_credit.clone(), i),
+        )
+        .await;
+        rows.push(Row::new(
+            sql.backend,
+            "floor: transaction with a SELECT FOR UPDATE vs plain transaction",
+            concurrency,
+            &floor,
             &unfenced,
         ));
     }
@@ -183,4 +248,18 @@ where
         .bind(value.to_vec())
         .bind((i % ROWS) as i64);
     done((&mut *conn).execute(query).await)
+}
+
+/// The plain transaction: `BEGIN`, the credit (`statement`) of row `i % ROWS`, `COMMIT`.
+async fn plain_transaction<DB>(pool: Pool<DB>, statement: Arc<String>, i: usize) -> OpResult
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+    let query = sqlx::query::<DB>(&statement).bind((i % ROWS) as i64);
+    (&mut *tx).execute(query).await.map_err(|e| e.to_string())?;
+    done(tx.commit().await)
 }
