@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
-use fence_core::FencingToken;
 use fence_mysql::{MySqlFence, RowFence};
 use sqlx::mysql::MySqlPoolOptions;
 
-use crate::measure::done;
 use crate::probe::Probe;
 use crate::report::Row;
-use crate::sql::{cases, Sql, ROWS};
+use crate::sql::{cases, row_update, Sql, ROWS};
 
 pub(crate) async fn run() -> Vec<Row> {
     let url = std::env::var("FENCE_MYSQL_URL")
@@ -38,19 +36,7 @@ pub(crate) async fn run() -> Vec<Row> {
                 lock_account: format!("SELECT balance FROM {accounts} WHERE id = ? FOR UPDATE"),
                 lock_other: format!("SELECT id FROM {database}.locks WHERE id = ? FOR UPDATE"),
                 row_update: move |i: usize, value: Arc<Vec<u8>>| {
-                    let (pool, rows) = (row_pool.clone(), rows.clone());
-                    async move {
-                        let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-                        let row = (i % ROWS) as i64;
-                        done(
-                            rows.update(&mut conn, row, FencingToken::MIN, |set| {
-                                set.push("payload = ")
-                                    .push_bind(value.to_vec())
-                                    .push(", balance = balance + 1");
-                            })
-                            .await,
-                        )
-                    }
+                    row_update(row_pool.clone(), rows.clone(), value, i)
                 },
                 probe: Probe::server("mariadb/mariadbd.pid"),
             })

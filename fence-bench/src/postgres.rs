@@ -3,14 +3,12 @@
 
 use std::sync::Arc;
 
-use fence_core::FencingToken;
 use fence_postgres::{PostgresFence, RowFence};
 use sqlx::postgres::PgPoolOptions;
 
-use crate::measure::done;
 use crate::probe::Probe;
 use crate::report::Row;
-use crate::sql::{cases, Sql, ROWS};
+use crate::sql::{cases, row_update, Sql, ROWS};
 
 pub(crate) async fn run() -> Vec<Row> {
     let url = std::env::var("FENCE_POSTGRES_URL")
@@ -39,19 +37,7 @@ pub(crate) async fn run() -> Vec<Row> {
                 lock_account: format!("SELECT balance FROM {accounts} WHERE id = $1 FOR UPDATE"),
                 lock_other: format!("SELECT id FROM {schema}.locks WHERE id = $1 FOR UPDATE"),
                 row_update: move |i: usize, value: Arc<Vec<u8>>| {
-                    let (pool, rows) = (row_pool.clone(), rows.clone());
-                    async move {
-                        let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
-                        let row = (i % ROWS) as i64;
-                        done(
-                            rows.update(&mut conn, row, FencingToken::MIN, |set| {
-                                set.push("payload = ")
-                                    .push_bind(value.to_vec())
-                                    .push(", balance = balance + 1");
-                            })
-                            .await,
-                        )
-                    }
+                    row_update(row_pool.clone(), rows.clone(), value, i)
                 },
                 probe: Probe::server("postgres/postgres.pid"),
             })

@@ -144,16 +144,7 @@ where
             &sql.probe,
             move |i| {
                 let (pool, lock, statement) = (pool.clone(), lock.clone(), update_locked.clone());
-                let value = p.clone();
-                async move {
-                    let row = (i % ROWS) as i64;
-                    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
-                    let read = sqlx::query::<DB>(&lock).bind(row);
-                    (&mut *tx).execute(read).await.map_err(|e| e.to_string())?;
-                    let write = sqlx::query::<DB>(&statement).bind(value.to_vec()).bind(row);
-                    (&mut *tx).execute(write).await.map_err(|e| e.to_string())?;
-                    done(tx.commit().await)
-                }
+                locked_then(pool, lock, (statement, Some(p.clone())), i)
             },
             move |i| plain_update(pool2.clone(), p2.clone(), update_plain.clone(), i),
         )
@@ -205,15 +196,7 @@ where
             &sql.probe,
             move |i| {
                 let (pool, lock, statement) = (pool.clone(), lock.clone(), floor_credit.clone());
-                async move {
-                    let row = (i % ROWS) as i64;
-                    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
-                    let read = sqlx::query::<DB>(&lock).bind(row);
-                    (&mut *tx).execute(read).await.map_err(|e| e.to_string())?;
-                    let query = sqlx::query::<DB>(&statement).bind(row);
-                    (&mut *tx).execute(query).await.map_err(|e| e.to_string())?;
-                    done(tx.commit().await)
-                }
+                locked_then(pool, lock, (statement, None), i)
             },
             move |i| plain_transaction(pool2.clone(), plain_credit.clone(), i),
         )
@@ -262,4 +245,61 @@ where
     let query = sqlx::query::<DB>(&statement).bind((i % ROWS) as i64);
     (&mut *tx).execute(query).await.map_err(|e| e.to_string())?;
     done(tx.commit().await)
+}
+
+/// A floor: in a transaction, row `i % ROWS` of the `lock` statement's table locked by its read,
+/// then `statement` on row `i % ROWS` (bound after `value`, when given), then `COMMIT`.
+async fn locked_then<DB>(
+    pool: Pool<DB>,
+    lock: Arc<String>,
+    (statement, value): (Arc<String>, Option<Arc<Vec<u8>>>),
+    i: usize,
+) -> OpResult
+where
+    DB: Database,
+    for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
+    for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
+    for<'q> i64: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+    for<'q> Vec<u8>: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    let row = (i % ROWS) as i64;
+    let mut tx = pool.begin().await.map_err(|e| e.to_string())?;
+    let read = sqlx::query::<DB>(&lock).bind(row);
+    (&mut *tx).execute(read).await.map_err(|e| e.to_string())?;
+    let mut query = sqlx::query::<DB>(&statement);
+    if let Some(value) = value {
+        query = query.bind(value.to_vec());
+    }
+    (&mut *tx)
+        .execute(query.bind(row))
+        .await
+        .map_err(|e| e.to_string())?;
+    done(tx.commit().await)
+}
+
+/// `rows`' update of row `i % ROWS` under token 1, setting what `update_payload` sets.
+pub(crate) async fn row_update<D>(
+    pool: Pool<D::Db>,
+    rows: Arc<fence_sql::RowFence<D>>,
+    value: Arc<Vec<u8>>,
+    i: usize,
+) -> OpResult
+where
+    D: fence_sql::Dialect,
+    for<'c> &'c mut <D::Db as Database>::Connection: Executor<'c, Database = D::Db>,
+    for<'a, 'q> <D::Db as Database>::Arguments<'a>: IntoArguments<'q, D::Db>,
+    for<'q> i64: sqlx::Encode<'q, D::Db> + sqlx::Type<D::Db>,
+    for<'q> Vec<u8>: sqlx::Encode<'q, D::Db> + sqlx::Type<D::Db>,
+    usize: sqlx::ColumnIndex<<D::Db as Database>::Row>,
+{
+    let mut conn = pool.acquire().await.map_err(|e| e.to_string())?;
+    let row = (i % ROWS) as i64;
+    let updated = rows
+        .update(&mut conn, row, fence_core::FencingToken::MIN, |set| {
+            set.push("payload = ")
+                .push_bind(value.to_vec())
+                .push(", balance = balance + 1");
+        })
+        .await;
+    done(updated)
 }
