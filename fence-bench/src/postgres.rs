@@ -1,5 +1,6 @@
-//! PostgreSQL: fenced write vs the same plain `UPDATE`, `RowFence` vs the same `UPDATE`, and a
-//! fenced transaction vs the same plain transaction (the cases are `sql.rs`'s).
+//! PostgreSQL: fenced write vs the same plain `UPDATE`, `RowFence` vs the same `UPDATE`, a fenced
+//! transaction vs the same plain transaction, and the references beside them (the cases are
+//! `sql.rs`'s).
 
 use std::sync::Arc;
 

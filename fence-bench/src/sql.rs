@@ -1,10 +1,11 @@
 //! The SQL cases, one body for every SQL adapter (PostgreSQL, MySQL): a fenced write vs the same
 //! plain `UPDATE`, a `RowFence` update (the token in the user's row) vs the same plain `UPDATE`,
-//! and a fenced transaction vs the same plain transaction; and the floors of the first and the
-//! last, the least a fence of the row can do: the same `UPDATE` after a `SELECT … FOR UPDATE` of
-//! its row in a transaction, and the plain transaction with a `SELECT … FOR UPDATE` of a row of
-//! another table first (a fenced transaction locks its domain's mark row). Each adapter's module
-//! sets up its tables and statements.
+//! and a fenced transaction vs the same plain transaction; and beside the first and the last, a
+//! reference each: the same `UPDATE` after a `SELECT … FOR UPDATE` of its row in a transaction
+//! (how a client could fence a row with two statements; not a lower bound: one statement can do
+//! better), and the floor of a fenced transaction, the plain transaction with a `SELECT … FOR
+//! UPDATE` of a row of another table first (a fenced transaction locks its domain's mark row).
+//! Each adapter's module sets up its tables and statements.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -131,7 +132,7 @@ where
             &unfenced,
         ));
 
-        // The write's floor: the row locked by a read, then the same UPDATE, in a transaction.
+        // The write's reference: the row locked by a read, then the same UPDATE, in a transaction.
         let (pool, p, lock, update_locked) = (
             sql.pool.clone(),
             payload.clone(),
@@ -151,7 +152,7 @@ where
         .await;
         rows.push(Row::new(
             sql.backend,
-            "floor: SELECT FOR UPDATE + UPDATE in a transaction vs UPDATE",
+            "reference: SELECT FOR UPDATE + UPDATE in a transaction vs UPDATE",
             concurrency,
             &floor,
             &unfenced,
@@ -247,7 +248,7 @@ where
     done(tx.commit().await)
 }
 
-/// A floor: in a transaction, row `i % ROWS` of the `lock` statement's table locked by its read,
+/// A reference or floor: in a transaction, row `i % ROWS` of the `lock` statement's table locked by its read,
 /// then `statement` on row `i % ROWS` (bound after `value`, when given), then `COMMIT`.
 async fn locked_then<DB>(
     pool: Pool<DB>,

@@ -16,7 +16,7 @@ const TABLES: [(&str, &str, &str, bool); 9] = [
     (
         "SELECT, INSERT, UPDATE",
         "fence_marks",
-        "every fenced operation (the row is locked with INSERT … ON DUPLICATE KEY UPDATE and read FOR UPDATE)",
+        "every fenced operation (the row is read FOR UPDATE, and created with INSERT … ON DUPLICATE KEY UPDATE when missing)",
         false,
     ),
     ("DELETE", "fence_marks", "retire", true),
