@@ -38,6 +38,18 @@ async fn put_raw(kv: &mut KvClient, etcd: &Etcd, domain: &str, name: &str, value
     put.header().unwrap().revision()
 }
 
+/// Puts a layout-1 folder's keys as layout 1 wrote them, every key of a change in one txn;
+/// answers its revision.
+async fn put_layout_1(kv: &mut KvClient, etcd: &Etcd, domain: &str, keys: &[(&str, &str)]) -> i64 {
+    let dir = format!("{}/store/{domain}/", etcd.prefix());
+    let puts: Vec<TxnOp> = keys
+        .iter()
+        .map(|(name, value)| TxnOp::put(format!("{dir}{name}"), *value, None))
+        .collect();
+    let written = kv.txn(Txn::new().and_then(puts)).await.unwrap();
+    written.header().unwrap().revision()
+}
+
 fn corrupt<T: std::fmt::Debug>(result: Result<T, FenceError>, what: &str) {
     assert!(
         matches!(result, Err(FenceError::CorruptState { .. })),
@@ -94,17 +106,14 @@ async fn a_layout_1_folder_is_read_and_its_next_write_replaces_it() {
         return;
     };
     let mut kv = etcd.client().kv_client();
-    let dir = format!("{}/store/old/", etcd.prefix());
-    // As layout 1 wrote them: every key of a change in one txn.
     let layout_1 = [
         ("mark", "5"),
         ("entry", "value 4 2"),
         ("value", "before"),
         ("ops", "op 4 2 3 pay\n"),
-    ]
-    .map(|(name, value)| TxnOp::put(format!("{dir}{name}"), value, None));
-    let written = kv.txn(Txn::new().and_then(layout_1)).await.unwrap();
-    let mark_version = written.header().unwrap().revision();
+    ];
+    let mark_version = put_layout_1(&mut kv, &etcd, "old", &layout_1).await;
+    let dir = format!("{}/store/old/", etcd.prefix());
     let fence = etcd.fence();
     let read = fence.read(&d("old")).await.unwrap();
     assert_eq!(read.high_water_mark, Some(token(5)));
@@ -151,11 +160,9 @@ async fn remembered_layout_1_states_and_claims_replace_the_folder() {
         return;
     };
     let mut kv = etcd.client().kv_client();
+    let layout_1 = [("mark", "5"), ("entry", "value 4 2"), ("value", "before")];
     for domain in ["cached", "claimed"] {
-        let dir = format!("{}/store/{domain}/", etcd.prefix());
-        let layout_1 = [("mark", "5"), ("entry", "value 4 2"), ("value", "before")]
-            .map(|(name, value)| TxnOp::put(format!("{dir}{name}"), value, None));
-        kv.txn(Txn::new().and_then(layout_1)).await.unwrap();
+        put_layout_1(&mut kv, &etcd, domain, &layout_1).await;
     }
     let fence = etcd.fence();
     fence.read(&d("cached")).await.unwrap();
